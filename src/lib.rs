@@ -1,0 +1,14 @@
+//! # Sluice
+//!
+//! A Kafka-compatible distributed commit log in one binary.
+//!
+//! ## Layout
+//! - `log`: the storage engine: segmented partition logs in Kafka's on-disk format, with crash
+//!   recovery, retention and compaction. Knows batches and offsets, not sockets.
+//!
+//! Still to come (see the project's issues): the metadata quorum (`raft/`, `controller`,
+//! `metadata`), the Kafka protocol server (`server`, `protocol`, `handler`), replication
+//! (`replica`), groups, and the client SDK.
+
+#[cfg(feature = "broker")]
+pub mod log;

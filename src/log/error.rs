@@ -1,0 +1,85 @@
+//! Errors of the storage engine, and their one mapping to Kafka error codes.
+//!
+//! Two kinds live here, and the difference matters to callers:
+//! - *request errors* (a bad batch, an offset out of range): the request is answered with the
+//!   Kafka error code from [`LogError::kafka_error_code`] and the log is untouched;
+//! - *storage errors* (`Io`, `Offline`): the disk failed under us. The log marks itself offline
+//!   and answers KAFKA_STORAGE_ERROR from then on, as Kafka does for a failed log directory.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Kafka error codes the storage engine can produce (values from Kafka's `Errors` enum).
+pub mod code {
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const INVALID_RECORD: i16 = 87;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The bytes are not a well-formed v2 batch: truncated, lying length, bad CRC.
+    #[error("corrupt record batch at byte {position}: {reason}")]
+    Corrupt { position: usize, reason: String },
+
+    /// A batch is larger than the topic's `max.message.bytes`.
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    TooLarge { size: usize, max: usize },
+
+    /// Well-formed framing but content Kafka rejects (wrong magic, count vs offsets, no key in
+    /// a compacted topic, control batch from a client).
+    #[error("invalid record batch at byte {position}: {reason}")]
+    InvalidRecord { position: usize, reason: String },
+
+    /// The follower path got batches whose offsets do not continue the log.
+    #[error("offsets out of order: {0}")]
+    OffsetsOutOfOrder(String),
+
+    #[error("offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange { offset: u64, log_start_offset: u64, log_end_offset: u64 },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+
+    /// A previous I/O failure left the log in an unknown state; it refuses all work.
+    #[error("log {0} is offline after an I/O error")]
+    Offline(String),
+
+    /// Files on disk that cannot be what this engine wrote, found while loading.
+    #[error("corrupt log file {path}: {reason}")]
+    CorruptFile { path: PathBuf, reason: String },
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        LogError::Io { path: path.into(), source }
+    }
+
+    /// The Kafka error code a broker answers with for this error.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            LogError::Corrupt { .. } => code::CORRUPT_MESSAGE,
+            LogError::TooLarge { .. } => code::MESSAGE_TOO_LARGE,
+            LogError::InvalidRecord { .. } => code::INVALID_RECORD,
+            LogError::OffsetsOutOfOrder(_) => code::CORRUPT_MESSAGE,
+            LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+            LogError::InvalidArgument(_) => code::INVALID_REQUEST,
+            LogError::Io { .. } | LogError::Offline(_) | LogError::CorruptFile { .. } => {
+                code::KAFKA_STORAGE_ERROR
+            }
+        }
+    }
+
+    /// True for errors that mean the disk, not the request, is at fault.
+    pub fn is_storage_error(&self) -> bool {
+        self.kafka_error_code() == code::KAFKA_STORAGE_ERROR
+    }
+}
+
+pub type Result<T, E = LogError> = std::result::Result<T, E>;

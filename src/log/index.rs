@@ -1,0 +1,379 @@
+//! Sparse, memory-mapped offset and time indexes, in Kafka's file formats.
+//!
+//! `.index`: 8-byte entries `relative_offset u32 | position u32`, big-endian, where
+//! `relative_offset` is a batch's base offset minus the segment's base offset and `position` is
+//! where that batch starts in the `.log` file.
+//!
+//! `.timeindex`: 12-byte entries `timestamp i64 | relative_offset u32`: up to and including the
+//! batch at `relative_offset`, no record's timestamp exceeds `timestamp`. Timestamps strictly
+//! increase from entry to entry.
+//!
+//! The index of the active segment is preallocated to `segment.index.bytes` and mapped
+//! read-write; when the segment rolls (or the log closes) the file is trimmed to its entries so
+//! that its length tells the entry count on the next start. After a crash the active segment's
+//! index is rebuilt from the log by recovery, so its length does not matter then.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::MmapMut;
+
+use super::error::{LogError, Result};
+
+/// A file of fixed-size entries, mapped read-write, the first `entries` of which are valid.
+#[derive(Debug)]
+struct IndexFile {
+    path: PathBuf,
+    file: Arc<File>,
+    mmap: Option<MmapMut>,
+    entry_bytes: usize,
+    entries: usize,
+    max_entries: usize,
+}
+
+impl IndexFile {
+    /// Opens (or creates) the file. A file that exists is taken to hold `len / entry_bytes`
+    /// entries; `capacity_bytes` is the size it may grow to while the segment is active.
+    fn open(path: &Path, entry_bytes: usize, capacity_bytes: usize, active: bool) -> Result<Self> {
+        let io = |e| LogError::io(path, e);
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+        let length = file.metadata().map_err(io)?.len() as usize;
+        let entries = length / entry_bytes;
+        let mut index = IndexFile {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            mmap: None,
+            entry_bytes,
+            entries,
+            max_entries: entries,
+        };
+        if active {
+            index.resize(capacity_bytes.max(entries * entry_bytes))?;
+        } else {
+            index.resize(entries * entry_bytes)?;
+        }
+        Ok(index)
+    }
+
+    fn resize(&mut self, bytes: usize) -> Result<()> {
+        let bytes = bytes / self.entry_bytes * self.entry_bytes;
+        self.mmap = None;
+        let io = |e| LogError::io(&self.path, e);
+        self.file.set_len(bytes as u64).map_err(io)?;
+        self.max_entries = bytes / self.entry_bytes;
+        self.entries = self.entries.min(self.max_entries);
+        if bytes > 0 {
+            // SAFETY: the file is owned by this index for the life of the mapping; the broker
+            // never truncates it while mapped (resize drops the mapping first).
+            let mmap = unsafe { MmapMut::map_mut(&self.file) }.map_err(io)?;
+            self.mmap = Some(mmap);
+        }
+        Ok(())
+    }
+
+    fn entry(&self, n: usize) -> &[u8] {
+        debug_assert!(n < self.entries);
+        let mmap = self.mmap.as_ref().expect("an index with entries is mapped");
+        &mmap[n * self.entry_bytes..(n + 1) * self.entry_bytes]
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        assert!(self.entries < self.max_entries, "index {} is full", self.path.display());
+        assert_eq!(bytes.len(), self.entry_bytes);
+        let at = self.entries * self.entry_bytes;
+        let mmap = self.mmap.as_mut().expect("a non-full index is mapped");
+        mmap[at..at + self.entry_bytes].copy_from_slice(bytes);
+        self.entries += 1;
+    }
+
+    /// The last entry `n` for which `below(n)` holds, given `below` is true for a prefix.
+    fn last_where(&self, below: impl Fn(&[u8]) -> bool) -> Option<usize> {
+        let (mut low, mut high) = (0, self.entries);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if below(self.entry(middle)) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        low.checked_sub(1)
+    }
+
+    fn is_full(&self) -> bool {
+        self.entries >= self.max_entries
+    }
+
+    fn flush(&self) -> Result<()> {
+        if let Some(mmap) = &self.mmap {
+            mmap.flush().map_err(|e| LogError::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(bytes)
+}
+
+pub const OFFSET_ENTRY_BYTES: usize = 8;
+pub const TIME_ENTRY_BYTES: usize = 12;
+
+/// Maps batch base offsets to file positions.
+#[derive(Debug)]
+pub struct OffsetIndex {
+    base_offset: u64,
+    file: IndexFile,
+}
+
+impl OffsetIndex {
+    pub fn open(path: &Path, base_offset: u64, capacity_bytes: usize, active: bool) -> Result<Self> {
+        let file = IndexFile::open(path, OFFSET_ENTRY_BYTES, capacity_bytes, active)?;
+        Ok(OffsetIndex { base_offset, file })
+    }
+
+    fn decode(&self, n: usize) -> (u64, u32) {
+        let entry = self.file.entry(n);
+        (self.base_offset + u64::from(u32_at(entry, 0)), u32_at(entry, 4))
+    }
+
+    pub fn entries(&self) -> usize {
+        self.file.entries
+    }
+    pub fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+    pub fn last(&self) -> Option<(u64, u32)> {
+        self.file.entries.checked_sub(1).map(|n| self.decode(n))
+    }
+
+    pub fn append(&mut self, offset: u64, position: u32) {
+        let relative = offset - self.base_offset;
+        assert!(relative <= u64::from(u32::MAX), "relative offset overflows the index");
+        if let Some((last_offset, last_position)) = self.last() {
+            assert!(offset > last_offset && position > last_position, "offset index entries must increase");
+        }
+        let mut entry = [0u8; OFFSET_ENTRY_BYTES];
+        entry[..4].copy_from_slice(&(relative as u32).to_be_bytes());
+        entry[4..].copy_from_slice(&position.to_be_bytes());
+        self.file.push(&entry);
+    }
+
+    /// The entry with the largest offset `<= offset`, or the segment start.
+    pub fn lookup(&self, offset: u64) -> (u64, u32) {
+        let relative = offset.saturating_sub(self.base_offset);
+        self.file
+            .last_where(|e| u64::from(u32_at(e, 0)) <= relative)
+            .map_or((self.base_offset, 0), |n| self.decode(n))
+    }
+
+    /// The entry with the largest position `<= position`, or the segment start.
+    pub fn lookup_position(&self, position: u64) -> (u64, u32) {
+        self.file
+            .last_where(|e| u64::from(u32_at(e, 4)) <= position)
+            .map_or((self.base_offset, 0), |n| self.decode(n))
+    }
+
+    /// Drops entries for offsets `>= offset`.
+    pub fn truncate_to(&mut self, offset: u64) {
+        let relative = offset.saturating_sub(self.base_offset);
+        self.file.entries = self.file.last_where(|e| u64::from(u32_at(e, 0)) < relative).map_or(0, |n| n + 1);
+    }
+
+    pub fn reset(&mut self) {
+        self.file.entries = 0;
+    }
+
+    /// Checks what a file we did not just rebuild claims: increasing offsets and positions
+    /// within the segment.
+    pub fn sanity_check(&self, segment_bytes: u64) -> Result<(), String> {
+        let mut previous: Option<(u64, u32)> = None;
+        for n in 0..self.file.entries {
+            let (offset, position) = self.decode(n);
+            if u64::from(position) >= segment_bytes.max(1) {
+                return Err(format!("entry {n} points at byte {position} past the segment end"));
+            }
+            if let Some((po, pp)) = previous {
+                if offset <= po || position <= pp {
+                    return Err(format!("entry {n} does not increase"));
+                }
+            }
+            previous = Some((offset, position));
+        }
+        Ok(())
+    }
+
+    /// The file, for an fsync outside the log's lock (fsync writes back mapped pages too).
+    pub fn file(&self) -> &Arc<File> {
+        &self.file.file
+    }
+
+    pub fn trim(&mut self) -> Result<()> {
+        self.file.resize(self.file.entries * OFFSET_ENTRY_BYTES)
+    }
+    pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
+        self.file.resize(capacity_bytes.max(self.file.entries * OFFSET_ENTRY_BYTES))
+    }
+    pub fn flush(&self) -> Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Maps timestamps to offsets, for ListOffsets by time and for time-based retention.
+#[derive(Debug)]
+pub struct TimeIndex {
+    base_offset: u64,
+    file: IndexFile,
+}
+
+impl TimeIndex {
+    pub fn open(path: &Path, base_offset: u64, capacity_bytes: usize, active: bool) -> Result<Self> {
+        let file = IndexFile::open(path, TIME_ENTRY_BYTES, capacity_bytes, active)?;
+        Ok(TimeIndex { base_offset, file })
+    }
+
+    fn decode(&self, n: usize) -> (i64, u64) {
+        let entry = self.file.entry(n);
+        (i64_at(entry, 0), self.base_offset + u64::from(u32_at(entry, 8)))
+    }
+
+    pub fn entries(&self) -> usize {
+        self.file.entries
+    }
+    pub fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+    pub fn last(&self) -> Option<(i64, u64)> {
+        self.file.entries.checked_sub(1).map(|n| self.decode(n))
+    }
+
+    /// Adds an entry when `timestamp` is larger than the last one's; there must be room.
+    pub fn maybe_append(&mut self, timestamp: i64, offset: u64) {
+        if let Some((last_ts, last_offset)) = self.last() {
+            if timestamp <= last_ts {
+                return;
+            }
+            assert!(offset >= last_offset, "time index offsets must not decrease");
+            if offset == last_offset {
+                // Same batch, larger timestamp: overwrite rather than add a duplicate offset.
+                self.file.entries -= 1;
+            }
+        }
+        if self.file.is_full() {
+            return;
+        }
+        let relative = offset - self.base_offset;
+        let mut entry = [0u8; TIME_ENTRY_BYTES];
+        entry[..8].copy_from_slice(&timestamp.to_be_bytes());
+        entry[8..].copy_from_slice(&(relative as u32).to_be_bytes());
+        self.file.push(&entry);
+    }
+
+    /// The last entry whose timestamp is strictly below `timestamp`: every record up to its
+    /// offset is older than `timestamp`, so a scan for the first record `>= timestamp` can start
+    /// after it. `None` when the scan must start at the segment's beginning.
+    pub fn lookup_before(&self, timestamp: i64) -> Option<(i64, u64)> {
+        self.file.last_where(|e| i64_at(e, 0) < timestamp).map(|n| self.decode(n))
+    }
+
+    /// Drops entries for offsets `>= offset`.
+    pub fn truncate_to(&mut self, offset: u64) {
+        let relative = offset.saturating_sub(self.base_offset);
+        self.file.entries = self.file.last_where(|e| u64::from(u32_at(e, 8)) < relative).map_or(0, |n| n + 1);
+    }
+
+    pub fn reset(&mut self) {
+        self.file.entries = 0;
+    }
+
+    pub fn sanity_check(&self) -> Result<(), String> {
+        let mut previous: Option<(i64, u64)> = None;
+        for n in 0..self.file.entries {
+            let entry = self.decode(n);
+            if let Some(p) = previous {
+                if entry.0 <= p.0 || entry.1 < p.1 {
+                    return Err(format!("time index entry {n} does not increase"));
+                }
+            }
+            previous = Some(entry);
+        }
+        Ok(())
+    }
+
+    pub fn file(&self) -> &Arc<File> {
+        &self.file.file
+    }
+
+    pub fn trim(&mut self) -> Result<()> {
+        self.file.resize(self.file.entries * TIME_ENTRY_BYTES)
+    }
+    pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
+        self.file.resize(capacity_bytes.max(self.file.entries * TIME_ENTRY_BYTES))
+    }
+    pub fn flush(&self) -> Result<()> {
+        self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_index_lookups_and_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000100.index");
+        let mut index = OffsetIndex::open(&path, 100, 64, true).unwrap();
+        assert_eq!(index.lookup(150), (100, 0));
+        for (i, offset) in [110u64, 120, 130, 140].iter().enumerate() {
+            index.append(*offset, (i as u32 + 1) * 4096);
+        }
+        assert_eq!(index.lookup(99), (100, 0));
+        assert_eq!(index.lookup(125), (120, 8192));
+        assert_eq!(index.lookup(140), (140, 16384));
+        assert_eq!(index.lookup_position(10_000), (120, 8192));
+        index.truncate_to(130);
+        assert_eq!(index.entries(), 2);
+        index.trim().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16);
+        drop(index);
+        let reopened = OffsetIndex::open(&path, 100, 64, false).unwrap();
+        assert_eq!(reopened.last(), Some((120, 8192)));
+        reopened.sanity_check(10_000).unwrap();
+        assert!(reopened.sanity_check(8192).is_err());
+    }
+
+    #[test]
+    fn full_index_reports_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = OffsetIndex::open(&dir.path().join("i"), 0, 20, true).unwrap();
+        index.append(1, 10);
+        index.append(2, 20);
+        assert!(index.is_full(), "20 bytes hold two 8-byte entries");
+    }
+
+    #[test]
+    fn time_index_keeps_timestamps_increasing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = TimeIndex::open(&dir.path().join("t"), 0, 120, true).unwrap();
+        index.maybe_append(1000, 0);
+        index.maybe_append(900, 5); // not larger: skipped
+        index.maybe_append(2000, 10);
+        index.maybe_append(2500, 10); // same offset: replaces
+        index.maybe_append(3000, 20);
+        assert_eq!(index.entries(), 3);
+        assert_eq!(index.lookup_before(1000), None);
+        assert_eq!(index.lookup_before(1001), Some((1000, 0)));
+        assert_eq!(index.lookup_before(2999), Some((2500, 10)));
+        index.truncate_to(10);
+        assert_eq!(index.last(), Some((1000, 0)));
+        index.sanity_check().unwrap();
+    }
+}

@@ -1,0 +1,418 @@
+//! `LogManager`: every partition log in the broker's log dirs, and the housekeeping around
+//! them.
+//!
+//! Per log dir it keeps Kafka's checkpoint files (`recovery-point-offset-checkpoint`,
+//! `log-start-offset-checkpoint`, `replication-offset-checkpoint`,
+//! `cleaner-offset-checkpoint`), a `.lock` held with `flock` so two processes never share a
+//! dir, and a `.kafka_cleanshutdown` marker written after a clean shutdown (its presence at
+//! start means no log needs recovery). Background threads run retention, time-based flushes,
+//! checkpoints, delayed file deletion and the log cleaner.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::checkpoint::{
+    self, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+};
+use super::cleaner::CleanOutcome;
+use super::config::{Clock, LogConfig};
+use super::error::{LogError, Result};
+use super::partition_log::{LoadState, Log};
+use super::topic_partition::TopicPartition;
+
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+pub const LOCK_FILE: &str = ".lock";
+/// Suffix of a partition directory scheduled for removal after its topic was deleted.
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
+
+#[derive(Debug, Clone)]
+pub struct LogManagerConfig {
+    /// `log.dirs`
+    pub log_dirs: Vec<PathBuf>,
+    /// Topic defaults from the broker's `log.*` keys.
+    pub default_log_config: LogConfig,
+    /// `log.cleaner.enable`
+    pub cleaner_enable: bool,
+    /// `log.cleaner.dedupe.buffer.size`
+    pub cleaner_dedupe_buffer_bytes: usize,
+    /// `log.cleaner.backoff.ms`
+    pub cleaner_backoff_ms: u64,
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+    /// `log.flush.scheduler.interval.ms` (also how often rolled segments are flushed)
+    pub flush_scheduler_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms`
+    pub checkpoint_interval_ms: u64,
+}
+
+impl Default for LogManagerConfig {
+    fn default() -> Self {
+        LogManagerConfig {
+            log_dirs: vec![PathBuf::from("data")],
+            default_log_config: LogConfig::default(),
+            cleaner_enable: true,
+            cleaner_dedupe_buffer_bytes: 128 * 1024 * 1024,
+            cleaner_backoff_ms: 15_000,
+            retention_check_interval_ms: 300_000,
+            flush_scheduler_interval_ms: 1_000,
+            checkpoint_interval_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ManagedLog {
+    dir_index: usize,
+    log: Arc<Log>,
+}
+
+#[derive(Debug, Default)]
+struct Stopper {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Stopper {
+    /// Sleeps up to `timeout`; true when shutdown was requested.
+    fn wait(&self, timeout: Duration) -> bool {
+        let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let (stopped, _) = self.wake.wait_timeout_while(stopped, timeout, |s| !*s).unwrap_or_else(|p| p.into_inner());
+        *stopped
+    }
+    fn stop(&self) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
+    }
+}
+
+#[derive(Debug)]
+pub struct LogManager {
+    config: LogManagerConfig,
+    clock: Arc<dyn Clock>,
+    logs: RwLock<BTreeMap<TopicPartition, ManagedLog>>,
+    cleaner_offsets: Mutex<BTreeMap<TopicPartition, u64>>,
+    /// Files and directories to remove once their time (ms) has come.
+    pending_deletes: Mutex<Vec<(i64, PathBuf)>>,
+    _locks: Vec<File>,
+    stopper: Arc<Stopper>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    shut_down: AtomicBool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| LogError::io(&path, e))?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked != 0 {
+        return Err(LogError::CorruptFile {
+            path,
+            reason: "the log dir is locked by another process (is another sluice using it?)".into(),
+        });
+    }
+    Ok(file)
+}
+
+impl LogManager {
+    /// Locks and loads every log dir. Logs are recovered as their checkpoints require.
+    pub fn open(config: LogManagerConfig, clock: Arc<dyn Clock>) -> Result<LogManager> {
+        if config.log_dirs.is_empty() {
+            return Err(LogError::InvalidArgument("log.dirs is empty".into()));
+        }
+        let started = Instant::now();
+        let mut locks = Vec::new();
+        let mut logs = BTreeMap::new();
+        let mut cleaner_offsets = BTreeMap::new();
+        for (dir_index, dir) in config.log_dirs.iter().enumerate() {
+            fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+            locks.push(lock_dir(dir)?);
+            let recovery_points = checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?;
+            let log_starts = checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
+            let high_watermarks = checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?;
+            cleaner_offsets.extend(checkpoint::read_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT))?);
+            let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+            let clean_shutdown = marker.exists();
+            for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+                let entry = entry.map_err(|e| LogError::io(dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !entry.file_type().map_err(|e| LogError::io(entry.path(), e))?.is_dir() {
+                    continue;
+                }
+                if name.ends_with(DELETE_DIR_SUFFIX) {
+                    fs::remove_dir_all(entry.path()).map_err(|e| LogError::io(entry.path(), e))?;
+                    continue;
+                }
+                let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                    tracing::warn!(dir = %entry.path().display(), "ignoring a directory that is not a partition");
+                    continue;
+                };
+                let load = LoadState {
+                    recovery_point: recovery_points.get(&tp).copied().unwrap_or(0),
+                    log_start_offset: log_starts.get(&tp).copied(),
+                    high_watermark: high_watermarks.get(&tp).copied().unwrap_or(0),
+                    clean_shutdown: clean_shutdown && recovery_points.contains_key(&tp),
+                };
+                let (log, _) = Log::open(&entry.path(), tp.clone(), config.default_log_config.clone(), load, Arc::clone(&clock))?;
+                logs.insert(tp, ManagedLog { dir_index, log: Arc::new(log) });
+            }
+            // From here on a crash is not a clean shutdown.
+            if clean_shutdown {
+                fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
+            }
+        }
+        tracing::info!(logs = logs.len(), elapsed_ms = started.elapsed().as_millis() as u64, "log manager loaded");
+        let manager = LogManager {
+            config,
+            clock,
+            logs: RwLock::new(logs),
+            cleaner_offsets: Mutex::new(cleaner_offsets),
+            pending_deletes: Mutex::new(Vec::new()),
+            _locks: locks,
+            stopper: Arc::new(Stopper::default()),
+            threads: Mutex::new(Vec::new()),
+            shut_down: AtomicBool::new(false),
+        };
+        manager.checkpoint()?;
+        Ok(manager)
+    }
+
+    pub fn config(&self) -> &LogManagerConfig {
+        &self.config
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Log>> {
+        self.logs.read().unwrap_or_else(|p| p.into_inner()).get(tp).map(|m| Arc::clone(&m.log))
+    }
+
+    pub fn all(&self) -> Vec<Arc<Log>> {
+        self.logs.read().unwrap_or_else(|p| p.into_inner()).values().map(|m| Arc::clone(&m.log)).collect()
+    }
+
+    /// The log of `tp`, created in the log dir holding the fewest logs if it does not exist.
+    pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {
+        if let Some(log) = self.get(tp) {
+            return Ok(log);
+        }
+        let mut logs = self.logs.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = logs.get(tp) {
+            return Ok(Arc::clone(&existing.log));
+        }
+        let mut counts = vec![0usize; self.config.log_dirs.len()];
+        for managed in logs.values() {
+            counts[managed.dir_index] += 1;
+        }
+        let dir_index = (0..counts.len()).min_by_key(|i| counts[*i]).unwrap_or(0);
+        let dir = self.config.log_dirs[dir_index].join(tp.dir_name());
+        let (log, _) = Log::open(&dir, tp.clone(), config, LoadState::default(), Arc::clone(&self.clock))?;
+        let log = Arc::new(log);
+        logs.insert(tp.clone(), ManagedLog { dir_index, log: Arc::clone(&log) });
+        tracing::info!(%tp, dir = %dir.display(), "created log");
+        Ok(log)
+    }
+
+    /// Removes a partition's log (its topic was deleted): the directory is renamed at once and
+    /// removed after `file.delete.delay.ms`.
+    pub fn delete(&self, tp: &TopicPartition) -> Result<bool> {
+        let Some(managed) = self.logs.write().unwrap_or_else(|p| p.into_inner()).remove(tp) else {
+            return Ok(false);
+        };
+        lock(&self.cleaner_offsets).remove(tp);
+        let dir = managed.log.dir().to_path_buf();
+        let stamp = self.clock.now_ms();
+        let target = dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+        fs::rename(&dir, &target).map_err(|e| LogError::io(&dir, e))?;
+        let due = stamp + managed.log.config().file_delete_delay_ms;
+        lock(&self.pending_deletes).push((due, target));
+        Ok(true)
+    }
+
+    /// Writes every per-dir checkpoint from the logs' current state.
+    pub fn checkpoint(&self) -> Result<()> {
+        let logs = self.logs.read().unwrap_or_else(|p| p.into_inner());
+        let cleaner_offsets = lock(&self.cleaner_offsets).clone();
+        for (dir_index, dir) in self.config.log_dirs.iter().enumerate() {
+            let mut recovery_points = BTreeMap::new();
+            let mut log_starts = BTreeMap::new();
+            let mut high_watermarks = BTreeMap::new();
+            let mut cleaner = BTreeMap::new();
+            for (tp, managed) in logs.iter().filter(|(_, m)| m.dir_index == dir_index) {
+                recovery_points.insert(tp.clone(), managed.log.recovery_point());
+                log_starts.insert(tp.clone(), managed.log.log_start_offset());
+                high_watermarks.insert(tp.clone(), managed.log.high_watermark());
+                if let Some(offset) = cleaner_offsets.get(tp) {
+                    cleaner.insert(tp.clone(), *offset);
+                }
+            }
+            checkpoint::write_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT), &recovery_points)?;
+            checkpoint::write_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT), &log_starts)?;
+            checkpoint::write_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT), &high_watermarks)?;
+            checkpoint::write_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT), &cleaner)?;
+        }
+        Ok(())
+    }
+
+    /// One round of housekeeping: time-based flushes and rolled-segment flushes, retention,
+    /// and removal of files whose delete delay has passed.
+    pub fn maintain(&self, retention: bool) -> Result<()> {
+        let now = self.clock.now_ms();
+        for log in self.all() {
+            // One failing log goes offline on its own; the others carry on.
+            if let Err(error) = log.flush_if_due() {
+                tracing::error!(tp = %log.topic_partition(), %error, "flush failed");
+            }
+            if retention {
+                if let Err(error) = log.delete_retention_breached_segments() {
+                    tracing::error!(tp = %log.topic_partition(), %error, "retention failed");
+                }
+            }
+            let delay = log.config().file_delete_delay_ms;
+            let deletes = log.take_pending_deletes();
+            if !deletes.is_empty() {
+                lock(&self.pending_deletes).extend(deletes.into_iter().map(|p| (now + delay, p)));
+            }
+        }
+        self.delete_due_files(now);
+        Ok(())
+    }
+
+    fn delete_due_files(&self, now: i64) {
+        let due: Vec<PathBuf> = {
+            let mut pending = lock(&self.pending_deletes);
+            let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(at, _)| *at <= now);
+            *pending = later;
+            due.into_iter().map(|(_, p)| p).collect()
+        };
+        for path in due {
+            let result = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            if let Err(error) = result {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), %error, "could not remove deleted file");
+                }
+            }
+        }
+    }
+
+    /// Cleans the dirtiest compacted log that is due, if any.
+    pub fn clean_once(&self) -> Result<Option<(TopicPartition, CleanOutcome)>> {
+        let offsets = lock(&self.cleaner_offsets).clone();
+        let mut best: Option<(f64, Arc<Log>, u64)> = None;
+        for log in self.all() {
+            let first_dirty = offsets.get(log.topic_partition()).copied().unwrap_or(0);
+            let Some(plan) = log.cleanable(first_dirty) else { continue };
+            if plan.due && best.as_ref().is_none_or(|(ratio, _, _)| plan.dirty_ratio > *ratio) {
+                best = Some((plan.dirty_ratio, log, first_dirty));
+            }
+        }
+        let Some((_, log, first_dirty)) = best else { return Ok(None) };
+        let outcome = log.clean(first_dirty, self.config.cleaner_dedupe_buffer_bytes)?;
+        if !outcome.abandoned {
+            lock(&self.cleaner_offsets).insert(log.topic_partition().clone(), outcome.first_dirty_offset);
+        }
+        Ok(Some((log.topic_partition().clone(), outcome)))
+    }
+
+    /// Starts the scheduler and (when enabled) the cleaner threads.
+    pub fn start_background(self: &Arc<Self>) -> Result<()> {
+        let mut threads = lock(&self.threads);
+        let manager = Arc::clone(self);
+        let scheduler = std::thread::Builder::new()
+            .name("log-scheduler".into())
+            .spawn(move || manager.run_scheduler())
+            .map_err(|e| LogError::io("log-scheduler thread", e))?;
+        threads.push(scheduler);
+        if self.config.cleaner_enable {
+            let manager = Arc::clone(self);
+            let cleaner = std::thread::Builder::new()
+                .name("log-cleaner".into())
+                .spawn(move || manager.run_cleaner())
+                .map_err(|e| LogError::io("log-cleaner thread", e))?;
+            threads.push(cleaner);
+        }
+        Ok(())
+    }
+
+    fn run_scheduler(&self) {
+        let tick = Duration::from_millis(self.config.flush_scheduler_interval_ms.max(10));
+        let mut last_retention = Instant::now();
+        let mut last_checkpoint = Instant::now();
+        while !self.stopper.wait(tick) {
+            let retention = last_retention.elapsed() >= Duration::from_millis(self.config.retention_check_interval_ms);
+            if retention {
+                last_retention = Instant::now();
+            }
+            if let Err(error) = self.maintain(retention) {
+                tracing::error!(%error, "log maintenance failed");
+            }
+            if last_checkpoint.elapsed() >= Duration::from_millis(self.config.checkpoint_interval_ms) {
+                last_checkpoint = Instant::now();
+                if let Err(error) = self.checkpoint() {
+                    tracing::error!(%error, "writing log checkpoints failed");
+                }
+            }
+        }
+    }
+
+    fn run_cleaner(&self) {
+        let backoff = Duration::from_millis(self.config.cleaner_backoff_ms.max(10));
+        loop {
+            let cleaned = match self.clean_once() {
+                Ok(outcome) => outcome.is_some(),
+                Err(error) => {
+                    tracing::error!(%error, "log cleaning failed");
+                    false
+                }
+            };
+            if self.stopper.wait(if cleaned { Duration::ZERO } else { backoff }) {
+                return;
+            }
+        }
+    }
+
+    /// Stops the background threads, flushes and closes every log, writes the checkpoints and
+    /// the clean-shutdown marker. Idempotent.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stopper.stop();
+        for thread in lock(&self.threads).drain(..) {
+            let _ = thread.join();
+        }
+        let mut all_closed = true;
+        for log in self.all() {
+            if let Err(error) = log.close() {
+                tracing::error!(tp = %log.topic_partition(), %error, "closing log failed");
+                all_closed = false;
+            }
+        }
+        self.checkpoint()?;
+        if all_closed {
+            for dir in &self.config.log_dirs {
+                let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+                File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| LogError::io(&marker, e))?;
+                File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, e))?;
+            }
+        }
+        tracing::info!("log manager shut down");
+        Ok(())
+    }
+}
+
+impl Drop for LogManager {
+    fn drop(&mut self) {
+        // Background threads hold an Arc, so this runs only once they are gone; make sure they
+        // are told to stop in any case.
+        self.stopper.stop();
+    }
+}

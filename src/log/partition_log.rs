@@ -1,0 +1,887 @@
+//! `Log`: the segmented log of one partition replica.
+//!
+//! State and locking:
+//! - `state` (RwLock) holds the segments and the offsets. Appends, truncation, retention and
+//!   segment swaps take it for writing; reads take it for reading only long enough to find a
+//!   byte range, then copy outside it.
+//! - `flush_lock` serialises fsyncs. A flusher collects file handles under the read lock and
+//!   syncs them after releasing it, so appends continue while the disk works; appenders that
+//!   arrive meanwhile find their data covered by the next fsync (group commit).
+//! - `recovery_point` is the offset below which everything is durable. Only the segments from
+//!   the one containing it onwards are rescanned after a crash.
+//!
+//! Invariants, asserted where they change: `log_start_offset <= high_watermark <=
+//! log_end_offset`; batches in segments have strictly increasing offsets; every byte below a
+//! segment's `size` is a whole, CRC-valid batch.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::batch::{self, BatchHeader, BatchIter, RecordIter};
+use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
+use super::epoch::LeaderEpochCache;
+use super::error::{LogError, Result};
+use super::segment::{
+    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, FileSlice, LOG_SUFFIX, SWAP_SUFFIX, Segment, parse_base_offset,
+    segment_path,
+};
+use super::topic_partition::TopicPartition;
+
+/// Who is appending as leader: clients may not write control batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    Client,
+    /// The broker itself (group coordinator, transaction markers).
+    Internal,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: u64,
+    pub last_offset: u64,
+    pub max_timestamp: i64,
+    /// The timestamp the broker assigned, for `message.timestamp.type=LogAppendTime`.
+    pub log_append_time_ms: Option<i64>,
+    pub log_start_offset: u64,
+    pub record_count: u64,
+    pub bytes: u64,
+}
+
+/// What a read found.
+#[derive(Debug, Clone)]
+pub struct ReadInfo {
+    /// Whole batches, the first holding (or following) the requested offset. `None` when there
+    /// is nothing to return yet.
+    pub slice: Option<FileSlice>,
+    /// Base offset of the first batch in `slice` (can be below the requested offset).
+    pub first_batch_offset: Option<u64>,
+    pub log_start_offset: u64,
+    pub log_end_offset: u64,
+    pub high_watermark: u64,
+}
+
+/// What the log dir's checkpoints say about this log when it is opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadState {
+    pub recovery_point: u64,
+    pub log_start_offset: Option<u64>,
+    pub high_watermark: u64,
+    /// The previous process closed the log cleanly: nothing needs rescanning.
+    pub clean_shutdown: bool,
+}
+
+/// Figures from opening a log, for the operator.
+#[derive(Debug, Clone, Default)]
+pub struct LoadStats {
+    pub segments: usize,
+    pub segments_recovered: usize,
+    pub bytes_truncated: u64,
+    pub swaps_completed: usize,
+}
+
+#[derive(Debug)]
+pub(super) struct LogState {
+    pub(super) segments: BTreeMap<u64, Segment>,
+    pub(super) log_end_offset: u64,
+    pub(super) log_start_offset: u64,
+    pub(super) high_watermark: u64,
+    pub(super) epochs: LeaderEpochCache,
+    unflushed_messages: u64,
+    pub(super) last_flush_ms: i64,
+}
+
+impl LogState {
+    pub(super) fn active(&self) -> &Segment {
+        self.segments.values().next_back().expect("a log always has an active segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.values_mut().next_back().expect("a log always has an active segment")
+    }
+    fn check_invariants(&self) {
+        debug_assert!(self.log_start_offset <= self.log_end_offset, "log start beyond log end");
+        debug_assert!(self.high_watermark <= self.log_end_offset, "high watermark beyond log end");
+        debug_assert_eq!(self.active().next_offset().max(self.active().base_offset), self.log_end_offset);
+    }
+}
+
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    topic_partition: TopicPartition,
+    clock: Arc<dyn Clock>,
+    config: RwLock<Arc<LogConfig>>,
+    state: RwLock<LogState>,
+    flush_lock: Mutex<()>,
+    recovery_point: AtomicU64,
+    offline: AtomicBool,
+    /// Files renamed to `.deleted`, waiting for the log manager to remove them.
+    pending_deletes: Mutex<Vec<PathBuf>>,
+    /// The earliest delete horizon of a tombstone the cleaner kept (`i64::MAX`: none), so
+    /// the cleaner comes back for it even when the log is not dirty.
+    delete_horizon_due_ms: AtomicI64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Log {
+    /// Opens the log in `dir` (creating it if missing), completing interrupted segment swaps
+    /// and recovering the segments at and after the recovery point.
+    pub fn open(
+        dir: &Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        load: LoadState,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Log, LoadStats)> {
+        fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+        let now = clock.now_ms();
+        let mut stats = LoadStats::default();
+        let mut force_recovery = std::collections::BTreeSet::new();
+        for base in complete_interrupted_swaps(dir)? {
+            force_recovery.insert(base);
+            stats.swaps_completed += 1;
+        }
+        let bases = list_segment_bases(dir)?;
+        let mut epochs = LeaderEpochCache::open(dir)?;
+        let mut segments = BTreeMap::new();
+        let last_base = bases.last().copied();
+        for &base in &bases {
+            let segment = Segment::open(dir, base, &config, Some(base) == last_base, now)?;
+            segments.insert(base, segment);
+        }
+        if segments.is_empty() {
+            let base = load.log_start_offset.unwrap_or(0);
+            segments.insert(base, Segment::create(dir, base, &config, now)?);
+        }
+
+        let recover_from = if load.clean_shutdown {
+            u64::MAX
+        } else {
+            segments.range(..=load.recovery_point).next_back().map_or(0, |(base, _)| *base)
+        };
+        let mut previous_next_offset = 0u64;
+        let mut cut_from: Option<u64> = None;
+        let mut recovered = Vec::new();
+        for (&base, segment) in segments.iter_mut() {
+            if base < previous_next_offset {
+                tracing::error!(%topic_partition, base, previous_next_offset, "segment overlaps the one before it");
+                cut_from = Some(base);
+                break;
+            }
+            if base >= recover_from || force_recovery.contains(&base) {
+                let truncated = segment.recover(config.index_interval_bytes, &mut epochs)?;
+                stats.segments_recovered += 1;
+                recovered.push(base);
+                if truncated > 0 {
+                    tracing::warn!(%topic_partition, segment = base, bytes = truncated, "truncated invalid or torn data at the end of a segment");
+                    stats.bytes_truncated += truncated;
+                    cut_from = Some(base + 1);
+                    break;
+                }
+            } else {
+                segment.load_without_recovery(config.index_interval_bytes, &mut epochs)?;
+            }
+            previous_next_offset = segment.next_offset();
+        }
+        if let Some(cut) = cut_from {
+            for base in segments.range(cut..).map(|(b, _)| *b).collect::<Vec<_>>() {
+                let segment = segments.remove(&base).expect("listed above");
+                stats.bytes_truncated += segment.size();
+                for path in segment.rename_to_deleted()? {
+                    fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+                }
+            }
+        }
+        let last_base = *segments.keys().next_back().expect("at least one segment");
+        for (&base, segment) in segments.iter_mut() {
+            if base == last_base {
+                segment.unseal()?;
+            } else {
+                segment.seal()?;
+            }
+        }
+
+        let active = segments.values().next_back().expect("at least one segment");
+        let log_end_offset = active.next_offset().max(active.base_offset);
+        let first_base = *segments.keys().next().expect("at least one segment");
+        let log_start_offset = load.log_start_offset.unwrap_or(first_base).max(first_base).min(log_end_offset);
+        epochs.truncate_from_end(log_end_offset)?;
+        epochs.truncate_from_start(log_start_offset)?;
+        // Recovered bytes may live only in the page cache (a crash of the process, not the
+        // machine): make them durable before claiming them as the recovery point.
+        let mut handles = Vec::new();
+        for base in &recovered {
+            if let Some(segment) = segments.get(base) {
+                segment.sync_handles(*base != last_base, &mut handles);
+            }
+        }
+        sync_all(&handles)?;
+        stats.segments = segments.len();
+        let state = LogState {
+            segments,
+            log_end_offset,
+            log_start_offset,
+            high_watermark: load.high_watermark.clamp(log_start_offset, log_end_offset),
+            epochs,
+            unflushed_messages: 0,
+            last_flush_ms: now,
+        };
+        state.check_invariants();
+        tracing::info!(
+            %topic_partition,
+            log_start_offset,
+            log_end_offset,
+            segments = stats.segments,
+            recovered = stats.segments_recovered,
+            truncated_bytes = stats.bytes_truncated,
+            "log loaded"
+        );
+        let log = Log {
+            dir: dir.to_path_buf(),
+            topic_partition,
+            clock,
+            config: RwLock::new(Arc::new(config)),
+            state: RwLock::new(state),
+            flush_lock: Mutex::new(()),
+            recovery_point: AtomicU64::new(log_end_offset),
+            offline: AtomicBool::new(false),
+            pending_deletes: Mutex::new(Vec::new()),
+            delete_horizon_due_ms: AtomicI64::new(i64::MAX),
+        };
+        Ok((log, stats))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.topic_partition
+    }
+    pub fn config(&self) -> Arc<LogConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+    pub fn update_config(&self, config: LogConfig) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+    }
+    pub(super) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(super) fn read_state(&self) -> RwLockReadGuard<'_, LogState> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+    pub(super) fn write_state(&self) -> RwLockWriteGuard<'_, LogState> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn log_start_offset(&self) -> u64 {
+        self.read_state().log_start_offset
+    }
+    pub fn log_end_offset(&self) -> u64 {
+        self.read_state().log_end_offset
+    }
+    pub fn high_watermark(&self) -> u64 {
+        self.read_state().high_watermark
+    }
+    /// Everything below this offset is on disk.
+    pub fn recovery_point(&self) -> u64 {
+        self.recovery_point.load(Ordering::Acquire)
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.read_state().segments.values().map(Segment::size).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.read_state().segments.len()
+    }
+    pub fn segment_base_offsets(&self) -> Vec<u64> {
+        self.read_state().segments.keys().copied().collect()
+    }
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.read_state().epochs.latest().map(|e| e.epoch)
+    }
+    pub fn epoch_entries(&self) -> Vec<super::epoch::EpochEntry> {
+        self.read_state().epochs.entries().to_vec()
+    }
+    /// OffsetForLeaderEpoch: the largest epoch `<= epoch` and where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, u64)> {
+        let state = self.read_state();
+        state.epochs.end_offset_for(epoch, state.log_end_offset)
+    }
+
+    /// Sets the high watermark (the replication layer decides when), clamped to the log.
+    pub fn set_high_watermark(&self, offset: u64) -> u64 {
+        let mut state = self.write_state();
+        state.high_watermark = offset.clamp(state.log_start_offset, state.log_end_offset);
+        state.high_watermark
+    }
+
+    fn check_online(&self) -> Result<()> {
+        if self.offline.load(Ordering::Acquire) {
+            return Err(LogError::Offline(self.topic_partition.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Storage errors take the log offline: its state on disk is no longer known.
+    fn fail<T>(&self, error: LogError) -> Result<T> {
+        if error.is_storage_error() {
+            tracing::error!(topic_partition = %self.topic_partition, %error, "log is going offline");
+            self.offline.store(true, Ordering::Release);
+        }
+        Err(error)
+    }
+
+    /// Appends a producer's batches (or the broker's own) as the partition leader: validates
+    /// every batch before writing any, assigns offsets in place in `records`, stamps
+    /// `leader_epoch`, and writes them in one positional write. With `flush.policy=always`
+    /// returns only once the batches are on disk.
+    pub fn append_as_leader(&self, records: &mut [u8], leader_epoch: i32, origin: AppendOrigin) -> Result<AppendInfo> {
+        self.check_online()?;
+        let config = self.config();
+        let headers = validate_leader_batches(records, &config, origin)?;
+        let now = self.clock.now_ms();
+        let log_append_time = (config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
+
+        let mut state = self.write_state();
+        let first_offset = state.log_end_offset;
+        let mut next_offset = first_offset;
+        let mut appended = Vec::with_capacity(headers.len());
+        let mut max_timestamp = i64::MIN;
+        for (position, header) in &headers {
+            let size = header.total_size().expect("validated") as u64;
+            let bytes = &mut records[*position..*position + size as usize];
+            batch::set_base_offset_and_epoch(bytes, next_offset as i64, leader_epoch);
+            let batch_max_timestamp = match log_append_time {
+                Some(now) => {
+                    batch::set_log_append_time(bytes, now);
+                    now
+                }
+                None => header.max_timestamp,
+            };
+            let last_offset = next_offset + header.last_offset_delta as u64;
+            appended.push(AppendedBatch {
+                base_offset: next_offset,
+                last_offset,
+                max_timestamp: batch_max_timestamp,
+                relative_position: *position as u64,
+                size,
+            });
+            max_timestamp = max_timestamp.max(batch_max_timestamp);
+            next_offset = last_offset + 1;
+        }
+        let record_count = next_offset - first_offset;
+        if let Err(e) = state.epochs.assign(leader_epoch, first_offset) {
+            return self.fail(e);
+        }
+        if let Err(e) = self.write_batches(&mut state, records, &appended, &config, now) {
+            return self.fail(e);
+        }
+        let info = AppendInfo {
+            first_offset,
+            last_offset: next_offset - 1,
+            max_timestamp,
+            log_append_time_ms: log_append_time,
+            log_start_offset: state.log_start_offset,
+            record_count,
+            bytes: records.len() as u64,
+        };
+        let flush_now = self.note_unflushed(&mut state, record_count, &config);
+        drop(state);
+        if flush_now {
+            self.flush_to(info.last_offset + 1)?;
+        }
+        Ok(info)
+    }
+
+    /// Appends batches copied from the leader, unchanged. Their offsets must continue the log:
+    /// strictly increasing, the first at the log end offset (gaps are allowed only in compacted
+    /// topics, whose cleaned batches leave them).
+    pub fn append_as_follower(&self, records: &[u8]) -> Result<AppendInfo> {
+        self.check_online()?;
+        let config = self.config();
+        let mut state = self.write_state();
+        let first_expected = state.log_end_offset;
+        let mut expected = first_expected;
+        let mut appended = Vec::new();
+        let mut max_timestamp = i64::MIN;
+        for item in BatchIter::new(records) {
+            let (position, header, bytes) = item?;
+            if header.magic != batch::MAGIC_V2 || batch::compute_crc(bytes) != header.crc {
+                return Err(LogError::Corrupt { position, reason: "bad magic or CRC-32C in replicated batch".into() });
+            }
+            let base = u64::try_from(header.base_offset).map_err(|_| LogError::OffsetsOutOfOrder(format!("negative base offset {}", header.base_offset)))?;
+            let in_order = if config.cleanup_policy.compact { base >= expected } else { base == expected };
+            if !in_order || header.last_offset_delta < 0 {
+                return Err(LogError::OffsetsOutOfOrder(format!(
+                    "batch at offset {base} (last offset delta {}) does not continue the log at {expected}",
+                    header.last_offset_delta
+                )));
+            }
+            let last_offset = header.last_offset() as u64;
+            appended.push(AppendedBatch {
+                base_offset: base,
+                last_offset,
+                max_timestamp: header.max_timestamp,
+                relative_position: position as u64,
+                size: bytes.len() as u64,
+            });
+            max_timestamp = max_timestamp.max(header.max_timestamp);
+            expected = last_offset + 1;
+        }
+        let Some(first) = appended.first() else {
+            return Err(LogError::InvalidRecord { position: 0, reason: "no record batches".into() });
+        };
+        let first_offset = first.base_offset;
+        for (batch, (_, header, _)) in appended.iter().zip(BatchIter::new(records).flatten()) {
+            if let Err(e) = state.epochs.assign_if_newer(header.partition_leader_epoch, batch.base_offset) {
+                return self.fail(e);
+            }
+        }
+        let now = self.clock.now_ms();
+        if let Err(e) = self.write_batches(&mut state, records, &appended, &config, now) {
+            return self.fail(e);
+        }
+        let record_count = expected - first_offset;
+        let info = AppendInfo {
+            first_offset,
+            last_offset: expected - 1,
+            max_timestamp,
+            log_append_time_ms: None,
+            log_start_offset: state.log_start_offset,
+            record_count,
+            bytes: records.len() as u64,
+        };
+        let flush_now = self.note_unflushed(&mut state, record_count, &config);
+        drop(state);
+        if flush_now {
+            self.flush_to(info.last_offset + 1)?;
+        }
+        Ok(info)
+    }
+
+    fn write_batches(
+        &self,
+        state: &mut LogState,
+        bytes: &[u8],
+        appended: &[AppendedBatch],
+        config: &LogConfig,
+        now: i64,
+    ) -> Result<()> {
+        let last = appended.last().expect("at least one batch");
+        if state.active().should_roll(bytes.len() as u64, last.last_offset, config, now) {
+            self.roll(state, appended[0].base_offset, config, now)?;
+        }
+        state.active_mut().append(bytes, appended, config.index_interval_bytes)?;
+        state.log_end_offset = last.last_offset + 1;
+        state.check_invariants();
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at `base_offset`.
+    fn roll(&self, state: &mut LogState, base_offset: u64, config: &LogConfig, now: i64) -> Result<()> {
+        debug_assert!(base_offset >= state.log_end_offset);
+        state.active_mut().seal()?;
+        let segment = Segment::create(&self.dir, base_offset, config, now)?;
+        tracing::debug!(topic_partition = %self.topic_partition, base_offset, "rolled new segment");
+        state.segments.insert(base_offset, segment);
+        Ok(())
+    }
+
+    /// Rolls the active segment if it is non-empty (for tests and `segment.ms` housekeeping).
+    pub fn roll_now(&self) -> Result<()> {
+        let config = self.config();
+        let mut state = self.write_state();
+        if state.active().is_empty() {
+            return Ok(());
+        }
+        let base = state.log_end_offset;
+        let now = self.clock.now_ms();
+        self.roll(&mut state, base, &config, now)
+    }
+
+    fn note_unflushed(&self, state: &mut LogState, records: u64, config: &LogConfig) -> bool {
+        state.unflushed_messages += records;
+        config.flush_policy == FlushPolicy::Always || state.unflushed_messages >= config.flush_messages
+    }
+
+    /// Reads whole batches from `offset`: at most `max_bytes` (but always the first batch),
+    /// from one segment, and none at or past `max_offset` (the high watermark for consumers).
+    pub fn read(&self, offset: u64, max_bytes: u64, max_offset: Option<u64>) -> Result<ReadInfo> {
+        self.check_online()?;
+        let state = self.read_state();
+        let mut info = ReadInfo {
+            slice: None,
+            first_batch_offset: None,
+            log_start_offset: state.log_start_offset,
+            log_end_offset: state.log_end_offset,
+            high_watermark: state.high_watermark,
+        };
+        if offset < state.log_start_offset || offset > state.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: state.log_start_offset,
+                log_end_offset: state.log_end_offset,
+            });
+        }
+        let bound = max_offset.unwrap_or(state.log_end_offset).min(state.log_end_offset);
+        if offset >= bound {
+            return Ok(info);
+        }
+        let floor = state.segments.range(..=offset).next_back().map_or(0, |(b, _)| *b);
+        for (&base, segment) in state.segments.range(floor..) {
+            if base >= bound {
+                break;
+            }
+            if let Some((slice, first)) = segment.read(offset, max_bytes, bound)? {
+                info.first_batch_offset = Some(first.header.base_offset as u64);
+                info.slice = Some(slice);
+                break;
+            }
+        }
+        Ok(info)
+    }
+
+    /// ListOffsets by timestamp: the first record whose timestamp is `>= timestamp`, as
+    /// (offset, timestamp), or `None` when every record is older.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(u64, i64)>> {
+        self.check_online()?;
+        let state = self.read_state();
+        for segment in state.segments.values() {
+            if segment.max_timestamp() >= timestamp {
+                if let Some(found) = segment.find_offset_by_timestamp(timestamp, state.log_start_offset)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (KIP-734): the first record with the largest timestamp.
+    pub fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
+        self.check_online()?;
+        let state = self.read_state();
+        let mut best: Option<&Segment> = None;
+        for segment in state.segments.values() {
+            if !segment.is_empty() && best.is_none_or(|b| segment.max_timestamp() > b.max_timestamp()) {
+                best = Some(segment);
+            }
+        }
+        match best {
+            Some(segment) => segment.find_offset_by_timestamp(segment.max_timestamp(), state.log_start_offset),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes everything below `offset` durable (group commit: one fsync covers every append
+    /// that landed before it started).
+    pub fn flush_to(&self, offset: u64) -> Result<()> {
+        if self.recovery_point() >= offset {
+            return Ok(());
+        }
+        self.check_online()?;
+        let _flushing = lock(&self.flush_lock);
+        if self.recovery_point() >= offset {
+            return Ok(());
+        }
+        let recovery_point = self.recovery_point();
+        let mut handles = Vec::new();
+        let target = {
+            let state = self.read_state();
+            let active_base = state.active().base_offset;
+            for segment in state.segments.values() {
+                if segment.next_offset() > recovery_point || segment.base_offset >= recovery_point {
+                    segment.sync_handles(segment.base_offset != active_base, &mut handles);
+                }
+            }
+            state.log_end_offset
+        };
+        if let Err(e) = sync_all(&handles) {
+            return self.fail(e);
+        }
+        self.recovery_point.fetch_max(target, Ordering::AcqRel);
+        let mut state = self.write_state();
+        state.unflushed_messages = 0;
+        state.last_flush_ms = self.clock.now_ms();
+        Ok(())
+    }
+
+    /// Flushes everything appended so far.
+    pub fn flush(&self) -> Result<()> {
+        let end = self.log_end_offset();
+        self.flush_to(end)
+    }
+
+    /// `flush.ms` housekeeping, and flushing segments that rolled (Kafka flushes a segment
+    /// when it rolls, off the append path). Called by the log manager's scheduler.
+    pub fn flush_if_due(&self) -> Result<()> {
+        let config = self.config();
+        let (due, active_base) = {
+            let state = self.read_state();
+            let now = self.clock.now_ms();
+            (now.saturating_sub(state.last_flush_ms) >= config.flush_ms, state.active().base_offset)
+        };
+        if due {
+            self.flush()
+        } else {
+            self.flush_to(active_base)
+        }
+    }
+
+    /// Removes every batch from the one holding `offset` on (a follower diverged from its
+    /// leader). Returns the new log end offset, which is `offset` when it is a batch boundary.
+    pub fn truncate_to(&self, offset: u64) -> Result<u64> {
+        self.check_online()?;
+        let _flushing = lock(&self.flush_lock);
+        let mut state = self.write_state();
+        if offset >= state.log_end_offset {
+            return Ok(state.log_end_offset);
+        }
+        if offset <= state.log_start_offset {
+            drop(state);
+            drop(_flushing);
+            self.truncate_fully_and_start_at(offset)?;
+            return Ok(offset);
+        }
+        let config = self.config();
+        let result = (|| {
+            let removed: Vec<u64> = state.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+            // Segments starting after `offset` go; the segment holding `offset` is cut.
+            for base in removed {
+                if state.segments.len() == 1 {
+                    break;
+                }
+                let segment = state.segments.remove(&base).expect("listed above");
+                let paths = segment.rename_to_deleted()?;
+                lock(&self.pending_deletes).extend(paths);
+            }
+            let LogState { segments, epochs, .. } = &mut *state;
+            let active = segments.values_mut().next_back().expect("one segment stays");
+            active.truncate_to(offset, config.index_interval_bytes, epochs)?;
+            active.unseal()?;
+            let new_end = active.next_offset().max(active.base_offset);
+            state.log_end_offset = new_end;
+            state.high_watermark = state.high_watermark.min(new_end);
+            state.log_start_offset = state.log_start_offset.min(new_end);
+            state.epochs.truncate_from_end(new_end)?;
+            Ok(new_end)
+        })();
+        match result {
+            Ok(new_end) => {
+                self.recovery_point.fetch_min(new_end, Ordering::AcqRel);
+                state.check_invariants();
+                tracing::info!(topic_partition = %self.topic_partition, offset, log_end_offset = new_end, "truncated log");
+                Ok(new_end)
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Empties the log and restarts it at `offset` (a follower far behind a leader whose log
+    /// now starts later).
+    pub fn truncate_fully_and_start_at(&self, offset: u64) -> Result<()> {
+        self.check_online()?;
+        let _flushing = lock(&self.flush_lock);
+        let config = self.config();
+        let mut state = self.write_state();
+        let now = self.clock.now_ms();
+        let result = (|| {
+            let segments = std::mem::take(&mut state.segments);
+            for (_, segment) in segments {
+                lock(&self.pending_deletes).extend(segment.rename_to_deleted()?);
+            }
+            state.segments.insert(offset, Segment::create(&self.dir, offset, &config, now)?);
+            state.log_end_offset = offset;
+            state.log_start_offset = offset;
+            state.high_watermark = offset;
+            state.epochs.clear()
+        })();
+        if let Err(e) = result {
+            return self.fail(e);
+        }
+        self.recovery_point.store(offset, Ordering::Release);
+        state.check_invariants();
+        Ok(())
+    }
+
+    /// DeleteRecords: moves the log start offset forward (never back). Segments wholly below it
+    /// are deleted by the next retention pass. Returns the log start offset.
+    pub fn advance_log_start_offset(&self, offset: u64) -> Result<u64> {
+        self.check_online()?;
+        let mut state = self.write_state();
+        if offset > state.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: state.log_start_offset,
+                log_end_offset: state.log_end_offset,
+            });
+        }
+        if offset > state.log_start_offset {
+            state.log_start_offset = offset;
+            state.high_watermark = state.high_watermark.max(offset);
+            if let Err(e) = state.epochs.truncate_from_start(offset) {
+                return self.fail(e);
+            }
+        }
+        Ok(state.log_start_offset)
+    }
+
+    /// Files renamed to `.deleted` since the last call, for the log manager to remove after
+    /// `file.delete.delay.ms`.
+    pub fn take_pending_deletes(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *lock(&self.pending_deletes))
+    }
+    pub(super) fn delete_horizon_due_ms(&self) -> i64 {
+        self.delete_horizon_due_ms.load(Ordering::Acquire)
+    }
+    pub(super) fn set_delete_horizon_due_ms(&self, due_ms: i64) {
+        self.delete_horizon_due_ms.store(due_ms, Ordering::Release);
+    }
+    pub(super) fn add_pending_deletes(&self, paths: Vec<PathBuf>) {
+        lock(&self.pending_deletes).extend(paths);
+    }
+    pub(super) fn mark_offline_on<T>(&self, result: Result<T>) -> Result<T> {
+        result.or_else(|e| self.fail(e))
+    }
+
+    /// Flushes everything and seals the active segment's indexes, so that the next open needs
+    /// no recovery. Returns the log end offset (the recovery point to checkpoint).
+    pub fn close(&self) -> Result<u64> {
+        self.flush()?;
+        let mut state = self.write_state();
+        let result = state.active_mut().seal();
+        self.mark_offline_on(result)?;
+        let mut handles = Vec::new();
+        state.active().sync_handles(true, &mut handles);
+        self.mark_offline_on(sync_all(&handles))?;
+        Ok(state.log_end_offset)
+    }
+}
+
+/// Validates every batch of a leader append before anything is written; returns where each is.
+fn validate_leader_batches(records: &[u8], config: &LogConfig, origin: AppendOrigin) -> Result<Vec<(usize, BatchHeader)>> {
+    let mut headers = Vec::new();
+    for item in BatchIter::new(records) {
+        let (position, header, bytes) = item?;
+        if bytes.len() > config.max_message_bytes {
+            return Err(LogError::TooLarge { size: bytes.len(), max: config.max_message_bytes });
+        }
+        batch::validate_batch(position, &header, bytes)?;
+        let invalid = |reason: &str| LogError::InvalidRecord { position, reason: reason.into() };
+        if header.is_control() && origin == AppendOrigin::Client {
+            return Err(invalid("clients may not write control batches"));
+        }
+        if header.producer_id >= 0 && header.base_sequence < 0 {
+            return Err(invalid("idempotent batch without a base sequence"));
+        }
+        if header.is_transactional() && header.producer_id < 0 {
+            return Err(invalid("transactional batch without a producer id"));
+        }
+        if config.cleanup_policy.compact && !header.is_compressed() && !header.is_control() {
+            let keyless = RecordIter::new(&header, bytes).any(|r| r.is_ok_and(|r| r.key.is_none()));
+            if keyless {
+                return Err(invalid("compacted topic cannot accept a record without a key"));
+            }
+        }
+        headers.push((position, header));
+    }
+    if headers.is_empty() {
+        return Err(LogError::InvalidRecord { position: 0, reason: "no record batches".into() });
+    }
+    Ok(headers)
+}
+
+fn sync_all(handles: &[Arc<File>]) -> Result<()> {
+    for file in handles {
+        file.sync_data().map_err(|e| LogError::io(PathBuf::from("<segment>"), e))?;
+    }
+    Ok(())
+}
+
+/// Base offsets of the `.log` files in `dir`; also removes leftovers that are never kept
+/// (`.deleted`, `.cleaned`, checkpoint `.tmp`).
+fn list_segment_bases(dir: &Path) -> Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(DELETED_SUFFIX) || name.ends_with(CLEANED_SUFFIX) || name.ends_with(".tmp") {
+            fs::remove_file(entry.path()).map_err(|e| LogError::io(entry.path(), e))?;
+            continue;
+        }
+        if name.ends_with(LOG_SUFFIX) {
+            if let Some(base) = parse_base_offset(&name) {
+                bases.push(base);
+            }
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Completes cleaner swaps that a crash interrupted. The `.log.swap` file is the commit point
+/// of a swap: once it exists, it holds every record the cleaner kept from the segments it
+/// replaces (those whose base offset lies in its offset range), so those are removed and the
+/// swap file takes the name of the first. Returns the base offsets of completed swaps, whose
+/// indexes must be rebuilt.
+fn complete_interrupted_swaps(dir: &Path) -> Result<Vec<u64>> {
+    let mut swaps = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(&format!("{LOG_SUFFIX}{SWAP_SUFFIX}")) {
+            if let Some(base) = parse_base_offset(&name) {
+                swaps.push(base);
+            }
+        } else if name.ends_with(SWAP_SUFFIX) {
+            // Index swaps are not used: indexes are rebuilt from the swapped log.
+            fs::remove_file(entry.path()).map_err(|e| LogError::io(entry.path(), e))?;
+        }
+    }
+    swaps.sort_unstable();
+    for &base in &swaps {
+        let swap = segment_path(dir, base, &format!("{LOG_SUFFIX}{SWAP_SUFFIX}"));
+        let end = swap_end_offset(&swap, base)?;
+        for replaced in list_segment_bases(dir)?.into_iter().filter(|b| *b >= base && *b < end) {
+            for suffix in [LOG_SUFFIX, super::segment::INDEX_SUFFIX, super::segment::TIME_INDEX_SUFFIX] {
+                let path = segment_path(dir, replaced, suffix);
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(LogError::io(path, e)),
+                }
+            }
+        }
+        let target = segment_path(dir, base, LOG_SUFFIX);
+        fs::rename(&swap, &target).map_err(|e| LogError::io(&swap, e))?;
+        tracing::info!(dir = %dir.display(), base, "completed an interrupted segment swap");
+    }
+    if !swaps.is_empty() {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, e))?;
+    }
+    Ok(swaps)
+}
+
+/// The offset after the last whole batch of a swap file.
+fn swap_end_offset(path: &Path, base: u64) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path).map_err(|e| LogError::io(path, e))?;
+    let size = file.metadata().map_err(|e| LogError::io(path, e))?.len();
+    let mut position = 0u64;
+    let mut end = base;
+    let mut header = [0u8; batch::BATCH_HEADER_BYTES];
+    while position + header.len() as u64 <= size {
+        file.read_exact_at(&mut header, position).map_err(|e| LogError::io(path, e))?;
+        let Some(parsed) = BatchHeader::parse(&header) else { break };
+        let Some(total) = parsed.total_size() else { break };
+        end = parsed.last_offset() as u64 + 1;
+        position += total as u64;
+    }
+    Ok(end)
+}

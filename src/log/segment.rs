@@ -1,0 +1,628 @@
+//! One segment of a partition log: `<base>.log` with its `.index` and `.timeindex`.
+//!
+//! The segment owns its files. Appends are positional writes at the end of the `.log`; the
+//! committed `size` is what readers see, so a reader never observes a half-written append.
+//! Reads hand out [`FileSlice`]s (an `Arc<File>` and a byte range) that stay valid after the
+//! segment is deleted, because an unlinked file lives on while open.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{BATCH_HEADER_BYTES, BatchHeader, MAGIC_V2, RecordIter};
+use super::config::LogConfig;
+use super::epoch::LeaderEpochCache;
+use super::error::{LogError, Result};
+use super::index::{OffsetIndex, TimeIndex};
+
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+pub const DELETED_SUFFIX: &str = ".deleted";
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+pub const SWAP_SUFFIX: &str = ".swap";
+/// Reads during recovery and scans go through a buffer of this size, whatever the batch size.
+const SCAN_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// `<dir>/<20-digit base offset><suffix>`, Kafka's file naming.
+pub fn segment_path(dir: &Path, base_offset: u64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}{suffix}"))
+}
+
+/// Parses `<20 digits>.<ext>[.<state>]` into the base offset.
+pub fn parse_base_offset(file_name: &str) -> Option<u64> {
+    let digits = file_name.get(..20)?;
+    (digits.bytes().all(|b| b.is_ascii_digit()) && file_name[20..].starts_with('.')).then(|| digits.parse().ok())?
+}
+
+/// A byte range of a segment file, ready to be copied to a socket or a buffer.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    file: Arc<File>,
+    pub position: u64,
+    pub len: u64,
+}
+
+impl FileSlice {
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Appends the slice's bytes to `out`. If the log was truncated under the slice, only the
+    /// bytes still present are copied (clients treat a partial trailing batch as the end).
+    pub fn read_into(&self, out: &mut Vec<u8>) -> io::Result<()> {
+        let start = out.len();
+        let len = usize::try_from(self.len).map_err(io::Error::other)?;
+        out.resize(start + len, 0);
+        let mut done = 0;
+        while done < len {
+            match self.file.read_at(&mut out[start + done..], self.position + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.truncate(start + done);
+        Ok(())
+    }
+
+    pub fn to_vec(&self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_into(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// A batch located in a segment: its decoded header and where it starts.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLocation {
+    pub header: BatchHeader,
+    pub position: u64,
+    pub size: u64,
+}
+
+/// What the log tells a segment about a batch it appends.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendedBatch {
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub max_timestamp: i64,
+    /// Byte position of the batch within the appended buffer.
+    pub relative_position: u64,
+    pub size: u64,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    pub base_offset: u64,
+    dir: PathBuf,
+    /// Appended to every file name: empty for a live segment, `.cleaned` / `.swap` while the
+    /// cleaner builds a replacement.
+    suffix: String,
+    file: Arc<File>,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    bytes_since_index_entry: u64,
+    max_timestamp: i64,
+    next_offset: u64,
+    /// Base offset of the last batch, for the final time index entry written at roll.
+    last_batch_offset: Option<u64>,
+    created_ms: i64,
+    index_capacity_bytes: usize,
+}
+
+impl Segment {
+    /// Creates an empty active segment (truncating leftovers of the same name).
+    pub fn create(dir: &Path, base_offset: u64, config: &LogConfig, now_ms: i64) -> Result<Segment> {
+        Self::create_with_suffix(dir, base_offset, config, now_ms, "")
+    }
+
+    /// Creates an empty segment whose files carry `suffix` (the cleaner's `.cleaned`).
+    pub fn create_with_suffix(dir: &Path, base_offset: u64, config: &LogConfig, now_ms: i64, suffix: &str) -> Result<Segment> {
+        let path = segment_path(dir, base_offset, &format!("{LOG_SUFFIX}{suffix}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| LogError::io(&path, e))?;
+        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let index = segment_path(dir, base_offset, &format!("{kind}{suffix}"));
+            if let Err(e) = fs::remove_file(&index) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    return Err(LogError::io(index, e));
+                }
+            }
+        }
+        Self::with_file(dir, base_offset, suffix, file, 0, config, true, now_ms)
+    }
+
+    /// Opens an existing segment. Its indexes are taken as they are; the caller either recovers
+    /// the segment or calls [`Segment::load_without_recovery`].
+    pub fn open(dir: &Path, base_offset: u64, config: &LogConfig, active: bool, now_ms: i64) -> Result<Segment> {
+        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| LogError::io(&path, e))?;
+        let size = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+        Self::with_file(dir, base_offset, "", file, size, config, active, now_ms)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_file(
+        dir: &Path,
+        base_offset: u64,
+        suffix: &str,
+        file: File,
+        size: u64,
+        config: &LogConfig,
+        active: bool,
+        now_ms: i64,
+    ) -> Result<Segment> {
+        let capacity = config.segment_index_bytes;
+        let index_path = segment_path(dir, base_offset, &format!("{INDEX_SUFFIX}{suffix}"));
+        let time_index_path = segment_path(dir, base_offset, &format!("{TIME_INDEX_SUFFIX}{suffix}"));
+        let offset_index = OffsetIndex::open(&index_path, base_offset, capacity, active)?;
+        let time_index = TimeIndex::open(&time_index_path, base_offset, capacity, active)?;
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            suffix: suffix.to_owned(),
+            file: Arc::new(file),
+            size,
+            offset_index,
+            time_index,
+            bytes_since_index_entry: 0,
+            max_timestamp: -1,
+            next_offset: base_offset,
+            last_batch_offset: None,
+            created_ms: now_ms,
+            index_capacity_bytes: capacity,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    /// The offset after this segment's last batch (its base offset when empty).
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+    /// The largest record timestamp in the segment, -1 when it has none.
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+    pub fn path(&self) -> PathBuf {
+        segment_path(&self.dir, self.base_offset, &format!("{LOG_SUFFIX}{}", self.suffix))
+    }
+
+    /// Renames the segment's three files to carry `suffix` instead of the current one. The
+    /// mappings and handles stay valid: they belong to the inodes, not the names.
+    pub fn rename_suffix(&mut self, suffix: &str) -> Result<()> {
+        for kind in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let from = segment_path(&self.dir, self.base_offset, &format!("{kind}{}", self.suffix));
+            let to = segment_path(&self.dir, self.base_offset, &format!("{kind}{suffix}"));
+            fs::rename(&from, &to).map_err(|e| LogError::io(from, e))?;
+        }
+        self.suffix = suffix.to_owned();
+        Ok(())
+    }
+
+    pub fn snapshot(&self) -> SegmentSnapshot {
+        SegmentSnapshot {
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            size: self.size,
+            max_timestamp: self.max_timestamp,
+            file: Arc::clone(&self.file),
+        }
+    }
+
+    /// Whether an append of `bytes` bytes ending at `last_offset` must go to a new segment.
+    pub fn should_roll(&self, bytes: u64, last_offset: u64, config: &LogConfig, now_ms: i64) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        self.size + bytes > config.segment_bytes
+            || now_ms - self.created_ms >= config.segment_ms
+            || self.offset_index.is_full()
+            // Keep one slot so the final entry written at roll always fits.
+            || self.time_index.entries() + 2 > self.time_index_capacity()
+            || last_offset - self.base_offset > u64::from(u32::MAX)
+            || self.size + bytes > u64::from(u32::MAX)
+    }
+
+    fn time_index_capacity(&self) -> usize {
+        self.index_capacity_bytes / super::index::TIME_ENTRY_BYTES
+    }
+
+    /// Writes already validated and offset-assigned batches at the end of the segment.
+    /// On a failed write the file is cut back, so no partial append stays behind.
+    pub fn append(&mut self, bytes: &[u8], batches: &[AppendedBatch], index_interval_bytes: u64) -> Result<()> {
+        debug_assert!(!batches.is_empty());
+        debug_assert!(batches[0].base_offset >= self.next_offset);
+        let position = self.size;
+        if let Err(e) = self.file.write_all_at(bytes, position) {
+            if let Err(cut) = self.file.set_len(position) {
+                return Err(LogError::io(self.path(), io::Error::other(format!("{e}; truncating back failed: {cut}"))));
+            }
+            return Err(LogError::io(self.path(), e));
+        }
+        for batch in batches {
+            self.index_batch(batch.base_offset, batch.max_timestamp, position + batch.relative_position, batch.size, index_interval_bytes);
+            self.next_offset = batch.last_offset + 1;
+            self.last_batch_offset = Some(batch.base_offset);
+        }
+        self.size = position + bytes.len() as u64;
+        Ok(())
+    }
+
+    fn index_batch(&mut self, base_offset: u64, max_timestamp: i64, position: u64, size: u64, interval: u64) {
+        if self.bytes_since_index_entry > interval && !self.offset_index.is_full() {
+            self.offset_index.append(base_offset, position as u32);
+            self.time_index.maybe_append(self.max_timestamp.max(max_timestamp), base_offset);
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += size;
+        self.max_timestamp = self.max_timestamp.max(max_timestamp);
+    }
+
+    /// The segment stops being active: record the final max timestamp and trim the indexes
+    /// to their entries, so that their length alone describes them on the next start.
+    pub fn seal(&mut self) -> Result<()> {
+        if let Some(last_batch_offset) = self.last_batch_offset {
+            self.time_index.maybe_append(self.max_timestamp, last_batch_offset);
+        }
+        self.offset_index.trim()?;
+        self.time_index.trim()?;
+        Ok(())
+    }
+
+    /// Makes a sealed segment active again (after truncation removed the segments after it).
+    pub fn unseal(&mut self) -> Result<()> {
+        self.offset_index.make_active(self.index_capacity_bytes)?;
+        self.time_index.make_active(self.index_capacity_bytes)
+    }
+
+    /// The files to fsync to make this segment durable, so that the sync can run outside the
+    /// log's lock: the `.log`, and with `indexes` the index files too (needed once the recovery
+    /// point passes the segment, since it will not be rescanned).
+    pub fn sync_handles(&self, indexes: bool, out: &mut Vec<Arc<File>>) {
+        out.push(Arc::clone(&self.file));
+        if indexes {
+            out.push(Arc::clone(self.offset_index.file()));
+            out.push(Arc::clone(self.time_index.file()));
+        }
+    }
+
+    /// Reads the header of the batch at `position`; `None` at (or too close to) the end.
+    pub fn header_at(&self, position: u64) -> Result<Option<BatchLocation>> {
+        if position + BATCH_HEADER_BYTES as u64 > self.size {
+            return Ok(None);
+        }
+        let mut bytes = [0u8; BATCH_HEADER_BYTES];
+        self.file.read_exact_at(&mut bytes, position).map_err(|e| LogError::io(self.path(), e))?;
+        let header = BatchHeader::parse(&bytes).expect("a whole header was read");
+        let corrupt = || LogError::CorruptFile {
+            path: self.path(),
+            reason: format!("batch at byte {position} has length {}", header.batch_length),
+        };
+        let size = header.total_size().ok_or_else(corrupt)? as u64;
+        if position + size > self.size {
+            return Err(corrupt());
+        }
+        Ok(Some(BatchLocation { header, position, size }))
+    }
+
+    /// The first batch whose last offset is `>= offset`, scanning from the index entry below it.
+    pub fn translate_offset(&self, offset: u64) -> Result<Option<BatchLocation>> {
+        let (_, indexed) = self.offset_index.lookup(offset);
+        let mut position = u64::from(indexed);
+        while let Some(location) = self.header_at(position)? {
+            if location.header.last_offset() >= offset as i64 {
+                return Ok(Some(location));
+            }
+            position = location.position + location.size;
+        }
+        Ok(None)
+    }
+
+    /// The end of the last whole batch that ends at or before `limit`, at least `floor`
+    /// (a batch boundary the caller already knows).
+    fn batch_boundary_before(&self, limit: u64, floor: u64) -> Result<u64> {
+        let (_, indexed) = self.offset_index.lookup_position(limit);
+        let mut boundary = u64::from(indexed).max(floor);
+        while let Some(location) = self.header_at(boundary)? {
+            let end = location.position + location.size;
+            if end > limit {
+                break;
+            }
+            boundary = end;
+        }
+        Ok(boundary)
+    }
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes` (the first batch is
+    /// returned whatever its size), none starting at or after `max_offset`.
+    pub fn read(&self, offset: u64, max_bytes: u64, max_offset: u64) -> Result<Option<(FileSlice, BatchLocation)>> {
+        let Some(first) = self.translate_offset(offset)? else { return Ok(None) };
+        if first.header.base_offset as u64 >= max_offset {
+            return Ok(None);
+        }
+        let max_position = if max_offset < self.next_offset {
+            self.translate_offset(max_offset)?.map_or(self.size, |l| l.position)
+        } else {
+            self.size
+        };
+        let first_end = first.position + first.size;
+        let limit = (first.position + max_bytes).min(max_position);
+        let end = if limit > first_end { self.batch_boundary_before(limit, first_end)? } else { first_end };
+        let slice = FileSlice { file: Arc::clone(&self.file), position: first.position, len: end - first.position };
+        Ok(Some((slice, first)))
+    }
+
+    /// The first record with timestamp `>= timestamp`, as (offset, timestamp). For compressed
+    /// batches the batch's first offset and max timestamp stand in (records are not decoded here).
+    pub fn find_offset_by_timestamp(&self, timestamp: i64, min_offset: u64) -> Result<Option<(u64, i64)>> {
+        if self.max_timestamp < timestamp {
+            return Ok(None);
+        }
+        let start = self.time_index.lookup_before(timestamp).map_or(self.base_offset, |(_, o)| o).max(min_offset);
+        let (_, indexed) = self.offset_index.lookup(start);
+        let mut position = u64::from(indexed);
+        while let Some(location) = self.header_at(position)? {
+            position = location.position + location.size;
+            let header = location.header;
+            if header.max_timestamp < timestamp || (header.last_offset() as u64) < min_offset {
+                continue;
+            }
+            if header.is_compressed() || header.is_log_append_time() {
+                return Ok(Some(((header.base_offset as u64).max(min_offset), header.max_timestamp)));
+            }
+            let batch = self.read_batch(&location)?;
+            for record in RecordIter::new(&header, &batch) {
+                let record = record.map_err(|reason| LogError::CorruptFile { path: self.path(), reason: reason.into() })?;
+                let offset = record.offset(&header) as u64;
+                if offset >= min_offset && record.timestamp(&header) >= timestamp {
+                    return Ok(Some((offset, record.timestamp(&header))));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn read_batch(&self, location: &BatchLocation) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; location.size as usize];
+        self.file.read_exact_at(&mut bytes, location.position).map_err(|e| LogError::io(self.path(), e))?;
+        Ok(bytes)
+    }
+
+    /// Iterates the batches of the segment in order (for the cleaner and tests).
+    pub fn batches(&self) -> impl Iterator<Item = Result<BatchLocation>> + '_ {
+        let mut position = 0u64;
+        std::iter::from_fn(move || match self.header_at(position) {
+            Ok(Some(location)) => {
+                position = location.position + location.size;
+                Some(Ok(location))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                position = u64::MAX / 2;
+                Some(Err(e))
+            }
+        })
+    }
+
+    /// Rebuilds the segment's state from its `.log`: every batch is checked (header, offsets
+    /// increasing and within the segment, CRC-32C) and indexed; at the first that fails, the
+    /// file is truncated. Leader epochs seen are recorded. Returns the bytes cut off.
+    pub fn recover(&mut self, index_interval_bytes: u64, epochs: &mut LeaderEpochCache) -> Result<u64> {
+        // Full-size indexes while rebuilding; the log seals the segment again if it is not the
+        // active one.
+        self.unseal()?;
+        self.offset_index.reset();
+        self.time_index.reset();
+        self.bytes_since_index_entry = 0;
+        self.max_timestamp = -1;
+        self.next_offset = self.base_offset;
+        self.last_batch_offset = None;
+        let file_size = self.file.metadata().map_err(|e| LogError::io(self.path(), e))?.len();
+        let file = Arc::clone(&self.file);
+        let mut reader = ScanReader::new(&file, file_size);
+        let mut position = 0u64;
+        let mut valid = Vec::new();
+        while let Some(batch) = reader.next_valid_batch(position, self.base_offset, self.next_offset)
+            .map_err(|e| LogError::io(self.path(), e))?
+        {
+            valid.push(batch);
+            position += batch.size;
+            self.next_offset = batch.last_offset + 1;
+            self.last_batch_offset = Some(batch.base_offset);
+            if valid.len() >= 1024 {
+                self.index_recovered(&mut valid, index_interval_bytes, epochs)?;
+            }
+        }
+        self.index_recovered(&mut valid, index_interval_bytes, epochs)?;
+        let truncated = file_size - position;
+        if truncated > 0 {
+            self.file.set_len(position).map_err(|e| LogError::io(self.path(), e))?;
+        }
+        self.size = position;
+        Ok(truncated)
+    }
+
+    fn index_recovered(&mut self, batches: &mut Vec<RecoveredBatch>, interval: u64, epochs: &mut LeaderEpochCache) -> Result<()> {
+        for batch in batches.drain(..) {
+            if self.offset_index.is_full() {
+                // A full index only means coarser lookups; the data is fine.
+                self.bytes_since_index_entry = 0;
+            }
+            self.index_batch(batch.base_offset, batch.max_timestamp, batch.position, batch.size, interval);
+            epochs.assign_if_newer(batch.leader_epoch, batch.base_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Loads what recovery would compute, for a segment below the recovery point: checks the
+    /// indexes (recovering if they are damaged), takes the max timestamp from the time index
+    /// and finds the next offset by scanning from the last index entry.
+    pub fn load_without_recovery(&mut self, index_interval_bytes: u64, epochs: &mut LeaderEpochCache) -> Result<()> {
+        if let Err(reason) = self.offset_index.sanity_check(self.size).and(self.time_index.sanity_check()) {
+            tracing::warn!(segment = %self.path().display(), %reason, "rebuilding damaged index");
+            self.recover(index_interval_bytes, epochs)?;
+            return Ok(());
+        }
+        self.max_timestamp = self.time_index.last().map_or(-1, |(ts, _)| ts);
+        let (_, indexed) = self.offset_index.lookup(u64::MAX);
+        let mut position = u64::from(indexed);
+        self.next_offset = self.base_offset;
+        while let Some(location) = self.header_at(position)? {
+            self.next_offset = location.header.last_offset() as u64 + 1;
+            self.last_batch_offset = Some(location.header.base_offset as u64);
+            self.max_timestamp = self.max_timestamp.max(location.header.max_timestamp);
+            self.bytes_since_index_entry += location.size;
+            position = location.position + location.size;
+        }
+        Ok(())
+    }
+
+    /// Removes batches from the one holding `offset` on. Returns the new next offset.
+    pub fn truncate_to(&mut self, offset: u64, index_interval_bytes: u64, epochs: &mut LeaderEpochCache) -> Result<u64> {
+        let Some(location) = self.translate_offset(offset)? else { return Ok(self.next_offset) };
+        self.file.set_len(location.position).map_err(|e| LogError::io(self.path(), e))?;
+        self.size = location.position;
+        // Indexes, max timestamp and next offset are cheapest to get right by rebuilding; a
+        // truncation is rare (leader change) and touches only the tail segment in practice.
+        // Epochs of the kept batches are all known, so the cache is not changed here.
+        self.recover(index_interval_bytes, epochs)?;
+        Ok(self.next_offset)
+    }
+
+    /// Renames the segment's files to `<name>.deleted`, returning the new paths; the files are
+    /// removed later (`file.delete.delay.ms`) so readers holding slices finish undisturbed.
+    pub fn rename_to_deleted(self) -> Result<Vec<PathBuf>> {
+        let mut renamed = Vec::with_capacity(3);
+        for kind in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let from = segment_path(&self.dir, self.base_offset, &format!("{kind}{}", self.suffix));
+            let to = segment_path(&self.dir, self.base_offset, &format!("{kind}{DELETED_SUFFIX}"));
+            match fs::rename(&from, &to) {
+                Ok(()) => renamed.push(to),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(from, e)),
+            }
+        }
+        Ok(renamed)
+    }
+}
+
+/// A sealed segment's data as of one moment, readable without the log's lock (the cleaner's
+/// view). The file handle keeps the data readable even if the segment is deleted meanwhile.
+#[derive(Debug, Clone)]
+pub struct SegmentSnapshot {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub size: u64,
+    pub max_timestamp: i64,
+    file: Arc<File>,
+}
+
+impl SegmentSnapshot {
+    /// Each batch with its bytes, in order. A batch is read whole: its size was checked
+    /// against the segment's when it was appended.
+    pub fn batches(&self) -> impl Iterator<Item = io::Result<(BatchHeader, Vec<u8>)>> + '_ {
+        let mut position = 0u64;
+        std::iter::from_fn(move || {
+            if position + BATCH_HEADER_BYTES as u64 > self.size {
+                return None;
+            }
+            let result = (|| {
+                let mut header_bytes = [0u8; BATCH_HEADER_BYTES];
+                self.file.read_exact_at(&mut header_bytes, position)?;
+                let header = BatchHeader::parse(&header_bytes).expect("whole header read");
+                let size = header
+                    .total_size()
+                    .filter(|size| position + *size as u64 <= self.size)
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad batch length at byte {position}")))?;
+                let mut bytes = vec![0u8; size];
+                self.file.read_exact_at(&mut bytes, position)?;
+                position += size as u64;
+                Ok((header, bytes))
+            })();
+            if result.is_err() {
+                position = u64::MAX / 2;
+            }
+            Some(result)
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RecoveredBatch {
+    base_offset: u64,
+    last_offset: u64,
+    max_timestamp: i64,
+    leader_epoch: i32,
+    position: u64,
+    size: u64,
+}
+
+/// Sequential reader for recovery: positional reads into one bounded buffer, CRC computed
+/// chunk by chunk, so a batch of any size is checked without allocating it.
+struct ScanReader<'a> {
+    file: &'a File,
+    file_size: u64,
+    buffer: Vec<u8>,
+}
+
+impl<'a> ScanReader<'a> {
+    fn new(file: &'a File, file_size: u64) -> Self {
+        ScanReader { file, file_size, buffer: vec![0; SCAN_BUFFER_BYTES] }
+    }
+
+    /// The batch at `position` if it is whole and valid, else `None` (the end of good data).
+    fn next_valid_batch(&mut self, position: u64, segment_base: u64, next_offset: u64) -> io::Result<Option<RecoveredBatch>> {
+        if position + BATCH_HEADER_BYTES as u64 > self.file_size {
+            return Ok(None);
+        }
+        let mut header_bytes = [0u8; BATCH_HEADER_BYTES];
+        self.file.read_exact_at(&mut header_bytes, position)?;
+        let Some(header) = BatchHeader::parse(&header_bytes) else { return Ok(None) };
+        let Some(size) = header.total_size().map(|s| s as u64) else { return Ok(None) };
+        let offsets_ok = header.base_offset >= 0
+            && header.base_offset as u64 >= next_offset.max(segment_base)
+            && header.last_offset_delta >= 0
+            && (header.last_offset() as u64) - segment_base <= u64::from(u32::MAX);
+        if header.magic != MAGIC_V2 || position + size > self.file_size || !offsets_ok {
+            return Ok(None);
+        }
+        let mut crc = crc32c::crc32c(&header_bytes[21..]);
+        let mut at = position + BATCH_HEADER_BYTES as u64;
+        let end = position + size;
+        while at < end {
+            let chunk = ((end - at) as usize).min(self.buffer.len());
+            self.file.read_exact_at(&mut self.buffer[..chunk], at)?;
+            crc = crc32c::crc32c_append(crc, &self.buffer[..chunk]);
+            at += chunk as u64;
+        }
+        if crc != header.crc {
+            return Ok(None);
+        }
+        Ok(Some(RecoveredBatch {
+            base_offset: header.base_offset as u64,
+            last_offset: header.last_offset() as u64,
+            max_timestamp: header.max_timestamp,
+            leader_epoch: header.partition_leader_epoch,
+            position,
+            size,
+        }))
+    }
+}
