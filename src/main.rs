@@ -5,7 +5,11 @@ mod perf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "A Kafka-compatible distributed commit log")]
+#[command(
+    name = "sluice",
+    version,
+    about = "A Kafka-compatible distributed commit log"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

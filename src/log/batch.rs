@@ -191,9 +191,15 @@ pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Re
     let invalid = |reason: String| LogError::InvalidRecord { position, reason };
     if header.magic != MAGIC_V2 {
         return Err(if (0..MAGIC_V2).contains(&header.magic) {
-            invalid(format!("magic {} is not supported, only v2 batches", header.magic))
+            invalid(format!(
+                "magic {} is not supported, only v2 batches",
+                header.magic
+            ))
         } else {
-            LogError::Corrupt { position, reason: format!("invalid magic {}", header.magic) }
+            LogError::Corrupt {
+                position,
+                reason: format!("invalid magic {}", header.magic),
+            }
         });
     }
     let crc = compute_crc(batch);
@@ -344,7 +350,15 @@ fn parse_record<'a>(input: &mut &'a [u8]) -> std::result::Result<Record<'a>, &'s
     if !scan.is_empty() {
         return Err("bytes left after the record's headers");
     }
-    Ok(Record { attributes, timestamp_delta, offset_delta, key, value, header_count, headers })
+    Ok(Record {
+        attributes,
+        timestamp_delta,
+        offset_delta,
+        key,
+        value,
+        header_count,
+        headers,
+    })
 }
 
 fn read_nullable_bytes<'a>(input: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
@@ -451,7 +465,11 @@ impl BatchBuilder {
     /// Starts from an existing header (producer fields, epoch, attributes), without records.
     pub fn from_header(header: &BatchHeader) -> Self {
         let mut builder = BatchBuilder::new(header.base_offset, header.base_timestamp);
-        builder.header = BatchHeader { records_count: 0, max_timestamp: i64::MIN, ..*header };
+        builder.header = BatchHeader {
+            records_count: 0,
+            max_timestamp: i64::MIN,
+            ..*header
+        };
         builder.first_timestamp = Some(header.base_timestamp);
         builder
     }
@@ -481,7 +499,14 @@ impl BatchBuilder {
         headers: &[(&[u8], Option<&[u8]>)],
     ) {
         let delta = self.count;
-        self.push_raw(delta, timestamp, key, value, headers.len() as i32, &encode_headers(headers));
+        self.push_raw(
+            delta,
+            timestamp,
+            key,
+            value,
+            headers.len() as i32,
+            &encode_headers(headers),
+        );
     }
 
     /// Appends a record keeping its original offset delta (the cleaner keeps offsets).
@@ -497,7 +522,8 @@ impl BatchBuilder {
         debug_assert!(offset_delta > self.header.last_offset_delta || self.count == 0);
         let base_timestamp = *self.first_timestamp.get_or_insert(timestamp);
         self.header.base_timestamp = base_timestamp;
-        let mut body = Vec::with_capacity(16 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
+        let mut body =
+            Vec::with_capacity(16 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
         body.push(0);
         write_varlong(&mut body, timestamp.wrapping_sub(base_timestamp));
         write_varint(&mut body, offset_delta);
@@ -583,7 +609,9 @@ mod tests {
         assert_eq!(header.last_offset_delta, 2);
         assert_eq!(header.max_timestamp, 1_005);
         validate_batch(0, &header, &batch).unwrap();
-        let records: Vec<_> = RecordIter::new(&header, &batch).map(Result::unwrap).collect();
+        let records: Vec<_> = RecordIter::new(&header, &batch)
+            .map(Result::unwrap)
+            .collect();
         assert_eq!(records[0].key, Some(&b"k1"[..]));
         assert_eq!(records[0].header_count, 1);
         assert_eq!(records[1].key, None);
@@ -636,7 +664,9 @@ mod tests {
         let check = |batch: &[u8], expected: i16| {
             let error = match BatchIter::new(batch).next().unwrap() {
                 Err(error) => error,
-                Ok((position, header, bytes)) => validate_batch(position, &header, bytes).unwrap_err(),
+                Ok((position, header, bytes)) => {
+                    validate_batch(position, &header, bytes).unwrap_err()
+                }
             };
             assert_eq!(error.kafka_error_code(), expected, "{error}");
         };

@@ -40,7 +40,11 @@ pub fn write_lines(path: &Path, lines: &[String]) -> Result<()> {
         text.push('\n');
     }
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -54,14 +58,19 @@ pub fn write_lines(path: &Path, lines: &[String]) -> Result<()> {
 
 /// Reads the entry lines of a checkpoint; a missing file is an empty checkpoint.
 pub fn read_lines(path: &Path) -> Result<Vec<String>> {
-    let corrupt = |reason: String| LogError::CorruptFile { path: path.to_path_buf(), reason };
+    let corrupt = |reason: String| LogError::CorruptFile {
+        path: path.to_path_buf(),
+        reason,
+    };
     let length = match fs::metadata(path) {
         Ok(meta) => meta.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(LogError::io(path, e)),
     };
     if length > CHECKPOINT_BYTES_MAX {
-        return Err(corrupt(format!("{length} bytes is larger than any checkpoint")));
+        return Err(corrupt(format!(
+            "{length} bytes is larger than any checkpoint"
+        )));
     }
     let text = fs::read_to_string(path).map_err(|e| LogError::io(path, e))?;
     let mut lines = text.lines();
@@ -75,7 +84,10 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
         .ok_or_else(|| corrupt("missing entry count".into()))?;
     let entries: Vec<String> = lines.map(str::to_owned).collect();
     if entries.len() != count {
-        return Err(corrupt(format!("header says {count} entries, found {}", entries.len())));
+        return Err(corrupt(format!(
+            "header says {count} entries, found {}",
+            entries.len()
+        )));
     }
     Ok(entries)
 }
@@ -89,7 +101,10 @@ pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, u64>> {
             let topic = fields.next()?;
             let partition = fields.next()?.parse().ok()?;
             let offset = fields.next()?.parse().ok()?;
-            fields.next().is_none().then(|| (TopicPartition::new(topic, partition), offset))
+            fields
+                .next()
+                .is_none()
+                .then(|| (TopicPartition::new(topic, partition), offset))
         })();
         let (tp, offset) = parsed.ok_or_else(|| LogError::CorruptFile {
             path: path.to_path_buf(),
@@ -101,8 +116,10 @@ pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, u64>> {
 }
 
 pub fn write_offsets(path: &Path, offsets: &BTreeMap<TopicPartition, u64>) -> Result<()> {
-    let lines: Vec<String> =
-        offsets.iter().map(|(tp, offset)| format!("{} {} {offset}", tp.topic, tp.partition)).collect();
+    let lines: Vec<String> = offsets
+        .iter()
+        .map(|(tp, offset)| format!("{} {} {offset}", tp.topic, tp.partition))
+        .collect();
     write_lines(path, &lines)
 }
 
@@ -128,7 +145,13 @@ mod tests {
     fn malformed_checkpoints_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x");
-        for text in ["1\n0\n", "0\n2\na 0 1\n", "0\n1\na zero 1\n", "0\n1\na 0 1 2\n", ""] {
+        for text in [
+            "1\n0\n",
+            "0\n2\na 0 1\n",
+            "0\n1\na zero 1\n",
+            "0\n1\na 0 1 2\n",
+            "",
+        ] {
             fs::write(&path, text).unwrap();
             assert!(read_offsets(&path).is_err(), "{text:?} was accepted");
         }

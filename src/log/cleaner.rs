@@ -45,7 +45,11 @@ struct OffsetMap {
 impl OffsetMap {
     fn new(memory_bytes: usize) -> Self {
         let capacity = (memory_bytes / OFFSET_MAP_ENTRY_BYTES).max(1);
-        OffsetMap { entries: HashMap::new(), capacity, hashers: (RandomState::new(), RandomState::new()) }
+        OffsetMap {
+            entries: HashMap::new(),
+            capacity,
+            hashers: (RandomState::new(), RandomState::new()),
+        }
     }
     fn hash(&self, key: &[u8]) -> [u64; 2] {
         [self.hashers.0.hash_one(key), self.hashers.1.hash_one(key)]
@@ -107,12 +111,19 @@ impl Log {
         let active_base = state.active().base_offset;
         let mut bound = active_base.min(state.high_watermark);
         if config.min_compaction_lag_ms > 0 {
-            let young = state.segments.values().find(|s| s.max_timestamp() > now.saturating_sub(config.min_compaction_lag_ms));
+            let young = state
+                .segments
+                .values()
+                .find(|s| s.max_timestamp() > now.saturating_sub(config.min_compaction_lag_ms));
             if let Some(segment) = young {
                 bound = bound.min(segment.base_offset);
             }
         }
-        let first_uncleanable = state.segments.range(..=bound).next_back().map_or(0, |(b, _)| *b);
+        let first_uncleanable = state
+            .segments
+            .range(..=bound)
+            .next_back()
+            .map_or(0, |(b, _)| *b);
         let first_dirty = first_dirty_offset.max(state.log_start_offset);
         let (mut clean_bytes, mut dirty_bytes) = (0, 0);
         for segment in state.segments.range(..first_uncleanable).map(|(_, s)| s) {
@@ -128,7 +139,8 @@ impl Log {
         }
         let dirty_ratio = dirty_bytes as f64 / total as f64;
         let horizon_passed = self.delete_horizon_due_ms() <= now;
-        let due = (dirty_bytes > 0 && dirty_ratio >= config.min_cleanable_dirty_ratio) || horizon_passed;
+        let due =
+            (dirty_bytes > 0 && dirty_ratio >= config.min_cleanable_dirty_ratio) || horizon_passed;
         Some(CleanablePlan {
             first_dirty_offset: first_dirty,
             first_uncleanable_offset: first_uncleanable,
@@ -143,15 +155,30 @@ impl Log {
     /// the key map.
     pub fn clean(&self, first_dirty_offset: u64, offset_map_bytes: usize) -> Result<CleanOutcome> {
         let Some(plan) = self.cleanable(first_dirty_offset) else {
-            return Ok(CleanOutcome { first_dirty_offset, ..Default::default() });
+            return Ok(CleanOutcome {
+                first_dirty_offset,
+                ..Default::default()
+            });
         };
         let snapshots: Vec<SegmentSnapshot> = {
             let state = self.read_state();
-            state.segments.range(..plan.first_uncleanable_offset).map(|(_, s)| s.snapshot()).collect()
+            state
+                .segments
+                .range(..plan.first_uncleanable_offset)
+                .map(|(_, s)| s.snapshot())
+                .collect()
         };
         let mut map = OffsetMap::new(offset_map_bytes);
-        let end = build_offset_map(&mut map, &snapshots, plan.first_dirty_offset, plan.first_uncleanable_offset)?;
-        let mut outcome = CleanOutcome { first_dirty_offset: end, ..Default::default() };
+        let end = build_offset_map(
+            &mut map,
+            &snapshots,
+            plan.first_dirty_offset,
+            plan.first_uncleanable_offset,
+        )?;
+        let mut outcome = CleanOutcome {
+            first_dirty_offset: end,
+            ..Default::default()
+        };
         let config = self.config();
         let mut group: Vec<&SegmentSnapshot> = Vec::new();
         let mut group_bytes = 0u64;
@@ -190,18 +217,35 @@ impl Log {
     }
 
     /// Rewrites one group of segments into a `.cleaned` segment and swaps it in.
-    fn clean_group(&self, group: &[&SegmentSnapshot], map: &OffsetMap, outcome: &mut CleanOutcome) -> Result<()> {
+    fn clean_group(
+        &self,
+        group: &[&SegmentSnapshot],
+        map: &OffsetMap,
+        outcome: &mut CleanOutcome,
+    ) -> Result<()> {
         let config = self.config();
         let now = self.clock().now_ms();
         let base = group[0].base_offset;
-        let _ = std::fs::remove_file(super::segment::segment_path(self.dir(), base, &format!(".log{SWAP_SUFFIX}")));
-        let mut cleaned = Segment::create_with_suffix(self.dir(), base, &config, now, CLEANED_SUFFIX)?;
-        let mut filter = BatchFilter { map, now, delete_retention_ms: config.delete_retention_ms, outcome };
+        let _ = std::fs::remove_file(super::segment::segment_path(
+            self.dir(),
+            base,
+            &format!(".log{SWAP_SUFFIX}"),
+        ));
+        let mut cleaned =
+            Segment::create_with_suffix(self.dir(), base, &config, now, CLEANED_SUFFIX)?;
+        let mut filter = BatchFilter {
+            map,
+            now,
+            delete_retention_ms: config.delete_retention_ms,
+            outcome,
+        };
         for snapshot in group {
             for item in snapshot.batches() {
                 let (header, bytes) = item.map_err(|e| LogError::io(self.dir(), e))?;
                 filter.outcome.bytes_read += bytes.len() as u64;
-                let Some(kept) = filter.filter(&header, bytes) else { continue };
+                let Some(kept) = filter.filter(&header, bytes) else {
+                    continue;
+                };
                 let kept_header = BatchHeader::parse(&kept).expect("filter returns whole batches");
                 let appended = AppendedBatch {
                     base_offset: kept_header.base_offset as u64,
@@ -218,15 +262,24 @@ impl Log {
         let mut handles = Vec::new();
         cleaned.sync_handles(true, &mut handles);
         for file in &handles {
-            file.sync_data().map_err(|e| LogError::io(cleaned.path(), e))?;
+            file.sync_data()
+                .map_err(|e| LogError::io(cleaned.path(), e))?;
         }
         self.swap_in(cleaned, group, outcome)
     }
 
-    fn swap_in(&self, mut cleaned: Segment, group: &[&SegmentSnapshot], outcome: &mut CleanOutcome) -> Result<()> {
+    fn swap_in(
+        &self,
+        mut cleaned: Segment,
+        group: &[&SegmentSnapshot],
+        outcome: &mut CleanOutcome,
+    ) -> Result<()> {
         let mut state = self.write_state();
         let unchanged = group.iter().all(|s| {
-            state.segments.get(&s.base_offset).is_some_and(|live| live.size() == s.size)
+            state
+                .segments
+                .get(&s.base_offset)
+                .is_some_and(|live| live.size() == s.size)
                 && state.active().base_offset != s.base_offset
         });
         if !unchanged {
@@ -243,7 +296,10 @@ impl Log {
             sync_dir(self.dir())?;
             let mut deleted = Vec::new();
             for snapshot in group {
-                let old = state.segments.remove(&snapshot.base_offset).expect("checked above");
+                let old = state
+                    .segments
+                    .remove(&snapshot.base_offset)
+                    .expect("checked above");
                 deleted.extend(old.rename_to_deleted()?);
             }
             self.add_pending_deletes(deleted);
@@ -259,12 +315,19 @@ impl Log {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, e))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LogError::io(dir, e))
 }
 
 /// Fills the map from the dirty segments; returns the offset up to which segments may be
 /// cleaned (all dirty ones, or fewer when the map filled up).
-fn build_offset_map(map: &mut OffsetMap, snapshots: &[SegmentSnapshot], first_dirty: u64, first_uncleanable: u64) -> Result<u64> {
+fn build_offset_map(
+    map: &mut OffsetMap,
+    snapshots: &[SegmentSnapshot],
+    first_dirty: u64,
+    first_uncleanable: u64,
+) -> Result<u64> {
     let mut first = true;
     for snapshot in snapshots.iter().filter(|s| s.next_offset > first_dirty) {
         for item in snapshot.batches() {
@@ -278,7 +341,11 @@ fn build_offset_map(map: &mut OffsetMap, snapshots: &[SegmentSnapshot], first_di
                 if !map.put(key, record.offset(&header) as u64) {
                     // Full: clean up to this segment (or through it, if it is the first dirty
                     // one, so that every pass makes progress).
-                    return Ok(if first { snapshot.next_offset } else { snapshot.base_offset });
+                    return Ok(if first {
+                        snapshot.next_offset
+                    } else {
+                        snapshot.base_offset
+                    });
                 }
             }
         }
@@ -305,9 +372,14 @@ impl BatchFilter<'_> {
         let mut dropped = false;
         let mut tombstones_kept = false;
         for record in RecordIter::new(header, &bytes) {
-            let Ok(record) = record else { return Some(bytes) };
+            let Ok(record) = record else {
+                return Some(bytes);
+            };
             let offset = record.offset(header) as u64;
-            let superseded = record.key.and_then(|k| self.map.latest(k)).is_some_and(|latest| latest > offset);
+            let superseded = record
+                .key
+                .and_then(|k| self.map.latest(k))
+                .is_some_and(|latest| latest > offset);
             if superseded {
                 self.outcome.records_removed += 1;
                 dropped = true;
@@ -325,7 +397,11 @@ impl BatchFilter<'_> {
             kept.push(record);
         }
         let needs_horizon = tombstones_kept && horizon.is_none();
-        let horizon_after = if needs_horizon { Some(self.now.saturating_add(self.delete_retention_ms)) } else { horizon };
+        let horizon_after = if needs_horizon {
+            Some(self.now.saturating_add(self.delete_retention_ms))
+        } else {
+            horizon
+        };
         if tombstones_kept {
             if let Some(h) = horizon_after {
                 let next = self.outcome.next_delete_horizon_ms.get_or_insert(h);

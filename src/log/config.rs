@@ -20,8 +20,14 @@ pub struct CleanupPolicy {
 }
 
 impl CleanupPolicy {
-    pub const DELETE: CleanupPolicy = CleanupPolicy { delete: true, compact: false };
-    pub const COMPACT: CleanupPolicy = CleanupPolicy { delete: false, compact: true };
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+    pub const COMPACT: CleanupPolicy = CleanupPolicy {
+        delete: false,
+        compact: true,
+    };
 }
 
 /// When appends are made durable.
@@ -131,10 +137,18 @@ impl LogConfig {
 
     /// Sets one topic-level config by its Kafka name.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let error = |reason: &str| ConfigError { key: key.into(), value: value.into(), reason: reason.into() };
+        let error = |reason: &str| ConfigError {
+            key: key.into(),
+            value: value.into(),
+            reason: reason.into(),
+        };
         let int = |min: i64| -> Result<i64, ConfigError> {
             let v: i64 = value.trim().parse().map_err(|_| error("not an integer"))?;
-            if v < min { Err(error(&format!("must be at least {min}"))) } else { Ok(v) }
+            if v < min {
+                Err(error(&format!("must be at least {min}")))
+            } else {
+                Ok(v)
+            }
         };
         match key {
             "segment.bytes" => {
@@ -146,7 +160,8 @@ impl LogConfig {
             }
             "segment.ms" => self.segment_ms = int(1)?,
             "segment.index.bytes" => {
-                self.segment_index_bytes = int(INDEX_BYTES_MIN as i64)?.min(i32::MAX as i64) as usize
+                self.segment_index_bytes =
+                    int(INDEX_BYTES_MIN as i64)?.min(i32::MAX as i64) as usize
             }
             "index.interval.bytes" => self.index_interval_bytes = int(0)? as u64,
             "max.message.bytes" => self.max_message_bytes = int(0)?.min(i32::MAX as i64) as usize,
@@ -197,16 +212,24 @@ impl LogConfig {
     /// Builds the broker-wide defaults from server properties (`log.segment.bytes`, ...),
     /// ignoring keys that are not about logs. `log.retention.ms` wins over `.minutes`, which
     /// wins over `.hours`, as in Kafka; likewise `log.roll.ms` over `log.roll.hours`.
-    pub fn from_broker_properties(props: &BTreeMap<String, String>) -> Result<LogConfig, ConfigError> {
+    pub fn from_broker_properties(
+        props: &BTreeMap<String, String>,
+    ) -> Result<LogConfig, ConfigError> {
         let mut config = LogConfig::default();
         let scaled = |key: &str, factor: i64| -> Result<Option<String>, ConfigError> {
-            let Some(value) = props.get(key) else { return Ok(None) };
+            let Some(value) = props.get(key) else {
+                return Ok(None);
+            };
             let v: i64 = value.trim().parse().map_err(|_| ConfigError {
                 key: key.into(),
                 value: value.clone(),
                 reason: "not an integer".into(),
             })?;
-            Ok(Some(if v < 0 { "-1".into() } else { v.saturating_mul(factor).to_string() }))
+            Ok(Some(if v < 0 {
+                "-1".into()
+            } else {
+                v.saturating_mul(factor).to_string()
+            }))
         };
         let retention = match props.get("log.retention.ms") {
             Some(v) => Some(v.clone()),
@@ -216,18 +239,27 @@ impl LogConfig {
             },
         };
         if let Some(v) = retention {
-            config.set("retention.ms", &v).map_err(|e| ConfigError { key: "log.retention.ms".into(), ..e })?;
+            config.set("retention.ms", &v).map_err(|e| ConfigError {
+                key: "log.retention.ms".into(),
+                ..e
+            })?;
         }
         let roll = match props.get("log.roll.ms") {
             Some(v) => Some(v.clone()),
             None => scaled("log.roll.hours", 3_600_000)?,
         };
         if let Some(v) = roll {
-            config.set("segment.ms", &v).map_err(|e| ConfigError { key: "log.roll.ms".into(), ..e })?;
+            config.set("segment.ms", &v).map_err(|e| ConfigError {
+                key: "log.roll.ms".into(),
+                ..e
+            })?;
         }
         for (broker_key, topic_key) in BROKER_TO_TOPIC_KEYS {
             if let Some(value) = props.get(*broker_key) {
-                config.set(topic_key, value).map_err(|e| ConfigError { key: (*broker_key).into(), ..e })?;
+                config.set(topic_key, value).map_err(|e| ConfigError {
+                    key: (*broker_key).into(),
+                    ..e
+                })?;
             }
         }
         Ok(config)
@@ -243,7 +275,10 @@ pub const BROKER_TO_TOPIC_KEYS: &[(&str, &str)] = &[
     ("log.retention.bytes", "retention.bytes"),
     ("log.cleanup.policy", "cleanup.policy"),
     ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
-    ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"),
+    (
+        "log.cleaner.min.cleanable.ratio",
+        "min.cleanable.dirty.ratio",
+    ),
     ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
     ("log.flush.interval.messages", "flush.messages"),
     ("log.flush.interval.ms", "flush.ms"),
@@ -262,7 +297,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
     }
 }
 
@@ -293,7 +330,13 @@ mod tests {
     fn topic_keys_parse_and_bad_values_name_the_key() {
         let mut config = LogConfig::default();
         config.set("cleanup.policy", "compact,delete").unwrap();
-        assert_eq!(config.cleanup_policy, CleanupPolicy { delete: true, compact: true });
+        assert_eq!(
+            config.cleanup_policy,
+            CleanupPolicy {
+                delete: true,
+                compact: true
+            }
+        );
         config.set("retention.ms", "-1").unwrap();
         assert_eq!(config.retention_ms, -1);
         let error = config.set("segment.bytes", "10").unwrap_err();
@@ -302,16 +345,22 @@ mod tests {
         assert!(config.set("flush.policy", "sometimes").is_err());
         assert!(config.set("no.such.key", "1").is_err());
         for key in LogConfig::TOPIC_KEYS {
-            assert!(!matches!(config.set(key, "x"), Err(ConfigError { ref reason, .. }) if reason == "unknown topic config"));
+            assert!(
+                !matches!(config.set(key, "x"), Err(ConfigError { ref reason, .. }) if reason == "unknown topic config")
+            );
         }
     }
 
     #[test]
     fn broker_retention_precedence_is_ms_then_minutes_then_hours() {
         let props = |pairs: &[(&str, &str)]| {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
         };
-        let hours = LogConfig::from_broker_properties(&props(&[("log.retention.hours", "2")])).unwrap();
+        let hours =
+            LogConfig::from_broker_properties(&props(&[("log.retention.hours", "2")])).unwrap();
         assert_eq!(hours.retention_ms, 7_200_000);
         let minutes = LogConfig::from_broker_properties(&props(&[
             ("log.retention.hours", "2"),
@@ -326,7 +375,8 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((ms.retention_ms, ms.flush_policy), (5, FlushPolicy::Always));
-        let error = LogConfig::from_broker_properties(&props(&[("log.segment.bytes", "x")])).unwrap_err();
+        let error =
+            LogConfig::from_broker_properties(&props(&[("log.segment.bytes", "x")])).unwrap_err();
         assert_eq!(error.key, "log.segment.bytes");
     }
 }

@@ -29,15 +29,28 @@ impl LeaderEpochCache {
         let path = dir.join(checkpoint::LEADER_EPOCH_CHECKPOINT);
         let mut entries = Vec::new();
         for line in checkpoint::read_lines(&path)? {
-            let parsed = line.split_once(' ').and_then(|(e, o)| Some((e.parse().ok()?, o.parse().ok()?)));
+            let parsed = line
+                .split_once(' ')
+                .and_then(|(e, o)| Some((e.parse().ok()?, o.parse().ok()?)));
             let Some((epoch, start_offset)) = parsed else {
-                return Err(LogError::CorruptFile { path, reason: format!("malformed entry '{line}'") });
+                return Err(LogError::CorruptFile {
+                    path,
+                    reason: format!("malformed entry '{line}'"),
+                });
             };
-            entries.push(EpochEntry { epoch, start_offset });
+            entries.push(EpochEntry {
+                epoch,
+                start_offset,
+            });
         }
-        let ordered = entries.windows(2).all(|w| w[0].epoch < w[1].epoch && w[0].start_offset <= w[1].start_offset);
+        let ordered = entries
+            .windows(2)
+            .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset <= w[1].start_offset);
         if !ordered {
-            return Err(LogError::CorruptFile { path, reason: "entries are not in order".into() });
+            return Err(LogError::CorruptFile {
+                path,
+                reason: "entries are not in order".into(),
+            });
         }
         Ok(LeaderEpochCache { path, entries })
     }
@@ -66,8 +79,12 @@ impl LeaderEpochCache {
                 return Ok(false);
             }
         }
-        self.entries.retain(|e| e.epoch < epoch && e.start_offset < start_offset);
-        self.entries.push(EpochEntry { epoch, start_offset });
+        self.entries
+            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
         self.persist()?;
         Ok(true)
     }
@@ -114,7 +131,10 @@ impl LeaderEpochCache {
     /// The log now starts at `start_offset`: entries wholly before it go, and the first kept
     /// entry starts no earlier than it.
     pub fn truncate_from_start(&mut self, start_offset: u64) -> Result<()> {
-        let keep_from = self.entries.partition_point(|e| e.start_offset <= start_offset).saturating_sub(1);
+        let keep_from = self
+            .entries
+            .partition_point(|e| e.start_offset <= start_offset)
+            .saturating_sub(1);
         let mut changed = keep_from > 0;
         self.entries.drain(..keep_from);
         if let Some(first) = self.entries.first_mut() {
@@ -135,7 +155,11 @@ impl LeaderEpochCache {
     }
 
     fn persist(&self) -> Result<()> {
-        let lines: Vec<String> = self.entries.iter().map(|e| format!("{} {}", e.epoch, e.start_offset)).collect();
+        let lines: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| format!("{} {}", e.epoch, e.start_offset))
+            .collect();
         checkpoint::write_lines(&self.path, &lines)
     }
 }
@@ -158,8 +182,16 @@ mod tests {
         let (_dir, cache) = cache(&[(1, 0), (3, 10), (5, 20)]);
         assert_eq!(cache.end_offset_for(5, 30), Some((5, 30)));
         assert_eq!(cache.end_offset_for(3, 30), Some((3, 20)));
-        assert_eq!(cache.end_offset_for(4, 30), Some((3, 20)), "unknown epoch: the floor epoch's end");
-        assert_eq!(cache.end_offset_for(0, 30), Some((0, 0)), "older than all: where the first began");
+        assert_eq!(
+            cache.end_offset_for(4, 30),
+            Some((3, 20)),
+            "unknown epoch: the floor epoch's end"
+        );
+        assert_eq!(
+            cache.end_offset_for(0, 30),
+            Some((0, 0)),
+            "older than all: where the first began"
+        );
         assert_eq!(cache.end_offset_for(6, 30), None);
         assert_eq!(cache.end_offset_for(-1, 30), None);
     }
@@ -167,10 +199,29 @@ mod tests {
     #[test]
     fn assign_replaces_conflicting_entries_and_persists() {
         let (dir, mut cache) = cache(&[(1, 0), (3, 10), (5, 20)]);
-        assert!(!cache.assign(5, 25).unwrap(), "same epoch later offset: no change");
+        assert!(
+            !cache.assign(5, 25).unwrap(),
+            "same epoch later offset: no change"
+        );
         // A new leader's epoch 6 starting at 12 removes everything from offset 12 on.
         assert!(cache.assign(6, 12).unwrap());
-        assert_eq!(cache.entries(), &[EpochEntry { epoch: 1, start_offset: 0 }, EpochEntry { epoch: 3, start_offset: 10 }, EpochEntry { epoch: 6, start_offset: 12 }]);
+        assert_eq!(
+            cache.entries(),
+            &[
+                EpochEntry {
+                    epoch: 1,
+                    start_offset: 0
+                },
+                EpochEntry {
+                    epoch: 3,
+                    start_offset: 10
+                },
+                EpochEntry {
+                    epoch: 6,
+                    start_offset: 12
+                }
+            ]
+        );
         let reopened = LeaderEpochCache::open(dir.path()).unwrap();
         assert_eq!(reopened.entries(), cache.entries());
     }
@@ -179,10 +230,28 @@ mod tests {
     fn truncation_from_both_ends() {
         let (_dir, mut cache) = cache(&[(1, 0), (3, 10), (5, 20)]);
         cache.truncate_from_end(20).unwrap();
-        assert_eq!(cache.latest(), Some(EpochEntry { epoch: 3, start_offset: 10 }));
+        assert_eq!(
+            cache.latest(),
+            Some(EpochEntry {
+                epoch: 3,
+                start_offset: 10
+            })
+        );
         cache.truncate_from_start(12).unwrap();
-        assert_eq!(cache.entries(), &[EpochEntry { epoch: 3, start_offset: 12 }]);
+        assert_eq!(
+            cache.entries(),
+            &[EpochEntry {
+                epoch: 3,
+                start_offset: 12
+            }]
+        );
         cache.truncate_from_start(5).unwrap();
-        assert_eq!(cache.entries(), &[EpochEntry { epoch: 3, start_offset: 12 }]);
+        assert_eq!(
+            cache.entries(),
+            &[EpochEntry {
+                epoch: 3,
+                start_offset: 12
+            }]
+        );
     }
 }

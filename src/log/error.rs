@@ -39,7 +39,11 @@ pub enum LogError {
     OffsetsOutOfOrder(String),
 
     #[error("offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")]
-    OffsetOutOfRange { offset: u64, log_start_offset: u64, log_end_offset: u64 },
+    OffsetOutOfRange {
+        offset: u64,
+        log_start_offset: u64,
+        log_end_offset: u64,
+    },
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -58,7 +62,10 @@ pub enum LogError {
 
 impl LogError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        LogError::Io { path: path.into(), source }
+        LogError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// The Kafka error code a broker answers with for this error.

@@ -37,7 +37,13 @@ impl IndexFile {
     /// entries; `capacity_bytes` is the size it may grow to while the segment is active.
     fn open(path: &Path, entry_bytes: usize, capacity_bytes: usize, active: bool) -> Result<Self> {
         let io = |e| LogError::io(path, e);
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
         let length = file.metadata().map_err(io)?.len() as usize;
         let entries = length / entry_bytes;
         let mut index = IndexFile {
@@ -79,7 +85,11 @@ impl IndexFile {
     }
 
     fn push(&mut self, bytes: &[u8]) {
-        assert!(self.entries < self.max_entries, "index {} is full", self.path.display());
+        assert!(
+            self.entries < self.max_entries,
+            "index {} is full",
+            self.path.display()
+        );
         assert_eq!(bytes.len(), self.entry_bytes);
         let at = self.entries * self.entry_bytes;
         let mmap = self.mmap.as_mut().expect("a non-full index is mapped");
@@ -134,14 +144,22 @@ pub struct OffsetIndex {
 }
 
 impl OffsetIndex {
-    pub fn open(path: &Path, base_offset: u64, capacity_bytes: usize, active: bool) -> Result<Self> {
+    pub fn open(
+        path: &Path,
+        base_offset: u64,
+        capacity_bytes: usize,
+        active: bool,
+    ) -> Result<Self> {
         let file = IndexFile::open(path, OFFSET_ENTRY_BYTES, capacity_bytes, active)?;
         Ok(OffsetIndex { base_offset, file })
     }
 
     fn decode(&self, n: usize) -> (u64, u32) {
         let entry = self.file.entry(n);
-        (self.base_offset + u64::from(u32_at(entry, 0)), u32_at(entry, 4))
+        (
+            self.base_offset + u64::from(u32_at(entry, 0)),
+            u32_at(entry, 4),
+        )
     }
 
     pub fn entries(&self) -> usize {
@@ -156,9 +174,15 @@ impl OffsetIndex {
 
     pub fn append(&mut self, offset: u64, position: u32) {
         let relative = offset - self.base_offset;
-        assert!(relative <= u64::from(u32::MAX), "relative offset overflows the index");
+        assert!(
+            relative <= u64::from(u32::MAX),
+            "relative offset overflows the index"
+        );
         if let Some((last_offset, last_position)) = self.last() {
-            assert!(offset > last_offset && position > last_position, "offset index entries must increase");
+            assert!(
+                offset > last_offset && position > last_position,
+                "offset index entries must increase"
+            );
         }
         let mut entry = [0u8; OFFSET_ENTRY_BYTES];
         entry[..4].copy_from_slice(&(relative as u32).to_be_bytes());
@@ -184,7 +208,10 @@ impl OffsetIndex {
     /// Drops entries for offsets `>= offset`.
     pub fn truncate_to(&mut self, offset: u64) {
         let relative = offset.saturating_sub(self.base_offset);
-        self.file.entries = self.file.last_where(|e| u64::from(u32_at(e, 0)) < relative).map_or(0, |n| n + 1);
+        self.file.entries = self
+            .file
+            .last_where(|e| u64::from(u32_at(e, 0)) < relative)
+            .map_or(0, |n| n + 1);
     }
 
     pub fn reset(&mut self) {
@@ -198,7 +225,9 @@ impl OffsetIndex {
         for n in 0..self.file.entries {
             let (offset, position) = self.decode(n);
             if u64::from(position) >= segment_bytes.max(1) {
-                return Err(format!("entry {n} points at byte {position} past the segment end"));
+                return Err(format!(
+                    "entry {n} points at byte {position} past the segment end"
+                ));
             }
             if let Some((po, pp)) = previous {
                 if offset <= po || position <= pp {
@@ -219,7 +248,8 @@ impl OffsetIndex {
         self.file.resize(self.file.entries * OFFSET_ENTRY_BYTES)
     }
     pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
-        self.file.resize(capacity_bytes.max(self.file.entries * OFFSET_ENTRY_BYTES))
+        self.file
+            .resize(capacity_bytes.max(self.file.entries * OFFSET_ENTRY_BYTES))
     }
     pub fn flush(&self) -> Result<()> {
         self.file.flush()
@@ -234,14 +264,22 @@ pub struct TimeIndex {
 }
 
 impl TimeIndex {
-    pub fn open(path: &Path, base_offset: u64, capacity_bytes: usize, active: bool) -> Result<Self> {
+    pub fn open(
+        path: &Path,
+        base_offset: u64,
+        capacity_bytes: usize,
+        active: bool,
+    ) -> Result<Self> {
         let file = IndexFile::open(path, TIME_ENTRY_BYTES, capacity_bytes, active)?;
         Ok(TimeIndex { base_offset, file })
     }
 
     fn decode(&self, n: usize) -> (i64, u64) {
         let entry = self.file.entry(n);
-        (i64_at(entry, 0), self.base_offset + u64::from(u32_at(entry, 8)))
+        (
+            i64_at(entry, 0),
+            self.base_offset + u64::from(u32_at(entry, 8)),
+        )
     }
 
     pub fn entries(&self) -> usize {
@@ -260,7 +298,10 @@ impl TimeIndex {
             if timestamp <= last_ts {
                 return;
             }
-            assert!(offset >= last_offset, "time index offsets must not decrease");
+            assert!(
+                offset >= last_offset,
+                "time index offsets must not decrease"
+            );
             if offset == last_offset {
                 // Same batch, larger timestamp: overwrite rather than add a duplicate offset.
                 self.file.entries -= 1;
@@ -280,13 +321,18 @@ impl TimeIndex {
     /// offset is older than `timestamp`, so a scan for the first record `>= timestamp` can start
     /// after it. `None` when the scan must start at the segment's beginning.
     pub fn lookup_before(&self, timestamp: i64) -> Option<(i64, u64)> {
-        self.file.last_where(|e| i64_at(e, 0) < timestamp).map(|n| self.decode(n))
+        self.file
+            .last_where(|e| i64_at(e, 0) < timestamp)
+            .map(|n| self.decode(n))
     }
 
     /// Drops entries for offsets `>= offset`.
     pub fn truncate_to(&mut self, offset: u64) {
         let relative = offset.saturating_sub(self.base_offset);
-        self.file.entries = self.file.last_where(|e| u64::from(u32_at(e, 8)) < relative).map_or(0, |n| n + 1);
+        self.file.entries = self
+            .file
+            .last_where(|e| u64::from(u32_at(e, 8)) < relative)
+            .map_or(0, |n| n + 1);
     }
 
     pub fn reset(&mut self) {
@@ -315,7 +361,8 @@ impl TimeIndex {
         self.file.resize(self.file.entries * TIME_ENTRY_BYTES)
     }
     pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
-        self.file.resize(capacity_bytes.max(self.file.entries * TIME_ENTRY_BYTES))
+        self.file
+            .resize(capacity_bytes.max(self.file.entries * TIME_ENTRY_BYTES))
     }
     pub fn flush(&self) -> Result<()> {
         self.file.flush()

@@ -83,7 +83,10 @@ impl Stopper {
     /// Sleeps up to `timeout`; true when shutdown was requested.
     fn wait(&self, timeout: Duration) -> bool {
         let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
-        let (stopped, _) = self.wake.wait_timeout_while(stopped, timeout, |s| !*s).unwrap_or_else(|p| p.into_inner());
+        let (stopped, _) = self
+            .wake
+            .wait_timeout_while(stopped, timeout, |s| !*s)
+            .unwrap_or_else(|p| p.into_inner());
         *stopped
     }
     fn stop(&self) {
@@ -112,7 +115,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn lock_dir(dir: &Path) -> Result<File> {
     let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| LogError::io(&path, e))?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io(&path, e))?;
     // SAFETY: flock on a descriptor we own; no memory is involved.
     let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if locked != 0 {
@@ -139,14 +147,21 @@ impl LogManager {
             locks.push(lock_dir(dir)?);
             let recovery_points = checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?;
             let log_starts = checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
-            let high_watermarks = checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?;
-            cleaner_offsets.extend(checkpoint::read_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT))?);
+            let high_watermarks =
+                checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?;
+            cleaner_offsets.extend(checkpoint::read_offsets(
+                &dir.join(CLEANER_OFFSET_CHECKPOINT),
+            )?);
             let marker = dir.join(CLEAN_SHUTDOWN_FILE);
             let clean_shutdown = marker.exists();
             for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
                 let entry = entry.map_err(|e| LogError::io(dir, e))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if !entry.file_type().map_err(|e| LogError::io(entry.path(), e))?.is_dir() {
+                if !entry
+                    .file_type()
+                    .map_err(|e| LogError::io(entry.path(), e))?
+                    .is_dir()
+                {
                     continue;
                 }
                 if name.ends_with(DELETE_DIR_SUFFIX) {
@@ -163,15 +178,31 @@ impl LogManager {
                     high_watermark: high_watermarks.get(&tp).copied().unwrap_or(0),
                     clean_shutdown: clean_shutdown && recovery_points.contains_key(&tp),
                 };
-                let (log, _) = Log::open(&entry.path(), tp.clone(), config.default_log_config.clone(), load, Arc::clone(&clock))?;
-                logs.insert(tp, ManagedLog { dir_index, log: Arc::new(log) });
+                let (log, _) = Log::open(
+                    &entry.path(),
+                    tp.clone(),
+                    config.default_log_config.clone(),
+                    load,
+                    Arc::clone(&clock),
+                )?;
+                logs.insert(
+                    tp,
+                    ManagedLog {
+                        dir_index,
+                        log: Arc::new(log),
+                    },
+                );
             }
             // From here on a crash is not a clean shutdown.
             if clean_shutdown {
                 fs::remove_file(&marker).map_err(|e| LogError::io(&marker, e))?;
             }
         }
-        tracing::info!(logs = logs.len(), elapsed_ms = started.elapsed().as_millis() as u64, "log manager loaded");
+        tracing::info!(
+            logs = logs.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "log manager loaded"
+        );
         let manager = LogManager {
             config,
             clock,
@@ -192,11 +223,20 @@ impl LogManager {
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Log>> {
-        self.logs.read().unwrap_or_else(|p| p.into_inner()).get(tp).map(|m| Arc::clone(&m.log))
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tp)
+            .map(|m| Arc::clone(&m.log))
     }
 
     pub fn all(&self) -> Vec<Arc<Log>> {
-        self.logs.read().unwrap_or_else(|p| p.into_inner()).values().map(|m| Arc::clone(&m.log)).collect()
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|m| Arc::clone(&m.log))
+            .collect()
     }
 
     /// The log of `tp`, created in the log dir holding the fewest logs if it does not exist.
@@ -214,9 +254,21 @@ impl LogManager {
         }
         let dir_index = (0..counts.len()).min_by_key(|i| counts[*i]).unwrap_or(0);
         let dir = self.config.log_dirs[dir_index].join(tp.dir_name());
-        let (log, _) = Log::open(&dir, tp.clone(), config, LoadState::default(), Arc::clone(&self.clock))?;
+        let (log, _) = Log::open(
+            &dir,
+            tp.clone(),
+            config,
+            LoadState::default(),
+            Arc::clone(&self.clock),
+        )?;
         let log = Arc::new(log);
-        logs.insert(tp.clone(), ManagedLog { dir_index, log: Arc::clone(&log) });
+        logs.insert(
+            tp.clone(),
+            ManagedLog {
+                dir_index,
+                log: Arc::clone(&log),
+            },
+        );
         tracing::info!(%tp, dir = %dir.display(), "created log");
         Ok(log)
     }
@@ -224,7 +276,12 @@ impl LogManager {
     /// Removes a partition's log (its topic was deleted): the directory is renamed at once and
     /// removed after `file.delete.delay.ms`.
     pub fn delete(&self, tp: &TopicPartition) -> Result<bool> {
-        let Some(managed) = self.logs.write().unwrap_or_else(|p| p.into_inner()).remove(tp) else {
+        let Some(managed) = self
+            .logs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tp)
+        else {
             return Ok(false);
         };
         lock(&self.cleaner_offsets).remove(tp);
@@ -294,7 +351,11 @@ impl LogManager {
             due.into_iter().map(|(_, p)| p).collect()
         };
         for path in due {
-            let result = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            let result = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
             if let Err(error) = result {
                 if error.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(path = %path.display(), %error, "could not remove deleted file");
@@ -309,15 +370,24 @@ impl LogManager {
         let mut best: Option<(f64, Arc<Log>, u64)> = None;
         for log in self.all() {
             let first_dirty = offsets.get(log.topic_partition()).copied().unwrap_or(0);
-            let Some(plan) = log.cleanable(first_dirty) else { continue };
-            if plan.due && best.as_ref().is_none_or(|(ratio, _, _)| plan.dirty_ratio > *ratio) {
+            let Some(plan) = log.cleanable(first_dirty) else {
+                continue;
+            };
+            if plan.due
+                && best
+                    .as_ref()
+                    .is_none_or(|(ratio, _, _)| plan.dirty_ratio > *ratio)
+            {
                 best = Some((plan.dirty_ratio, log, first_dirty));
             }
         }
-        let Some((_, log, first_dirty)) = best else { return Ok(None) };
+        let Some((_, log, first_dirty)) = best else {
+            return Ok(None);
+        };
         let outcome = log.clean(first_dirty, self.config.cleaner_dedupe_buffer_bytes)?;
         if !outcome.abandoned {
-            lock(&self.cleaner_offsets).insert(log.topic_partition().clone(), outcome.first_dirty_offset);
+            lock(&self.cleaner_offsets)
+                .insert(log.topic_partition().clone(), outcome.first_dirty_offset);
         }
         Ok(Some((log.topic_partition().clone(), outcome)))
     }
@@ -347,14 +417,17 @@ impl LogManager {
         let mut last_retention = Instant::now();
         let mut last_checkpoint = Instant::now();
         while !self.stopper.wait(tick) {
-            let retention = last_retention.elapsed() >= Duration::from_millis(self.config.retention_check_interval_ms);
+            let retention = last_retention.elapsed()
+                >= Duration::from_millis(self.config.retention_check_interval_ms);
             if retention {
                 last_retention = Instant::now();
             }
             if let Err(error) = self.maintain(retention) {
                 tracing::error!(%error, "log maintenance failed");
             }
-            if last_checkpoint.elapsed() >= Duration::from_millis(self.config.checkpoint_interval_ms) {
+            if last_checkpoint.elapsed()
+                >= Duration::from_millis(self.config.checkpoint_interval_ms)
+            {
                 last_checkpoint = Instant::now();
                 if let Err(error) = self.checkpoint() {
                     tracing::error!(%error, "writing log checkpoints failed");
@@ -373,7 +446,10 @@ impl LogManager {
                     false
                 }
             };
-            if self.stopper.wait(if cleaned { Duration::ZERO } else { backoff }) {
+            if self
+                .stopper
+                .wait(if cleaned { Duration::ZERO } else { backoff })
+            {
                 return;
             }
         }
@@ -400,8 +476,12 @@ impl LogManager {
         if all_closed {
             for dir in &self.config.log_dirs {
                 let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-                File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| LogError::io(&marker, e))?;
-                File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, e))?;
+                File::create(&marker)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| LogError::io(&marker, e))?;
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| LogError::io(dir, e))?;
             }
         }
         tracing::info!("log manager shut down");

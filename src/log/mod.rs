@@ -25,7 +25,9 @@ pub mod retention;
 pub mod segment;
 pub mod topic_partition;
 
-pub use config::{CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, SystemClock, TimestampType};
+pub use config::{
+    CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, SystemClock, TimestampType,
+};
 pub use error::LogError;
 pub use manager::{LogManager, LogManagerConfig};
 pub use partition_log::{AppendInfo, AppendOrigin, LoadState, Log, ReadInfo};

@@ -4,9 +4,11 @@
 //! - `state` (RwLock) holds the segments and the offsets. Appends, truncation, retention and
 //!   segment swaps take it for writing; reads take it for reading only long enough to find a
 //!   byte range, then copy outside it.
-//! - `flush_lock` serialises fsyncs. A flusher collects file handles under the read lock and
-//!   syncs them after releasing it, so appends continue while the disk works; appenders that
-//!   arrive meanwhile find their data covered by the next fsync (group commit).
+//! - `flushing` (a flag under a mutex, with a condvar) lets one thread at a time fsync. The
+//!   flusher collects file handles under the read lock and syncs them after releasing it, so
+//!   appends continue while the disk works. Appenders that arrive meanwhile wait on the condvar
+//!   for the recovery point, not for the lock: when the fsync ends they all see at once whether
+//!   it covered them, and one that is not covered starts the next (group commit).
 //! - `recovery_point` is the offset below which everything is durable. Only the segments from
 //!   the one containing it onwards are rescanned after a crash.
 //!
@@ -19,17 +21,20 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::batch::{self, BatchHeader, BatchIter, RecordIter};
 use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::segment::{
-    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, FileSlice, LOG_SUFFIX, SWAP_SUFFIX, Segment, parse_base_offset,
-    segment_path,
+    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, FileSlice, LOG_SUFFIX, SWAP_SUFFIX, Segment,
+    parse_base_offset, segment_path,
 };
 use super::topic_partition::TopicPartition;
+
+/// The longest a flusher waits for concurrent appenders to join its fsync.
+const GROUP_COMMIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// Who is appending as leader: clients may not write control batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,15 +102,30 @@ pub(super) struct LogState {
 
 impl LogState {
     pub(super) fn active(&self) -> &Segment {
-        self.segments.values().next_back().expect("a log always has an active segment")
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
     }
     fn active_mut(&mut self) -> &mut Segment {
-        self.segments.values_mut().next_back().expect("a log always has an active segment")
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
     }
     fn check_invariants(&self) {
-        debug_assert!(self.log_start_offset <= self.log_end_offset, "log start beyond log end");
-        debug_assert!(self.high_watermark <= self.log_end_offset, "high watermark beyond log end");
-        debug_assert_eq!(self.active().next_offset().max(self.active().base_offset), self.log_end_offset);
+        debug_assert!(
+            self.log_start_offset <= self.log_end_offset,
+            "log start beyond log end"
+        );
+        debug_assert!(
+            self.high_watermark <= self.log_end_offset,
+            "high watermark beyond log end"
+        );
+        debug_assert_eq!(
+            self.active().next_offset().max(self.active().base_offset),
+            self.log_end_offset
+        );
     }
 }
 
@@ -116,7 +136,8 @@ pub struct Log {
     clock: Arc<dyn Clock>,
     config: RwLock<Arc<LogConfig>>,
     state: RwLock<LogState>,
-    flush_lock: Mutex<()>,
+    flushing: Mutex<bool>,
+    flushed: Condvar,
     recovery_point: AtomicU64,
     offline: AtomicBool,
     /// Files renamed to `.deleted`, waiting for the log manager to remove them.
@@ -124,10 +145,14 @@ pub struct Log {
     /// The earliest delete horizon of a tombstone the cleaner kept (`i64::MAX`: none), so
     /// the cleaner comes back for it even when the log is not dirty.
     delete_horizon_due_ms: AtomicI64,
+    /// fsync rounds done by `flush_to` (one round syncs every file with unflushed data).
+    flush_count: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Log {
@@ -164,7 +189,10 @@ impl Log {
         let recover_from = if load.clean_shutdown {
             u64::MAX
         } else {
-            segments.range(..=load.recovery_point).next_back().map_or(0, |(base, _)| *base)
+            segments
+                .range(..=load.recovery_point)
+                .next_back()
+                .map_or(0, |(base, _)| *base)
         };
         let mut previous_next_offset = 0u64;
         let mut cut_from: Option<u64> = None;
@@ -211,7 +239,11 @@ impl Log {
         let active = segments.values().next_back().expect("at least one segment");
         let log_end_offset = active.next_offset().max(active.base_offset);
         let first_base = *segments.keys().next().expect("at least one segment");
-        let log_start_offset = load.log_start_offset.unwrap_or(first_base).max(first_base).min(log_end_offset);
+        let log_start_offset = load
+            .log_start_offset
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end_offset);
         epochs.truncate_from_end(log_end_offset)?;
         epochs.truncate_from_start(log_start_offset)?;
         // Recovered bytes may live only in the page cache (a crash of the process, not the
@@ -249,11 +281,13 @@ impl Log {
             clock,
             config: RwLock::new(Arc::new(config)),
             state: RwLock::new(state),
-            flush_lock: Mutex::new(()),
+            flushing: Mutex::new(false),
+            flushed: Condvar::new(),
             recovery_point: AtomicU64::new(log_end_offset),
             offline: AtomicBool::new(false),
             pending_deletes: Mutex::new(Vec::new()),
             delete_horizon_due_ms: AtomicI64::new(i64::MAX),
+            flush_count: AtomicU64::new(0),
         };
         Ok((log, stats))
     }
@@ -293,6 +327,11 @@ impl Log {
     /// Everything below this offset is on disk.
     pub fn recovery_point(&self) -> u64 {
         self.recovery_point.load(Ordering::Acquire)
+    }
+    /// How many fsync rounds this log has done (group commit makes this smaller than the
+    /// number of `flush.policy=always` appends).
+    pub fn flush_count(&self) -> u64 {
+        self.flush_count.load(Ordering::Relaxed)
     }
     pub fn size_bytes(&self) -> u64 {
         self.read_state().segments.values().map(Segment::size).sum()
@@ -342,12 +381,18 @@ impl Log {
     /// every batch before writing any, assigns offsets in place in `records`, stamps
     /// `leader_epoch`, and writes them in one positional write. With `flush.policy=always`
     /// returns only once the batches are on disk.
-    pub fn append_as_leader(&self, records: &mut [u8], leader_epoch: i32, origin: AppendOrigin) -> Result<AppendInfo> {
+    pub fn append_as_leader(
+        &self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+    ) -> Result<AppendInfo> {
         self.check_online()?;
         let config = self.config();
         let headers = validate_leader_batches(records, &config, origin)?;
         let now = self.clock.now_ms();
-        let log_append_time = (config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
+        let log_append_time =
+            (config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
 
         let mut state = self.write_state();
         let first_offset = state.log_end_offset;
@@ -414,10 +459,19 @@ impl Log {
         for item in BatchIter::new(records) {
             let (position, header, bytes) = item?;
             if header.magic != batch::MAGIC_V2 || batch::compute_crc(bytes) != header.crc {
-                return Err(LogError::Corrupt { position, reason: "bad magic or CRC-32C in replicated batch".into() });
+                return Err(LogError::Corrupt {
+                    position,
+                    reason: "bad magic or CRC-32C in replicated batch".into(),
+                });
             }
-            let base = u64::try_from(header.base_offset).map_err(|_| LogError::OffsetsOutOfOrder(format!("negative base offset {}", header.base_offset)))?;
-            let in_order = if config.cleanup_policy.compact { base >= expected } else { base == expected };
+            let base = u64::try_from(header.base_offset).map_err(|_| {
+                LogError::OffsetsOutOfOrder(format!("negative base offset {}", header.base_offset))
+            })?;
+            let in_order = if config.cleanup_policy.compact {
+                base >= expected
+            } else {
+                base == expected
+            };
             if !in_order || header.last_offset_delta < 0 {
                 return Err(LogError::OffsetsOutOfOrder(format!(
                     "batch at offset {base} (last offset delta {}) does not continue the log at {expected}",
@@ -436,11 +490,17 @@ impl Log {
             expected = last_offset + 1;
         }
         let Some(first) = appended.first() else {
-            return Err(LogError::InvalidRecord { position: 0, reason: "no record batches".into() });
+            return Err(LogError::InvalidRecord {
+                position: 0,
+                reason: "no record batches".into(),
+            });
         };
         let first_offset = first.base_offset;
         for (batch, (_, header, _)) in appended.iter().zip(BatchIter::new(records).flatten()) {
-            if let Err(e) = state.epochs.assign_if_newer(header.partition_leader_epoch, batch.base_offset) {
+            if let Err(e) = state
+                .epochs
+                .assign_if_newer(header.partition_leader_epoch, batch.base_offset)
+            {
                 return self.fail(e);
             }
         }
@@ -475,23 +535,55 @@ impl Log {
         now: i64,
     ) -> Result<()> {
         let last = appended.last().expect("at least one batch");
-        if state.active().should_roll(bytes.len() as u64, last.last_offset, config, now) {
+        if state
+            .active()
+            .should_roll(bytes.len() as u64, last.last_offset, config, now)
+        {
             self.roll(state, appended[0].base_offset, config, now)?;
         }
-        state.active_mut().append(bytes, appended, config.index_interval_bytes)?;
+        state
+            .active_mut()
+            .append(bytes, appended, config.index_interval_bytes)?;
         state.log_end_offset = last.last_offset + 1;
         state.check_invariants();
         Ok(())
     }
 
     /// Seals the active segment and starts a new one at `base_offset`.
-    fn roll(&self, state: &mut LogState, base_offset: u64, config: &LogConfig, now: i64) -> Result<()> {
+    fn roll(
+        &self,
+        state: &mut LogState,
+        base_offset: u64,
+        config: &LogConfig,
+        now: i64,
+    ) -> Result<()> {
         debug_assert!(base_offset >= state.log_end_offset);
         state.active_mut().seal()?;
         let segment = Segment::create(&self.dir, base_offset, config, now)?;
         tracing::debug!(topic_partition = %self.topic_partition, base_offset, "rolled new segment");
         state.segments.insert(base_offset, segment);
         Ok(())
+    }
+
+    /// Makes a new empty active segment at `base_offset`.
+    fn start_empty_segment_at(
+        &self,
+        state: &mut LogState,
+        base_offset: u64,
+        config: &LogConfig,
+    ) -> Result<()> {
+        let now = self.clock.now_ms();
+        // An empty active segment is replaced, unless it is the first segment: its base
+        // offset is what keeps the log start offset across restarts.
+        if state.active().is_empty() && state.segments.len() > 1 {
+            let base = state.active().base_offset;
+            let empty = state.segments.remove(&base).expect("the active segment");
+            lock(&self.pending_deletes).extend(empty.rename_to_deleted()?);
+            let segment = Segment::create(&self.dir, base_offset, config, now)?;
+            state.segments.insert(base_offset, segment);
+            return Ok(());
+        }
+        self.roll(state, base_offset, config, now)
     }
 
     /// Rolls the active segment if it is non-empty (for tests and `segment.ms` housekeeping).
@@ -508,7 +600,8 @@ impl Log {
 
     fn note_unflushed(&self, state: &mut LogState, records: u64, config: &LogConfig) -> bool {
         state.unflushed_messages += records;
-        config.flush_policy == FlushPolicy::Always || state.unflushed_messages >= config.flush_messages
+        config.flush_policy == FlushPolicy::Always
+            || state.unflushed_messages >= config.flush_messages
     }
 
     /// Reads whole batches from `offset`: at most `max_bytes` (but always the first batch),
@@ -530,11 +623,17 @@ impl Log {
                 log_end_offset: state.log_end_offset,
             });
         }
-        let bound = max_offset.unwrap_or(state.log_end_offset).min(state.log_end_offset);
+        let bound = max_offset
+            .unwrap_or(state.log_end_offset)
+            .min(state.log_end_offset);
         if offset >= bound {
             return Ok(info);
         }
-        let floor = state.segments.range(..=offset).next_back().map_or(0, |(b, _)| *b);
+        let floor = state
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map_or(0, |(b, _)| *b);
         for (&base, segment) in state.segments.range(floor..) {
             if base >= bound {
                 break;
@@ -555,7 +654,9 @@ impl Log {
         let state = self.read_state();
         for segment in state.segments.values() {
             if segment.max_timestamp() >= timestamp {
-                if let Some(found) = segment.find_offset_by_timestamp(timestamp, state.log_start_offset)? {
+                if let Some(found) =
+                    segment.find_offset_by_timestamp(timestamp, state.log_start_offset)?
+                {
                     return Ok(Some(found));
                 }
             }
@@ -563,20 +664,29 @@ impl Log {
         Ok(None)
     }
 
-    /// ListOffsets MAX_TIMESTAMP (KIP-734): the first record with the largest timestamp.
+    /// ListOffsets MAX_TIMESTAMP (KIP-734): the first record with the largest timestamp among
+    /// records at or after the log start offset.
     pub fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
         self.check_online()?;
         let state = self.read_state();
-        let mut best: Option<&Segment> = None;
-        for segment in state.segments.values() {
-            if !segment.is_empty() && best.is_none_or(|b| segment.max_timestamp() > b.max_timestamp()) {
-                best = Some(segment);
+        let log_start = state.log_start_offset;
+        let mut best: Option<(u64, i64)> = None;
+        for segment in state.segments.values().filter(|s| !s.is_empty()) {
+            let found = if segment.base_offset < log_start {
+                // Records below the log start are gone for readers: scan for the rest.
+                segment.max_timestamp_record(log_start)?
+            } else if best.is_none_or(|(_, ts)| segment.max_timestamp() > ts) {
+                segment.find_offset_by_timestamp(segment.max_timestamp(), log_start)?
+            } else {
+                None
+            };
+            if let Some((offset, ts)) = found {
+                if best.is_none_or(|(_, best_ts)| ts > best_ts) {
+                    best = Some((offset, ts));
+                }
             }
         }
-        match best {
-            Some(segment) => segment.find_offset_by_timestamp(segment.max_timestamp(), state.log_start_offset),
-            None => Ok(None),
-        }
+        Ok(best)
     }
 
     /// Makes everything below `offset` durable (group commit: one fsync covers every append
@@ -586,10 +696,10 @@ impl Log {
             return Ok(());
         }
         self.check_online()?;
-        let _flushing = lock(&self.flush_lock);
-        if self.recovery_point() >= offset {
+        let Some(_flushing) = self.start_flushing(Some(offset)) else {
             return Ok(());
-        }
+        };
+        self.gather_appenders();
         let recovery_point = self.recovery_point();
         let mut handles = Vec::new();
         let target = {
@@ -605,11 +715,49 @@ impl Log {
         if let Err(e) = sync_all(&handles) {
             return self.fail(e);
         }
+        self.flush_count.fetch_add(1, Ordering::Relaxed);
         self.recovery_point.fetch_max(target, Ordering::AcqRel);
         let mut state = self.write_state();
         state.unflushed_messages = 0;
         state.last_flush_ms = self.clock.now_ms();
         Ok(())
+    }
+
+    /// Before an fsync, gives appenders that are mid-append the chance to join it: while the
+    /// log end keeps moving between yields of the CPU, wait (at most `GROUP_COMMIT_WAIT_MAX`).
+    /// When the previous fsync ends, every waiter wakes at once; without this the first one
+    /// back would sync alone and the rest would wait a whole extra fsync. A lone appender pays
+    /// one yield.
+    fn gather_appenders(&self) {
+        let started = std::time::Instant::now();
+        let mut end = self.log_end_offset();
+        while started.elapsed() < GROUP_COMMIT_WAIT_MAX {
+            std::thread::yield_now();
+            let now = self.log_end_offset();
+            if now == end {
+                break;
+            }
+            end = now;
+        }
+    }
+
+    /// Waits until no fsync runs and claims the right to run one; with `covered` given, returns
+    /// `None` instead once the recovery point reaches it (another fsync covered the caller).
+    fn start_flushing(&self, covered: Option<u64>) -> Option<FlushGuard<'_>> {
+        let mut flushing = lock(&self.flushing);
+        loop {
+            if covered.is_some_and(|offset| self.recovery_point() >= offset) {
+                return None;
+            }
+            if !*flushing {
+                *flushing = true;
+                return Some(FlushGuard { log: self });
+            }
+            flushing = self
+                .flushed
+                .wait(flushing)
+                .unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// Flushes everything appended so far.
@@ -625,7 +773,10 @@ impl Log {
         let (due, active_base) = {
             let state = self.read_state();
             let now = self.clock.now_ms();
-            (now.saturating_sub(state.last_flush_ms) >= config.flush_ms, state.active().base_offset)
+            (
+                now.saturating_sub(state.last_flush_ms) >= config.flush_ms,
+                state.active().base_offset,
+            )
         };
         if due {
             self.flush()
@@ -638,20 +789,24 @@ impl Log {
     /// leader). Returns the new log end offset, which is `offset` when it is a batch boundary.
     pub fn truncate_to(&self, offset: u64) -> Result<u64> {
         self.check_online()?;
-        let _flushing = lock(&self.flush_lock);
+        let flushing = self.start_flushing(None).expect("no cover condition");
         let mut state = self.write_state();
         if offset >= state.log_end_offset {
             return Ok(state.log_end_offset);
         }
         if offset <= state.log_start_offset {
             drop(state);
-            drop(_flushing);
+            drop(flushing);
             self.truncate_fully_and_start_at(offset)?;
             return Ok(offset);
         }
         let config = self.config();
         let result = (|| {
-            let removed: Vec<u64> = state.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+            let removed: Vec<u64> = state
+                .segments
+                .range(offset + 1..)
+                .map(|(b, _)| *b)
+                .collect();
             // Segments starting after `offset` go; the segment holding `offset` is cut.
             for base in removed {
                 if state.segments.len() == 1 {
@@ -661,14 +816,31 @@ impl Log {
                 let paths = segment.rename_to_deleted()?;
                 lock(&self.pending_deletes).extend(paths);
             }
-            let LogState { segments, epochs, .. } = &mut *state;
-            let active = segments.values_mut().next_back().expect("one segment stays");
-            active.truncate_to(offset, config.index_interval_bytes, epochs)?;
+            let LogState {
+                segments,
+                epochs,
+                log_start_offset,
+                ..
+            } = &mut *state;
+            let active = segments
+                .values_mut()
+                .next_back()
+                .expect("one segment stays");
+            let removed_base = active.truncate_to(offset, config.index_interval_bytes, epochs)?;
             active.unseal()?;
-            let new_end = active.next_offset().max(active.base_offset);
+            // The log ends at `offset`, or at the start of a batch that straddled it (offsets
+            // are never skipped), and never before the log start offset.
+            let new_end = removed_base
+                .map_or(offset, |base| base.min(offset))
+                .max(*log_start_offset);
+            let in_gap = new_end > active.next_offset().max(active.base_offset);
             state.log_end_offset = new_end;
+            if in_gap {
+                // The end lies in a gap (compacted away, or below the log start): an empty
+                // segment based there makes that end survive a restart.
+                self.start_empty_segment_at(&mut state, new_end, &config)?;
+            }
             state.high_watermark = state.high_watermark.min(new_end);
-            state.log_start_offset = state.log_start_offset.min(new_end);
             state.epochs.truncate_from_end(new_end)?;
             Ok(new_end)
         })();
@@ -687,7 +859,7 @@ impl Log {
     /// now starts later).
     pub fn truncate_fully_and_start_at(&self, offset: u64) -> Result<()> {
         self.check_online()?;
-        let _flushing = lock(&self.flush_lock);
+        let _flushing = self.start_flushing(None).expect("no cover condition");
         let config = self.config();
         let mut state = self.write_state();
         let now = self.clock.now_ms();
@@ -696,7 +868,9 @@ impl Log {
             for (_, segment) in segments {
                 lock(&self.pending_deletes).extend(segment.rename_to_deleted()?);
             }
-            state.segments.insert(offset, Segment::create(&self.dir, offset, &config, now)?);
+            state
+                .segments
+                .insert(offset, Segment::create(&self.dir, offset, &config, now)?);
             state.log_end_offset = offset;
             state.log_start_offset = offset;
             state.high_watermark = offset;
@@ -764,16 +938,39 @@ impl Log {
     }
 }
 
+/// The right to fsync (or to change what an fsync would cover); released on drop, waking
+/// every thread waiting for the recovery point.
+struct FlushGuard<'a> {
+    log: &'a Log,
+}
+
+impl Drop for FlushGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.log.flushing) = false;
+        self.log.flushed.notify_all();
+    }
+}
+
 /// Validates every batch of a leader append before anything is written; returns where each is.
-fn validate_leader_batches(records: &[u8], config: &LogConfig, origin: AppendOrigin) -> Result<Vec<(usize, BatchHeader)>> {
+fn validate_leader_batches(
+    records: &[u8],
+    config: &LogConfig,
+    origin: AppendOrigin,
+) -> Result<Vec<(usize, BatchHeader)>> {
     let mut headers = Vec::new();
     for item in BatchIter::new(records) {
         let (position, header, bytes) = item?;
         if bytes.len() > config.max_message_bytes {
-            return Err(LogError::TooLarge { size: bytes.len(), max: config.max_message_bytes });
+            return Err(LogError::TooLarge {
+                size: bytes.len(),
+                max: config.max_message_bytes,
+            });
         }
         batch::validate_batch(position, &header, bytes)?;
-        let invalid = |reason: &str| LogError::InvalidRecord { position, reason: reason.into() };
+        let invalid = |reason: &str| LogError::InvalidRecord {
+            position,
+            reason: reason.into(),
+        };
         if header.is_control() && origin == AppendOrigin::Client {
             return Err(invalid("clients may not write control batches"));
         }
@@ -786,20 +983,26 @@ fn validate_leader_batches(records: &[u8], config: &LogConfig, origin: AppendOri
         if config.cleanup_policy.compact && !header.is_compressed() && !header.is_control() {
             let keyless = RecordIter::new(&header, bytes).any(|r| r.is_ok_and(|r| r.key.is_none()));
             if keyless {
-                return Err(invalid("compacted topic cannot accept a record without a key"));
+                return Err(invalid(
+                    "compacted topic cannot accept a record without a key",
+                ));
             }
         }
         headers.push((position, header));
     }
     if headers.is_empty() {
-        return Err(LogError::InvalidRecord { position: 0, reason: "no record batches".into() });
+        return Err(LogError::InvalidRecord {
+            position: 0,
+            reason: "no record batches".into(),
+        });
     }
     Ok(headers)
 }
 
 fn sync_all(handles: &[Arc<File>]) -> Result<()> {
     for file in handles {
-        file.sync_data().map_err(|e| LogError::io(PathBuf::from("<segment>"), e))?;
+        file.sync_data()
+            .map_err(|e| LogError::io(PathBuf::from("<segment>"), e))?;
     }
     Ok(())
 }
@@ -811,7 +1014,10 @@ fn list_segment_bases(dir: &Path) -> Result<Vec<u64>> {
     for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
         let entry = entry.map_err(|e| LogError::io(dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(DELETED_SUFFIX) || name.ends_with(CLEANED_SUFFIX) || name.ends_with(".tmp") {
+        if name.ends_with(DELETED_SUFFIX)
+            || name.ends_with(CLEANED_SUFFIX)
+            || name.ends_with(".tmp")
+        {
             fs::remove_file(entry.path()).map_err(|e| LogError::io(entry.path(), e))?;
             continue;
         }
@@ -848,8 +1054,15 @@ fn complete_interrupted_swaps(dir: &Path) -> Result<Vec<u64>> {
     for &base in &swaps {
         let swap = segment_path(dir, base, &format!("{LOG_SUFFIX}{SWAP_SUFFIX}"));
         let end = swap_end_offset(&swap, base)?;
-        for replaced in list_segment_bases(dir)?.into_iter().filter(|b| *b >= base && *b < end) {
-            for suffix in [LOG_SUFFIX, super::segment::INDEX_SUFFIX, super::segment::TIME_INDEX_SUFFIX] {
+        for replaced in list_segment_bases(dir)?
+            .into_iter()
+            .filter(|b| *b >= base && *b < end)
+        {
+            for suffix in [
+                LOG_SUFFIX,
+                super::segment::INDEX_SUFFIX,
+                super::segment::TIME_INDEX_SUFFIX,
+            ] {
                 let path = segment_path(dir, replaced, suffix);
                 match fs::remove_file(&path) {
                     Ok(()) => {}
@@ -863,7 +1076,9 @@ fn complete_interrupted_swaps(dir: &Path) -> Result<Vec<u64>> {
         tracing::info!(dir = %dir.display(), base, "completed an interrupted segment swap");
     }
     if !swaps.is_empty() {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, e))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| LogError::io(dir, e))?;
     }
     Ok(swaps)
 }
@@ -877,9 +1092,14 @@ fn swap_end_offset(path: &Path, base: u64) -> Result<u64> {
     let mut end = base;
     let mut header = [0u8; batch::BATCH_HEADER_BYTES];
     while position + header.len() as u64 <= size {
-        file.read_exact_at(&mut header, position).map_err(|e| LogError::io(path, e))?;
-        let Some(parsed) = BatchHeader::parse(&header) else { break };
-        let Some(total) = parsed.total_size() else { break };
+        file.read_exact_at(&mut header, position)
+            .map_err(|e| LogError::io(path, e))?;
+        let Some(parsed) = BatchHeader::parse(&header) else {
+            break;
+        };
+        let Some(total) = parsed.total_size() else {
+            break;
+        };
         end = parsed.last_offset() as u64 + 1;
         position += total as u64;
     }

@@ -59,7 +59,10 @@ impl Log {
             excess_bytes = excess_bytes.saturating_sub(segment.size());
             doomed.push((base, next_base));
         }
-        let mut outcome = RetentionOutcome { log_start_offset: state.log_start_offset, ..Default::default() };
+        let mut outcome = RetentionOutcome {
+            log_start_offset: state.log_start_offset,
+            ..Default::default()
+        };
         let mut renamed = Vec::new();
         let result = (|| {
             for (base, next_base) in doomed {

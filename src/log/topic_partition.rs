@@ -13,7 +13,10 @@ pub struct TopicPartition {
 
 impl TopicPartition {
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition { topic: topic.into(), partition }
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
     }
 
     /// The partition directory name inside a log dir.
@@ -45,10 +48,17 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
         return Err(format!("topic name cannot be '{name}'"));
     }
     if name.len() > TOPIC_NAME_LENGTH_MAX {
-        return Err(format!("topic name is longer than {TOPIC_NAME_LENGTH_MAX} characters"));
+        return Err(format!(
+            "topic name is longer than {TOPIC_NAME_LENGTH_MAX} characters"
+        ));
     }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
-        return Err(format!("topic name contains '{bad}'; legal are ASCII alphanumerics, '.', '_', '-'"));
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c)))
+    {
+        return Err(format!(
+            "topic name contains '{bad}'; legal are ASCII alphanumerics, '.', '_', '-'"
+        ));
     }
     Ok(())
 }
@@ -64,7 +74,10 @@ mod tests {
         assert_eq!(TopicPartition::from_dir_name("orders-eu-1-12"), Some(tp));
         assert_eq!(TopicPartition::from_dir_name("orders"), None);
         assert_eq!(TopicPartition::from_dir_name("orders-x"), None);
-        assert_eq!(TopicPartition::from_dir_name("orders--1"), Some(TopicPartition::new("orders-", 1)));
+        assert_eq!(
+            TopicPartition::from_dir_name("orders--1"),
+            Some(TopicPartition::new("orders-", 1))
+        );
         assert_eq!(TopicPartition::from_dir_name("a b-1"), None);
     }
 }

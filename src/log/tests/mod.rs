@@ -1,0 +1,942 @@
+//! Tests of the storage engine as a whole: a `Log` on a real directory, driven through its
+//! public API, with crashes simulated by dropping it without closing and tearing its files.
+
+use std::fs;
+use std::sync::Arc;
+
+use super::batch::{BatchBuilder, BatchHeader, BatchIter, RecordIter};
+use super::config::{CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, TimestampType};
+use super::error::code;
+use super::partition_log::{AppendOrigin, LoadState, Log};
+use super::topic_partition::TopicPartition;
+
+mod randomized;
+
+pub(super) const T0: i64 = 1_700_000_000_000;
+
+/// splitmix64: small, seedable, good enough to drive a randomized test.
+pub(super) struct Rng(u64);
+
+impl Rng {
+    pub(super) fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+    pub(super) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A batch of `count` records with keys `key-<n>`, values `value-<tag>-<n>`.
+pub(super) fn make_batch(count: usize, tag: &str, timestamp: i64) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, timestamp);
+    for n in 0..count {
+        builder.push(
+            timestamp + n as i64,
+            Some(format!("key-{n}").as_bytes()),
+            Some(format!("value-{tag}-{n}-{:-<48}", "").as_bytes()),
+            &[],
+        );
+    }
+    builder.build()
+}
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 256,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            clock: Arc::new(ManualClock::new(T0)),
+        }
+    }
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("topic-0")
+    }
+    fn open(&self, config: LogConfig, load: LoadState) -> Log {
+        Log::open(
+            &self.path(),
+            TopicPartition::new("topic", 0),
+            config,
+            load,
+            self.clock.clone(),
+        )
+        .unwrap()
+        .0
+    }
+}
+
+fn append(log: &Log, count: usize, tag: &str, timestamp: i64) -> (u64, u64) {
+    let mut batch = make_batch(count, tag, timestamp);
+    let info = log
+        .append_as_leader(&mut batch, 3, AppendOrigin::Client)
+        .unwrap();
+    (info.first_offset, info.last_offset)
+}
+
+/// Every batch readable from the log start, via repeated reads with a small byte limit.
+fn read_all(log: &Log) -> Vec<Vec<u8>> {
+    let mut batches = Vec::new();
+    let mut offset = log.log_start_offset();
+    loop {
+        let info = log.read(offset, 1000, None).unwrap();
+        let Some(slice) = info.slice else { break };
+        let bytes = slice.to_vec().unwrap();
+        for item in BatchIter::new(&bytes) {
+            let (_, header, batch) = item.unwrap();
+            offset = header.last_offset() as u64 + 1;
+            batches.push(batch.to_vec());
+        }
+    }
+    batches
+}
+
+/// Compares batch lists without printing megabytes of bytes on failure.
+pub(super) fn assert_same_batches(actual: &[Vec<u8>], expected: &[Vec<u8>], context: &str) {
+    let offsets = |batches: &[Vec<u8>]| {
+        batches
+            .iter()
+            .map(|b| header(b).base_offset)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        actual == expected,
+        "{context}: batches differ; actual base offsets {:?}, expected {:?}",
+        offsets(actual),
+        offsets(expected)
+    );
+}
+
+fn header(batch: &[u8]) -> BatchHeader {
+    BatchHeader::parse(batch).unwrap()
+}
+
+#[test]
+fn append_assigns_offsets_stamps_epoch_and_reads_back_the_same_bytes() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    let mut first = make_batch(3, "a", T0);
+    let info = log
+        .append_as_leader(&mut first, 7, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!(
+        (info.first_offset, info.last_offset, info.record_count),
+        (0, 2, 3)
+    );
+    let mut second = make_batch(2, "b", T0 + 10);
+    let info = log
+        .append_as_leader(&mut second, 7, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (3, 4));
+    assert_eq!(log.log_end_offset(), 5);
+
+    let read = log.read(0, 1 << 20, None).unwrap();
+    let bytes = read.slice.unwrap().to_vec().unwrap();
+    assert_eq!(
+        bytes,
+        [first.clone(), second.clone()].concat(),
+        "disk bytes are the served bytes"
+    );
+    let h = header(&second);
+    assert_eq!((h.base_offset, h.partition_leader_epoch), (3, 7));
+    assert_eq!(log.latest_epoch(), Some(7));
+
+    // An offset inside a batch returns the whole batch.
+    let read = log.read(4, 1 << 20, None).unwrap();
+    assert_eq!(read.first_batch_offset, Some(3));
+    // The first batch comes back even when it is larger than the limit, and only it.
+    let read = log.read(0, 10, None).unwrap();
+    assert_eq!(read.slice.unwrap().len as usize, first.len());
+    // A bound (the high watermark) hides batches at or past it.
+    assert!(log.read(3, 1 << 20, Some(3)).unwrap().slice.is_none());
+    assert_eq!(
+        log.read(0, 1 << 20, Some(3)).unwrap().slice.unwrap().len as usize,
+        first.len()
+    );
+    // At the log end: nothing, no error. Past it or below the start: OFFSET_OUT_OF_RANGE.
+    assert!(log.read(5, 100, None).unwrap().slice.is_none());
+    assert_eq!(
+        log.read(6, 100, None).unwrap_err().kafka_error_code(),
+        code::OFFSET_OUT_OF_RANGE
+    );
+}
+
+#[test]
+fn invalid_batches_are_rejected_whole_with_kafka_codes() {
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.max_message_bytes = 300;
+    let log = fixture.open(config, LoadState::default());
+    append(&log, 1, "ok", T0);
+    let size_before = log.size_bytes();
+
+    // A good batch followed by a corrupt one: nothing is written.
+    let good = make_batch(1, "x", T0);
+    let mut corrupt = make_batch(1, "y", T0);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let mut both = [good.clone(), corrupt].concat();
+    let error = log
+        .append_as_leader(&mut both, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::CORRUPT_MESSAGE);
+
+    let mut large = make_batch(20, "large", T0);
+    let error = log
+        .append_as_leader(&mut large, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::MESSAGE_TOO_LARGE);
+
+    let mut truncated = good[..good.len() - 3].to_vec();
+    let error = log
+        .append_as_leader(&mut truncated, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::CORRUPT_MESSAGE);
+
+    let error = log
+        .append_as_leader(&mut [], 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+
+    // A control batch from a client.
+    let mut control = good.clone();
+    control[21..23].copy_from_slice(&0x20i16.to_be_bytes());
+    let crc = super::batch::compute_crc(&control);
+    control[17..21].copy_from_slice(&crc.to_be_bytes());
+    let error = log
+        .append_as_leader(&mut control, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+
+    assert_eq!(log.size_bytes(), size_before, "no partial append");
+    assert_eq!(log.log_end_offset(), 1);
+}
+
+#[test]
+fn compacted_topics_refuse_records_without_keys() {
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.cleanup_policy = CleanupPolicy::COMPACT;
+    let log = fixture.open(config, LoadState::default());
+    let mut builder = BatchBuilder::new(0, T0);
+    builder.push(T0, None, Some(b"v"), &[]);
+    let mut keyless = builder.build();
+    let error = log
+        .append_as_leader(&mut keyless, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+}
+
+#[test]
+fn segments_roll_by_size_time_and_full_index() {
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.segment_ms = 60_000;
+    let log = fixture.open(config, LoadState::default());
+    for n in 0..40 {
+        append(&log, 4, &n.to_string(), T0);
+    }
+    let by_size = log.segment_count();
+    assert!(by_size > 3, "4 KiB segments roll: {by_size}");
+    for base in log.segment_base_offsets() {
+        let path = fixture.path().join(format!("{base:020}.log"));
+        assert!(fs::metadata(&path).unwrap().len() <= 4096);
+    }
+    fixture.clock.advance(60_000);
+    append(&log, 1, "late", T0);
+    assert_eq!(log.segment_count(), by_size + 1, "segment.ms rolls");
+
+    // A tiny index fills up and forces a roll.
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        segment_index_bytes: 48,
+        index_interval_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = fixture.open(config, LoadState::default());
+    for n in 0..20 {
+        append(&log, 1, &n.to_string(), T0);
+    }
+    assert!(
+        log.segment_count() >= 3,
+        "index-full rolls: {}",
+        log.segment_count()
+    );
+    assert_eq!(read_all(&log).len(), 20);
+}
+
+#[test]
+fn follower_appends_must_continue_the_log() {
+    let leader_fixture = Fixture::new();
+    let leader = leader_fixture.open(small_config(), LoadState::default());
+    append(&leader, 2, "a", T0);
+    append(&leader, 3, "b", T0);
+    let bytes = leader
+        .read(0, 1 << 20, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .to_vec()
+        .unwrap();
+
+    let fixture = Fixture::new();
+    let follower = fixture.open(small_config(), LoadState::default());
+    let info = follower.append_as_follower(&bytes).unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (0, 4));
+    assert_eq!(follower.latest_epoch(), Some(3));
+    assert_eq!(
+        follower
+            .read(0, 1 << 20, None)
+            .unwrap()
+            .slice
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        bytes
+    );
+    // The same batches again do not continue the log.
+    let error = follower.append_as_follower(&bytes).unwrap_err();
+    assert!(
+        matches!(error, super::LogError::OffsetsOutOfOrder(_)),
+        "{error}"
+    );
+    assert_eq!(follower.log_end_offset(), 5);
+}
+
+#[test]
+fn torn_write_at_every_byte_recovers_exactly_the_whole_batches() {
+    let fixture = Fixture::new();
+    let log = fixture.open(LogConfig::default(), LoadState::default());
+    append(&log, 2, "a", T0);
+    append(&log, 2, "b", T0);
+    log.flush().unwrap();
+    let durable = log.size_bytes();
+    append(&log, 3, "c", T0);
+    let full = log.size_bytes();
+    let expected_prefix = read_all(&log);
+    drop(log);
+    let segment = fixture.path().join(format!("{:020}.log", 0));
+    let original = fs::read(&segment).unwrap();
+    for cut in durable..=full {
+        fs::write(&segment, &original[..cut as usize]).unwrap();
+        let log = fixture.open(
+            LogConfig::default(),
+            LoadState {
+                recovery_point: 0,
+                ..Default::default()
+            },
+        );
+        let batches = read_all(&log);
+        let whole = if cut == full { 3 } else { 2 };
+        assert_same_batches(
+            &batches,
+            &expected_prefix[..whole],
+            &format!("cut at byte {cut}"),
+        );
+        assert_eq!(log.log_end_offset(), if whole == 3 { 7 } else { 4 });
+        drop(log);
+    }
+    // Garbage after the last whole batch is cut off, and the file is made whole again.
+    let mut garbage = original.clone();
+    garbage.extend_from_slice(&[0xab; 100]);
+    fs::write(&segment, &garbage).unwrap();
+    let log = fixture.open(LogConfig::default(), LoadState::default());
+    assert_same_batches(&read_all(&log), &expected_prefix, "garbage tail");
+    assert_eq!(fs::metadata(&segment).unwrap().len(), full);
+}
+
+#[test]
+fn recovery_rescans_only_from_the_recovery_point() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    for n in 0..100 {
+        append(&log, 4, &n.to_string(), T0);
+    }
+    let segments = log.segment_count();
+    assert!(segments > 5, "{segments}");
+    log.flush().unwrap();
+    let recovery_point = log.recovery_point();
+    let expected = read_all(&log);
+    drop(log);
+    let load = LoadState {
+        recovery_point,
+        ..Default::default()
+    };
+    let (log, stats) = Log::open(
+        &fixture.path(),
+        TopicPartition::new("topic", 0),
+        small_config(),
+        load,
+        fixture.clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(
+        stats.segments_recovered, 1,
+        "only the active segment is rescanned"
+    );
+    assert_same_batches(&read_all(&log), &expected, "reopened");
+    drop(log);
+    let load = LoadState {
+        clean_shutdown: true,
+        recovery_point,
+        ..Default::default()
+    };
+    let (log, stats) = Log::open(
+        &fixture.path(),
+        TopicPartition::new("topic", 0),
+        small_config(),
+        load,
+        fixture.clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(
+        stats.segments_recovered, 0,
+        "a clean shutdown needs no rescan"
+    );
+    assert_same_batches(&read_all(&log), &expected, "reopened");
+}
+
+#[test]
+fn truncation_cuts_batches_segments_and_epochs() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    let mut boundaries = Vec::new();
+    for n in 0..30u64 {
+        let mut batch = make_batch(3, &n.to_string(), T0);
+        let epoch = (n / 10) as i32;
+        let info = log
+            .append_as_leader(&mut batch, epoch, AppendOrigin::Client)
+            .unwrap();
+        boundaries.push(info.first_offset);
+    }
+    assert_eq!(log.end_offset_for_epoch(1), Some((1, 60)));
+    let segments = log.segment_count();
+    // Truncating inside a batch removes the whole batch.
+    assert_eq!(log.truncate_to(40).unwrap(), 39);
+    assert_eq!(log.log_end_offset(), 39);
+    assert!(log.segment_count() < segments);
+    assert_eq!(log.latest_epoch(), Some(1));
+    assert_eq!(log.end_offset_for_epoch(1), Some((1, 39)));
+    assert_eq!(log.end_offset_for_epoch(2), None);
+    assert_eq!(read_all(&log).len(), 13);
+    // Appends continue from the cut, and the truncated segment is active again.
+    let (first, _) = append(&log, 2, "after", T0);
+    assert_eq!(first, 39);
+    assert_eq!(log.truncate_to(0).unwrap(), 0);
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.segment_count(), 1);
+    let (first, _) = append(&log, 1, "fresh", T0);
+    assert_eq!(first, 0);
+}
+
+#[test]
+fn log_start_offset_and_retention_delete_old_segments() {
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.retention_ms = 10_000;
+    let log = fixture.open(config.clone(), LoadState::default());
+    for n in 0..40 {
+        append(&log, 4, &n.to_string(), T0 + n);
+    }
+    let segments = log.segment_count();
+    log.set_high_watermark(log.log_end_offset());
+    // DeleteRecords.
+    assert_eq!(log.advance_log_start_offset(50).unwrap(), 50);
+    assert_eq!(
+        log.read(49, 100, None).unwrap_err().kafka_error_code(),
+        code::OFFSET_OUT_OF_RANGE
+    );
+    assert!(log.read(50, 100, None).unwrap().slice.is_some());
+    assert_eq!(
+        log.advance_log_start_offset(10).unwrap(),
+        50,
+        "never backwards"
+    );
+    assert!(log.advance_log_start_offset(1_000).is_err());
+    let outcome = log.delete_retention_breached_segments().unwrap();
+    assert!(outcome.segments_deleted > 0);
+    assert_eq!(outcome.log_start_offset, 50);
+    assert!(log.segment_base_offsets()[0] <= 50);
+    let deleted = log.take_pending_deletes();
+    assert!(
+        deleted
+            .iter()
+            .all(|p| p.to_string_lossy().ends_with(".deleted") && p.exists())
+    );
+
+    // Time: everything is older than retention.ms now, except the active segment stays.
+    fixture.clock.advance(20_000);
+    log.delete_retention_breached_segments().unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
+    assert!(segments > 1);
+
+    // Size: keep at most ~3 segments' worth.
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.retention_bytes = 3 * 4096;
+    let log = fixture.open(config, LoadState::default());
+    for n in 0..80 {
+        append(&log, 4, &n.to_string(), T0);
+    }
+    log.delete_retention_breached_segments().unwrap();
+    assert!(log.size_bytes() <= 3 * 4096 + 4096, "{}", log.size_bytes());
+    assert!(log.size_bytes() >= 3 * 4096 - 4096);
+}
+
+#[test]
+fn timestamp_lookups_find_the_first_record_at_or_after() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    // Records at T0 + 10*n for offsets n = 0..200, one record a batch.
+    for n in 0..200i64 {
+        let mut builder = BatchBuilder::new(0, T0 + 10 * n);
+        builder.push(T0 + 10 * n, Some(b"k"), Some(b"v"), &[]);
+        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+            .unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(T0).unwrap(), Some((0, T0)));
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 555).unwrap(),
+        Some((56, T0 + 560))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 1990).unwrap(),
+        Some((199, T0 + 1990))
+    );
+    assert_eq!(log.offset_for_timestamp(T0 + 1991).unwrap(), None);
+    assert_eq!(log.max_timestamp_offset().unwrap(), Some((199, T0 + 1990)));
+    // Within a multi-record batch, the exact record.
+    let mut builder = BatchBuilder::new(0, T0 + 5000);
+    for n in 0..5 {
+        builder.push(T0 + 5000 + n * 100, Some(b"k"), Some(b"v"), &[]);
+    }
+    log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 5150).unwrap(),
+        Some((202, T0 + 5200))
+    );
+    // After a restart the answers are the same (indexes rebuilt or reloaded).
+    log.flush().unwrap();
+    let rp = log.recovery_point();
+    drop(log);
+    let log = fixture.open(
+        small_config(),
+        LoadState {
+            recovery_point: rp,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 555).unwrap(),
+        Some((56, T0 + 560))
+    );
+    assert_eq!(log.max_timestamp_offset().unwrap(), Some((204, T0 + 5400)));
+}
+
+#[test]
+fn log_append_time_replaces_timestamps() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        message_timestamp_type: TimestampType::LogAppendTime,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    let mut batch = make_batch(2, "a", 5);
+    let info = log
+        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!(info.log_append_time_ms, Some(T0));
+    let stored = log
+        .read(0, 1000, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    let h = header(&stored);
+    assert!(h.is_log_append_time());
+    assert_eq!(h.max_timestamp, T0);
+    super::batch::validate_batch(0, &h, &stored).unwrap();
+}
+
+#[test]
+fn flush_policy_always_acknowledges_only_durable_appends_with_concurrent_appenders() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        flush_policy: FlushPolicy::Always,
+        ..LogConfig::default()
+    };
+    let log = Arc::new(fixture.open(config, LoadState::default()));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for n in 0..50 {
+                    let mut batch = make_batch(2, &format!("{t}-{n}"), T0);
+                    let info = log
+                        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+                        .unwrap();
+                    assert!(
+                        log.recovery_point() > info.last_offset,
+                        "acknowledged before durable"
+                    );
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(log.log_end_offset(), 800);
+    assert_eq!(log.recovery_point(), 800);
+}
+
+#[test]
+fn flush_messages_interval_flushes() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        flush_messages: 10,
+        ..LogConfig::default()
+    };
+    let log = fixture.open(config, LoadState::default());
+    append(&log, 4, "a", T0);
+    assert_eq!(log.recovery_point(), 0);
+    append(&log, 4, "b", T0);
+    append(&log, 4, "c", T0);
+    assert_eq!(log.recovery_point(), 12);
+}
+
+/// Offsets -> (key, value) of every record in `batches`.
+pub(super) fn records_of(batches: &[Vec<u8>]) -> Vec<(u64, Vec<u8>, Option<Vec<u8>>)> {
+    let mut records = Vec::new();
+    for batch in batches {
+        let h = header(batch);
+        for record in RecordIter::new(&h, batch) {
+            let record = record.unwrap();
+            records.push((
+                record.offset(&h) as u64,
+                record.key.unwrap().to_vec(),
+                record.value.map(<[u8]>::to_vec),
+            ));
+        }
+    }
+    records
+}
+
+#[test]
+fn compaction_keeps_the_latest_value_per_key_and_drops_tombstones_after_the_horizon() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        delete_retention_ms: 1_000,
+        min_cleanable_dirty_ratio: 0.01,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    // 10 keys overwritten 20 times; then key-3 deleted with a tombstone.
+    for round in 0..20 {
+        let mut builder = BatchBuilder::new(0, T0);
+        for key in 0..10 {
+            builder.push(
+                T0,
+                Some(format!("key-{key}").as_bytes()),
+                Some(format!("v{round}").as_bytes()),
+                &[],
+            );
+        }
+        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+            .unwrap();
+    }
+    let mut tombstone = BatchBuilder::new(0, T0);
+    tombstone.push(T0, Some(b"key-3"), None, &[]);
+    log.append_as_leader(&mut tombstone.build(), 0, AppendOrigin::Client)
+        .unwrap();
+    log.roll_now().unwrap();
+    append(&log, 1, "tail", T0);
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.size_bytes();
+    let end = log.log_end_offset();
+
+    let outcome = log.clean(0, 1 << 20).unwrap();
+    assert!(outcome.records_removed >= 190, "{outcome:?}");
+    assert!(log.size_bytes() < before / 4);
+    let records = records_of(&read_all(&log));
+    for key in 0..10 {
+        let name = format!("key-{key}").into_bytes();
+        let of_key: Vec<_> = records.iter().filter(|r| r.1 == name).collect();
+        if key == 3 {
+            assert_eq!(of_key.len(), 1, "only the tombstone remains");
+            assert_eq!(of_key[0].2, None);
+        } else if key == 0 {
+            // key-0 also appears in the active segment ("tail" batch), which is never cleaned.
+            assert!(of_key.iter().any(|r| r.2.as_deref() == Some(&b"v19"[..])));
+        } else {
+            assert_eq!(of_key.len(), 1, "key-{key}");
+            assert_eq!(of_key[0].2.as_deref(), Some(&b"v19"[..]));
+        }
+    }
+    assert_eq!(log.log_end_offset(), end, "offsets are kept");
+    let pending = log.take_pending_deletes();
+    assert!(!pending.is_empty());
+
+    // Before the horizon the tombstone stays; after it, it goes.
+    let plan = log.cleanable(outcome.first_dirty_offset).unwrap();
+    assert!(!plan.due);
+    fixture.clock.advance(1_001);
+    let plan = log.cleanable(outcome.first_dirty_offset).unwrap();
+    assert!(plan.due, "a passed delete horizon makes the log due");
+    let outcome = log.clean(outcome.first_dirty_offset, 1 << 20).unwrap();
+    assert_eq!(outcome.tombstones_removed, 1);
+    let records = records_of(&read_all(&log));
+    assert!(records.iter().all(|r| r.1 != b"key-3"));
+
+    // The compacted log survives a crash and restart unchanged.
+    let expected = read_all(&log);
+    drop(log);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    assert_same_batches(&read_all(&log), &expected, "reopened");
+}
+
+#[test]
+fn an_interrupted_swap_is_completed_on_open() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        min_cleanable_dirty_ratio: 0.01,
+        ..small_config()
+    };
+    let log = fixture.open(config.clone(), LoadState::default());
+    for round in 0..100 {
+        let mut builder = BatchBuilder::new(0, T0);
+        for key in 0..5 {
+            builder.push(
+                T0,
+                Some(format!("key-{key}").as_bytes()),
+                Some(format!("v{round}").as_bytes()),
+                &[],
+            );
+        }
+        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+            .unwrap();
+    }
+    log.roll_now().unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    let segments_before = log.segment_base_offsets();
+    assert!(segments_before.len() > 3);
+    log.flush().unwrap();
+    drop(log);
+
+    // Simulate a crash right after the commit point: the swap exists, the old segments too.
+    // Build the swap as the cleaner would, in a scratch copy of the log.
+    let scratch = tempfile::tempdir().unwrap();
+    let scratch_dir = scratch.path().join("topic-0");
+    fs::create_dir_all(&scratch_dir).unwrap();
+    for entry in fs::read_dir(fixture.path()).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), scratch_dir.join(entry.file_name())).unwrap();
+    }
+    let (copy, _) = Log::open(
+        &scratch_dir,
+        TopicPartition::new("topic", 0),
+        config.clone(),
+        LoadState::default(),
+        fixture.clock.clone(),
+    )
+    .unwrap();
+    copy.set_high_watermark(copy.log_end_offset());
+    copy.clean(0, 1 << 20).unwrap();
+    let expected = read_all(&copy);
+    let cleaned_bases = copy.segment_base_offsets();
+    drop(copy);
+    for base in &cleaned_bases[..cleaned_bases.len() - 1] {
+        let cleaned = fs::read(scratch_dir.join(format!("{base:020}.log"))).unwrap();
+        fs::write(fixture.path().join(format!("{base:020}.log.swap")), cleaned).unwrap();
+    }
+    fs::write(
+        fixture
+            .path()
+            .join(format!("{:020}.log.cleaned", cleaned_bases[0])),
+        b"partial",
+    )
+    .unwrap();
+
+    let (log, stats) = Log::open(
+        &fixture.path(),
+        TopicPartition::new("topic", 0),
+        config,
+        LoadState::default(),
+        fixture.clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(stats.swaps_completed, cleaned_bases.len() - 1);
+    assert_same_batches(&read_all(&log), &expected, "after completing swaps");
+    let names: Vec<String> = fs::read_dir(fixture.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.ends_with(".swap") && !n.ends_with(".cleaned")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn log_manager_checkpoints_locks_and_restarts_cleanly() {
+    use super::manager::{CLEAN_SHUTDOWN_FILE, LogManager, LogManagerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogManagerConfig {
+        log_dirs: vec![dir.path().join("a"), dir.path().join("b")],
+        default_log_config: small_config(),
+        ..LogManagerConfig::default()
+    };
+    let manager = LogManager::open(config.clone(), clock.clone()).unwrap();
+    let error = LogManager::open(config.clone(), clock.clone()).unwrap_err();
+    assert!(error.to_string().contains("locked"), "{error}");
+    let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("orders", p)).collect();
+    for tp in &tps {
+        let log = manager.get_or_create(tp, small_config()).unwrap();
+        append(&log, 3, "x", T0);
+    }
+    // Logs spread over both dirs.
+    assert!(dir.path().join("a/orders-0").exists() != dir.path().join("b/orders-0").exists());
+    assert_eq!(
+        fs::read_dir(dir.path().join("a"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count(),
+        2
+    );
+    manager.shutdown().unwrap();
+    assert!(dir.path().join("a").join(CLEAN_SHUTDOWN_FILE).exists());
+    let text = fs::read_to_string(dir.path().join("a/recovery-point-offset-checkpoint")).unwrap();
+    assert!(
+        text.starts_with("0\n2\n") && text.contains(" 3\n"),
+        "{text}"
+    );
+    drop(manager);
+
+    let manager = LogManager::open(config.clone(), clock.clone()).unwrap();
+    assert!(
+        !dir.path().join("a").join(CLEAN_SHUTDOWN_FILE).exists(),
+        "marker consumed at start"
+    );
+    for tp in &tps {
+        assert_eq!(manager.get(tp).unwrap().log_end_offset(), 3);
+    }
+    // Topic deletion renames at once and removes after the delay.
+    assert!(manager.delete(&tps[0]).unwrap());
+    assert!(manager.get(&tps[0]).is_none());
+    clock.advance(60_001);
+    manager.maintain(false).unwrap();
+    let leftovers = fs::read_dir(dir.path().join("a"))
+        .unwrap()
+        .chain(fs::read_dir(dir.path().join("b")).unwrap())
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("orders-0")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+}
+
+#[test]
+fn flush_ms_and_rolled_segments_are_flushed_by_housekeeping() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        flush_ms: 1_000,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    for n in 0..20 {
+        append(&log, 4, &n.to_string(), T0);
+    }
+    assert_eq!(log.recovery_point(), 0);
+    let active_base = *log.segment_base_offsets().last().unwrap();
+    // Not due yet, but segments rolled: they are flushed (with whatever follows them).
+    log.flush_if_due().unwrap();
+    assert!(log.recovery_point() >= active_base);
+    append(&log, 1, "more", T0);
+    let before = log.recovery_point();
+    log.flush_if_due().unwrap();
+    assert_eq!(log.recovery_point(), before, "no roll, not due: no flush");
+    fixture.clock.advance(1_000);
+    log.flush_if_due().unwrap();
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+}
+
+#[test]
+fn compaction_honours_dirty_ratio_and_compaction_lag() {
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        min_cleanable_dirty_ratio: 0.75,
+        min_compaction_lag_ms: 10_000,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    let write_round = |round: usize, timestamp: i64| {
+        let mut builder = BatchBuilder::new(0, timestamp);
+        for key in 0..8 {
+            builder.push(
+                timestamp,
+                Some(format!("key-{key}").as_bytes()),
+                Some(format!("v{round}-{:-<40}", "").as_bytes()),
+                &[],
+            );
+        }
+        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+            .unwrap();
+    };
+    for round in 0..40 {
+        write_round(round, T0);
+    }
+    log.roll_now().unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    // Every record is younger than min.compaction.lag.ms: nothing is cleanable.
+    assert!(log.cleanable(0).is_none());
+    assert_eq!(log.clean(0, 1 << 20).unwrap().segments_cleaned, 0);
+    fixture.clock.advance(10_001);
+    let plan = log.cleanable(0).unwrap();
+    assert!(plan.due && plan.dirty_ratio == 1.0, "{plan:?}");
+    let outcome = log.clean(0, 1 << 20).unwrap();
+    assert!(outcome.segments_cleaned > 0);
+    // A little new dirt on a clean log stays below the ratio.
+    write_round(99, fixture.clock.now_ms() - 20_000);
+    log.roll_now().unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    let plan = log.cleanable(outcome.first_dirty_offset).unwrap();
+    assert!(plan.dirty_bytes > 0 && !plan.due, "{plan:?}");
+}
