@@ -294,6 +294,25 @@ impl LogManager {
         Ok(true)
     }
 
+    /// Truncates a log (replication after a leader change) and checkpoints at once: a stale
+    /// recovery point above the new log end would let a crash skip rescanning data appended
+    /// after the truncation.
+    pub fn truncate_to(&self, tp: &TopicPartition, offset: u64) -> Result<u64> {
+        let log = self.get(tp).ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
+        let end = log.truncate_to(offset)?;
+        self.checkpoint()?;
+        Ok(end)
+    }
+
+    /// DeleteRecords: moves a log's start offset and checkpoints it at once, so deleted
+    /// records do not come back after a crash.
+    pub fn advance_log_start_offset(&self, tp: &TopicPartition, offset: u64) -> Result<u64> {
+        let log = self.get(tp).ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
+        let start = log.advance_log_start_offset(offset)?;
+        self.checkpoint()?;
+        Ok(start)
+    }
+
     /// Writes every per-dir checkpoint from the logs' current state.
     pub fn checkpoint(&self) -> Result<()> {
         let logs = self.logs.read().unwrap_or_else(|p| p.into_inner());

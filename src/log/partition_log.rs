@@ -787,6 +787,8 @@ impl Log {
 
     /// Removes every batch from the one holding `offset` on (a follower diverged from its
     /// leader). Returns the new log end offset, which is `offset` when it is a batch boundary.
+    /// The recovery point checkpoint must be rewritten right after (`LogManager::truncate_to`
+    /// does): a stale one above the new end would skip rescanning what is appended next.
     pub fn truncate_to(&self, offset: u64) -> Result<u64> {
         self.check_online()?;
         let flushing = self.start_flushing(None).expect("no cover condition");
