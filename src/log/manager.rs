@@ -298,7 +298,9 @@ impl LogManager {
     /// recovery point above the new log end would let a crash skip rescanning data appended
     /// after the truncation.
     pub fn truncate_to(&self, tp: &TopicPartition, offset: u64) -> Result<u64> {
-        let log = self.get(tp).ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
+        let log = self
+            .get(tp)
+            .ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
         let end = log.truncate_to(offset)?;
         self.checkpoint()?;
         Ok(end)
@@ -307,7 +309,9 @@ impl LogManager {
     /// DeleteRecords: moves a log's start offset and checkpoints it at once, so deleted
     /// records do not come back after a crash.
     pub fn advance_log_start_offset(&self, tp: &TopicPartition, offset: u64) -> Result<u64> {
-        let log = self.get(tp).ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
+        let log = self
+            .get(tp)
+            .ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
         let start = log.advance_log_start_offset(offset)?;
         self.checkpoint()?;
         Ok(start)
