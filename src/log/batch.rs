@@ -109,8 +109,11 @@ impl BatchHeader {
         (length >= MIN_BATCH_LENGTH).then_some(LOG_OVERHEAD + length)
     }
 
+    /// `base_offset + last_offset_delta`, saturating: callers validate offsets from the wire
+    /// before trusting this.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
+        self.base_offset
+            .saturating_add(i64::from(self.last_offset_delta))
     }
 
     /// 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
@@ -187,7 +190,9 @@ impl<'a> Iterator for BatchIter<'a> {
 
 /// Checks one framed batch the way Kafka's broker does before it appends a producer's batch:
 /// magic, CRC, count against offsets, and for uncompressed batches every record's framing.
-pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Result<()> {
+/// Returns the largest record timestamp of an uncompressed batch (Kafka rewrites the header's
+/// max timestamp from the records rather than trusting the producer).
+pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Result<Option<i64>> {
     let invalid = |reason: String| LogError::InvalidRecord { position, reason };
     if header.magic != MAGIC_V2 {
         return Err(if (0..MAGIC_V2).contains(&header.magic) {
@@ -215,10 +220,15 @@ pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Re
             header.records_count, header.last_offset_delta
         )));
     }
-    if !header.is_compressed() {
+    if header.is_compressed() {
+        return Ok(None);
+    }
+    let mut max_timestamp = i64::MIN;
+    {
         let mut expected_delta = 0i32;
         for record in RecordIter::new(header, batch) {
             let record = record.map_err(|reason| invalid(reason.to_string()))?;
+            max_timestamp = max_timestamp.max(record.timestamp(header));
             if record.offset_delta != expected_delta {
                 return Err(invalid(format!(
                     "record offset delta {} where {} was expected",
@@ -234,13 +244,20 @@ pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Re
             )));
         }
     }
-    Ok(())
+    Ok(Some(max_timestamp))
 }
 
 /// Writes the leader-assigned fields, which the CRC does not cover.
 pub fn set_base_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
     batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Sets the batch's max timestamp (CreateTime), and re-checksums it.
+pub fn set_max_timestamp(batch: &mut [u8], max_timestamp: i64) {
+    batch[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Marks the batch as LogAppendTime with `now_ms` as its max timestamp, and re-checksums it.

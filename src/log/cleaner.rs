@@ -103,7 +103,7 @@ impl Log {
     /// not compacted or nothing is cleanable.
     pub fn cleanable(&self, first_dirty_offset: u64) -> Option<CleanablePlan> {
         let config = self.config();
-        if !config.cleanup_policy.compact {
+        if !config.cleanup_policy.compact || self.is_offline() {
             return None;
         }
         let now = self.clock().now_ms();
@@ -160,6 +160,7 @@ impl Log {
                 ..Default::default()
             });
         };
+        let generation = self.generation();
         let snapshots: Vec<SegmentSnapshot> = {
             let state = self.read_state();
             state
@@ -188,7 +189,7 @@ impl Log {
                     && snapshot.next_offset - first.base_offset <= u64::from(u32::MAX)
             });
             if !fits {
-                self.clean_group(&group, &map, &mut outcome)?;
+                self.clean_group(&group, &map, generation, &mut outcome)?;
                 group.clear();
                 group_bytes = 0;
                 if outcome.abandoned {
@@ -199,7 +200,7 @@ impl Log {
             group.push(snapshot);
         }
         if !group.is_empty() {
-            self.clean_group(&group, &map, &mut outcome)?;
+            self.clean_group(&group, &map, generation, &mut outcome)?;
         }
         if !outcome.abandoned {
             self.set_delete_horizon_due_ms(outcome.next_delete_horizon_ms.unwrap_or(i64::MAX));
@@ -221,6 +222,7 @@ impl Log {
         &self,
         group: &[&SegmentSnapshot],
         map: &OffsetMap,
+        generation: u64,
         outcome: &mut CleanOutcome,
     ) -> Result<()> {
         let config = self.config();
@@ -265,23 +267,27 @@ impl Log {
             file.sync_data()
                 .map_err(|e| LogError::io(cleaned.path(), e))?;
         }
-        self.swap_in(cleaned, group, outcome)
+        self.swap_in(cleaned, group, generation, outcome)
     }
 
     fn swap_in(
         &self,
         mut cleaned: Segment,
         group: &[&SegmentSnapshot],
+        generation: u64,
         outcome: &mut CleanOutcome,
     ) -> Result<()> {
         let mut state = self.write_state();
-        let unchanged = group.iter().all(|s| {
-            state
-                .segments
-                .get(&s.base_offset)
-                .is_some_and(|live| live.size() == s.size)
-                && state.active().base_offset != s.base_offset
-        });
+        // Same generation: no truncation or deletion since the pass began, so segments with the
+        // same base and size are the ones read.
+        let unchanged = self.generation() == generation
+            && group.iter().all(|s| {
+                state
+                    .segments
+                    .get(&s.base_offset)
+                    .is_some_and(|live| live.size() == s.size)
+                    && state.active().base_offset != s.base_offset
+            });
         if !unchanged {
             tracing::info!(topic_partition = %self.topic_partition(), "log changed during cleaning; abandoning the pass");
             outcome.abandoned = true;

@@ -104,6 +104,9 @@ pub struct LogManager {
     /// Files and directories to remove once their time (ms) has come.
     pending_deletes: Mutex<Vec<(i64, PathBuf)>>,
     _locks: Vec<File>,
+    /// One checkpoint writer at a time: the scheduler and request paths (truncation,
+    /// DeleteRecords) both write them, and a stale snapshot must not land after a fresh one.
+    checkpointing: Mutex<()>,
     stopper: Arc<Stopper>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     shut_down: AtomicBool,
@@ -210,6 +213,7 @@ impl LogManager {
             cleaner_offsets: Mutex::new(cleaner_offsets),
             pending_deletes: Mutex::new(Vec::new()),
             _locks: locks,
+            checkpointing: Mutex::new(()),
             stopper: Arc::new(Stopper::default()),
             threads: Mutex::new(Vec::new()),
             shut_down: AtomicBool::new(false),
@@ -285,6 +289,7 @@ impl LogManager {
             return Ok(false);
         };
         lock(&self.cleaner_offsets).remove(tp);
+        managed.log.mark_deleted();
         let dir = managed.log.dir().to_path_buf();
         let stamp = self.clock.now_ms();
         let target = dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
@@ -302,6 +307,9 @@ impl LogManager {
             .get(tp)
             .ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
         let end = log.truncate_to(offset)?;
+        if let Some(first_dirty) = lock(&self.cleaner_offsets).get_mut(tp) {
+            *first_dirty = (*first_dirty).min(end);
+        }
         self.checkpoint()?;
         Ok(end)
     }
@@ -319,6 +327,7 @@ impl LogManager {
 
     /// Writes every per-dir checkpoint from the logs' current state.
     pub fn checkpoint(&self) -> Result<()> {
+        let _writing = lock(&self.checkpointing);
         let logs = self.logs.read().unwrap_or_else(|p| p.into_inner());
         let cleaner_offsets = lock(&self.cleaner_offsets).clone();
         for (dir_index, dir) in self.config.log_dirs.iter().enumerate() {
@@ -348,6 +357,9 @@ impl LogManager {
         let now = self.clock.now_ms();
         for log in self.all() {
             // One failing log goes offline on its own; the others carry on.
+            if log.is_offline() {
+                continue;
+            }
             if let Err(error) = log.flush_if_due() {
                 tracing::error!(tp = %log.topic_partition(), %error, "flush failed");
             }

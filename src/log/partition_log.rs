@@ -147,6 +147,10 @@ pub struct Log {
     delete_horizon_due_ms: AtomicI64,
     /// fsync rounds done by `flush_to` (one round syncs every file with unflushed data).
     flush_count: AtomicU64,
+    /// Base offsets of segments sealed since the last fsync.
+    sealed_unsynced: Mutex<Vec<u64>>,
+    /// Bumped by truncation and deletion: the cleaner abandons a pass that started before.
+    generation: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,22 +203,30 @@ impl Log {
         let mut recovered = Vec::new();
         for (&base, segment) in segments.iter_mut() {
             if base < previous_next_offset {
-                tracing::error!(%topic_partition, base, previous_next_offset, "segment overlaps the one before it");
-                cut_from = Some(base);
-                break;
+                // Not something a crash produces: refuse the log rather than guess which data
+                // to drop (the operator sees the error and the files stay as they are).
+                return Err(LogError::CorruptFile {
+                    path: segment.path(),
+                    reason: format!(
+                        "segment starts at offset {base}, before the previous one ends ({previous_next_offset})"
+                    ),
+                });
             }
-            if base >= recover_from || force_recovery.contains(&base) {
-                let truncated = segment.recover(config.index_interval_bytes, &mut epochs)?;
+            let truncated = if base >= recover_from || force_recovery.contains(&base) {
                 stats.segments_recovered += 1;
                 recovered.push(base);
-                if truncated > 0 {
-                    tracing::warn!(%topic_partition, segment = base, bytes = truncated, "truncated invalid or torn data at the end of a segment");
-                    stats.bytes_truncated += truncated;
-                    cut_from = Some(base + 1);
-                    break;
-                }
+                segment.recover(config.index_interval_bytes, &mut epochs)?
             } else {
-                segment.load_without_recovery(config.index_interval_bytes, &mut epochs)?;
+                segment.load_without_recovery(config.index_interval_bytes, &mut epochs)?
+            };
+            if truncated > 0 {
+                tracing::warn!(%topic_partition, segment = base, bytes = truncated, "truncated invalid or torn data at the end of a segment");
+                stats.bytes_truncated += truncated;
+                if !recovered.contains(&base) {
+                    recovered.push(base);
+                }
+                cut_from = Some(base + 1);
+                break;
             }
             previous_next_offset = segment.next_offset();
         }
@@ -288,6 +300,8 @@ impl Log {
             pending_deletes: Mutex::new(Vec::new()),
             delete_horizon_due_ms: AtomicI64::new(i64::MAX),
             flush_count: AtomicU64::new(0),
+            sealed_unsynced: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
         };
         Ok((log, stats))
     }
@@ -399,16 +413,21 @@ impl Log {
         let mut next_offset = first_offset;
         let mut appended = Vec::with_capacity(headers.len());
         let mut max_timestamp = i64::MIN;
-        for (position, header) in &headers {
+        for (position, header, record_max_timestamp) in &headers {
             let size = header.total_size().expect("validated") as u64;
             let bytes = &mut records[*position..*position + size as usize];
             batch::set_base_offset_and_epoch(bytes, next_offset as i64, leader_epoch);
-            let batch_max_timestamp = match log_append_time {
-                Some(now) => {
+            let batch_max_timestamp = match (log_append_time, record_max_timestamp) {
+                (Some(now), _) => {
                     batch::set_log_append_time(bytes, now);
                     now
                 }
-                None => header.max_timestamp,
+                // The records, not the producer's header, say what the max timestamp is.
+                (None, Some(records_max)) if *records_max != header.max_timestamp => {
+                    batch::set_max_timestamp(bytes, *records_max);
+                    *records_max
+                }
+                (None, _) => header.max_timestamp,
             };
             let last_offset = next_offset + header.last_offset_delta as u64;
             appended.push(AppendedBatch {
@@ -446,8 +465,8 @@ impl Log {
     }
 
     /// Appends batches copied from the leader, unchanged. Their offsets must continue the log:
-    /// strictly increasing, the first at the log end offset (gaps are allowed only in compacted
-    /// topics, whose cleaned batches leave them).
+    /// strictly increasing, the first at or after the log end offset. Gaps are allowed, as in
+    /// Kafka: a compacted log has them, and keeps them if its policy later becomes `delete`.
     pub fn append_as_follower(&self, records: &[u8]) -> Result<AppendInfo> {
         self.check_online()?;
         let config = self.config();
@@ -467,18 +486,16 @@ impl Log {
             let base = u64::try_from(header.base_offset).map_err(|_| {
                 LogError::OffsetsOutOfOrder(format!("negative base offset {}", header.base_offset))
             })?;
-            let in_order = if config.cleanup_policy.compact {
-                base >= expected
-            } else {
-                base == expected
-            };
-            if !in_order || header.last_offset_delta < 0 {
+            let last_offset = u64::try_from(header.last_offset_delta)
+                .ok()
+                .and_then(|delta| base.checked_add(delta))
+                .filter(|last| *last < i64::MAX as u64);
+            let Some(last_offset) = last_offset.filter(|_| base >= expected) else {
                 return Err(LogError::OffsetsOutOfOrder(format!(
                     "batch at offset {base} (last offset delta {}) does not continue the log at {expected}",
                     header.last_offset_delta
                 )));
-            }
-            let last_offset = header.last_offset() as u64;
+            };
             appended.push(AppendedBatch {
                 base_offset: base,
                 last_offset,
@@ -534,17 +551,45 @@ impl Log {
         config: &LogConfig,
         now: i64,
     ) -> Result<()> {
-        let last = appended.last().expect("at least one batch");
-        if state
-            .active()
-            .should_roll(bytes.len() as u64, last.last_offset, config, now)
-        {
-            self.roll(state, appended[0].base_offset, config, now)?;
+        // Batches go to the active segment in runs; a run ends where the segment would
+        // overflow (size, or offsets beyond what 32-bit index entries hold) and a roll follows.
+        let mut start = 0;
+        while start < appended.len() {
+            let first = &appended[start];
+            if state
+                .active()
+                .should_roll(first.size, first.last_offset, config, now)
+            {
+                self.roll(state, first.base_offset, config, now)?;
+            }
+            let active = state.active();
+            let mut end = start + 1;
+            let mut run_bytes = first.size;
+            while end < appended.len()
+                && active.fits(
+                    run_bytes + appended[end].size,
+                    appended[end].last_offset,
+                    config,
+                )
+            {
+                run_bytes += appended[end].size;
+                end += 1;
+            }
+            let from = appended[start].relative_position;
+            let run: Vec<AppendedBatch> = appended[start..end]
+                .iter()
+                .map(|b| AppendedBatch {
+                    relative_position: b.relative_position - from,
+                    ..*b
+                })
+                .collect();
+            let bytes = &bytes[from as usize..(from + run_bytes) as usize];
+            state
+                .active_mut()
+                .append(bytes, &run, config.index_interval_bytes)?;
+            state.log_end_offset = appended[end - 1].last_offset + 1;
+            start = end;
         }
-        state
-            .active_mut()
-            .append(bytes, appended, config.index_interval_bytes)?;
-        state.log_end_offset = last.last_offset + 1;
         state.check_invariants();
         Ok(())
     }
@@ -559,6 +604,7 @@ impl Log {
     ) -> Result<()> {
         debug_assert!(base_offset >= state.log_end_offset);
         state.active_mut().seal()?;
+        lock(&self.sealed_unsynced).push(state.active().base_offset);
         let segment = Segment::create(&self.dir, base_offset, config, now)?;
         tracing::debug!(topic_partition = %self.topic_partition, base_offset, "rolled new segment");
         state.segments.insert(base_offset, segment);
@@ -588,6 +634,7 @@ impl Log {
 
     /// Rolls the active segment if it is non-empty (for tests and `segment.ms` housekeeping).
     pub fn roll_now(&self) -> Result<()> {
+        self.check_online()?;
         let config = self.config();
         let mut state = self.write_state();
         if state.active().is_empty() {
@@ -668,20 +715,38 @@ impl Log {
     /// records at or after the log start offset.
     pub fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
         self.check_online()?;
-        let state = self.read_state();
-        let log_start = state.log_start_offset;
         let mut best: Option<(u64, i64)> = None;
-        for segment in state.segments.values().filter(|s| !s.is_empty()) {
-            let found = if segment.base_offset < log_start {
-                // Records below the log start are gone for readers: scan for the rest.
-                segment.max_timestamp_record(log_start)?
-            } else if best.is_none_or(|(_, ts)| segment.max_timestamp() > ts) {
-                segment.find_offset_by_timestamp(segment.max_timestamp(), log_start)?
-            } else {
-                None
-            };
+        let mut first_segment_scan = None;
+        {
+            let state = self.read_state();
+            let log_start = state.log_start_offset;
+            for segment in state.segments.values().filter(|s| !s.is_empty()) {
+                if segment.base_offset < log_start {
+                    // Records below the log start are gone for readers: the rest of this
+                    // segment is scanned below, outside the lock (it can be large).
+                    if let Some(first) = segment.translate_offset(log_start)? {
+                        first_segment_scan = Some((segment.snapshot(), first.position, log_start));
+                    }
+                    continue;
+                }
+                if best.is_none_or(|(_, ts)| segment.max_timestamp() > ts) {
+                    let found =
+                        segment.find_offset_by_timestamp(segment.max_timestamp(), log_start)?;
+                    if let Some((offset, ts)) = found {
+                        if best.is_none_or(|(_, best_ts)| ts > best_ts) {
+                            best = Some((offset, ts));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((snapshot, position, log_start)) = first_segment_scan {
+            let found = snapshot
+                .max_timestamp_record(position, log_start)
+                .map_err(|e| LogError::io(&self.dir, e))?;
+            // The first segment's records come first: they win ties.
             if let Some((offset, ts)) = found {
-                if best.is_none_or(|(_, best_ts)| ts > best_ts) {
+                if best.is_none_or(|(_, best_ts)| ts >= best_ts) {
                     best = Some((offset, ts));
                 }
             }
@@ -692,11 +757,11 @@ impl Log {
     /// Makes everything below `offset` durable (group commit: one fsync covers every append
     /// that landed before it started).
     pub fn flush_to(&self, offset: u64) -> Result<()> {
-        if self.recovery_point() >= offset {
+        if self.is_durable_to(offset) {
             return Ok(());
         }
         self.check_online()?;
-        let Some(_flushing) = self.start_flushing(Some(offset)) else {
+        let Some(_flushing) = self.start_flushing(Some(offset))? else {
             return Ok(());
         };
         self.gather_appenders();
@@ -705,8 +770,13 @@ impl Log {
         let target = {
             let state = self.read_state();
             let active_base = state.active().base_offset;
+            // Segments sealed since the last fsync: their trims and final index entries must be
+            // on disk before the recovery point may pass them.
+            let sealed: Vec<u64> = std::mem::take(&mut *lock(&self.sealed_unsynced));
             for segment in state.segments.values() {
-                if segment.next_offset() > recovery_point || segment.base_offset >= recovery_point {
+                let has_unflushed_data =
+                    segment.next_offset() > recovery_point || segment.base_offset >= recovery_point;
+                if has_unflushed_data || sealed.contains(&segment.base_offset) {
                     segment.sync_handles(segment.base_offset != active_base, &mut handles);
                 }
             }
@@ -715,6 +785,7 @@ impl Log {
         if let Err(e) = sync_all(&handles) {
             return self.fail(e);
         }
+        self.check_online()?;
         self.flush_count.fetch_add(1, Ordering::Relaxed);
         self.recovery_point.fetch_max(target, Ordering::AcqRel);
         let mut state = self.write_state();
@@ -743,21 +814,30 @@ impl Log {
 
     /// Waits until no fsync runs and claims the right to run one; with `covered` given, returns
     /// `None` instead once the recovery point reaches it (another fsync covered the caller).
-    fn start_flushing(&self, covered: Option<u64>) -> Option<FlushGuard<'_>> {
+    /// An fsync that failed takes the log offline, and a waiter must then fail too: a second
+    /// fsync of the same file can succeed without the lost pages ever reaching the disk.
+    fn start_flushing(&self, covered: Option<u64>) -> Result<Option<FlushGuard<'_>>> {
         let mut flushing = lock(&self.flushing);
         loop {
-            if covered.is_some_and(|offset| self.recovery_point() >= offset) {
-                return None;
+            self.check_online()?;
+            if covered.is_some_and(|offset| self.is_durable_to(offset)) {
+                return Ok(None);
             }
             if !*flushing {
                 *flushing = true;
-                return Some(FlushGuard { log: self });
+                return Ok(Some(FlushGuard { log: self }));
             }
             flushing = self
                 .flushed
                 .wait(flushing)
                 .unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// Whether everything below `offset` is on disk, and no sealed segment waits for its
+    /// indexes to be synced.
+    fn is_durable_to(&self, offset: u64) -> bool {
+        self.recovery_point() >= offset && lock(&self.sealed_unsynced).is_empty()
     }
 
     /// Flushes everything appended so far.
@@ -769,6 +849,7 @@ impl Log {
     /// `flush.ms` housekeeping, and flushing segments that rolled (Kafka flushes a segment
     /// when it rolls, off the append path). Called by the log manager's scheduler.
     pub fn flush_if_due(&self) -> Result<()> {
+        self.check_online()?;
         let config = self.config();
         let (due, active_base) = {
             let state = self.read_state();
@@ -791,7 +872,7 @@ impl Log {
     /// does): a stale one above the new end would skip rescanning what is appended next.
     pub fn truncate_to(&self, offset: u64) -> Result<u64> {
         self.check_online()?;
-        let flushing = self.start_flushing(None).expect("no cover condition");
+        let flushing = self.start_flushing(None)?.expect("no cover condition");
         let mut state = self.write_state();
         if offset >= state.log_end_offset {
             return Ok(state.log_end_offset);
@@ -848,6 +929,7 @@ impl Log {
         })();
         match result {
             Ok(new_end) => {
+                self.generation.fetch_add(1, Ordering::AcqRel);
                 self.recovery_point.fetch_min(new_end, Ordering::AcqRel);
                 state.check_invariants();
                 tracing::info!(topic_partition = %self.topic_partition, offset, log_end_offset = new_end, "truncated log");
@@ -861,7 +943,7 @@ impl Log {
     /// now starts later).
     pub fn truncate_fully_and_start_at(&self, offset: u64) -> Result<()> {
         self.check_online()?;
-        let _flushing = self.start_flushing(None).expect("no cover condition");
+        let _flushing = self.start_flushing(None)?.expect("no cover condition");
         let config = self.config();
         let mut state = self.write_state();
         let now = self.clock.now_ms();
@@ -881,17 +963,19 @@ impl Log {
         if let Err(e) = result {
             return self.fail(e);
         }
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.recovery_point.store(offset, Ordering::Release);
         state.check_invariants();
         Ok(())
     }
 
-    /// DeleteRecords: moves the log start offset forward (never back). Segments wholly below it
-    /// are deleted by the next retention pass. Returns the log start offset.
+    /// DeleteRecords: moves the log start offset forward (never back), at most to the high
+    /// watermark (Kafka answers OFFSET_OUT_OF_RANGE beyond it). Segments wholly below it are
+    /// deleted by the next retention pass. Returns the log start offset.
     pub fn advance_log_start_offset(&self, offset: u64) -> Result<u64> {
         self.check_online()?;
         let mut state = self.write_state();
-        if offset > state.log_end_offset {
+        if offset > state.high_watermark {
             return Err(LogError::OffsetOutOfRange {
                 offset,
                 log_start_offset: state.log_start_offset,
@@ -900,7 +984,6 @@ impl Log {
         }
         if offset > state.log_start_offset {
             state.log_start_offset = offset;
-            state.high_watermark = state.high_watermark.max(offset);
             if let Err(e) = state.epochs.truncate_from_start(offset) {
                 return self.fail(e);
             }
@@ -913,6 +996,19 @@ impl Log {
     pub fn take_pending_deletes(&self) -> Vec<PathBuf> {
         std::mem::take(&mut *lock(&self.pending_deletes))
     }
+    /// The log's topic was deleted: every later operation fails, and a cleaner or retention
+    /// pass holding the log abandons its work instead of touching files that may by then
+    /// belong to a re-created topic of the same name.
+    pub fn mark_deleted(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.offline.store(true, Ordering::Release);
+    }
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::Acquire)
+    }
     pub(super) fn delete_horizon_due_ms(&self) -> i64 {
         self.delete_horizon_due_ms.load(Ordering::Acquire)
     }
@@ -921,6 +1017,9 @@ impl Log {
     }
     pub(super) fn add_pending_deletes(&self, paths: Vec<PathBuf>) {
         lock(&self.pending_deletes).extend(paths);
+    }
+    pub(super) fn ensure_online(&self) -> Result<()> {
+        self.check_online()
     }
     pub(super) fn mark_offline_on<T>(&self, result: Result<T>) -> Result<T> {
         result.or_else(|e| self.fail(e))
@@ -958,7 +1057,7 @@ fn validate_leader_batches(
     records: &[u8],
     config: &LogConfig,
     origin: AppendOrigin,
-) -> Result<Vec<(usize, BatchHeader)>> {
+) -> Result<Vec<(usize, BatchHeader, Option<i64>)>> {
     let mut headers = Vec::new();
     for item in BatchIter::new(records) {
         let (position, header, bytes) = item?;
@@ -968,7 +1067,7 @@ fn validate_leader_batches(
                 max: config.max_message_bytes,
             });
         }
-        batch::validate_batch(position, &header, bytes)?;
+        let record_max_timestamp = batch::validate_batch(position, &header, bytes)?;
         let invalid = |reason: &str| LogError::InvalidRecord {
             position,
             reason: reason.into(),
@@ -990,7 +1089,7 @@ fn validate_leader_batches(
                 ));
             }
         }
-        headers.push((position, header));
+        headers.push((position, header, record_max_timestamp));
     }
     if headers.is_empty() {
         return Err(LogError::InvalidRecord {

@@ -33,6 +33,7 @@ fn largest_timestamp_ms(segment: &Segment) -> i64 {
 impl Log {
     /// Deletes the prefix of segments that retention allows to go.
     pub fn delete_retention_breached_segments(&self) -> Result<RetentionOutcome> {
+        self.ensure_online()?;
         let config = self.config();
         let now = self.clock().now_ms();
         let mut state = self.write_state();
@@ -47,6 +48,10 @@ impl Log {
         for window in bases.windows(2) {
             // `window[1]` exists, so `window[0]` is not the active segment.
             let (base, next_base) = (window[0], window[1]);
+            // As in Kafka: never delete what is not yet committed (above the high watermark).
+            if next_base > state.high_watermark {
+                break;
+            }
             let segment = &state.segments[&base];
             let below_log_start = next_base <= state.log_start_offset;
             let expired = config.cleanup_policy.delete
@@ -72,7 +77,7 @@ impl Log {
                 renamed.extend(segment.rename_to_deleted()?);
                 state.log_start_offset = state.log_start_offset.max(next_base);
             }
-            state.high_watermark = state.high_watermark.max(state.log_start_offset);
+            debug_assert!(state.log_start_offset <= state.high_watermark);
             let start = state.log_start_offset;
             state.epochs.truncate_from_start(start)
         })();

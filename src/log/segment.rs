@@ -215,6 +215,17 @@ impl Segment {
         // readahead window. Advice only; a failure changes nothing.
         // SAFETY: an advisory call on a descriptor this segment owns.
         let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        // `segment.ms` counts from the first batch's timestamp, as Kafka's roll does, so that a
+        // restart does not restart the clock.
+        let mut created_ms = now_ms;
+        if size >= BATCH_HEADER_BYTES as u64 {
+            let mut header = [0u8; BATCH_HEADER_BYTES];
+            if file.read_exact_at(&mut header, 0).is_ok() {
+                if let Some(first) = BatchHeader::parse(&header).filter(|h| h.max_timestamp > 0) {
+                    created_ms = first.max_timestamp.min(now_ms);
+                }
+            }
+        }
         let capacity = config.segment_index_bytes;
         let index_path = segment_path(dir, base_offset, &format!("{INDEX_SUFFIX}{suffix}"));
         let time_index_path =
@@ -233,7 +244,7 @@ impl Segment {
             max_timestamp: -1,
             next_offset: base_offset,
             last_batch_offset: None,
-            created_ms: now_ms,
+            created_ms,
             index_capacity_bytes: capacity,
             allocated: size,
             preallocate_bytes: if config.flush_policy == super::config::FlushPolicy::Always {
@@ -271,8 +282,10 @@ impl Segment {
 
     /// Renames the segment's three files to carry `suffix` instead of the current one. The
     /// mappings and handles stay valid: they belong to the inodes, not the names.
+    /// The `.log` goes last: while it still carries `.swap`, `Log::open` completes the swap
+    /// and rebuilds the indexes, whatever names they had reached.
     pub fn rename_suffix(&mut self, suffix: &str) -> Result<()> {
-        for kind in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
             let from = segment_path(
                 &self.dir,
                 self.base_offset,
@@ -304,15 +317,24 @@ impl Segment {
         now_ms: i64,
     ) -> bool {
         if self.is_empty() {
-            return false;
+            // Only offsets too far above an empty segment's base (a follower's gap) need a
+            // new segment; any one batch fits an empty segment otherwise.
+            return last_offset.saturating_sub(self.base_offset) > u64::from(u32::MAX);
         }
-        self.size + bytes > config.segment_bytes
-            || now_ms - self.created_ms >= config.segment_ms
+        !self.fits(bytes, last_offset, config)
+            || now_ms.saturating_sub(self.created_ms) >= config.segment_ms
             || self.offset_index.is_full()
             // Keep one slot so the final entry written at roll always fits.
             || self.time_index.entries() + 2 > self.time_index_capacity()
-            || last_offset - self.base_offset > u64::from(u32::MAX)
-            || self.size + bytes > u64::from(u32::MAX)
+    }
+
+    /// Whether `bytes` more, ending at `last_offset`, fit this segment's size and the 32-bit
+    /// relative offsets and positions of its indexes.
+    pub fn fits(&self, bytes: u64, last_offset: u64, config: &LogConfig) -> bool {
+        let size = self.size + bytes;
+        size <= config.segment_bytes
+            && size <= u64::from(u32::MAX)
+            && last_offset.saturating_sub(self.base_offset) <= u64::from(u32::MAX)
     }
 
     fn time_index_capacity(&self) -> usize {
@@ -559,43 +581,6 @@ impl Segment {
         Ok(None)
     }
 
-    /// The first record with the largest timestamp at or after `min_offset`, by a scan.
-    pub fn max_timestamp_record(&self, min_offset: u64) -> Result<Option<(u64, i64)>> {
-        let mut best: Option<(u64, i64)> = None;
-        let mut consider = |offset: u64, ts: i64| {
-            if best.is_none_or(|(_, best_ts)| ts > best_ts) {
-                best = Some((offset, ts));
-            }
-        };
-        let Some(first) = self.translate_offset(min_offset)? else {
-            return Ok(None);
-        };
-        let mut position = first.position;
-        while let Some(location) = self.header_at(position)? {
-            position = location.position + location.size;
-            let header = location.header;
-            if header.is_compressed() || header.is_log_append_time() {
-                consider(
-                    (header.base_offset as u64).max(min_offset),
-                    header.max_timestamp,
-                );
-                continue;
-            }
-            let batch = self.read_batch(&location)?;
-            for record in RecordIter::new(&header, &batch) {
-                let record = record.map_err(|reason| LogError::CorruptFile {
-                    path: self.path(),
-                    reason: reason.into(),
-                })?;
-                let offset = record.offset(&header) as u64;
-                if offset >= min_offset {
-                    consider(offset, record.timestamp(&header));
-                }
-            }
-        }
-        Ok(best)
-    }
-
     pub fn read_batch(&self, location: &BatchLocation) -> Result<Vec<u8>> {
         let mut bytes = vec![0u8; location.size as usize];
         self.file
@@ -696,27 +681,38 @@ impl Segment {
     /// Loads what recovery would compute, for a segment below the recovery point: checks the
     /// indexes (recovering if they are damaged), takes the max timestamp from the time index
     /// and finds the next offset by scanning from the last index entry.
+    /// Returns the bytes cut off when it had to fall back to recovery.
     pub fn load_without_recovery(
         &mut self,
         index_interval_bytes: u64,
         epochs: &mut LeaderEpochCache,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         if let Err(reason) = self
             .offset_index
             .sanity_check(self.size)
             .and(self.time_index.sanity_check())
         {
             tracing::warn!(segment = %self.path().display(), %reason, "rebuilding damaged index");
-            self.recover(index_interval_bytes, epochs)?;
-            return Ok(());
+            return self.recover(index_interval_bytes, epochs);
         }
         self.max_timestamp = self.time_index.last().map_or(-1, |(ts, _)| ts);
-        let (_, indexed) = self.offset_index.lookup(u64::MAX);
+        let (indexed_offset, indexed) = self.offset_index.lookup(u64::MAX);
         let mut position = u64::from(indexed);
         self.next_offset = self.base_offset;
+        // The tail is trusted for its CRCs (it was fsynced) but its offsets, which the CRC does
+        // not cover, are checked as recovery would.
         let scanned = loop {
             match self.header_at(position) {
                 Ok(Some(location)) => {
+                    let header = location.header;
+                    let plausible = header.base_offset >= 0
+                        && header.last_offset_delta >= 0
+                        && header.base_offset as u64 >= self.next_offset.max(indexed_offset)
+                        && (header.last_offset() as u64).saturating_sub(self.base_offset)
+                            <= u64::from(u32::MAX);
+                    if !plausible {
+                        break false;
+                    }
                     self.next_offset = location.header.last_offset() as u64 + 1;
                     self.last_batch_offset = Some(location.header.base_offset as u64);
                     self.max_timestamp = self.max_timestamp.max(location.header.max_timestamp);
@@ -728,11 +724,11 @@ impl Segment {
             }
         };
         if !scanned {
-            // Bytes after the last whole batch: the file is not what was sealed. Check it all.
+            // The tail is not whole, ordered batches: the file is not what was sealed.
             tracing::warn!(segment = %self.path().display(), "segment tail is not whole batches; recovering it");
-            self.recover(index_interval_bytes, epochs)?;
+            return self.recover(index_interval_bytes, epochs);
         }
-        Ok(())
+        Ok(0)
     }
 
     /// Removes batches from the one holding `offset` on. Returns the base offset of the first
@@ -798,7 +794,14 @@ impl SegmentSnapshot {
     /// Each batch with its bytes, in order. A batch is read whole: its size was checked
     /// against the segment's when it was appended.
     pub fn batches(&self) -> impl Iterator<Item = io::Result<(BatchHeader, Vec<u8>)>> + '_ {
-        let mut position = 0u64;
+        self.batches_from(0)
+    }
+
+    /// Like [`SegmentSnapshot::batches`], from a batch boundary.
+    pub fn batches_from(
+        &self,
+        mut position: u64,
+    ) -> impl Iterator<Item = io::Result<(BatchHeader, Vec<u8>)>> + '_ {
         std::iter::from_fn(move || {
             if position + BATCH_HEADER_BYTES as u64 > self.size {
                 return None;
@@ -826,6 +829,45 @@ impl SegmentSnapshot {
             }
             Some(result)
         })
+    }
+}
+
+impl SegmentSnapshot {
+    /// The first record with the largest timestamp at or after `min_offset`, scanning from
+    /// `position` (a batch boundary at or before `min_offset`). Runs without the log's lock.
+    pub fn max_timestamp_record(
+        &self,
+        position: u64,
+        min_offset: u64,
+    ) -> io::Result<Option<(u64, i64)>> {
+        let mut best: Option<(u64, i64)> = None;
+        let mut consider = |offset: u64, ts: i64| {
+            if best.is_none_or(|(_, best_ts)| ts > best_ts) {
+                best = Some((offset, ts));
+            }
+        };
+        for item in self.batches_from(position) {
+            let (header, batch) = item?;
+            if (header.last_offset() as u64) < min_offset {
+                continue;
+            }
+            if header.is_compressed() || header.is_log_append_time() {
+                consider(
+                    (header.base_offset as u64).max(min_offset),
+                    header.max_timestamp,
+                );
+                continue;
+            }
+            for record in RecordIter::new(&header, &batch) {
+                let record =
+                    record.map_err(|reason| io::Error::new(io::ErrorKind::InvalidData, reason))?;
+                let offset = record.offset(&header) as u64;
+                if offset >= min_offset {
+                    consider(offset, record.timestamp(&header));
+                }
+            }
+        }
+        Ok(best)
     }
 }
 

@@ -460,8 +460,15 @@ fn log_start_offset_and_retention_delete_old_segments() {
         append(&log, 4, &n.to_string(), T0 + n);
     }
     let segments = log.segment_count();
+    // DeleteRecords: not past the high watermark.
+    log.set_high_watermark(40);
+    assert_eq!(
+        log.advance_log_start_offset(50)
+            .unwrap_err()
+            .kafka_error_code(),
+        code::OFFSET_OUT_OF_RANGE
+    );
     log.set_high_watermark(log.log_end_offset());
-    // DeleteRecords.
     assert_eq!(log.advance_log_start_offset(50).unwrap(), 50);
     assert_eq!(
         log.read(49, 100, None).unwrap_err().kafka_error_code(),
@@ -500,6 +507,15 @@ fn log_start_offset_and_retention_delete_old_segments() {
     for n in 0..80 {
         append(&log, 4, &n.to_string(), T0);
     }
+    // Nothing above the high watermark is deleted, whatever retention says.
+    log.set_high_watermark(4);
+    assert_eq!(
+        log.delete_retention_breached_segments()
+            .unwrap()
+            .segments_deleted,
+        0
+    );
+    log.set_high_watermark(log.log_end_offset());
     log.delete_retention_breached_segments().unwrap();
     assert!(log.size_bytes() <= 3 * 4096 + 4096, "{}", log.size_bytes());
     assert!(log.size_bytes() >= 3 * 4096 - 4096);
@@ -939,4 +955,111 @@ fn compaction_honours_dirty_ratio_and_compaction_lag() {
     log.set_high_watermark(log.log_end_offset());
     let plan = log.cleanable(outcome.first_dirty_offset).unwrap();
     assert!(plan.dirty_bytes > 0 && !plan.due, "{plan:?}");
+}
+
+/// A "compressed" batch (the log does not decompress) claiming `count` records.
+fn compressed_batch_claiming(count: i32) -> Vec<u8> {
+    let mut batch = make_batch(1, "c", T0);
+    batch[21..23].copy_from_slice(&1i16.to_be_bytes()); // gzip
+    batch[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+    batch[57..61].copy_from_slice(&count.to_be_bytes());
+    let crc = super::batch::compute_crc(&batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch
+}
+
+#[test]
+fn appends_spanning_more_offsets_than_an_index_holds_roll_between_batches() {
+    let fixture = Fixture::new();
+    let log = fixture.open(LogConfig::default(), LoadState::default());
+    let one = compressed_batch_claiming(i32::MAX);
+    let mut three = [one.clone(), one.clone(), one].concat();
+    let info = log
+        .append_as_leader(&mut three, 0, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!(info.last_offset + 1, 3 * i32::MAX as u64);
+    assert!(
+        log.segment_count() >= 2,
+        "offsets beyond u32 from a segment base need a new segment"
+    );
+    append(&log, 1, "after", T0);
+    let expected = read_all(&log);
+    drop(log);
+    let log = fixture.open(LogConfig::default(), LoadState::default());
+    assert_same_batches(&read_all(&log), &expected, "after recovery");
+}
+
+#[test]
+fn follower_appends_accept_gaps_far_beyond_the_segment_base() {
+    let leader_fixture = Fixture::new();
+    let leader = leader_fixture.open(small_config(), LoadState::default());
+    append(&leader, 2, "a", T0);
+    let mut bytes = leader
+        .read(0, 1 << 20, None)
+        .unwrap()
+        .slice
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    let far = 10_000_000_000i64;
+    bytes[0..8].copy_from_slice(&far.to_be_bytes());
+    let fixture = Fixture::new();
+    let follower = fixture.open(small_config(), LoadState::default());
+    let info = follower.append_as_follower(&bytes).unwrap();
+    assert_eq!(info.first_offset, far as u64);
+    assert_eq!(follower.log_end_offset(), far as u64 + 2);
+    // Offsets that overflow are refused, not wrapped.
+    let mut overflow = bytes.clone();
+    overflow[0..8].copy_from_slice(&(i64::MAX - 1).to_be_bytes());
+    assert!(follower.append_as_follower(&overflow).is_err());
+    drop(follower);
+    let follower = fixture.open(small_config(), LoadState::default());
+    assert_eq!(follower.log_end_offset(), far as u64 + 2);
+    assert_eq!(read_all(&follower).len(), 1);
+}
+
+#[test]
+fn the_records_not_the_producer_set_the_batch_max_timestamp() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    let mut batch = make_batch(3, "a", T0);
+    super::batch::set_max_timestamp(&mut batch, 5);
+    log.append_as_leader(&mut batch, 0, AppendOrigin::Client)
+        .unwrap();
+    let stored = read_all(&log);
+    assert_eq!(header(&stored[0]).max_timestamp, T0 + 2);
+    assert_eq!(log.offset_for_timestamp(T0 + 1).unwrap(), Some((1, T0 + 1)));
+}
+
+#[test]
+fn overlapping_segments_refuse_to_open_rather_than_drop_data() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    for n in 0..30 {
+        append(&log, 4, &n.to_string(), T0);
+    }
+    let bases = log.segment_base_offsets();
+    drop(log);
+    // A second segment renamed to start inside the first.
+    let second = fixture.path().join(format!("{:020}.log", bases[1]));
+    fs::rename(
+        &second,
+        fixture.path().join(format!("{:020}.log", bases[1] - 1)),
+    )
+    .unwrap();
+    let result = Log::open(
+        &fixture.path(),
+        TopicPartition::new("topic", 0),
+        small_config(),
+        LoadState::default(),
+        fixture.clock.clone(),
+    );
+    assert!(result.is_err());
+    assert!(
+        fixture
+            .path()
+            .join(format!("{:020}.log", bases[2]))
+            .exists(),
+        "nothing deleted"
+    );
 }

@@ -418,7 +418,15 @@ impl Run {
             -1
         };
         self.log().update_config(config);
+        let (start, end) = (self.model.log_start_offset, self.log().log_end_offset());
+        let high_watermark = start + self.rng.below(end - start + 1);
+        self.log().set_high_watermark(high_watermark);
         let outcome = self.log().delete_retention_breached_segments().unwrap();
+        assert!(
+            outcome.log_start_offset <= high_watermark.max(start),
+            "seed {}: retention passed the high watermark",
+            self.seed
+        );
         self.model.log_start_offset = outcome.log_start_offset;
         let start = outcome.log_start_offset;
         self.model
