@@ -258,15 +258,15 @@ impl Log {
             .min(log_end_offset);
         epochs.truncate_from_end(log_end_offset)?;
         epochs.truncate_from_start(log_start_offset)?;
-        // Recovered bytes may live only in the page cache (a crash of the process, not the
-        // machine): make them durable before claiming them as the recovery point.
-        let mut handles = Vec::new();
-        for base in &recovered {
-            if let Some(segment) = segments.get(base) {
-                segment.sync_handles(*base != last_base, &mut handles);
-            }
-        }
-        sync_all(&handles)?;
+        // Recovered bytes may live only in the page cache (the process died, not the
+        // machine): they are not claimed as durable, so the recovery point stays where the
+        // checkpoint had it and the next flush syncs them. (Syncing here would make restart
+        // time depend on how much dirty data the dead process left.)
+        let recovery_point = if recovered.is_empty() {
+            log_end_offset
+        } else {
+            load.recovery_point.min(log_end_offset)
+        };
         stats.segments = segments.len();
         let state = LogState {
             segments,
@@ -295,7 +295,7 @@ impl Log {
             state: RwLock::new(state),
             flushing: Mutex::new(false),
             flushed: Condvar::new(),
-            recovery_point: AtomicU64::new(log_end_offset),
+            recovery_point: AtomicU64::new(recovery_point),
             offline: AtomicBool::new(false),
             pending_deletes: Mutex::new(Vec::new()),
             delete_horizon_due_ms: AtomicI64::new(i64::MAX),

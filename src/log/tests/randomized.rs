@@ -291,8 +291,9 @@ impl Run {
             "{context}: log end {end} is inside a batch"
         );
         self.model.log_end_offset = end;
-        self.model.durable_offset = end;
-        self.model.checkpointed_recovery_point = end;
+        // What recovery read back is durable only up to the log's recovery point.
+        self.model.durable_offset = self.log().recovery_point();
+        self.model.checkpointed_recovery_point = self.log().recovery_point();
         self.model.log_start_offset = self.model.log_start_offset.min(end);
         self.rebuild_latest();
         self.check_contents("after crash");
