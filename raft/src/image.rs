@@ -1,0 +1,507 @@
+//! `MetadataImage`: the cluster's metadata at one log index, immutable once built.
+//! `MetadataDelta` replays records onto an image and `apply()` yields the next one, so readers
+//! holding an `Arc<MetadataImage>` never see half an update (Kafka's KRaft model).
+//!
+//! Topics are held as `Arc<TopicImage>`: a delta clones only the topics it changes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::records::{
+    BrokerId, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER, PartitionChange,
+    PartitionRecord, RECORD_VERSION, RecordEnvelope, RegisterBroker, Uuid,
+};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub registration: RegisterBroker,
+    pub fenced: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRegistration {
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub leader: BrokerId,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: BTreeMap<i32, PartitionRegistration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MetadataImage {
+    /// The Raft log index of the last record applied.
+    pub index: u64,
+    pub brokers: BTreeMap<BrokerId, BrokerRegistration>,
+    pub topics: BTreeMap<Uuid, Arc<TopicImage>>,
+    pub topic_ids_by_name: BTreeMap<String, Uuid>,
+    pub configs: BTreeMap<ConfigResource, ConfigMap>,
+    /// The first producer id not yet handed out.
+    pub next_producer_id: i64,
+}
+
+impl MetadataImage {
+    pub fn topic_by_name(&self, name: &str) -> Option<&Arc<TopicImage>> {
+        self.topic_ids_by_name
+            .get(name)
+            .and_then(|id| self.topics.get(id))
+    }
+
+    pub fn partition(&self, topic_id: Uuid, partition: i32) -> Option<&PartitionRegistration> {
+        self.topics.get(&topic_id)?.partitions.get(&partition)
+    }
+
+    pub fn unfenced_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// The encoded image: what a snapshot holds.
+    pub fn encode(&self) -> Vec<u8> {
+        bincode::serialize(&(SNAPSHOT_FORMAT_VERSION, self)).expect("an image always encodes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<MetadataImage, ReplayError> {
+        let (version, image): (u16, MetadataImage) =
+            bincode::deserialize(bytes).map_err(|e| ReplayError::Corrupt(e.to_string()))?;
+        if version != SNAPSHOT_FORMAT_VERSION {
+            return Err(ReplayError::UnknownVersion(version));
+        }
+        Ok(image)
+    }
+}
+
+const SNAPSHOT_FORMAT_VERSION: u16 = 1;
+
+/// Why a record could not be replayed. Replay is deterministic, so every node refuses the
+/// same records; the controller validates before proposing, so this signals a bug or a
+/// proposal raced by another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    #[error("record version {0} is newer than this node understands")]
+    UnknownVersion(u16),
+    #[error("unknown broker {0}")]
+    UnknownBroker(BrokerId),
+    #[error("stale broker epoch {got} for broker {broker_id} (current {current})")]
+    StaleBrokerEpoch {
+        broker_id: BrokerId,
+        got: i64,
+        current: i64,
+    },
+    #[error("unknown topic {0}")]
+    UnknownTopic(Uuid),
+    #[error("topic name {0} already exists")]
+    DuplicateTopic(String),
+    #[error("unknown partition {1} of topic {0}")]
+    UnknownPartition(Uuid, i32),
+    #[error("invalid record: {0}")]
+    Invalid(String),
+    #[error("corrupt image: {0}")]
+    Corrupt(String),
+}
+
+/// Records replayed onto a base image, not yet visible to anyone.
+#[derive(Debug, Clone)]
+pub struct MetadataDelta {
+    next: MetadataImage,
+}
+
+impl MetadataDelta {
+    pub fn new(base: &MetadataImage) -> Self {
+        MetadataDelta { next: base.clone() }
+    }
+
+    /// Replays every record of a request, all or nothing.
+    pub fn replay_all(&mut self, records: &[RecordEnvelope]) -> Result<(), ReplayError> {
+        let mut trial = self.clone();
+        for envelope in records {
+            if envelope.version > RECORD_VERSION {
+                return Err(ReplayError::UnknownVersion(envelope.version));
+            }
+            trial.replay(&envelope.record)?;
+        }
+        *self = trial;
+        Ok(())
+    }
+
+    pub fn replay(&mut self, record: &MetadataRecord) -> Result<(), ReplayError> {
+        let image = &mut self.next;
+        match record {
+            MetadataRecord::RegisterBroker(registration) => {
+                image.brokers.insert(
+                    registration.broker_id,
+                    BrokerRegistration {
+                        registration: registration.clone(),
+                        fenced: registration.fenced,
+                    },
+                );
+            }
+            MetadataRecord::FenceBroker {
+                broker_id,
+                broker_epoch,
+            } => {
+                broker_mut(image, *broker_id, *broker_epoch)?.fenced = true;
+            }
+            MetadataRecord::UnfenceBroker {
+                broker_id,
+                broker_epoch,
+            } => {
+                broker_mut(image, *broker_id, *broker_epoch)?.fenced = false;
+            }
+            MetadataRecord::UnregisterBroker {
+                broker_id,
+                broker_epoch,
+            } => {
+                broker_mut(image, *broker_id, *broker_epoch)?;
+                image.brokers.remove(broker_id);
+            }
+            MetadataRecord::Topic { topic_id, name } => {
+                if image.topic_ids_by_name.contains_key(name) || image.topics.contains_key(topic_id)
+                {
+                    return Err(ReplayError::DuplicateTopic(name.clone()));
+                }
+                image.topic_ids_by_name.insert(name.clone(), *topic_id);
+                image.topics.insert(
+                    *topic_id,
+                    Arc::new(TopicImage {
+                        id: *topic_id,
+                        name: name.clone(),
+                        partitions: BTreeMap::new(),
+                    }),
+                );
+            }
+            MetadataRecord::Partition(record) => replay_partition(image, record)?,
+            MetadataRecord::PartitionChange(change) => replay_partition_change(image, change)?,
+            MetadataRecord::RemoveTopic { topic_id } => {
+                let topic = image
+                    .topics
+                    .remove(topic_id)
+                    .ok_or(ReplayError::UnknownTopic(*topic_id))?;
+                image.topic_ids_by_name.remove(&topic.name);
+                image
+                    .configs
+                    .remove(&ConfigResource::Topic(topic.name.clone()));
+            }
+            MetadataRecord::Config {
+                resource,
+                name,
+                value,
+            } => {
+                let configs = image.configs.entry(resource.clone()).or_default();
+                match value {
+                    Some(value) => {
+                        configs.insert(name.clone(), value.clone());
+                    }
+                    None => {
+                        configs.remove(name);
+                    }
+                }
+                if configs.is_empty() {
+                    image.configs.remove(resource);
+                }
+            }
+            MetadataRecord::ProducerIds {
+                broker_id,
+                broker_epoch,
+                next_producer_id,
+            } => {
+                broker_mut(image, *broker_id, *broker_epoch)?;
+                if *next_producer_id <= image.next_producer_id {
+                    return Err(ReplayError::Invalid(format!(
+                        "producer id block must move forward: {next_producer_id} <= {}",
+                        image.next_producer_id
+                    )));
+                }
+                image.next_producer_id = *next_producer_id;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next image, at log `index`.
+    pub fn apply(mut self, index: u64) -> MetadataImage {
+        self.next.index = index;
+        self.next
+    }
+}
+
+fn broker_mut(
+    image: &mut MetadataImage,
+    broker_id: BrokerId,
+    broker_epoch: i64,
+) -> Result<&mut BrokerRegistration, ReplayError> {
+    let broker = image
+        .brokers
+        .get_mut(&broker_id)
+        .ok_or(ReplayError::UnknownBroker(broker_id))?;
+    let current = broker.registration.broker_epoch;
+    if broker_epoch != current {
+        return Err(ReplayError::StaleBrokerEpoch {
+            broker_id,
+            got: broker_epoch,
+            current,
+        });
+    }
+    Ok(broker)
+}
+
+fn check_replica_set(
+    replicas: &[BrokerId],
+    isr: &[BrokerId],
+    leader: BrokerId,
+) -> Result<(), ReplayError> {
+    let mut sorted = replicas.to_vec();
+    sorted.sort_unstable();
+    if replicas.is_empty() || sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ReplayError::Invalid(format!(
+            "replicas {replicas:?} must be distinct and non-empty"
+        )));
+    }
+    if let Some(outsider) = isr.iter().find(|b| !replicas.contains(b)) {
+        return Err(ReplayError::Invalid(format!(
+            "ISR member {outsider} is not a replica"
+        )));
+    }
+    if leader != NO_LEADER && !isr.contains(&leader) {
+        return Err(ReplayError::Invalid(format!(
+            "leader {leader} is not in the ISR {isr:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn replay_partition(
+    image: &mut MetadataImage,
+    record: &PartitionRecord,
+) -> Result<(), ReplayError> {
+    check_replica_set(&record.replicas, &record.isr, record.leader)?;
+    let topic = image
+        .topics
+        .get_mut(&record.topic_id)
+        .ok_or(ReplayError::UnknownTopic(record.topic_id))?;
+    Arc::make_mut(topic).partitions.insert(
+        record.partition,
+        PartitionRegistration {
+            replicas: record.replicas.clone(),
+            isr: record.isr.clone(),
+            leader: record.leader,
+            leader_epoch: record.leader_epoch,
+            partition_epoch: record.partition_epoch,
+        },
+    );
+    Ok(())
+}
+
+fn replay_partition_change(
+    image: &mut MetadataImage,
+    change: &PartitionChange,
+) -> Result<(), ReplayError> {
+    let topic = image
+        .topics
+        .get_mut(&change.topic_id)
+        .ok_or(ReplayError::UnknownTopic(change.topic_id))?;
+    let topic = Arc::make_mut(topic);
+    let partition =
+        topic
+            .partitions
+            .get_mut(&change.partition)
+            .ok_or(ReplayError::UnknownPartition(
+                change.topic_id,
+                change.partition,
+            ))?;
+    let mut next = partition.clone();
+    if let Some(replicas) = &change.replicas {
+        next.replicas = replicas.clone();
+    }
+    if let Some(isr) = &change.isr {
+        next.isr = isr.clone();
+    }
+    if let Some(leader) = change.leader {
+        next.leader = leader;
+    }
+    check_replica_set(&next.replicas, &next.isr, next.leader)?;
+    if next.leader != partition.leader || change.replicas.is_some() {
+        next.leader_epoch += 1;
+    }
+    next.partition_epoch += 1;
+    *partition = next;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Endpoint, MetadataRequest};
+
+    fn broker(id: BrokerId, epoch: i64) -> MetadataRecord {
+        MetadataRecord::RegisterBroker(RegisterBroker {
+            broker_id: id,
+            incarnation_id: Uuid(id as u128),
+            broker_epoch: epoch,
+            endpoints: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+                security_protocol: "PLAINTEXT".into(),
+            }],
+            rack: None,
+            fenced: true,
+        })
+    }
+
+    fn topic_with_partition() -> Vec<MetadataRecord> {
+        vec![
+            MetadataRecord::Topic {
+                topic_id: Uuid(7),
+                name: "orders".into(),
+            },
+            MetadataRecord::Partition(PartitionRecord {
+                topic_id: Uuid(7),
+                partition: 0,
+                replicas: vec![1, 2, 3],
+                isr: vec![1, 2, 3],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            }),
+        ]
+    }
+
+    #[test]
+    fn deltas_build_images_and_leave_the_base_untouched() {
+        let base = MetadataImage::default();
+        let mut delta = MetadataDelta::new(&base);
+        let mut records = vec![broker(1, 10), broker(2, 11), broker(3, 12)];
+        records.extend(topic_with_partition());
+        delta
+            .replay_all(&MetadataRequest::new(records).records)
+            .unwrap();
+        let image = delta.apply(5);
+        assert_eq!(base, MetadataImage::default());
+        assert_eq!(image.index, 5);
+        assert_eq!(
+            image.topic_by_name("orders").unwrap().partitions[&0].leader,
+            1
+        );
+
+        // A leader change bumps both epochs; an ISR change only the partition epoch.
+        let mut delta = MetadataDelta::new(&image);
+        delta
+            .replay(&MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(7),
+                partition: 0,
+                leader: Some(2),
+                ..Default::default()
+            }))
+            .unwrap();
+        delta
+            .replay(&MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(7),
+                partition: 0,
+                isr: Some(vec![2, 3]),
+                ..Default::default()
+            }))
+            .unwrap();
+        let next = delta.apply(6);
+        let partition = next.partition(Uuid(7), 0).unwrap();
+        assert_eq!(
+            (
+                partition.leader,
+                partition.leader_epoch,
+                partition.partition_epoch
+            ),
+            (2, 1, 2)
+        );
+        assert_eq!(
+            image.partition(Uuid(7), 0).unwrap().leader,
+            1,
+            "old image unchanged"
+        );
+    }
+
+    #[test]
+    fn invalid_records_are_refused_all_or_nothing() {
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        delta
+            .replay_all(&MetadataRequest::new(topic_with_partition()).records)
+            .unwrap();
+        let before = delta.clone().apply(1);
+        // Second record fails: the first (a new topic) must not stay applied.
+        let bad = MetadataRequest::new([
+            MetadataRecord::Topic {
+                topic_id: Uuid(8),
+                name: "payments".into(),
+            },
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(7),
+                partition: 0,
+                leader: Some(9),
+                ..Default::default()
+            }),
+        ]);
+        assert!(matches!(
+            delta.replay_all(&bad.records),
+            Err(ReplayError::Invalid(_))
+        ));
+        assert_eq!(delta.clone().apply(1), before);
+        assert!(matches!(
+            delta.replay(&MetadataRecord::Topic {
+                topic_id: Uuid(9),
+                name: "orders".into()
+            }),
+            Err(ReplayError::DuplicateTopic(_))
+        ));
+        assert!(matches!(
+            delta.replay(&MetadataRecord::FenceBroker {
+                broker_id: 4,
+                broker_epoch: 1
+            }),
+            Err(ReplayError::UnknownBroker(4))
+        ));
+        let future = RecordEnvelope {
+            version: RECORD_VERSION + 1,
+            record: MetadataRecord::RemoveTopic { topic_id: Uuid(7) },
+        };
+        assert_eq!(
+            delta.replay_all(&[future]),
+            Err(ReplayError::UnknownVersion(RECORD_VERSION + 1))
+        );
+    }
+
+    #[test]
+    fn stale_broker_epochs_are_refused_and_images_round_trip() {
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        delta.replay(&broker(1, 10)).unwrap();
+        delta.replay(&broker(1, 20)).unwrap(); // re-registration after restart
+        assert!(matches!(
+            delta.replay(&MetadataRecord::UnfenceBroker {
+                broker_id: 1,
+                broker_epoch: 10
+            }),
+            Err(ReplayError::StaleBrokerEpoch { .. })
+        ));
+        delta
+            .replay(&MetadataRecord::UnfenceBroker {
+                broker_id: 1,
+                broker_epoch: 20,
+            })
+            .unwrap();
+        delta
+            .replay(&MetadataRecord::Config {
+                resource: ConfigResource::Topic("t".into()),
+                name: "retention.ms".into(),
+                value: Some("5".into()),
+            })
+            .unwrap();
+        let image = delta.apply(3);
+        assert_eq!(image.unfenced_brokers().count(), 1);
+        assert_eq!(MetadataImage::decode(&image.encode()).unwrap(), image);
+    }
+}

@@ -1,0 +1,20 @@
+//! # sluice-raft: the metadata quorum
+//!
+//! Cluster metadata is the log of a Raft group run with openraft. This crate knows nothing of
+//! the Kafka protocol.
+//!
+//! ## Layout
+//! - `records`: the metadata records (versioned) that form the log's entries.
+//! - `image`: `MetadataImage` (immutable, shared as `Arc`) and `MetadataDelta` (replay, apply).
+//! - `types`: the openraft type configuration.
+//! - `store`: the RocksDB log store and state machine (durable vote, synced appends,
+//!   snapshots that are the encoded image, `last_purged_log_id` persisted).
+
+pub mod image;
+pub mod records;
+pub mod store;
+pub mod types;
+
+pub use image::{MetadataDelta, MetadataImage};
+pub use records::{MetadataRecord, MetadataRequest, MetadataResponse};
+pub use types::{NodeId, NodeInfo, TypeConfig};

@@ -1,0 +1,154 @@
+//! Metadata records: the entries of the metadata log. Every topic, partition, leader, ISR and
+//! broker registration in a cluster is the result of replaying these, in log order.
+//!
+//! Records are versioned: each is stored as `RecordEnvelope { version, record }` encoded with
+//! bincode. A node refuses (fatally) a record whose version it does not know, rather than
+//! misread it; new variants are only ever added at the end of the enum.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub type BrokerId = i32;
+/// Kafka's "no leader" (-1).
+pub const NO_LEADER: BrokerId = -1;
+
+/// A topic id: Kafka's 128-bit UUID.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+pub struct Uuid(pub u128);
+
+impl std::fmt::Display for Uuid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// One listener a broker serves clients on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub security_protocol: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterBroker {
+    pub broker_id: BrokerId,
+    /// Random per process start: tells a restarted broker from a duplicate.
+    pub incarnation_id: Uuid,
+    /// Assigned by the controller: the Raft index of this registration.
+    pub broker_epoch: i64,
+    pub endpoints: Vec<Endpoint>,
+    pub rack: Option<String>,
+    /// A broker registers fenced and is unfenced once it has caught up with the metadata log.
+    pub fenced: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub leader: BrokerId,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// A change of one partition. Fields left `None` are unchanged. Applying it bumps the
+/// partition epoch; a new leader (or a change of replicas) also bumps the leader epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PartitionChange {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader: Option<BrokerId>,
+    pub isr: Option<Vec<BrokerId>>,
+    pub replicas: Option<Vec<BrokerId>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ConfigResource {
+    /// Broker-level dynamic config; `None` is the cluster-wide default.
+    Broker(Option<BrokerId>),
+    Topic(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataRecord {
+    RegisterBroker(RegisterBroker),
+    FenceBroker {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
+    UnfenceBroker {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
+    UnregisterBroker {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
+    Topic {
+        topic_id: Uuid,
+        name: String,
+    },
+    Partition(PartitionRecord),
+    PartitionChange(PartitionChange),
+    RemoveTopic {
+        topic_id: Uuid,
+    },
+    /// Sets (`Some`) or deletes (`None`) one config key.
+    Config {
+        resource: ConfigResource,
+        name: String,
+        value: Option<String>,
+    },
+    /// The next block of producer ids handed to a broker starts here.
+    ProducerIds {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        next_producer_id: i64,
+    },
+}
+
+pub const RECORD_VERSION: u16 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordEnvelope {
+    pub version: u16,
+    pub record: MetadataRecord,
+}
+
+/// What the controller proposes to the quorum: records applied together or not at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MetadataRequest {
+    pub records: Vec<RecordEnvelope>,
+}
+
+impl MetadataRequest {
+    pub fn new(records: impl IntoIterator<Item = MetadataRecord>) -> Self {
+        MetadataRequest {
+            records: records
+                .into_iter()
+                .map(|record| RecordEnvelope {
+                    version: RECORD_VERSION,
+                    record,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The result of applying a request: the Raft index it got, or why replay refused it (the
+/// same on every node, as replay is deterministic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MetadataResponse {
+    pub index: u64,
+    pub rejected: Option<String>,
+}
+
+/// Configs of one resource, by key.
+pub type ConfigMap = BTreeMap<String, String>;
