@@ -9,12 +9,18 @@
 //! - `types`: the openraft type configuration.
 //! - `store`: the RocksDB log store and state machine (durable vote, synced appends,
 //!   snapshots that are the encoded image, `last_purged_log_id` persisted).
+//! - `network`: openraft's RPCs over tonic gRPC (`proto/raft.proto`), bounded and versioned.
+//! - `quorum`: a running member: store + openraft + gRPC listener, idempotent bootstrap,
+//!   proposals, committed images.
 
 pub mod image;
+pub mod network;
+pub mod quorum;
 pub mod records;
 pub mod store;
 pub mod types;
 
 pub use image::{MetadataDelta, MetadataImage};
+pub use quorum::{ProposeError, Quorum, QuorumConfig, QuorumError};
 pub use records::{MetadataRecord, MetadataRequest, MetadataResponse};
 pub use types::{NodeId, NodeInfo, TypeConfig};

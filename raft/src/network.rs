@@ -1,0 +1,242 @@
+//! The quorum's transport: openraft's RPCs over tonic gRPC (`proto/raft.proto`).
+//!
+//! Client side: one lazily connected channel per peer, reconnected after a failure; every
+//! call carries openraft's deadline; messages are bounded by `MESSAGE_BYTES_MAX` both ways.
+//! A peer that cannot be reached is reported `Unreachable` (openraft then backs off), a refusal
+//! by the peer's Raft comes back as the `RemoteError` it is.
+
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use crate::types::{NodeId, NodeInfo, TypeConfig};
+
+pub mod proto {
+    tonic::include_proto!("sluice.raft");
+}
+
+use proto::raft_client::RaftClient;
+use proto::{RaftReply, RaftRequest};
+
+/// The largest RPC either way. Snapshots travel in chunks of `SNAPSHOT_CHUNK_BYTES`.
+pub const MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+const WIRE_VERSION: u8 = 1;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn options() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new().with_limit(MESSAGE_BYTES_MAX as u64)
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    use bincode::Options;
+    let mut out = vec![WIRE_VERSION];
+    options()
+        .serialize_into(&mut out, value)
+        .expect("openraft messages always encode");
+    out
+}
+
+/// Decodes a payload; the size limit bounds every allocation a hostile length could ask for.
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    use bincode::Options;
+    match bytes.split_first() {
+        Some((&WIRE_VERSION, rest)) => options().deserialize(rest).map_err(|e| e.to_string()),
+        Some((version, _)) => Err(format!("unknown wire version {version}")),
+        None => Err("empty payload".into()),
+    }
+}
+
+/// Serves openraft's RPCs for the local node.
+pub struct RaftService {
+    raft: openraft::Raft<TypeConfig>,
+}
+
+impl RaftService {
+    pub fn new(raft: openraft::Raft<TypeConfig>) -> proto::raft_server::RaftServer<RaftService> {
+        proto::raft_server::RaftServer::new(RaftService { raft })
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX)
+    }
+}
+
+fn reply<T: Serialize>(result: &T) -> Result<Response<RaftReply>, Status> {
+    Ok(Response::new(RaftReply {
+        payload: encode(result),
+    }))
+}
+
+#[tonic::async_trait]
+impl proto::raft_server::Raft for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
+        reply(&self.raft.append_entries(rpc).await)
+    }
+
+    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let rpc: VoteRequest<NodeId> =
+            decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
+        reply(&self.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> =
+            decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
+        reply(&self.raft.install_snapshot(rpc).await)
+    }
+}
+
+/// Creates one [`GrpcNetwork`] per peer.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcNetworkFactory;
+
+impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
+    type Network = GrpcNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> GrpcNetwork {
+        GrpcNetwork {
+            target,
+            addr: node.addr.clone(),
+            client: None,
+        }
+    }
+}
+
+pub struct GrpcNetwork {
+    target: NodeId,
+    addr: String,
+    client: Option<RaftClient<Channel>>,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>>;
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+impl GrpcNetwork {
+    async fn connect(&mut self) -> Result<RaftClient<Channel>, tonic::transport::Error> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{}", self.addr))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        let client = RaftClient::new(channel)
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn call<Req, Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        request: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let mut client = self
+            .connect()
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let mut request = Request::new(RaftRequest {
+            payload: encode(request),
+        });
+        request.set_timeout(option.hard_ttl());
+        let result = match rpc {
+            Rpc::AppendEntries => client.append_entries(request).await,
+            Rpc::Vote => client.vote(request).await,
+            Rpc::InstallSnapshot => client.install_snapshot(request).await,
+        };
+        let reply = match result {
+            Ok(reply) => reply.into_inner(),
+            Err(status) => {
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown
+                ) {
+                    // The connection is gone: reconnect on the next call.
+                    self.client = None;
+                    return Err(RPCError::Unreachable(Unreachable::new(&status)));
+                }
+                return Err(RPCError::Network(NetworkError::new(&status)));
+            }
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for GrpcNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_versioned_and_bounded() {
+        let encoded = encode(&vec![1u64, 2, 3]);
+        assert_eq!(encoded[0], WIRE_VERSION);
+        assert_eq!(decode::<Vec<u64>>(&encoded).unwrap(), vec![1, 2, 3]);
+        assert!(decode::<Vec<u64>>(&[]).is_err());
+        assert!(decode::<Vec<u64>>(&[9, 0]).unwrap_err().contains("version"));
+        // A length prefix claiming 2^60 elements is refused before anything is allocated.
+        let mut hostile = vec![WIRE_VERSION];
+        hostile.extend_from_slice(&[0xff, 0, 0, 0, 0, 0, 0, 0, 0x10]);
+        assert!(decode::<Vec<u64>>(&hostile).is_err());
+    }
+}
