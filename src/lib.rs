@@ -3,6 +3,8 @@
 //! A Kafka-compatible distributed commit log in one binary.
 //!
 //! ## Layout
+//! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
+//! - `meta_properties`: which cluster and node a data directory belongs to.
 //! - `log`: the storage engine: segmented partition logs in Kafka's on-disk format, with crash
 //!   recovery, retention and compaction. Knows batches and offsets, not sockets.
 //!
@@ -11,4 +13,8 @@
 //! (`replica`), groups, and the client SDK.
 
 #[cfg(feature = "broker")]
+pub mod config;
+#[cfg(feature = "broker")]
 pub mod log;
+#[cfg(feature = "broker")]
+pub mod meta_properties;

@@ -1,0 +1,610 @@
+//! `server.properties`: parse, validate, defaults. Kafka's key names; an unknown key is
+//! warned about (never silently ignored); an invalid value stops start-up with a message
+//! naming the key. `sluice server --override key=value` applies after the file, as Kafka's
+//! start script does.
+//!
+//! With no file at all the node is a single-node cluster: node 1, a voter of its own quorum,
+//! Kafka on 127.0.0.1:9092, the quorum on 127.0.0.1:9093, HTTP on 127.0.0.1:9644, data in
+//! `./data`.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use crate::log::LogConfig;
+use crate::log::config::{BROKER_TO_TOPIC_KEYS, ConfigError};
+
+/// One `NAME://host:port` entry of `listeners`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn socket_addr(&self) -> Result<SocketAddr, String> {
+        let host = if self.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            &self.host
+        };
+        (host, self.port)
+            .to_socket_addrs()
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or_else(|| format!("{host} resolves to no address"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub node_id: u64,
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Copy)]
+pub struct Roles {
+    pub broker: bool,
+    pub controller: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// `node.id`
+    pub node_id: u64,
+    /// `process.roles`
+    pub roles: Roles,
+    /// `listeners`: the Kafka listener(s) and the `CONTROLLER` (internal gRPC) listener.
+    pub listeners: Vec<Listener>,
+    /// `advertised.listeners` (defaults to `listeners`).
+    pub advertised_listeners: Vec<Listener>,
+    /// `controller.listener.names`
+    pub controller_listener_name: String,
+    /// `controller.quorum.voters`
+    pub voters: Vec<Voter>,
+    /// `cluster.id` (ours; Kafka takes it from `kafka-storage format`). Defaults to an id
+    /// derived from `controller.quorum.voters`, so that the nodes of one cluster agree on it
+    /// without a formatting step.
+    pub cluster_id: String,
+    /// `log.dirs` (or `log.dir`)
+    pub log_dirs: Vec<PathBuf>,
+    /// `metadata.log.dir` (defaults to the first log dir)
+    pub metadata_log_dir: PathBuf,
+    /// `http.listener` (ours): `/metrics` and `/health`.
+    pub http_listener: SocketAddr,
+    pub broker_rack: Option<String>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub min_insync_replicas: i32,
+    pub auto_create_topics_enable: bool,
+    pub unclean_leader_election_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub replica_lag_time_max_ms: u64,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub quorum_election_timeout_ms: u64,
+    /// Topic defaults from the `log.*` keys.
+    pub log: LogConfig,
+    /// `log.cleaner.*`, `log.retention.check.interval.ms`, ...
+    pub log_manager: LogManagerSettings,
+    /// Keys that were present and understood, with their values (for DescribeConfigs later).
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogManagerSettings {
+    pub cleaner_enable: bool,
+    pub cleaner_dedupe_buffer_bytes: usize,
+    pub cleaner_backoff_ms: u64,
+    pub retention_check_interval_ms: u64,
+    pub flush_scheduler_interval_ms: u64,
+    pub checkpoint_interval_ms: u64,
+}
+
+/// Keys this server understands beyond the `log.*` topic defaults.
+const SERVER_KEYS: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "process.roles",
+    "listeners",
+    "advertised.listeners",
+    "controller.listener.names",
+    "controller.quorum.voters",
+    "cluster.id",
+    "log.dirs",
+    "log.dir",
+    "metadata.log.dir",
+    "http.listener",
+    "broker.rack",
+    "num.partitions",
+    "default.replication.factor",
+    "min.insync.replicas",
+    "auto.create.topics.enable",
+    "unclean.leader.election.enable",
+    "socket.request.max.bytes",
+    "replica.lag.time.max.ms",
+    "broker.session.timeout.ms",
+    "broker.heartbeat.interval.ms",
+    "controller.quorum.election.timeout.ms",
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.roll.ms",
+    "log.roll.hours",
+    "log.cleaner.enable",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.backoff.ms",
+    "log.retention.check.interval.ms",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+];
+
+/// Parses Kafka's `.properties` text: `key=value` or `key: value` lines, `#`/`!` comments,
+/// surrounding blanks trimmed. (Line continuations and escapes are not used by Kafka configs.)
+pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut properties = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let split = line
+            .find(['=', ':'])
+            .ok_or_else(|| format!("line {}: expected key=value: '{line}'", number + 1))?;
+        let (key, value) = (line[..split].trim(), line[split + 1..].trim());
+        if key.is_empty() {
+            return Err(format!("line {}: empty key", number + 1));
+        }
+        properties.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(properties)
+}
+
+fn error(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+    let mut listeners = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, address) = entry
+            .split_once("://")
+            .ok_or_else(|| error(key, value, format!("'{entry}' is not NAME://host:port")))?;
+        let (host, port) = address
+            .rsplit_once(':')
+            .ok_or_else(|| error(key, value, format!("'{entry}' has no port")))?;
+        let port = port
+            .parse()
+            .map_err(|_| error(key, value, format!("'{port}' is not a port")))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        if listeners.iter().any(|l: &Listener| l.name == name) {
+            return Err(error(
+                key,
+                value,
+                format!("listener name {name} appears twice"),
+            ));
+        }
+        listeners.push(Listener {
+            name: name.to_owned(),
+            host,
+            port,
+        });
+    }
+    Ok(listeners)
+}
+
+fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
+    let key = "controller.quorum.voters";
+    let mut voters = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = || error(key, value, format!("'{entry}' is not id@host:port"));
+        let (id, address) = entry.split_once('@').ok_or_else(bad)?;
+        let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+        let voter = Voter {
+            node_id: id.parse().map_err(|_| bad())?,
+            host: host.to_owned(),
+            port: port.parse().map_err(|_| bad())?,
+        };
+        if voters.iter().any(|v: &Voter| v.node_id == voter.node_id) {
+            return Err(error(
+                key,
+                value,
+                format!("node {} appears twice", voter.node_id),
+            ));
+        }
+        voters.push(voter);
+    }
+    if voters.is_empty() {
+        return Err(error(key, value, "no voters"));
+    }
+    Ok(voters)
+}
+
+/// A stable cluster id from the voter list: nodes configured with the same voters agree on it,
+/// and a node configured for another cluster does not.
+fn derived_cluster_id(voters: &[Voter]) -> String {
+    // FNV-1a over the canonical voter list; 128 bits from two offsets, printed like a uuid.
+    let canonical: String = voters
+        .iter()
+        .map(|v| format!("{}@{}:{};", v.node_id, v.host, v.port))
+        .collect();
+    let hash = |seed: u64| {
+        canonical.bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    format!(
+        "{:016x}{:016x}",
+        hash(0xcbf2_9ce4_8422_2325),
+        hash(0x8422_2325_cbf2_9ce4)
+    )
+}
+
+impl ServerConfig {
+    /// Reads `path` (if any) and applies `overrides`, then validates. Returns the config and
+    /// the unknown keys, for the caller to warn about.
+    pub fn load(
+        path: Option<&Path>,
+        overrides: &[(String, String)],
+    ) -> Result<(ServerConfig, Vec<String>), String> {
+        let mut properties = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+                parse_properties(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => BTreeMap::new(),
+        };
+        for (key, value) in overrides {
+            properties.insert(key.clone(), value.clone());
+        }
+        let config = ServerConfig::from_properties(&properties).map_err(|e| e.to_string())?;
+        let known = |key: &str| {
+            SERVER_KEYS.contains(&key) || BROKER_TO_TOPIC_KEYS.iter().any(|(k, _)| *k == key)
+        };
+        let unknown = properties.keys().filter(|k| !known(k)).cloned().collect();
+        Ok((config, unknown))
+    }
+
+    pub fn from_properties(
+        properties: &BTreeMap<String, String>,
+    ) -> Result<ServerConfig, ConfigError> {
+        let get = |key: &str| properties.get(key).map(String::as_str);
+        let number = |key: &str, default: u64| -> Result<u64, ConfigError> {
+            match get(key) {
+                Some(value) => value
+                    .trim()
+                    .parse()
+                    .map_err(|_| error(key, value, "not a non-negative integer")),
+                None => Ok(default),
+            }
+        };
+        let boolean = |key: &str, default: bool| -> Result<bool, ConfigError> {
+            match get(key) {
+                Some("true") => Ok(true),
+                Some("false") => Ok(false),
+                Some(value) => Err(error(key, value, "expected true or false")),
+                None => Ok(default),
+            }
+        };
+        let node_id = match (get("node.id"), get("broker.id")) {
+            (Some(_), _) => number("node.id", 1)?,
+            (None, Some(_)) => number("broker.id", 1)?,
+            (None, None) => 1,
+        };
+        if node_id > i32::MAX as u64 {
+            return Err(error(
+                "node.id",
+                &node_id.to_string(),
+                "must fit in an int32",
+            ));
+        }
+        let roles_text = get("process.roles").unwrap_or("broker,controller");
+        let mut roles = Roles {
+            broker: false,
+            controller: false,
+        };
+        for role in roles_text.split(',').map(str::trim) {
+            match role {
+                "broker" => roles.broker = true,
+                "controller" => roles.controller = true,
+                _ => {
+                    return Err(error(
+                        "process.roles",
+                        roles_text,
+                        "expected broker, controller or both",
+                    ));
+                }
+            }
+        }
+        let controller_listener_name = get("controller.listener.names")
+            .unwrap_or("CONTROLLER")
+            .trim()
+            .to_owned();
+        let listeners_text =
+            get("listeners").unwrap_or("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093");
+        let listeners = parse_listeners("listeners", listeners_text)?;
+        if !listeners.iter().any(|l| l.name == controller_listener_name) {
+            return Err(error(
+                "listeners",
+                listeners_text,
+                format!("no {controller_listener_name} listener (the quorum's internal listener)"),
+            ));
+        }
+        if roles.broker && !listeners.iter().any(|l| l.name != controller_listener_name) {
+            return Err(error(
+                "listeners",
+                listeners_text,
+                "a broker needs a client listener besides the controller one",
+            ));
+        }
+        let advertised_listeners = match get("advertised.listeners") {
+            Some(value) => parse_listeners("advertised.listeners", value)?,
+            None => listeners.clone(),
+        };
+        let controller = listeners
+            .iter()
+            .find(|l| l.name == controller_listener_name)
+            .expect("checked above");
+        let default_voters = format!(
+            "{node_id}@{}:{}",
+            if controller.host.is_empty() {
+                "127.0.0.1"
+            } else {
+                &controller.host
+            },
+            controller.port
+        );
+        let voters = parse_voters(get("controller.quorum.voters").unwrap_or(&default_voters))?;
+        if roles.controller && !voters.iter().any(|v| v.node_id == node_id) {
+            return Err(error(
+                "process.roles",
+                roles_text,
+                format!(
+                    "node {node_id} has the controller role but is not in controller.quorum.voters"
+                ),
+            ));
+        }
+        let log_dirs: Vec<PathBuf> = get("log.dirs")
+            .or(get("log.dir"))
+            .unwrap_or("./data")
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if log_dirs.is_empty() {
+            return Err(error(
+                "log.dirs",
+                get("log.dirs").unwrap_or(""),
+                "no directory",
+            ));
+        }
+        let metadata_log_dir = get("metadata.log.dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| log_dirs[0].clone());
+        let http_text = get("http.listener").unwrap_or("127.0.0.1:9644");
+        let http_listener = http_text
+            .parse()
+            .map_err(|_| error("http.listener", http_text, "expected host:port"))?;
+        let cluster_id = get("cluster.id")
+            .map(str::to_owned)
+            .unwrap_or_else(|| derived_cluster_id(&voters));
+        let in_range = |key: &str, value: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
+            if (min..=max).contains(&value) {
+                Ok(value)
+            } else {
+                Err(error(
+                    key,
+                    &value.to_string(),
+                    format!("must be in [{min}, {max}]"),
+                ))
+            }
+        };
+        let log = LogConfig::from_broker_properties(properties)?;
+        let config = ServerConfig {
+            node_id,
+            roles,
+            listeners,
+            advertised_listeners,
+            controller_listener_name,
+            voters,
+            cluster_id,
+            log_dirs,
+            metadata_log_dir,
+            http_listener,
+            broker_rack: get("broker.rack").map(str::to_owned),
+            num_partitions: in_range(
+                "num.partitions",
+                number("num.partitions", 1)?,
+                1,
+                i32::MAX as u64,
+            )? as i32,
+            default_replication_factor: in_range(
+                "default.replication.factor",
+                number("default.replication.factor", 1)?,
+                1,
+                i16::MAX as u64,
+            )? as i16,
+            min_insync_replicas: in_range(
+                "min.insync.replicas",
+                number("min.insync.replicas", 1)?,
+                1,
+                i32::MAX as u64,
+            )? as i32,
+            auto_create_topics_enable: boolean("auto.create.topics.enable", true)?,
+            unclean_leader_election_enable: boolean("unclean.leader.election.enable", false)?,
+            socket_request_max_bytes: in_range(
+                "socket.request.max.bytes",
+                number("socket.request.max.bytes", 104_857_600)?,
+                1024,
+                i32::MAX as u64,
+            )? as usize,
+            replica_lag_time_max_ms: number("replica.lag.time.max.ms", 30_000)?,
+            broker_session_timeout_ms: number("broker.session.timeout.ms", 9_000)?,
+            broker_heartbeat_interval_ms: number("broker.heartbeat.interval.ms", 2_000)?,
+            quorum_election_timeout_ms: in_range(
+                "controller.quorum.election.timeout.ms",
+                number("controller.quorum.election.timeout.ms", 1_000)?,
+                10,
+                3_600_000,
+            )?,
+            log,
+            log_manager: LogManagerSettings {
+                cleaner_enable: boolean("log.cleaner.enable", true)?,
+                cleaner_dedupe_buffer_bytes: number("log.cleaner.dedupe.buffer.size", 134_217_728)?
+                    as usize,
+                cleaner_backoff_ms: number("log.cleaner.backoff.ms", 15_000)?,
+                retention_check_interval_ms: number("log.retention.check.interval.ms", 300_000)?,
+                flush_scheduler_interval_ms: number("log.flush.scheduler.interval.ms", 1_000)?,
+                checkpoint_interval_ms: number("log.flush.offset.checkpoint.interval.ms", 60_000)?,
+            },
+            properties: properties.clone(),
+        };
+        if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
+            return Err(error(
+                "broker.heartbeat.interval.ms",
+                &config.broker_heartbeat_interval_ms.to_string(),
+                "must be smaller than broker.session.timeout.ms",
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The quorum's internal listener.
+    pub fn controller_listener(&self) -> &Listener {
+        self.listeners
+            .iter()
+            .find(|l| l.name == self.controller_listener_name)
+            .expect("validated at load")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ServerConfig, ConfigError> {
+        ServerConfig::from_properties(&parse_properties(text).unwrap())
+    }
+
+    #[test]
+    fn no_config_is_a_single_node_cluster_on_the_default_ports() {
+        let config = load("").unwrap();
+        assert_eq!(config.node_id, 1);
+        assert!(config.roles.broker && config.roles.controller);
+        assert_eq!(
+            config.voters,
+            vec![Voter {
+                node_id: 1,
+                host: "127.0.0.1".into(),
+                port: 9093
+            }]
+        );
+        assert_eq!(
+            config.listeners[0],
+            Listener {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092
+            }
+        );
+        assert_eq!(config.log_dirs, vec![PathBuf::from("./data")]);
+        assert_eq!(config.metadata_log_dir, PathBuf::from("./data"));
+        assert_eq!(config.http_listener.to_string(), "127.0.0.1:9644");
+    }
+
+    #[test]
+    fn three_node_quorum_config_parses() {
+        let text = "# node 2\nnode.id=2\nlisteners=PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093\n\
+            controller.quorum.voters=1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093\n\
+            log.dirs=./data/node-2\nlog.retention.hours=1\nmin.insync.replicas = 2\n";
+        let config = load(text).unwrap();
+        assert_eq!(config.node_id, 2);
+        assert_eq!(config.voters.len(), 3);
+        assert_eq!(config.controller_listener().port, 29093);
+        assert_eq!(config.log.retention_ms, 3_600_000);
+        assert_eq!(config.min_insync_replicas, 2);
+        let other = load(
+            &text
+                .replace("node.id=2", "node.id=3")
+                .replace("29093,CONTROLLER", "39093,CONTROLLER"),
+        )
+        .unwrap();
+        assert_eq!(
+            config.cluster_id, other.cluster_id,
+            "same voters, same cluster id"
+        );
+        let foreign = load(&text.replace("3@127.0.0.1:39093", "4@127.0.0.1:49093")).unwrap();
+        assert_ne!(config.cluster_id, foreign.cluster_id);
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        for (text, key) in [
+            ("node.id=x", "node.id"),
+            ("listeners=PLAINTEXT://127.0.0.1:9092", "listeners"),
+            (
+                "listeners=PLAINTEXT//127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "listeners",
+            ),
+            (
+                "controller.quorum.voters=1@127.0.0.1",
+                "controller.quorum.voters",
+            ),
+            ("controller.quorum.voters=2@127.0.0.1:9093", "process.roles"),
+            ("auto.create.topics.enable=yes", "auto.create.topics.enable"),
+            ("num.partitions=0", "num.partitions"),
+            ("log.segment.bytes=12", "log.segment.bytes"),
+            (
+                "broker.heartbeat.interval.ms=10000",
+                "broker.heartbeat.interval.ms",
+            ),
+            ("http.listener=nowhere", "http.listener"),
+        ] {
+            let error = load(text).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_and_overrides_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.properties");
+        std::fs::write(&path, "num.partitions=3\nno.such.key=1\n").unwrap();
+        let overrides = vec![("num.partitions".to_owned(), "5".to_owned())];
+        let (config, unknown) = ServerConfig::load(Some(&path), &overrides).unwrap();
+        assert_eq!(config.num_partitions, 5);
+        assert_eq!(unknown, vec!["no.such.key".to_owned()]);
+    }
+}
+
+#[cfg(test)]
+mod shipped_configs {
+    use super::*;
+
+    /// The files in config/ load without errors or unknown keys.
+    #[test]
+    fn shipped_config_files_are_valid() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        for name in [
+            "server.properties",
+            "node-1.properties",
+            "node-2.properties",
+            "node-3.properties",
+        ] {
+            let (config, unknown) = ServerConfig::load(Some(&root.join(name)), &[]).unwrap();
+            assert!(unknown.is_empty(), "{name}: unknown keys {unknown:?}");
+            assert!(config.roles.controller);
+        }
+    }
+}
