@@ -5,6 +5,7 @@
 //! ## Layout
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
 //! - `meta_properties`: which cluster and node a data directory belongs to.
+//! - `node`: a running node (`sluice server`): data dirs, log manager, quorum member, HTTP.
 //! - `log`: the storage engine: segmented partition logs in Kafka's on-disk format, with crash
 //!   recovery, retention and compaction. Knows batches and offsets, not sockets.
 //!
@@ -18,3 +19,5 @@ pub mod config;
 pub mod log;
 #[cfg(feature = "broker")]
 pub mod meta_properties;
+#[cfg(feature = "broker")]
+pub mod node;

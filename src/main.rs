@@ -1,4 +1,4 @@
-//! The `sluice` command line. Today: `sluice perf log`, the storage engine benchmark.
+//! The `sluice` command line: `sluice server` runs a node; `sluice perf` benchmarks.
 
 mod perf;
 
@@ -17,6 +17,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
+    /// :9093 (quorum), :9644 (HTTP), data in ./data.
+    Server {
+        /// A server.properties file (Kafka's keys).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// key=value, applied after the file (repeatable), like Kafka's --override.
+        #[arg(long = "override", value_parser = parse_override)]
+        overrides: Vec<(String, String)>,
+    },
     /// Benchmarks, reported beside the raw limits of this machine measured in the same run.
     Perf {
         #[command(subcommand)]
@@ -25,13 +35,51 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // A server narrates what it does; a benchmark prints its figures and only warnings.
+    let default_level = match cli.command {
+        Command::Server { .. } => "info,openraft=warn",
+        Command::Perf { .. } => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Perf { target } => perf::run(target),
+        Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
+}
+
+fn parse_override(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not key=value"))?;
+    Ok((key.trim().to_owned(), value.trim().to_owned()))
+}
+
+fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> anyhow::Result<()> {
+    let (config, unknown) = sluice::config::ServerConfig::load(path, overrides)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    for key in unknown {
+        tracing::warn!(%key, "unknown configuration key (ignored)");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .build()?;
+    runtime.block_on(async move {
+        let node = sluice::node::Node::start(config).await?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+        node.shutdown().await?;
+        anyhow::Ok(())
+    })
 }

@@ -1,0 +1,270 @@
+//! A running node: what `sluice server` starts. Today: the data directories (checked against
+//! `meta.properties`), the log manager, the metadata quorum member and the HTTP listener
+//! (`/health`, `/metrics`). The Kafka listener, the controller and replication join it as they
+//! are built.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::config::ServerConfig;
+use crate::log::{LogManager, LogManagerConfig, SystemClock};
+use crate::meta_properties::{self, MetaProperties};
+
+/// The quorum's RocksDB lives here, inside `metadata.log.dir`. The name has no `-<n>`
+/// suffix, so the log manager never mistakes it for a partition.
+pub const METADATA_DIR_NAME: &str = "__cluster_metadata";
+/// The largest HTTP request head the listener reads.
+const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    MetaProperties(#[from] meta_properties::MetaPropertiesError),
+    #[error("log manager: {0}")]
+    Log(#[from] crate::log::LogError),
+    #[error("metadata quorum: {0}")]
+    Quorum(#[from] sluice_raft::QuorumError),
+    #[error("{0}")]
+    Config(String),
+    #[error("binding the HTTP listener {addr}: {source}")]
+    Http {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+pub struct Node {
+    config: ServerConfig,
+    logs: Arc<LogManager>,
+    quorum: Arc<Quorum>,
+    http: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    pub async fn start(config: ServerConfig) -> Result<Node, NodeError> {
+        let identity = MetaProperties {
+            cluster_id: config.cluster_id.clone(),
+            node_id: config.node_id,
+        };
+        let mut dirs = config.log_dirs.clone();
+        if !dirs.contains(&config.metadata_log_dir) {
+            dirs.push(config.metadata_log_dir.clone());
+        }
+        for dir in &dirs {
+            if meta_properties::ensure(dir, &identity)? {
+                tracing::info!(dir = %dir.display(), cluster_id = %identity.cluster_id, node_id = identity.node_id, "formatted data directory");
+            }
+        }
+        let settings = &config.log_manager;
+        let log_config = LogManagerConfig {
+            log_dirs: config.log_dirs.clone(),
+            default_log_config: config.log.clone(),
+            cleaner_enable: settings.cleaner_enable,
+            cleaner_dedupe_buffer_bytes: settings.cleaner_dedupe_buffer_bytes,
+            cleaner_backoff_ms: settings.cleaner_backoff_ms,
+            retention_check_interval_ms: settings.retention_check_interval_ms,
+            flush_scheduler_interval_ms: settings.flush_scheduler_interval_ms,
+            checkpoint_interval_ms: settings.checkpoint_interval_ms,
+        };
+        let logs = Arc::new(tokio::task::block_in_place(|| {
+            LogManager::open(log_config, Arc::new(SystemClock))
+        })?);
+        logs.start_background()?;
+
+        let voters: BTreeMap<u64, NodeInfo> = config
+            .voters
+            .iter()
+            .map(|v| {
+                (
+                    v.node_id,
+                    NodeInfo {
+                        addr: format!("{}:{}", v.host, v.port),
+                    },
+                )
+            })
+            .collect();
+        let listen = config
+            .controller_listener()
+            .socket_addr()
+            .map_err(NodeError::Config)?;
+        let election_ms = config.quorum_election_timeout_ms;
+        let mut quorum_config = QuorumConfig::new(
+            config.node_id,
+            config.metadata_log_dir.join(METADATA_DIR_NAME),
+            listen,
+            if config.roles.controller {
+                voters
+            } else {
+                BTreeMap::new()
+            },
+        );
+        quorum_config.election_timeout_min_ms = election_ms;
+        quorum_config.election_timeout_max_ms = election_ms * 2;
+        quorum_config.heartbeat_interval_ms = (election_ms / 5).max(5);
+        let quorum = Arc::new(Quorum::start(quorum_config).await?);
+
+        let http_listener = TcpListener::bind(config.http_listener)
+            .await
+            .map_err(|source| NodeError::Http {
+                addr: config.http_listener,
+                source,
+            })?;
+        let http = tokio::spawn(serve_http(
+            http_listener,
+            Arc::clone(&quorum),
+            Arc::clone(&logs),
+        ));
+        tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
+        Ok(Node {
+            config,
+            logs,
+            quorum,
+            http,
+        })
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Stops the node: the quorum member, then the logs (flushed, checkpointed, marked clean).
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        self.http.abort();
+        match Arc::try_unwrap(self.quorum) {
+            Ok(quorum) => quorum.shutdown().await,
+            Err(_) => tracing::warn!("quorum still referenced at shutdown"),
+        }
+        let logs = self.logs;
+        tokio::task::block_in_place(|| logs.shutdown())?;
+        tracing::info!("node stopped");
+        Ok(())
+    }
+}
+
+async fn serve_http(listener: TcpListener, quorum: Arc<Quorum>, logs: Arc<LogManager>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let quorum = Arc::clone(&quorum);
+        let logs = Arc::clone(&logs);
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut buffer = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n")
+                    && head.len() < HTTP_REQUEST_BYTES_MAX
+                {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let request_line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let path = request_line.split_whitespace().nth(1).unwrap_or("");
+            let (status, content_type, body) = match path {
+                "/health" => ("200 OK", "text/plain", health(&quorum)),
+                "/metrics" => (
+                    "200 OK",
+                    "text/plain; version=0.0.4",
+                    metrics(&quorum, &logs),
+                ),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+fn health(quorum: &Quorum) -> String {
+    let metrics = quorum.metrics();
+    format!(
+        "ok node={} state={:?} leader={} term={}\n",
+        quorum.node_id(),
+        metrics.state,
+        metrics
+            .current_leader
+            .map_or("none".to_owned(), |l| l.to_string()),
+        metrics.current_term
+    )
+}
+
+/// Prometheus text exposition of what operators watch.
+fn metrics(quorum: &Quorum, logs: &LogManager) -> String {
+    let m = quorum.metrics();
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    };
+    gauge(
+        "sluice_quorum_current_term",
+        "Raft term of the metadata quorum as this node sees it.",
+        m.current_term.to_string(),
+    );
+    gauge(
+        "sluice_quorum_current_leader",
+        "Node id of the quorum leader, -1 when unknown.",
+        m.current_leader.map_or(-1, |l| l as i64).to_string(),
+    );
+    gauge(
+        "sluice_quorum_is_leader",
+        "1 when this node leads the metadata quorum.",
+        u8::from(m.current_leader == Some(quorum.node_id())).to_string(),
+    );
+    gauge(
+        "sluice_quorum_last_log_index",
+        "Index of the last entry in this node's metadata log.",
+        m.last_log_index.unwrap_or(0).to_string(),
+    );
+    gauge(
+        "sluice_quorum_last_applied_index",
+        "Index of the last committed entry applied here (the metadata image's index).",
+        m.last_applied.map_or(0, |l| l.index).to_string(),
+    );
+    gauge(
+        "sluice_quorum_voters",
+        "Voters in the quorum's membership.",
+        m.membership_config.voter_ids().count().to_string(),
+    );
+    let all = logs.all();
+    gauge(
+        "sluice_log_partitions",
+        "Partition logs on this node.",
+        all.len().to_string(),
+    );
+    gauge(
+        "sluice_log_size_bytes",
+        "Bytes in all partition logs on this node.",
+        all.iter().map(|l| l.size_bytes()).sum::<u64>().to_string(),
+    );
+    gauge(
+        "sluice_log_offline_partitions",
+        "Partition logs taken offline by a storage error.",
+        all.iter().filter(|l| l.is_offline()).count().to_string(),
+    );
+    out
+}
