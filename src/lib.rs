@@ -4,6 +4,8 @@
 //!
 //! ## Layout
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
+//! - `controller`: the active controller's decisions (placement, elections, fencing,
+//!   AlterPartition) as pure functions from an image to records or a Kafka error.
 //! - `meta_properties`: which cluster and node a data directory belongs to.
 //! - `node`: a running node (`sluice server`): data dirs, log manager, quorum member, HTTP.
 //! - `log`: the storage engine: segmented partition logs in Kafka's on-disk format, with crash
@@ -15,6 +17,8 @@
 
 #[cfg(feature = "broker")]
 pub mod config;
+#[cfg(feature = "broker")]
+pub mod controller;
 #[cfg(feature = "broker")]
 pub mod log;
 #[cfg(feature = "broker")]
