@@ -13,6 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::config::ServerConfig;
+use crate::controller::Defaults;
+use crate::controller::service::{
+    ControllerRequest, ControllerResponse, ControllerService, call_controller,
+};
 use crate::log::{LogManager, LogManagerConfig, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
 
@@ -43,7 +47,7 @@ pub struct Node {
     config: ServerConfig,
     logs: Arc<LogManager>,
     quorum: Arc<Quorum>,
-    http: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Node {
@@ -108,6 +112,21 @@ impl Node {
         quorum_config.election_timeout_max_ms = election_ms * 2;
         quorum_config.heartbeat_interval_ms = (election_ms / 5).max(5);
         let quorum = Arc::new(Quorum::start(quorum_config).await?);
+        let defaults = Defaults {
+            partitions: config.num_partitions,
+            replication_factor: config.default_replication_factor,
+            unclean_leader_election: config.unclean_leader_election_enable,
+        };
+        let session_timeout = Duration::from_millis(config.broker_session_timeout_ms);
+        let controller = ControllerService::new(&quorum, defaults, session_timeout);
+        quorum.set_call_handler(controller.clone());
+        let mut tasks = vec![tokio::spawn(controller.run_session_timer())];
+        if config.roles.broker {
+            tasks.push(tokio::spawn(broker_lifecycle(
+                Arc::clone(&quorum),
+                config.clone(),
+            )));
+        }
 
         let http_listener = TcpListener::bind(config.http_listener)
             .await
@@ -115,17 +134,17 @@ impl Node {
                 addr: config.http_listener,
                 source,
             })?;
-        let http = tokio::spawn(serve_http(
+        tasks.push(tokio::spawn(serve_http(
             http_listener,
             Arc::clone(&quorum),
             Arc::clone(&logs),
-        ));
+        )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {
             config,
             logs,
             quorum,
-            http,
+            tasks,
         })
     }
 
@@ -135,7 +154,10 @@ impl Node {
 
     /// Stops the node: the quorum member, then the logs (flushed, checkpointed, marked clean).
     pub async fn shutdown(self) -> Result<(), NodeError> {
-        self.http.abort();
+        for task in self.tasks {
+            task.abort();
+            let _ = task.await;
+        }
         match Arc::try_unwrap(self.quorum) {
             Ok(quorum) => quorum.shutdown().await,
             Err(_) => tracing::warn!("quorum still referenced at shutdown"),
@@ -144,6 +166,94 @@ impl Node {
         tokio::task::block_in_place(|| logs.shutdown())?;
         tracing::info!("node stopped");
         Ok(())
+    }
+}
+
+/// The broker's side of its registration: register with the active controller, then
+/// heartbeat; report caught up (to be unfenced) once this node has applied its own
+/// registration, i.e. its metadata image is current up to it. Re-registers after a stale
+/// epoch (the controller lost track of it).
+async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
+    let broker_id = config.node_id as i32;
+    let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
+    let endpoints = config
+        .advertised_listeners
+        .iter()
+        .filter(|l| l.name != config.controller_listener_name)
+        .map(|l| sluice_raft::records::Endpoint {
+            name: l.name.clone(),
+            host: l.host.clone(),
+            port: l.port,
+            security_protocol: "PLAINTEXT".into(),
+        })
+        .collect::<Vec<_>>();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let incarnation = sluice_raft::records::Uuid(started ^ u128::from(config.node_id));
+    'register: loop {
+        let registration = sluice_raft::records::RegisterBroker {
+            broker_id,
+            incarnation_id: incarnation,
+            broker_epoch: 0,
+            endpoints: endpoints.clone(),
+            rack: config.broker_rack.clone(),
+            fenced: true,
+        };
+        let request = ControllerRequest::RegisterBroker(registration);
+        let epoch = match call_controller(&quorum, &request, Duration::from_secs(30)).await {
+            Ok(ControllerResponse::Ok {
+                broker_epoch: Some(epoch),
+                ..
+            }) => epoch,
+            Ok(other) => {
+                tracing::warn!(?other, "broker registration refused; retrying");
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "broker registration failed; retrying");
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+        };
+        tracing::info!(
+            broker_id,
+            broker_epoch = epoch,
+            "registered with the controller"
+        );
+        let mut fenced = true;
+        loop {
+            let caught_up = quorum
+                .image()
+                .brokers
+                .get(&broker_id)
+                .is_some_and(|b| b.registration.broker_epoch == epoch);
+            let heartbeat = ControllerRequest::Heartbeat {
+                broker_id,
+                broker_epoch: epoch,
+                caught_up,
+            };
+            match call_controller(&quorum, &heartbeat, interval.max(Duration::from_secs(2))).await {
+                Ok(ControllerResponse::Ok {
+                    fenced: Some(now_fenced),
+                    ..
+                }) => {
+                    if fenced && !now_fenced {
+                        tracing::info!(broker_id, "unfenced: serving as a broker");
+                    }
+                    fenced = now_fenced;
+                }
+                // STALE_BROKER_EPOCH: the controller no longer knows this registration.
+                Ok(ControllerResponse::Error { code: 77, message }) => {
+                    tracing::warn!(%message, "stale broker epoch: registering again");
+                    continue 'register;
+                }
+                Ok(other) => tracing::debug!(?other, "heartbeat answer"),
+                Err(error) => tracing::debug!(%error, "heartbeat failed"),
+            }
+            tokio::time::sleep(interval).await;
+        }
     }
 }
 
@@ -249,6 +359,33 @@ fn metrics(quorum: &Quorum, logs: &LogManager) -> String {
         "sluice_quorum_voters",
         "Voters in the quorum's membership.",
         m.membership_config.voter_ids().count().to_string(),
+    );
+    let image = quorum.image();
+    gauge(
+        "sluice_brokers_registered",
+        "Brokers registered in the metadata image.",
+        image.brokers.len().to_string(),
+    );
+    gauge(
+        "sluice_brokers_unfenced",
+        "Registered brokers not fenced.",
+        image.unfenced_brokers().count().to_string(),
+    );
+    gauge(
+        "sluice_topics",
+        "Topics in the metadata image.",
+        image.topics.len().to_string(),
+    );
+    let offline = image
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.values())
+        .filter(|p| p.leader == sluice_raft::records::NO_LEADER)
+        .count();
+    gauge(
+        "sluice_partitions_offline",
+        "Partitions without a leader.",
+        offline.to_string(),
     );
     let all = logs.all();
     gauge(

@@ -1,4 +1,5 @@
 //! The metadata quorum with real `sluice server` processes: bootstrap of three nodes, election,
+//! broker registration and unfencing, fencing of a broker that stops heartbeating (SIGSTOP),
 //! kill -9 of the leader and failover, catch-up of the restarted node, clean SIGTERM exits,
 //! and refusal of a data directory that belongs to another node.
 
@@ -28,7 +29,8 @@ fn write_config(dir: &Path, id: u64, ports: &Ports, voters: &str) -> PathBuf {
     let text = format!(
         "node.id={id}\nlisteners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}\n\
          controller.quorum.voters={voters}\nhttp.listener=127.0.0.1:{}\nlog.dirs={}\n\
-         controller.quorum.election.timeout.ms=500\n",
+         controller.quorum.election.timeout.ms=500\n\
+         broker.session.timeout.ms=3000\nbroker.heartbeat.interval.ms=300\n",
         ports.kafka,
         ports.quorum,
         ports.http,
@@ -93,9 +95,32 @@ fn agreed_leader(http_ports: &[u16], candidates: &[u64], timeout: Duration) -> O
     None
 }
 
-fn stop(mut child: Child) -> std::process::ExitStatus {
+/// Waits until every port in `http_ports` reports `value` for `gauge`.
+fn wait_for_gauge(http_ports: &[u16], gauge: &str, value: i64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let values: Vec<Option<i64>> = http_ports
+            .iter()
+            .map(|p| metrics(*p).and_then(|m| m.get(gauge).copied()))
+            .collect();
+        if values.iter().all(|v| *v == Some(value)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{gauge} never reached {value}: {values:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(child: &Child, signal: i32) {
     // SAFETY: kill(2) on a child we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id() as i32, signal) };
+}
+
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    signal(&child, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -106,8 +131,39 @@ fn stop(mut child: Child) -> std::process::ExitStatus {
     }
 }
 
+/// The last lines of every node log in `dir`, for a failure message.
+fn node_logs(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(15).collect();
+        out.push_str(&format!("--- {}\n", log.display()));
+        for line in tail.into_iter().rev() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn applied_min(http_ports: &[u16]) -> i64 {
+    http_ports
+        .iter()
+        .filter_map(|p| metrics(*p))
+        .map(|m| m["sluice_quorum_last_applied_index"])
+        .min()
+        .unwrap_or(0)
+}
+
 #[test]
-fn three_nodes_elect_a_leader_fail_over_after_kill_9_and_catch_up() {
+fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
     let dir = tempfile::tempdir().unwrap();
     let ports: BTreeMap<u64, Ports> = (1..=3)
         .map(|id| {
@@ -135,58 +191,89 @@ fn three_nodes_elect_a_leader_fail_over_after_kill_9_and_catch_up() {
         .iter()
         .map(|(id, config)| (*id, start(config, &log(*id, 0))))
         .collect();
-
     let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
     let all = [1, 2, 3];
-    let (leader, applied) = agreed_leader(&http(&all), &all, Duration::from_secs(30))
-        .expect("no leader after bootstrap");
 
+    // Bootstrap: a leader, and every node registered as a broker and unfenced once caught up.
+    let (leader, _) =
+        agreed_leader(&http(&all), &all, Duration::from_secs(60)).unwrap_or_else(|| {
+            panic!(
+                "no leader after bootstrap
+{}",
+                node_logs(dir.path())
+            )
+        });
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_unfenced",
+        3,
+        Duration::from_secs(30),
+    );
+
+    // A broker that stops heartbeating (paused) is fenced; resumed, it is unfenced again.
+    let paused = *all.iter().find(|id| **id != leader).unwrap();
+    let others: Vec<u64> = all.iter().copied().filter(|id| *id != paused).collect();
+    signal(&nodes[&paused], libc::SIGSTOP);
+    let paused_at = Instant::now();
+    wait_for_gauge(
+        &http(&others),
+        "sluice_brokers_unfenced",
+        2,
+        Duration::from_secs(20),
+    );
+    eprintln!(
+        "paused broker {paused} fenced after {} ms (session timeout 3000 ms)",
+        paused_at.elapsed().as_millis()
+    );
+    signal(&nodes[&paused], libc::SIGCONT);
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_unfenced",
+        3,
+        Duration::from_secs(20),
+    );
+
+    // kill -9 of the leader: the other two elect one of themselves and commit.
+    let (leader, applied) = agreed_leader(&http(&all), &all, Duration::from_secs(30))
+        .expect("no leader after the pause");
     let mut killed = nodes.remove(&leader).unwrap();
-    killed.kill().unwrap(); // SIGKILL
+    killed.kill().unwrap();
     killed.wait().unwrap();
     let killed_at = Instant::now();
     let rest: Vec<u64> = all.iter().copied().filter(|id| *id != leader).collect();
-    let (new_leader, applied_after) = agreed_leader(&http(&rest), &rest, Duration::from_secs(30))
+    let (new_leader, _) = agreed_leader(&http(&rest), &rest, Duration::from_secs(30))
         .expect("no new leader after kill -9");
-    // The new leader's first entry committing is a metadata write through the new majority.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut committed = applied_after;
-    while committed <= applied && Instant::now() < deadline {
+    while applied_min(&http(&rest)) <= applied {
+        assert!(
+            Instant::now() < deadline,
+            "nothing committed after failover"
+        );
         std::thread::sleep(Duration::from_millis(50));
-        committed = http(&rest)
-            .iter()
-            .filter_map(|p| metrics(*p))
-            .map(|m| m["sluice_quorum_last_applied_index"])
-            .min()
-            .unwrap_or(0);
     }
-    assert!(
-        committed > applied,
-        "nothing committed after failover ({committed} <= {applied})"
-    );
     eprintln!(
         "leader {leader} killed; node {new_leader} leads and commits after {} ms",
         killed_at.elapsed().as_millis()
     );
+    // The new controller fences the dead broker once its session expires.
+    wait_for_gauge(
+        &http(&rest),
+        "sluice_brokers_unfenced",
+        2,
+        Duration::from_secs(20),
+    );
 
-    // The killed node restarts from its data and follows the new leader.
+    // The killed node restarts from its data, follows the new leader, catches up, re-registers.
     nodes.insert(leader, start(&configs[&leader], &log(leader, 1)));
     let (agreed, _) = agreed_leader(&http(&all), &[new_leader], Duration::from_secs(30))
         .expect("restarted node did not rejoin");
     assert_eq!(agreed, new_leader);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let restarted =
-            metrics(ports[&leader].http).map_or(0, |m| m["sluice_quorum_last_applied_index"]);
-        if restarted >= committed {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "restarted node stuck at {restarted} < {committed}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_unfenced",
+        3,
+        Duration::from_secs(30),
+    );
 
     for (id, node) in nodes {
         let status = stop(node);

@@ -10,9 +10,11 @@
 //! - `store`: the RocksDB log store and state machine (durable vote, synced appends,
 //!   snapshots that are the encoded image, `last_purged_log_id` persisted).
 //! - `network`: openraft's RPCs over tonic gRPC (`proto/raft.proto`), bounded and versioned.
+//! - `calls`: opaque calls to the active controller (the node supplies the handler).
 //! - `quorum`: a running member: store + openraft + gRPC listener, idempotent bootstrap,
 //!   proposals, committed images.
 
+pub mod calls;
 pub mod image;
 pub mod network;
 pub mod quorum;

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::calls::{CallHandler, ControllerService, HandlerSlot};
 use crate::image::MetadataImage;
 use crate::network::{GrpcNetworkFactory, RaftService, SNAPSHOT_CHUNK_BYTES};
 use crate::records::{MetadataRecord, MetadataRequest, MetadataResponse};
@@ -99,6 +100,7 @@ pub struct Quorum {
     state_machine: StateMachine,
     listen: SocketAddr,
     server: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    call_handler: HandlerSlot,
 }
 
 impl Quorum {
@@ -142,11 +144,14 @@ impl Quorum {
         })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let service = RaftService::new(raft.clone());
+        let call_handler: HandlerSlot = Arc::default();
+        let controller_service = ControllerService::new(Arc::clone(&call_handler));
         let server = tokio::spawn(async move {
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let result = tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(controller_service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
@@ -161,6 +166,7 @@ impl Quorum {
             state_machine,
             listen,
             server: Some((stop, server)),
+            call_handler,
         };
         if config.voters.contains_key(&config.node_id) {
             quorum.bootstrap(config.voters.clone()).await?;
@@ -184,6 +190,24 @@ impl Quorum {
             }
             Err(RaftError::Fatal(e)) => Err(QuorumError::Fatal(e.to_string())),
         }
+    }
+
+    /// Installs the handler of controller calls arriving on this member's listener.
+    pub fn set_call_handler(&self, handler: Arc<dyn CallHandler>) {
+        *self.call_handler.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// The internal address of `node` per the current membership.
+    pub fn node_addr(&self, node: NodeId) -> Option<String> {
+        self.metrics()
+            .membership_config
+            .membership()
+            .get_node(&node)
+            .map(|n| n.addr.clone())
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.metrics().current_leader == Some(self.node_id)
     }
 
     pub fn node_id(&self) -> NodeId {

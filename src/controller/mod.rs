@@ -13,6 +13,7 @@
 //!   partition and leader epochs).
 
 pub mod placement;
+pub mod service;
 
 use std::collections::BTreeMap;
 
@@ -75,7 +76,7 @@ impl ControllerError {
 }
 
 /// A CreateTopics entry.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct NewTopic {
     pub name: String,
     /// -1: the broker default (`num.partitions`).
@@ -88,7 +89,7 @@ pub struct NewTopic {
 }
 
 /// Broker-wide defaults the controller applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Defaults {
     pub partitions: i32,
     pub replication_factor: i16,

@@ -1,0 +1,101 @@
+//! Opaque calls to the active controller over the internal listener (`proto/controller.proto`).
+//!
+//! The quorum member serves them by handing the payload to a [`CallHandler`] that the node
+//! installs once it is up; until then callers get `Unavailable` and retry. The payload format
+//! belongs to the handler: this crate only carries bytes, bounded in size.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tonic::transport::Endpoint;
+use tonic::{Request, Response, Status};
+
+use crate::network::MESSAGE_BYTES_MAX;
+
+pub mod proto {
+    tonic::include_proto!("sluice.controller");
+}
+
+use proto::controller_client::ControllerClient;
+use proto::{ControllerCall, ControllerReply};
+
+pub type CallFuture<'a> = Pin<Box<dyn Future<Output = Vec<u8>> + Send + 'a>>;
+
+/// Answers controller calls; installed by the node on its quorum member.
+pub trait CallHandler: Send + Sync + 'static {
+    fn handle(&self, payload: Vec<u8>) -> CallFuture<'_>;
+}
+
+/// Where the server finds the handler; empty until the node installs one.
+pub type HandlerSlot = Arc<RwLock<Option<Arc<dyn CallHandler>>>>;
+
+pub struct ControllerService {
+    handler: HandlerSlot,
+}
+
+impl ControllerService {
+    pub fn new(
+        handler: HandlerSlot,
+    ) -> proto::controller_server::ControllerServer<ControllerService> {
+        proto::controller_server::ControllerServer::new(ControllerService { handler })
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX)
+    }
+}
+
+#[tonic::async_trait]
+impl proto::controller_server::Controller for ControllerService {
+    async fn call(
+        &self,
+        request: Request<ControllerCall>,
+    ) -> Result<Response<ControllerReply>, Status> {
+        let handler = self
+            .handler
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(handler) = handler else {
+            return Err(Status::unavailable(
+                "this node's controller is not running yet",
+            ));
+        };
+        let payload = handler.handle(request.into_inner().payload).await;
+        Ok(Response::new(ControllerReply { payload }))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("cannot reach {addr}: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("call to {addr} failed: {status}")]
+    Failed { addr: String, status: Status },
+}
+
+/// One call to the controller service at `addr` (a node's internal listener).
+pub async fn call(addr: &str, payload: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, CallError> {
+    let unreachable = |reason: String| CallError::Unreachable {
+        addr: addr.to_owned(),
+        reason,
+    };
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| unreachable(e.to_string()))?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .connect()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let mut client = ControllerClient::new(channel)
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let reply = client
+        .call(Request::new(ControllerCall { payload }))
+        .await
+        .map_err(|status| CallError::Failed {
+            addr: addr.to_owned(),
+            status,
+        })?;
+    Ok(reply.into_inner().payload)
+}

@@ -1,0 +1,285 @@
+//! The active controller at work: requests from brokers (registration, heartbeats) and from
+//! admin paths (topics), answered by the quorum leader, and the broker session timer.
+//!
+//! Every node runs a [`ControllerService`] behind its quorum member's internal listener. Only
+//! the quorum leader acts; another node answers `NotController` naming the leader, and the
+//! caller ([`call_controller`]) retries there. Decisions come from the pure functions in
+//! `controller`, on the leader's current image, and take effect when the quorum commits them.
+//!
+//! Broker sessions live in the leader's memory: a broker unheard for
+//! `broker.session.timeout.ms` is fenced and its leaderships move. A new leader starts every
+//! session afresh, so a change of controller fences nobody by itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_raft::calls::{CallFuture, CallHandler};
+use sluice_raft::records::{BrokerId, MetadataRecord, RegisterBroker, Uuid};
+use sluice_raft::{ProposeError, Quorum};
+
+use super::{ControllerError, Defaults, NewTopic};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControllerRequest {
+    RegisterBroker(RegisterBroker),
+    Heartbeat {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        caught_up: bool,
+    },
+    CreateTopic(NewTopic),
+    DeleteTopic(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControllerResponse {
+    /// Done (committed). `broker_epoch` answers a registration.
+    Ok {
+        broker_epoch: Option<i64>,
+        fenced: Option<bool>,
+    },
+    NotController {
+        leader_addr: Option<String>,
+    },
+    /// A Kafka error code and message.
+    Error {
+        code: i16,
+        message: String,
+    },
+}
+
+/// Records to commit, and what the response reports: a broker epoch, the fenced state.
+type Decision = (Vec<MetadataRecord>, Option<i64>, Option<bool>);
+
+/// REQUEST_TIMED_OUT, for proposals that did not commit.
+const REQUEST_TIMED_OUT: i16 = 7;
+
+pub struct ControllerService {
+    quorum: Weak<Quorum>,
+    defaults: Defaults,
+    session_timeout: Duration,
+    sessions: Mutex<Sessions>,
+}
+
+#[derive(Default)]
+struct Sessions {
+    /// The quorum term these sessions belong to: a new leader (term) starts them afresh.
+    term: u64,
+    last_heard: HashMap<BrokerId, Instant>,
+}
+
+impl ControllerService {
+    pub fn new(
+        quorum: &Arc<Quorum>,
+        defaults: Defaults,
+        session_timeout: Duration,
+    ) -> Arc<ControllerService> {
+        Arc::new(ControllerService {
+            quorum: Arc::downgrade(quorum),
+            defaults,
+            session_timeout,
+            sessions: Mutex::new(Sessions::default()),
+        })
+    }
+
+    fn sessions(&self, term: u64) -> std::sync::MutexGuard<'_, Sessions> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.term != term {
+            sessions.term = term;
+            sessions.last_heard.clear();
+        }
+        sessions
+    }
+
+    async fn handle_request(&self, request: ControllerRequest) -> ControllerResponse {
+        let Some(quorum) = self.quorum.upgrade() else {
+            return ControllerResponse::NotController { leader_addr: None };
+        };
+        let metrics = quorum.metrics();
+        if metrics.current_leader != Some(quorum.node_id()) {
+            let leader_addr = metrics.current_leader.and_then(|l| quorum.node_addr(l));
+            return ControllerResponse::NotController { leader_addr };
+        }
+        let image = quorum.image();
+        let decided: Result<Decision, ControllerError> = match request {
+            ControllerRequest::RegisterBroker(mut registration) => {
+                // The epoch only grows: past any this broker had, and past the log's end.
+                registration.broker_epoch = metrics.last_log_index.unwrap_or(0) as i64 + 1;
+                let records = super::register_broker(&image, registration.clone());
+                let epoch = match records.first() {
+                    Some(MetadataRecord::RegisterBroker(r)) => r.broker_epoch,
+                    _ => registration.broker_epoch,
+                };
+                self.sessions(metrics.current_term)
+                    .last_heard
+                    .insert(registration.broker_id, Instant::now());
+                Ok((records, Some(epoch), Some(true)))
+            }
+            ControllerRequest::Heartbeat {
+                broker_id,
+                broker_epoch,
+                caught_up,
+            } => match image.brokers.get(&broker_id) {
+                Some(broker) if broker.registration.broker_epoch == broker_epoch => {
+                    self.sessions(metrics.current_term)
+                        .last_heard
+                        .insert(broker_id, Instant::now());
+                    if broker.fenced && caught_up {
+                        super::unfence_broker(&image, broker_id, broker_epoch)
+                            .map(|r| (r, None, Some(false)))
+                    } else {
+                        Ok((Vec::new(), None, Some(broker.fenced)))
+                    }
+                }
+                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
+            },
+            ControllerRequest::CreateTopic(topic) => {
+                super::create_topic(&image, &topic, new_topic_id(), &self.defaults)
+                    .map(|r| (r, None, None))
+            }
+            ControllerRequest::DeleteTopic(name) => {
+                super::delete_topic(&image, &name).map(|r| (r, None, None))
+            }
+        };
+        let (records, broker_epoch, fenced) = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                return ControllerResponse::Error {
+                    code: error.kafka_error_code(),
+                    message: error.to_string(),
+                };
+            }
+        };
+        if !records.is_empty() {
+            if let Err(error) = quorum.propose(records).await {
+                return match error {
+                    ProposeError::NotLeader { leader_addr, .. } => {
+                        ControllerResponse::NotController { leader_addr }
+                    }
+                    other => ControllerResponse::Error {
+                        code: REQUEST_TIMED_OUT,
+                        message: other.to_string(),
+                    },
+                };
+            }
+        }
+        ControllerResponse::Ok {
+            broker_epoch,
+            fenced,
+        }
+    }
+
+    /// On the leader: fences brokers whose session expired. Runs until the quorum is gone.
+    pub async fn run_session_timer(self: Arc<Self>) {
+        let tick = (self.session_timeout / 4).max(Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(tick).await;
+            let Some(quorum) = self.quorum.upgrade() else {
+                return;
+            };
+            let metrics = quorum.metrics();
+            if metrics.current_leader != Some(quorum.node_id()) {
+                continue;
+            }
+            let image = quorum.image();
+            let expired: Vec<BrokerId> = {
+                let mut sessions = self.sessions(metrics.current_term);
+                let now = Instant::now();
+                image
+                    .unfenced_brokers()
+                    .map(|b| b.registration.broker_id)
+                    .filter(|id| {
+                        // A broker first seen by this leader gets a full session from now.
+                        let heard = *sessions.last_heard.entry(*id).or_insert(now);
+                        now.duration_since(heard) > self.session_timeout
+                    })
+                    .collect()
+            };
+            for broker in expired {
+                tracing::warn!(
+                    broker,
+                    timeout_ms = self.session_timeout.as_millis() as u64,
+                    "broker session expired: fencing it"
+                );
+                match super::fence_broker(&image, broker, &self.defaults) {
+                    Ok(records) => {
+                        if let Err(error) = quorum.propose(records).await {
+                            tracing::warn!(broker, %error, "fencing did not commit");
+                        }
+                    }
+                    Err(error) => tracing::warn!(broker, %error, "cannot fence"),
+                }
+            }
+        }
+    }
+}
+
+impl CallHandler for ControllerService {
+    fn handle(&self, payload: Vec<u8>) -> CallFuture<'_> {
+        Box::pin(async move {
+            let response = match bincode::deserialize::<ControllerRequest>(&payload) {
+                Ok(request) => self.handle_request(request).await,
+                // INVALID_REQUEST
+                Err(error) => ControllerResponse::Error {
+                    code: 42,
+                    message: format!("undecodable controller request: {error}"),
+                },
+            };
+            bincode::serialize(&response).unwrap_or_default()
+        })
+    }
+}
+
+/// A random topic id (Kafka's are random UUIDs).
+fn new_topic_id() -> Uuid {
+    use std::hash::{BuildHasher, RandomState};
+    let state = RandomState::new();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let high = state.hash_one(nanos) as u128;
+    let low = RandomState::new().hash_one(nanos ^ 0x5a5a) as u128;
+    Uuid((high << 64) | low)
+}
+
+/// Sends `request` to the active controller, following `NotController` to the leader, until
+/// it is answered or `timeout` passes.
+pub async fn call_controller(
+    quorum: &Quorum,
+    request: &ControllerRequest,
+    timeout: Duration,
+) -> Result<ControllerResponse, String> {
+    let deadline = Instant::now() + timeout;
+    let payload = bincode::serialize(request).map_err(|e| e.to_string())?;
+    let mut target: Option<String> = None;
+    let mut last_error = String::from("no controller known yet");
+    while Instant::now() < deadline {
+        let addr = match target.take().or_else(|| {
+            quorum
+                .metrics()
+                .current_leader
+                .and_then(|l| quorum.node_addr(l))
+        }) {
+            Some(addr) => addr,
+            None => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        match sluice_raft::calls::call(&addr, payload.clone(), Duration::from_secs(5)).await {
+            Ok(reply) => match bincode::deserialize::<ControllerResponse>(&reply) {
+                Ok(ControllerResponse::NotController { leader_addr }) => {
+                    last_error = format!("{addr} is not the controller");
+                    target = leader_addr;
+                }
+                Ok(response) => return Ok(response),
+                Err(error) => return Err(format!("undecodable reply from {addr}: {error}")),
+            },
+            Err(error) => last_error = error.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last_error)
+}
