@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
-use crate::log::LogConfig;
 use crate::log::config::{BROKER_TO_TOPIC_KEYS, ConfigError};
+use crate::log::{LogConfig, LogManagerConfig};
 
 /// One `NAME://host:port` entry of `listeners`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,22 +85,11 @@ pub struct ServerConfig {
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
     pub quorum_election_timeout_ms: u64,
-    /// Topic defaults from the `log.*` keys.
-    pub log: LogConfig,
-    /// `log.cleaner.*`, `log.retention.check.interval.ms`, ...
-    pub log_manager: LogManagerSettings,
+    /// The log manager's settings: `log.dirs`, topic defaults from the `log.*` keys
+    /// (`default_log_config`), `log.cleaner.*`, `log.retention.check.interval.ms`, ...
+    pub log_manager: LogManagerConfig,
     /// Keys that were present and understood, with their values (for DescribeConfigs later).
     pub properties: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogManagerSettings {
-    pub cleaner_enable: bool,
-    pub cleaner_dedupe_buffer_bytes: usize,
-    pub cleaner_backoff_ms: u64,
-    pub retention_check_interval_ms: u64,
-    pub flush_scheduler_interval_ms: u64,
-    pub checkpoint_interval_ms: u64,
 }
 
 /// Keys this server understands beyond the `log.*` topic defaults.
@@ -419,7 +408,7 @@ impl ServerConfig {
             controller_listener_name,
             voters,
             cluster_id,
-            log_dirs,
+            log_dirs: log_dirs.clone(),
             metadata_log_dir,
             http_listener,
             broker_rack: get("broker.rack").map(str::to_owned),
@@ -458,8 +447,9 @@ impl ServerConfig {
                 10,
                 3_600_000,
             )?,
-            log,
-            log_manager: LogManagerSettings {
+            log_manager: LogManagerConfig {
+                log_dirs,
+                default_log_config: log,
                 cleaner_enable: boolean("log.cleaner.enable", true)?,
                 cleaner_dedupe_buffer_bytes: number("log.cleaner.dedupe.buffer.size", 134_217_728)?
                     as usize,
@@ -532,7 +522,10 @@ mod tests {
         assert_eq!(config.node_id, 2);
         assert_eq!(config.voters.len(), 3);
         assert_eq!(config.controller_listener().port, 29093);
-        assert_eq!(config.log.retention_ms, 3_600_000);
+        assert_eq!(
+            config.log_manager.default_log_config.retention_ms,
+            3_600_000
+        );
         assert_eq!(config.min_insync_replicas, 2);
         let other = load(
             &text

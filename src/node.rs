@@ -17,7 +17,7 @@ use crate::controller::Defaults;
 use crate::controller::service::{
     ControllerRequest, ControllerResponse, ControllerService, call_controller,
 };
-use crate::log::{LogManager, LogManagerConfig, SystemClock};
+use crate::log::{LogManager, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
 
 /// The quorum's RocksDB lives here, inside `metadata.log.dir`. The name has no `-<n>`
@@ -65,17 +65,7 @@ impl Node {
                 tracing::info!(dir = %dir.display(), cluster_id = %identity.cluster_id, node_id = identity.node_id, "formatted data directory");
             }
         }
-        let settings = &config.log_manager;
-        let log_config = LogManagerConfig {
-            log_dirs: config.log_dirs.clone(),
-            default_log_config: config.log.clone(),
-            cleaner_enable: settings.cleaner_enable,
-            cleaner_dedupe_buffer_bytes: settings.cleaner_dedupe_buffer_bytes,
-            cleaner_backoff_ms: settings.cleaner_backoff_ms,
-            retention_check_interval_ms: settings.retention_check_interval_ms,
-            flush_scheduler_interval_ms: settings.flush_scheduler_interval_ms,
-            checkpoint_interval_ms: settings.checkpoint_interval_ms,
-        };
+        let log_config = config.log_manager.clone();
         let logs = Arc::new(tokio::task::block_in_place(|| {
             LogManager::open(log_config, Arc::new(SystemClock))
         })?);

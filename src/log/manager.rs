@@ -32,7 +32,7 @@ pub const LOCK_FILE: &str = ".lock";
 /// Suffix of a partition directory scheduled for removal after its topic was deleted.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogManagerConfig {
     /// `log.dirs`
     pub log_dirs: Vec<PathBuf>,
