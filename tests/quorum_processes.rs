@@ -321,3 +321,105 @@ fn a_node_refuses_the_data_directory_of_another_node() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: BTreeMap<u64, Ports> = (1..=3)
+        .map(|id| {
+            (
+                id,
+                Ports {
+                    kafka: free_port(),
+                    quorum: free_port(),
+                    http: free_port(),
+                },
+            )
+        })
+        .collect();
+    let voters = ports
+        .iter()
+        .map(|(id, p)| format!("{id}@127.0.0.1:{}", p.quorum))
+        .collect::<Vec<_>>()
+        .join(",");
+    let configs: BTreeMap<u64, PathBuf> = ports
+        .iter()
+        .map(|(id, p)| (*id, write_config(dir.path(), *id, p, &voters)))
+        .collect();
+    let log = |id: u64, run: u32| dir.path().join(format!("node-{id}-{run}.log"));
+    let mut nodes: BTreeMap<u64, Child> = configs
+        .iter()
+        .map(|(id, config)| (*id, start(config, &log(*id, 0))))
+        .collect();
+    let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
+    let all = [1, 2, 3];
+    let (leader, _) = agreed_leader(&http(&all), &all, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no leader after bootstrap\n{}", node_logs(dir.path())));
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_unfenced",
+        3,
+        Duration::from_secs(30),
+    );
+
+    // Pause both followers past their session timeout: the leader, alone, decides to fence
+    // them but cannot commit it, so its committed image does not change.
+    let followers: Vec<u64> = all.iter().copied().filter(|id| *id != leader).collect();
+    let before = metrics(ports[&leader].http).expect("leader answers");
+    for id in &followers {
+        signal(&nodes[id], libc::SIGSTOP);
+    }
+    std::thread::sleep(Duration::from_millis(5_000));
+    let during = metrics(ports[&leader].http).expect("leader answers");
+    assert_eq!(
+        during["sluice_quorum_last_applied_index"], before["sluice_quorum_last_applied_index"],
+        "a minority committed"
+    );
+    assert_eq!(
+        during["sluice_brokers_unfenced"], 3,
+        "fencing committed without a majority"
+    );
+    for id in &followers {
+        signal(&nodes[id], libc::SIGCONT);
+    }
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_unfenced",
+        3,
+        Duration::from_secs(30),
+    );
+    let committed = applied_min(&http(&all));
+
+    // Every node killed at once, then restarted: everything committed is still there.
+    for (_, mut node) in std::mem::take(&mut nodes) {
+        node.kill().unwrap();
+        node.wait().unwrap();
+    }
+    nodes = configs
+        .iter()
+        .map(|(id, config)| (*id, start(config, &log(*id, 1))))
+        .collect();
+    agreed_leader(&http(&all), &all, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no leader after a full restart\n{}", node_logs(dir.path())));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while applied_min(&http(&all)) < committed {
+        assert!(
+            Instant::now() < deadline,
+            "committed entries missing after a full restart"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for_gauge(
+        &http(&all),
+        "sluice_brokers_registered",
+        3,
+        Duration::from_secs(20),
+    );
+    for (id, node) in nodes {
+        let status = stop(node);
+        assert!(
+            status.success(),
+            "node {id} exited with {status} after SIGTERM"
+        );
+    }
+}
