@@ -181,6 +181,42 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let incarnation = sluice_raft::records::Uuid(started ^ u128::from(config.node_id));
+    let voters: Vec<String> = config
+        .voters
+        .iter()
+        .map(|v| format!("{}:{}", v.host, v.port))
+        .collect();
+    if !config.voters.iter().any(|v| v.node_id == config.node_id) {
+        // Not a voter: follow the metadata log as a learner first.
+        let addr = match config.controller_listener().socket_addr() {
+            Ok(addr) => addr.to_string(),
+            Err(error) => {
+                tracing::error!(%error, "no internal address to join the quorum with");
+                return;
+            }
+        };
+        let join = ControllerRequest::AddLearner {
+            node_id: config.node_id,
+            addr,
+        };
+        loop {
+            match call_controller(&quorum, &voters, &join, Duration::from_secs(30)).await {
+                Ok(ControllerResponse::Ok { .. }) => break,
+                Ok(other) => tracing::warn!(
+                    ?other,
+                    "joining the quorum as a learner was refused; retrying"
+                ),
+                Err(error) => {
+                    tracing::warn!(%error, "joining the quorum as a learner failed; retrying")
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+        tracing::info!(
+            node_id = config.node_id,
+            "following the metadata quorum as a learner"
+        );
+    }
     'register: loop {
         let registration = sluice_raft::records::RegisterBroker {
             broker_id,
@@ -191,7 +227,8 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
             fenced: true,
         };
         let request = ControllerRequest::RegisterBroker(registration);
-        let epoch = match call_controller(&quorum, &request, Duration::from_secs(30)).await {
+        let epoch = match call_controller(&quorum, &voters, &request, Duration::from_secs(30)).await
+        {
             Ok(ControllerResponse::Ok {
                 broker_epoch: Some(epoch),
                 ..
@@ -224,7 +261,14 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
                 broker_epoch: epoch,
                 caught_up,
             };
-            match call_controller(&quorum, &heartbeat, interval.max(Duration::from_secs(2))).await {
+            match call_controller(
+                &quorum,
+                &voters,
+                &heartbeat,
+                interval.max(Duration::from_secs(2)),
+            )
+            .await
+            {
                 Ok(ControllerResponse::Ok {
                     fenced: Some(now_fenced),
                     ..

@@ -423,3 +423,71 @@ fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
         );
     }
 }
+
+#[test]
+fn a_broker_only_node_follows_the_quorum_as_a_learner() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: BTreeMap<u64, Ports> = (1..=4)
+        .map(|id| {
+            (
+                id,
+                Ports {
+                    kafka: free_port(),
+                    quorum: free_port(),
+                    http: free_port(),
+                },
+            )
+        })
+        .collect();
+    let voters = ports
+        .iter()
+        .filter(|(id, _)| **id <= 3)
+        .map(|(id, p)| format!("{id}@127.0.0.1:{}", p.quorum))
+        .collect::<Vec<_>>()
+        .join(",");
+    let configs: BTreeMap<u64, PathBuf> = ports
+        .iter()
+        .map(|(id, p)| (*id, write_config(dir.path(), *id, p, &voters)))
+        .collect();
+    let text = std::fs::read_to_string(&configs[&4]).unwrap();
+    std::fs::write(&configs[&4], format!("{text}process.roles=broker\n")).unwrap();
+    let nodes: BTreeMap<u64, Child> = configs
+        .iter()
+        .map(|(id, config)| {
+            (
+                *id,
+                start(config, &dir.path().join(format!("node-{id}.log"))),
+            )
+        })
+        .collect();
+    let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
+    let everyone = [1, 2, 3, 4];
+    agreed_leader(&http(&everyone), &[1, 2, 3], Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no leader seen by all four\n{}", node_logs(dir.path())));
+    // Node 4 registered and was unfenced: it receives the same metadata log, as a learner.
+    wait_for_gauge(
+        &http(&everyone),
+        "sluice_brokers_unfenced",
+        4,
+        Duration::from_secs(30),
+    );
+    wait_for_gauge(
+        &http(&[4]),
+        "sluice_quorum_voters",
+        3,
+        Duration::from_secs(10),
+    );
+    wait_for_gauge(
+        &http(&[4]),
+        "sluice_quorum_is_leader",
+        0,
+        Duration::from_secs(10),
+    );
+    for (id, node) in nodes {
+        let status = stop(node);
+        assert!(
+            status.success(),
+            "node {id} exited with {status} after SIGTERM"
+        );
+    }
+}

@@ -31,6 +31,11 @@ pub enum ControllerRequest {
     },
     CreateTopic(NewTopic),
     DeleteTopic(String),
+    /// A node that is not a voter (`process.roles=broker`) asks to follow the metadata log.
+    AddLearner {
+        node_id: u64,
+        addr: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,6 +147,24 @@ impl ControllerService {
             ControllerRequest::DeleteTopic(name) => {
                 super::delete_topic(&image, &name).map(|r| (r, None, None))
             }
+            ControllerRequest::AddLearner { node_id, addr } => {
+                let known = metrics
+                    .membership_config
+                    .membership()
+                    .get_node(&node_id)
+                    .is_some();
+                if !known {
+                    let node = sluice_raft::NodeInfo { addr };
+                    if let Err(error) = quorum.raft().add_learner(node_id, node, false).await {
+                        return ControllerResponse::Error {
+                            code: REQUEST_TIMED_OUT,
+                            message: error.to_string(),
+                        };
+                    }
+                    tracing::info!(node_id, "added a learner to the metadata quorum");
+                }
+                Ok((Vec::new(), None, None))
+            }
         };
         let (records, broker_epoch, fenced) = match decided {
             Ok(decided) => decided,
@@ -246,8 +269,11 @@ fn new_topic_id() -> Uuid {
 
 /// Sends `request` to the active controller, following `NotController` to the leader, until
 /// it is answered or `timeout` passes.
+/// `voters` (internal addresses from `controller.quorum.voters`) are tried in turn while this
+/// node knows no leader: a learner that has not joined yet learns it from them.
 pub async fn call_controller(
     quorum: &Quorum,
+    voters: &[String],
     request: &ControllerRequest,
     timeout: Duration,
 ) -> Result<ControllerResponse, String> {
@@ -255,14 +281,20 @@ pub async fn call_controller(
     let payload = bincode::serialize(request).map_err(|e| e.to_string())?;
     let mut target: Option<String> = None;
     let mut last_error = String::from("no controller known yet");
+    let mut next_voter = 0usize;
     while Instant::now() < deadline {
-        let addr = match target.take().or_else(|| {
+        let known_leader = || {
             quorum
                 .metrics()
                 .current_leader
                 .and_then(|l| quorum.node_addr(l))
-        }) {
+        };
+        let addr = match target.take().or_else(known_leader) {
             Some(addr) => addr,
+            None if !voters.is_empty() => {
+                next_voter += 1;
+                voters[next_voter % voters.len()].clone()
+            }
             None => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
