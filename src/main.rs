@@ -1,5 +1,6 @@
 //! The `sluice` command line: `sluice server` runs a node; `sluice perf` benchmarks.
 
+mod cli_cluster;
 mod perf;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The metadata quorum: status, adding and removing voters.
+    Cluster {
+        #[command(subcommand)]
+        command: cli_cluster::ClusterCommand,
+    },
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -34,12 +40,23 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The error chain, without a backtrace: an operator reads this.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // A server narrates what it does; a benchmark prints its figures and only warnings.
     let default_level = match cli.command {
         Command::Server { .. } => "info,openraft=warn",
-        Command::Perf { .. } => "warn",
+        Command::Perf { .. } | Command::Cluster { .. } => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -50,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Perf { target } => perf::run(target),
+        Command::Cluster { command } => cli_cluster::run(command),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
 }

@@ -483,6 +483,51 @@ fn a_broker_only_node_follows_the_quorum_as_a_learner() {
         0,
         Duration::from_secs(10),
     );
+
+    // `sluice cluster` against the learner's internal listener is followed to the leader.
+    let cluster = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("cluster")
+            .args(args)
+            .args([
+                "--bootstrap-controller",
+                &format!("127.0.0.1:{}", ports[&4].quorum),
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "sluice cluster {args:?}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let roles = |status: &str| -> BTreeMap<u64, String> {
+        status
+            .lines()
+            .filter_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                (fields.len() >= 2 && (fields[1] == "voter" || fields[1] == "learner"))
+                    .then(|| (fields[0].parse().unwrap(), fields[1].to_owned()))
+            })
+            .collect()
+    };
+    let status = cluster(&["status"]);
+    assert!(status.starts_with("leader "), "{status}");
+    let expected: BTreeMap<u64, String> =
+        [(1, "voter"), (2, "voter"), (3, "voter"), (4, "learner")]
+            .into_iter()
+            .map(|(id, role)| (id, role.to_owned()))
+            .collect();
+    assert_eq!(roles(&status), expected);
+    assert_eq!(status.matches("unfenced").count(), 4, "{status}");
+    // One voter at a time, without losing quorum.
+    assert!(cluster(&["add-voter", "--node-id", "4"]).contains("done"));
+    assert_eq!(roles(&cluster(&["status"]))[&4], "voter");
+    assert!(cluster(&["remove-voter", "--node-id", "4"]).contains("done"));
+    assert_eq!(roles(&cluster(&["status"]))[&4], "learner");
+
     for (id, node) in nodes {
         let status = stop(node);
         assert!(

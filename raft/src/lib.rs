@@ -22,6 +22,9 @@ pub mod records;
 pub mod store;
 pub mod types;
 
+/// The Raft library, for callers that need its membership and metrics types.
+pub use openraft;
+
 pub use image::{MetadataDelta, MetadataImage};
 pub use quorum::{ProposeError, Quorum, QuorumConfig, QuorumError};
 pub use records::{MetadataRecord, MetadataRequest, MetadataResponse};

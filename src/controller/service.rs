@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_raft::calls::{CallFuture, CallHandler};
+use sluice_raft::openraft;
 use sluice_raft::records::{BrokerId, MetadataRecord, RegisterBroker, Uuid};
 use sluice_raft::{ProposeError, Quorum};
 
@@ -36,6 +37,47 @@ pub enum ControllerRequest {
         node_id: u64,
         addr: String,
     },
+    /// `sluice cluster add-voter`: a learner becomes a voter (joint consensus, one at a time).
+    AddVoter {
+        node_id: u64,
+    },
+    /// `sluice cluster remove-voter`: a voter becomes a learner.
+    RemoveVoter {
+        node_id: u64,
+    },
+    /// `sluice cluster status`.
+    DescribeQuorum,
+}
+
+/// What `sluice cluster status` shows: the quorum as its leader sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuorumDescription {
+    pub leader: u64,
+    pub term: u64,
+    /// The leader's last applied (committed) index.
+    pub commit_index: u64,
+    pub members: Vec<MemberDescription>,
+    pub brokers: Vec<BrokerDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberDescription {
+    pub node_id: u64,
+    pub addr: String,
+    pub voter: bool,
+    /// The last log index known replicated to it (the leader's own for itself).
+    pub matched_index: Option<u64>,
+    /// Entries behind the leader's log.
+    pub lag: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerDescription {
+    pub broker_id: BrokerId,
+    pub broker_epoch: i64,
+    pub fenced: bool,
+    pub rack: Option<String>,
+    pub endpoints: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +90,7 @@ pub enum ControllerResponse {
     NotController {
         leader_addr: Option<String>,
     },
+    Quorum(QuorumDescription),
     /// A Kafka error code and message.
     Error {
         code: i16,
@@ -108,6 +151,17 @@ impl ControllerService {
             return ControllerResponse::NotController { leader_addr };
         }
         let image = quorum.image();
+        let membership_change = match &request {
+            ControllerRequest::AddVoter { node_id } => Some((*node_id, true)),
+            ControllerRequest::RemoveVoter { node_id } => Some((*node_id, false)),
+            ControllerRequest::DescribeQuorum => {
+                return ControllerResponse::Quorum(describe(&quorum, &metrics, &image));
+            }
+            _ => None,
+        };
+        if let Some((node_id, adding)) = membership_change {
+            return change_voters(&quorum, &metrics, node_id, adding).await;
+        }
         let decided: Result<Decision, ControllerError> = match request {
             ControllerRequest::RegisterBroker(mut registration) => {
                 // The epoch only grows: past any this broker had, and past the log's end.
@@ -147,6 +201,9 @@ impl ControllerService {
             ControllerRequest::DeleteTopic(name) => {
                 super::delete_topic(&image, &name).map(|r| (r, None, None))
             }
+            ControllerRequest::AddVoter { .. }
+            | ControllerRequest::RemoveVoter { .. }
+            | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics
                     .membership_config
@@ -252,6 +309,126 @@ impl CallHandler for ControllerService {
             };
             bincode::serialize(&response).unwrap_or_default()
         })
+    }
+}
+
+/// Adds (a learner) or removes a voter; openraft changes membership by joint consensus, so the
+/// quorum is kept throughout. A removed voter stays a learner: its node still follows the log.
+async fn change_voters(
+    quorum: &Quorum,
+    metrics: &openraft::RaftMetrics<u64, sluice_raft::NodeInfo>,
+    node_id: u64,
+    adding: bool,
+) -> ControllerResponse {
+    let ok = ControllerResponse::Ok {
+        broker_epoch: None,
+        fenced: None,
+    };
+    let voters: std::collections::BTreeSet<u64> =
+        metrics.membership_config.membership().voter_ids().collect();
+    let change = match (adding, voters.contains(&node_id)) {
+        (true, true) | (false, false) => return ok,
+        (true, false) => openraft::ChangeMembers::AddVoterIds([node_id].into()),
+        (false, true) if voters.len() == 1 => {
+            return ControllerResponse::Error {
+                code: 42,
+                message: "cannot remove the last voter".into(),
+            };
+        }
+        (false, true) => openraft::ChangeMembers::RemoveVoters([node_id].into()),
+    };
+    match quorum.raft().change_membership(change, true).await {
+        Ok(_) => {
+            tracing::info!(node_id, adding, "changed the quorum's voters");
+            ok
+        }
+        // INVALID_REQUEST, with openraft's reason (e.g. the node is not a learner yet).
+        Err(error) => ControllerResponse::Error {
+            code: 42,
+            message: error.to_string(),
+        },
+    }
+}
+
+fn describe(
+    quorum: &Quorum,
+    metrics: &openraft::RaftMetrics<u64, sluice_raft::NodeInfo>,
+    image: &sluice_raft::MetadataImage,
+) -> QuorumDescription {
+    let membership = metrics.membership_config.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    let last_index = metrics.last_log_index.unwrap_or(0);
+    let members = membership
+        .nodes()
+        .map(|(id, node)| {
+            let matched = if *id == quorum.node_id() {
+                Some(last_index)
+            } else {
+                metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).cloned().flatten())
+                    .map(|log_id| log_id.index)
+            };
+            MemberDescription {
+                node_id: *id,
+                addr: node.addr.clone(),
+                voter: voters.contains(id),
+                matched_index: matched,
+                lag: matched.map(|m| last_index.saturating_sub(m)),
+            }
+        })
+        .collect();
+    let brokers = image
+        .brokers
+        .values()
+        .map(|b| BrokerDescription {
+            broker_id: b.registration.broker_id,
+            broker_epoch: b.registration.broker_epoch,
+            fenced: b.fenced,
+            rack: b.registration.rack.clone(),
+            endpoints: b
+                .registration
+                .endpoints
+                .iter()
+                .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
+                .collect(),
+        })
+        .collect();
+    QuorumDescription {
+        leader: quorum.node_id(),
+        term: metrics.current_term,
+        commit_index: metrics.last_applied.map_or(0, |l| l.index),
+        members,
+        brokers,
+    }
+}
+
+/// One call from a command-line tool: sends `request` to `addr` (a node's internal listener)
+/// and follows `NotController` to the leader.
+pub async fn call_at(
+    addr: &str,
+    request: &ControllerRequest,
+    timeout: Duration,
+) -> Result<ControllerResponse, String> {
+    let payload = bincode::serialize(request).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    let mut target = addr.to_owned();
+    loop {
+        let reply = sluice_raft::calls::call(&target, payload.clone(), Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())?;
+        match bincode::deserialize::<ControllerResponse>(&reply).map_err(|e| e.to_string())? {
+            ControllerResponse::NotController {
+                leader_addr: Some(leader),
+            } if Instant::now() < deadline => {
+                target = leader;
+            }
+            ControllerResponse::NotController { .. } if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            response => return Ok(response),
+        }
     }
 }
 
