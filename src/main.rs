@@ -2,6 +2,7 @@
 
 mod cli_cluster;
 mod perf;
+mod perf_quorum;
 
 use clap::{Parser, Subcommand};
 

@@ -30,6 +30,9 @@ use sluice::log::{
 
 #[derive(Subcommand)]
 pub enum Target {
+    /// The metadata quorum: commit latency and topic-creation throughput on three real
+    /// nodes, beside RocksDB's synced-write latency measured in the same run.
+    Quorum(QuorumArgs),
     /// The storage engine: append, read and restart throughput against raw disk bandwidth.
     Log(LogArgs),
     /// Internal: a process that appends to a log until it is killed with SIGKILL (the
@@ -71,6 +74,21 @@ pub struct LogArgs {
     batch_bytes: u64,
 }
 
+#[derive(Args)]
+pub struct QuorumArgs {
+    /// Where the three nodes keep their data; emptied first.
+    #[arg(long, default_value = "data/perf-quorum")]
+    dir: PathBuf,
+    /// Topics to create.
+    #[arg(long, default_value_t = 1000)]
+    topics: usize,
+    #[arg(long, default_value_t = 3)]
+    partitions: i32,
+    /// Concurrent creators for the throughput run.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+}
+
 /// `123`, `16KiB`, `64MiB`, `2GiB` (also KB/MB/GB as powers of 1024).
 fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -96,6 +114,9 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
+        Target::Quorum(args) => {
+            crate::perf_quorum::run(&args.dir, args.topics, args.partitions, args.concurrency)
+        }
         Target::LogWriter {
             dir,
             bytes,

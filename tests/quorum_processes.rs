@@ -536,3 +536,30 @@ fn a_broker_only_node_follows_the_quorum_as_a_learner() {
         );
     }
 }
+
+#[test]
+fn perf_quorum_runs_on_three_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "perf",
+            "quorum",
+            "--topics",
+            "20",
+            "--concurrency",
+            "4",
+            "--dir",
+        ])
+        .arg(dir.path().join("q"))
+        .output()
+        .expect("run sluice perf quorum");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in ["RocksDB synced 1 KiB write", "metadata commit", "topics/s"] {
+        assert!(text.contains(expected), "missing '{expected}' in:\n{text}");
+    }
+}
