@@ -42,6 +42,8 @@ pub struct QuorumConfig {
     /// purged (keeping `logs_kept_after_snapshot`).
     pub snapshot_after_entries: u64,
     pub logs_kept_after_snapshot: u64,
+    /// Purges wait until at least this many entries can go at once.
+    pub purge_batch_entries: u64,
 }
 
 impl QuorumConfig {
@@ -61,6 +63,7 @@ impl QuorumConfig {
             election_timeout_max_ms: 2_000,
             snapshot_after_entries: 10_000,
             logs_kept_after_snapshot: 1_000,
+            purge_batch_entries: 256,
         }
     }
 }
@@ -114,7 +117,7 @@ impl Quorum {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_after_entries),
             max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
-            purge_batch_size: 256,
+            purge_batch_size: config.purge_batch_entries.max(1),
             ..Config::default()
         }
         .validate()
