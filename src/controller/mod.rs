@@ -509,7 +509,7 @@ pub fn unfence_broker(
 }
 
 /// An AlterPartition request from a partition leader.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AlterPartition {
     pub broker: BrokerId,
     pub topic_id: Uuid,

@@ -32,6 +32,13 @@ pub enum ControllerRequest {
     },
     CreateTopic(NewTopic),
     DeleteTopic(String),
+    /// CreatePartitions: grow a topic to `total` partitions.
+    CreatePartitions {
+        topic: String,
+        total: i32,
+    },
+    /// AlterPartition from a partition leader (an ISR change).
+    AlterPartition(super::AlterPartition),
     /// A node that is not a voter (`process.roles=broker`) asks to follow the metadata log.
     AddLearner {
         node_id: u64,
@@ -200,6 +207,12 @@ impl ControllerService {
             }
             ControllerRequest::DeleteTopic(name) => {
                 super::delete_topic(&image, &name).map(|r| (r, None, None))
+            }
+            ControllerRequest::CreatePartitions { topic, total } => {
+                super::create_partitions(&image, &topic, total).map(|r| (r, None, None))
+            }
+            ControllerRequest::AlterPartition(change) => {
+                super::alter_partition(&image, &change).map(|r| (r, None, None))
             }
             ControllerRequest::AddVoter { .. }
             | ControllerRequest::RemoveVoter { .. }
