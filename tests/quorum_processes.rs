@@ -162,10 +162,17 @@ fn applied_min(http_ports: &[u16]) -> i64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
+/// Ports, config files and a data dir for `count` nodes, the first `voters` of them voters of
+/// the metadata quorum and the rest `process.roles=broker`.
+struct Layout {
+    dir: tempfile::TempDir,
+    ports: BTreeMap<u64, Ports>,
+    configs: BTreeMap<u64, PathBuf>,
+}
+
+fn layout(count: u64, voters: u64) -> Layout {
     let dir = tempfile::tempdir().unwrap();
-    let ports: BTreeMap<u64, Ports> = (1..=3)
+    let ports: BTreeMap<u64, Ports> = (1..=count)
         .map(|id| {
             (
                 id,
@@ -177,21 +184,54 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
             )
         })
         .collect();
-    let voters = ports
+    let voter_list = ports
         .iter()
+        .filter(|(id, _)| **id <= voters)
         .map(|(id, p)| format!("{id}@127.0.0.1:{}", p.quorum))
         .collect::<Vec<_>>()
         .join(",");
-    let configs: BTreeMap<u64, PathBuf> = ports
+    let configs = ports
         .iter()
-        .map(|(id, p)| (*id, write_config(dir.path(), *id, p, &voters)))
+        .map(|(id, p)| {
+            let path = write_config(dir.path(), *id, p, &voter_list);
+            if *id > voters {
+                let text = std::fs::read_to_string(&path).unwrap();
+                std::fs::write(&path, format!("{text}process.roles=broker\n")).unwrap();
+            }
+            (*id, path)
+        })
         .collect();
-    let log = |id: u64, run: u32| dir.path().join(format!("node-{id}-{run}.log"));
-    let mut nodes: BTreeMap<u64, Child> = configs
-        .iter()
-        .map(|(id, config)| (*id, start(config, &log(*id, 0))))
-        .collect();
-    let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
+    Layout {
+        dir,
+        ports,
+        configs,
+    }
+}
+
+impl Layout {
+    fn log(&self, id: u64, run: u32) -> PathBuf {
+        self.dir.path().join(format!("node-{id}-{run}.log"))
+    }
+    fn start(&self, id: u64, run: u32) -> Child {
+        start(&self.configs[&id], &self.log(id, run))
+    }
+    fn start_all(&self, run: u32) -> BTreeMap<u64, Child> {
+        self.configs
+            .keys()
+            .map(|id| (*id, self.start(*id, run)))
+            .collect()
+    }
+    fn http(&self, ids: &[u64]) -> Vec<u16> {
+        ids.iter().map(|id| self.ports[id].http).collect()
+    }
+}
+
+#[test]
+fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
+    let cluster = layout(3, 3);
+    let dir = &cluster.dir;
+    let mut nodes = cluster.start_all(0);
+    let http = |ids: &[u64]| cluster.http(ids);
     let all = [1, 2, 3];
 
     // Bootstrap: a leader, and every node registered as a broker and unfenced once caught up.
@@ -264,7 +304,7 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
     );
 
     // The killed node restarts from its data, follows the new leader, catches up, re-registers.
-    nodes.insert(leader, start(&configs[&leader], &log(leader, 1)));
+    nodes.insert(leader, cluster.start(leader, 1));
     let (agreed, _) = agreed_leader(&http(&all), &[new_leader], Duration::from_secs(30))
         .expect("restarted node did not rejoin");
     assert_eq!(agreed, new_leader);
@@ -324,34 +364,10 @@ fn a_node_refuses_the_data_directory_of_another_node() {
 
 #[test]
 fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let ports: BTreeMap<u64, Ports> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                Ports {
-                    kafka: free_port(),
-                    quorum: free_port(),
-                    http: free_port(),
-                },
-            )
-        })
-        .collect();
-    let voters = ports
-        .iter()
-        .map(|(id, p)| format!("{id}@127.0.0.1:{}", p.quorum))
-        .collect::<Vec<_>>()
-        .join(",");
-    let configs: BTreeMap<u64, PathBuf> = ports
-        .iter()
-        .map(|(id, p)| (*id, write_config(dir.path(), *id, p, &voters)))
-        .collect();
-    let log = |id: u64, run: u32| dir.path().join(format!("node-{id}-{run}.log"));
-    let mut nodes: BTreeMap<u64, Child> = configs
-        .iter()
-        .map(|(id, config)| (*id, start(config, &log(*id, 0))))
-        .collect();
-    let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
+    let cluster = layout(3, 3);
+    let dir = &cluster.dir;
+    let mut nodes = cluster.start_all(0);
+    let http = |ids: &[u64]| cluster.http(ids);
     let all = [1, 2, 3];
     let (leader, _) = agreed_leader(&http(&all), &all, Duration::from_secs(60))
         .unwrap_or_else(|| panic!("no leader after bootstrap\n{}", node_logs(dir.path())));
@@ -365,12 +381,12 @@ fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
     // Pause both followers past their session timeout: the leader, alone, decides to fence
     // them but cannot commit it, so its committed image does not change.
     let followers: Vec<u64> = all.iter().copied().filter(|id| *id != leader).collect();
-    let before = metrics(ports[&leader].http).expect("leader answers");
+    let before = metrics(cluster.ports[&leader].http).expect("leader answers");
     for id in &followers {
         signal(&nodes[id], libc::SIGSTOP);
     }
     std::thread::sleep(Duration::from_millis(5_000));
-    let during = metrics(ports[&leader].http).expect("leader answers");
+    let during = metrics(cluster.ports[&leader].http).expect("leader answers");
     assert_eq!(
         during["sluice_quorum_last_applied_index"], before["sluice_quorum_last_applied_index"],
         "a minority committed"
@@ -395,10 +411,7 @@ fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
         node.kill().unwrap();
         node.wait().unwrap();
     }
-    nodes = configs
-        .iter()
-        .map(|(id, config)| (*id, start(config, &log(*id, 1))))
-        .collect();
+    nodes = cluster.start_all(1);
     agreed_leader(&http(&all), &all, Duration::from_secs(60))
         .unwrap_or_else(|| panic!("no leader after a full restart\n{}", node_logs(dir.path())));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -426,41 +439,11 @@ fn a_minority_cannot_commit_and_a_full_restart_keeps_every_committed_record() {
 
 #[test]
 fn a_broker_only_node_follows_the_quorum_as_a_learner() {
-    let dir = tempfile::tempdir().unwrap();
-    let ports: BTreeMap<u64, Ports> = (1..=4)
-        .map(|id| {
-            (
-                id,
-                Ports {
-                    kafka: free_port(),
-                    quorum: free_port(),
-                    http: free_port(),
-                },
-            )
-        })
-        .collect();
-    let voters = ports
-        .iter()
-        .filter(|(id, _)| **id <= 3)
-        .map(|(id, p)| format!("{id}@127.0.0.1:{}", p.quorum))
-        .collect::<Vec<_>>()
-        .join(",");
-    let configs: BTreeMap<u64, PathBuf> = ports
-        .iter()
-        .map(|(id, p)| (*id, write_config(dir.path(), *id, p, &voters)))
-        .collect();
-    let text = std::fs::read_to_string(&configs[&4]).unwrap();
-    std::fs::write(&configs[&4], format!("{text}process.roles=broker\n")).unwrap();
-    let nodes: BTreeMap<u64, Child> = configs
-        .iter()
-        .map(|(id, config)| {
-            (
-                *id,
-                start(config, &dir.path().join(format!("node-{id}.log"))),
-            )
-        })
-        .collect();
-    let http = |ids: &[u64]| ids.iter().map(|id| ports[id].http).collect::<Vec<_>>();
+    let cluster = layout(4, 3);
+    let dir = &cluster.dir;
+    let ports = &cluster.ports;
+    let nodes = cluster.start_all(0);
+    let http = |ids: &[u64]| cluster.http(ids);
     let everyone = [1, 2, 3, 4];
     agreed_leader(&http(&everyone), &[1, 2, 3], Duration::from_secs(60))
         .unwrap_or_else(|| panic!("no leader seen by all four\n{}", node_logs(dir.path())));
