@@ -460,6 +460,13 @@ impl ServerConfig {
             },
             properties: properties.clone(),
         };
+        if config.broker_heartbeat_interval_ms < 10 {
+            return Err(error(
+                "broker.heartbeat.interval.ms",
+                &config.broker_heartbeat_interval_ms.to_string(),
+                "must be at least 10",
+            ));
+        }
         if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
             return Err(error(
                 "broker.heartbeat.interval.ms",

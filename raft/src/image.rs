@@ -264,6 +264,12 @@ fn check_replica_set(
             "replicas {replicas:?} must be distinct and non-empty"
         )));
     }
+    let mut distinct_isr = isr.to_vec();
+    distinct_isr.sort_unstable();
+    distinct_isr.dedup();
+    if distinct_isr.len() != isr.len() {
+        return Err(ReplayError::Invalid(format!("ISR {isr:?} has duplicates")));
+    }
     if let Some(outsider) = isr.iter().find(|b| !replicas.contains(b)) {
         return Err(ReplayError::Invalid(format!(
             "ISR member {outsider} is not a replica"

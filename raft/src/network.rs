@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -35,9 +36,10 @@ pub const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 const WIRE_VERSION: u8 = 1;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn options() -> impl bincode::Options {
-    use bincode::Options;
-    bincode::DefaultOptions::new().with_limit(MESSAGE_BYTES_MAX as u64)
+/// Decoding is bounded (a hostile length cannot allocate); encoding is not, so that an
+/// oversized message is reported (`PayloadTooLarge`) rather than failing to encode.
+fn options() -> bincode::DefaultOptions {
+    bincode::DefaultOptions::new()
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -45,7 +47,7 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = vec![WIRE_VERSION];
     options()
         .serialize_into(&mut out, value)
-        .expect("openraft messages always encode");
+        .expect("in-memory openraft messages always encode");
     out
 }
 
@@ -53,7 +55,10 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     use bincode::Options;
     match bytes.split_first() {
-        Some((&WIRE_VERSION, rest)) => options().deserialize(rest).map_err(|e| e.to_string()),
+        Some((&WIRE_VERSION, rest)) => options()
+            .with_limit(MESSAGE_BYTES_MAX as u64)
+            .deserialize(rest)
+            .map_err(|e| e.to_string()),
         Some((version, _)) => Err(format!("unknown wire version {version}")),
         None => Err("empty payload".into()),
     }
@@ -158,6 +163,7 @@ impl GrpcNetwork {
         rpc: Rpc,
         request: &Req,
         option: &RPCOption,
+        entries_hint: u64,
     ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
@@ -168,9 +174,14 @@ impl GrpcNetwork {
             .connect()
             .await
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let mut request = Request::new(RaftRequest {
-            payload: encode(request),
-        });
+        let payload = encode(request);
+        if payload.len() > MESSAGE_BYTES_MAX {
+            // openraft retries with fewer entries.
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(entries_hint),
+            ));
+        }
+        let mut request = Request::new(RaftRequest { payload });
         request.set_timeout(option.hard_ttl());
         let result = match rpc {
             Rpc::AppendEntries => client.append_entries(request).await,
@@ -203,7 +214,8 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let hint = (rpc.entries.len() as u64 / 2).max(1);
+        self.call(Rpc::AppendEntries, &rpc, &option, hint).await
     }
 
     async fn install_snapshot(
@@ -211,7 +223,7 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+        self.call(Rpc::InstallSnapshot, &rpc, &option, 1).await
     }
 
     async fn vote(
@@ -219,7 +231,7 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Rpc::Vote, &rpc, &option).await
+        self.call(Rpc::Vote, &rpc, &option, 1).await
     }
 }
 

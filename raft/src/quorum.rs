@@ -117,6 +117,8 @@ impl Quorum {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_after_entries),
             max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+            // Fewer, smaller AppendEntries: each must fit MESSAGE_BYTES_MAX and the deadline.
+            max_payload_entries: 64,
             purge_batch_size: config.purge_batch_entries.max(1),
             ..Config::default()
         }

@@ -304,6 +304,8 @@ pub struct StateMachine {
     data: Arc<RwLock<StateData>>,
     images: watch::Sender<Arc<MetadataImage>>,
     snapshots_built: Arc<std::sync::atomic::AtomicU64>,
+    /// Serialises snapshot saves (compare-and-write).
+    saving: Arc<std::sync::Mutex<()>>,
 }
 
 impl StateMachine {
@@ -330,6 +332,7 @@ impl StateMachine {
             data: Arc::new(RwLock::new(data)),
             images,
             snapshots_built: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            saving: Arc::default(),
         })
     }
 
@@ -359,10 +362,20 @@ impl StateMachine {
         }
     }
 
+    /// Stores `snapshot` unless a newer one is stored already: openraft builds snapshots in a
+    /// task of their own, so an install can land between a build's start and its save.
     async fn save_snapshot(&self, snapshot: StoredSnapshot) -> Result<(), StorageError> {
         let db = Arc::clone(&self.db);
+        let saving = Arc::clone(&self.saving);
         blocking(move || {
+            let _one_at_a_time = saving.lock().unwrap_or_else(|p| p.into_inner());
             let cf = db.cf_handle(CF_STATE).expect("created at open");
+            if let Some(bytes) = db.get_cf(cf, KEY_SNAPSHOT).map_err(read_error)? {
+                let stored: StoredSnapshot = decode(&bytes)?;
+                if stored.meta.last_log_id > snapshot.meta.last_log_id {
+                    return Ok(());
+                }
+            }
             db.put_cf_opt(cf, KEY_SNAPSHOT, encode(&snapshot), &synced())
                 .map_err(write_error)
         })
@@ -400,6 +413,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         let mut delta = MetadataDelta::new(&image);
                         match delta.replay_all(&request.records) {
                             Ok(()) => image = Arc::new(delta.apply(index)),
+                            // A record this node cannot read: applying around it would make this
+                            // node's metadata differ from the others'. Stop instead (fatal).
+                            Err(crate::image::ReplayError::UnknownVersion(version)) => {
+                                return Err(write_error(std::io::Error::other(format!(
+                                    "metadata record version {version} at index {index} is newer than this node understands"
+                                ))));
+                            }
                             Err(error) => {
                                 tracing::warn!(index, %error, "metadata request refused at replay");
                                 response.rejected = Some(error.to_string());

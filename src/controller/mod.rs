@@ -163,7 +163,21 @@ pub fn create_topic(
             (topic_id.0 % 1_000_003) as usize,
         )
     } else {
+        if topic.assignments.len() > PARTITIONS_PER_REQUEST_MAX as usize {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "at most {PARTITIONS_PER_REQUEST_MAX} partitions at once"
+            )));
+        }
         validate_assignments(image, &topic.assignments, 0)?;
+        if let Some((partition, _)) = topic
+            .assignments
+            .iter()
+            .find(|(_, r)| !r.iter().any(|b| alive(image, *b)))
+        {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "partition {partition}: no assigned replica is an unfenced broker"
+            )));
+        }
         topic.assignments.clone()
     };
     let mut records = vec![MetadataRecord::Topic {
@@ -550,6 +564,17 @@ pub fn alter_partition(
     if !request.new_isr.contains(&request.broker) {
         return Err(ControllerError::IneligibleReplica(request.broker));
     }
+    if let Some(twice) = request
+        .new_isr
+        .iter()
+        .find(|b| request.new_isr.iter().filter(|x| x == b).count() > 1)
+    {
+        return Err(ControllerError::IneligibleReplica(*twice));
+    }
+    if !alive(image, request.broker) {
+        // A fenced leader's view of its followers is not to be trusted.
+        return Err(ControllerError::NotLeaderOrFollower(request.broker));
+    }
     for member in &request.new_isr {
         let joining = !current.isr.contains(member);
         if !current.replicas.contains(member) || (joining && !alive(image, *member)) {
@@ -933,5 +958,65 @@ mod tests {
         let image = apply(&image, delete_topic(&image, "t").unwrap());
         assert!(image.topic_by_name("t").is_none());
         assert_eq!(delete_topic(&image, "t").unwrap_err().kafka_error_code(), 3);
+    }
+
+    #[test]
+    fn duplicate_isr_members_and_unservable_assignments_are_refused() {
+        let image = cluster(3);
+        let spec = NewTopic {
+            partitions: 1,
+            ..topic("t")
+        };
+        let image = apply(
+            &image,
+            create_topic(&image, &spec, Uuid(4), &DEFAULTS).unwrap(),
+        );
+        let current = image.partition(Uuid(4), 0).unwrap().clone();
+        let other = *current
+            .replicas
+            .iter()
+            .find(|b| **b != current.leader)
+            .unwrap();
+        let duplicate = AlterPartition {
+            broker: current.leader,
+            topic_id: Uuid(4),
+            partition: 0,
+            leader_epoch: current.leader_epoch,
+            partition_epoch: current.partition_epoch,
+            new_isr: vec![current.leader, other, other],
+        };
+        assert_eq!(
+            alter_partition(&image, &duplicate)
+                .unwrap_err()
+                .kafka_error_code(),
+            107
+        );
+        // Replay refuses a duplicate ISR whatever proposes it.
+        let mut delta = sluice_raft::MetadataDelta::new(&image);
+        let change = MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: Uuid(4),
+            partition: 0,
+            isr: Some(vec![current.leader, current.leader]),
+            ..Default::default()
+        });
+        assert!(delta.replay(&change).is_err());
+        // Explicit assignments with no unfenced replica would never come online.
+        let fenced = apply(
+            &image,
+            vec![MetadataRecord::FenceBroker {
+                broker_id: 3,
+                broker_epoch: 10,
+            }],
+        );
+        let offline = NewTopic {
+            assignments: [(0, vec![3])].into(),
+            ..topic("u")
+        };
+        assert_eq!(
+            create_topic(&fenced, &offline, Uuid(5), &DEFAULTS)
+                .unwrap_err()
+                .kafka_error_code(),
+            39
+        );
     }
 }

@@ -116,6 +116,10 @@ pub struct ControllerService {
     defaults: Defaults,
     session_timeout: Duration,
     sessions: Mutex<Sessions>,
+    /// One decision at a time, from reading the image to the commit of its records (Kafka's
+    /// controller is single-threaded for the same reason): two decisions made on the same
+    /// image could each be valid and together wrong.
+    deciding: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -136,6 +140,7 @@ impl ControllerService {
             defaults,
             session_timeout,
             sessions: Mutex::new(Sessions::default()),
+            deciding: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -155,6 +160,16 @@ impl ControllerService {
         let metrics = quorum.metrics();
         if metrics.current_leader != Some(quorum.node_id()) {
             let leader_addr = metrics.current_leader.and_then(|l| quorum.node_addr(l));
+            return ControllerResponse::NotController { leader_addr };
+        }
+        let _deciding = self.deciding.lock().await;
+        // A new leader's image may miss what the previous one committed: decide only on an
+        // image that has applied everything committed so far.
+        if quorum.raft().ensure_linearizable().await.is_err() {
+            let leader_addr = quorum
+                .metrics()
+                .current_leader
+                .and_then(|l| quorum.node_addr(l));
             return ControllerResponse::NotController { leader_addr };
         }
         let image = quorum.image();
@@ -291,6 +306,15 @@ impl ControllerService {
                     .collect()
             };
             for broker in expired {
+                // Each fencing is decided on the image that includes the previous one.
+                let _deciding = self.deciding.lock().await;
+                if quorum.raft().ensure_linearizable().await.is_err() {
+                    break;
+                }
+                let image = quorum.image();
+                if image.brokers.get(&broker).is_none_or(|b| b.fenced) {
+                    continue;
+                }
                 tracing::warn!(
                     broker,
                     timeout_ms = self.session_timeout.as_millis() as u64,
