@@ -263,10 +263,7 @@ impl Log {
         cleaned.seal()?;
         let mut handles = Vec::new();
         cleaned.sync_handles(true, &mut handles);
-        for file in &handles {
-            file.sync_data()
-                .map_err(|e| LogError::io(cleaned.path(), e))?;
-        }
+        super::segment::sync_all(&handles)?;
         self.swap_in(cleaned, group, generation, outcome)
     }
 

@@ -114,13 +114,6 @@ impl IndexFile {
     fn is_full(&self) -> bool {
         self.entries >= self.max_entries
     }
-
-    fn flush(&self) -> Result<()> {
-        if let Some(mmap) = &self.mmap {
-            mmap.flush().map_err(|e| LogError::io(&self.path, e))?;
-        }
-        Ok(())
-    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -251,9 +244,6 @@ impl OffsetIndex {
         self.file
             .resize(capacity_bytes.max(self.file.entries * OFFSET_ENTRY_BYTES))
     }
-    pub fn flush(&self) -> Result<()> {
-        self.file.flush()
-    }
 }
 
 /// Maps timestamps to offsets, for ListOffsets by time and for time-based retention.
@@ -363,9 +353,6 @@ impl TimeIndex {
     pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
         self.file
             .resize(capacity_bytes.max(self.file.entries * TIME_ENTRY_BYTES))
-    }
-    pub fn flush(&self) -> Result<()> {
-        self.file.flush()
     }
 }
 

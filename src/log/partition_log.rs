@@ -29,7 +29,7 @@ use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::segment::{
     AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, FileSlice, LOG_SUFFIX, SWAP_SUFFIX, Segment,
-    parse_base_offset, segment_path,
+    parse_base_offset, segment_path, sync_all,
 };
 use super::topic_partition::TopicPartition;
 
@@ -359,9 +359,6 @@ impl Log {
     pub fn latest_epoch(&self) -> Option<i32> {
         self.read_state().epochs.latest().map(|e| e.epoch)
     }
-    pub fn epoch_entries(&self) -> Vec<super::epoch::EpochEntry> {
-        self.read_state().epochs.entries().to_vec()
-    }
     /// OffsetForLeaderEpoch: the largest epoch `<= epoch` and where it ends.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, u64)> {
         let state = self.read_state();
@@ -375,7 +372,7 @@ impl Log {
         state.high_watermark
     }
 
-    fn check_online(&self) -> Result<()> {
+    pub(super) fn check_online(&self) -> Result<()> {
         if self.offline.load(Ordering::Acquire) {
             return Err(LogError::Offline(self.topic_partition.to_string()));
         }
@@ -474,6 +471,7 @@ impl Log {
         let first_expected = state.log_end_offset;
         let mut expected = first_expected;
         let mut appended = Vec::new();
+        let mut epochs = Vec::new();
         let mut max_timestamp = i64::MIN;
         for item in BatchIter::new(records) {
             let (position, header, bytes) = item?;
@@ -503,6 +501,7 @@ impl Log {
                 relative_position: position as u64,
                 size: bytes.len() as u64,
             });
+            epochs.push(header.partition_leader_epoch);
             max_timestamp = max_timestamp.max(header.max_timestamp);
             expected = last_offset + 1;
         }
@@ -513,11 +512,8 @@ impl Log {
             });
         };
         let first_offset = first.base_offset;
-        for (batch, (_, header, _)) in appended.iter().zip(BatchIter::new(records).flatten()) {
-            if let Err(e) = state
-                .epochs
-                .assign_if_newer(header.partition_leader_epoch, batch.base_offset)
-            {
+        for (batch, epoch) in appended.iter().zip(&epochs) {
+            if let Err(e) = state.epochs.assign_if_newer(*epoch, batch.base_offset) {
                 return self.fail(e);
             }
         }
@@ -1018,9 +1014,6 @@ impl Log {
     pub(super) fn add_pending_deletes(&self, paths: Vec<PathBuf>) {
         lock(&self.pending_deletes).extend(paths);
     }
-    pub(super) fn ensure_online(&self) -> Result<()> {
-        self.check_online()
-    }
     pub(super) fn mark_offline_on<T>(&self, result: Result<T>) -> Result<T> {
         result.or_else(|e| self.fail(e))
     }
@@ -1098,14 +1091,6 @@ fn validate_leader_batches(
         });
     }
     Ok(headers)
-}
-
-fn sync_all(handles: &[Arc<File>]) -> Result<()> {
-    for file in handles {
-        file.sync_data()
-            .map_err(|e| LogError::io(PathBuf::from("<segment>"), e))?;
-    }
-    Ok(())
 }
 
 /// Base offsets of the `.log` files in `dir`; also removes leftovers that are never kept

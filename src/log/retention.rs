@@ -33,7 +33,7 @@ fn largest_timestamp_ms(segment: &Segment) -> i64 {
 impl Log {
     /// Deletes the prefix of segments that retention allows to go.
     pub fn delete_retention_breached_segments(&self) -> Result<RetentionOutcome> {
-        self.ensure_online()?;
+        self.check_online()?;
         let config = self.config();
         let now = self.clock().now_ms();
         let mut state = self.write_state();

@@ -42,6 +42,17 @@ pub fn parse_base_offset(file_name: &str) -> Option<u64> {
         .then(|| digits.parse().ok())?
 }
 
+/// A file to fsync, with its path for the error message.
+pub type SyncHandle = (PathBuf, Arc<File>);
+
+/// fdatasyncs every handle (outside any lock; see [`Segment::sync_handles`]).
+pub fn sync_all(handles: &[SyncHandle]) -> Result<()> {
+    for (path, file) in handles {
+        file.sync_data().map_err(|e| LogError::io(path, e))?;
+    }
+    Ok(())
+}
+
 /// A byte range of a segment file, ready to be copied to a socket or a buffer.
 #[derive(Debug, Clone)]
 pub struct FileSlice {
@@ -444,11 +455,18 @@ impl Segment {
     /// The files to fsync to make this segment durable, so that the sync can run outside the
     /// log's lock: the `.log`, and with `indexes` the index files too (needed once the recovery
     /// point passes the segment, since it will not be rescanned).
-    pub fn sync_handles(&self, indexes: bool, out: &mut Vec<Arc<File>>) {
-        out.push(Arc::clone(&self.file));
+    pub fn sync_handles(&self, indexes: bool, out: &mut Vec<SyncHandle>) {
+        out.push((self.path(), Arc::clone(&self.file)));
         if indexes {
-            out.push(Arc::clone(self.offset_index.file()));
-            out.push(Arc::clone(self.time_index.file()));
+            let index = |kind: &str| {
+                segment_path(
+                    &self.dir,
+                    self.base_offset,
+                    &format!("{kind}{}", self.suffix),
+                )
+            };
+            out.push((index(INDEX_SUFFIX), Arc::clone(self.offset_index.file())));
+            out.push((index(TIME_INDEX_SUFFIX), Arc::clone(self.time_index.file())));
         }
     }
 
@@ -587,22 +605,6 @@ impl Segment {
             .read_exact_at(&mut bytes, location.position)
             .map_err(|e| LogError::io(self.path(), e))?;
         Ok(bytes)
-    }
-
-    /// Iterates the batches of the segment in order (for the cleaner and tests).
-    pub fn batches(&self) -> impl Iterator<Item = Result<BatchLocation>> + '_ {
-        let mut position = 0u64;
-        std::iter::from_fn(move || match self.header_at(position) {
-            Ok(Some(location)) => {
-                position = location.position + location.size;
-                Some(Ok(location))
-            }
-            Ok(None) => None,
-            Err(e) => {
-                position = u64::MAX / 2;
-                Some(Err(e))
-            }
-        })
     }
 
     /// Rebuilds the segment's state from its `.log`: every batch is checked (header, offsets
