@@ -100,6 +100,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             }
             ControllerResponse::Error { code, message } => bail!("error {code}: {message}"),
             ControllerResponse::NotController { .. } => bail!("no quorum leader could be reached"),
+            other => bail!("unexpected answer: {other:?}"),
         }
     })
 }

@@ -1,5 +1,8 @@
 //! The `sluice` command line: `sluice server` runs a node; `sluice perf` benchmarks.
 
+#[global_allocator]
+static ALLOCATOR: sluice::lazy_alloc::LazyHugeAlloc = sluice::lazy_alloc::LazyHugeAlloc;
+
 mod cli_cluster;
 mod perf;
 mod perf_quorum;

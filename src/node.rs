@@ -17,8 +17,14 @@ use crate::controller::Defaults;
 use crate::controller::service::{
     ControllerRequest, ControllerResponse, ControllerService, call_controller,
 };
+use crate::handler::{Broker, FetchSessionCache};
 use crate::log::{LogManager, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
+use crate::metrics::Metrics;
+use crate::replica::ReplicaManager;
+use crate::server::{ListenerSettings, Server};
+use crate::txn::ProducerIdManager;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// The quorum's RocksDB lives here, inside `metadata.log.dir`. The name has no `-<n>`
 /// suffix, so the log manager never mistakes it for a partition.
@@ -36,6 +42,11 @@ pub enum NodeError {
     Quorum(#[from] sluice_raft::QuorumError),
     #[error("{0}")]
     Config(String),
+    #[error("binding the Kafka listener {addr}: {source}")]
+    Kafka {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("binding the HTTP listener {addr}: {source}")]
     Http {
         addr: std::net::SocketAddr,
@@ -47,8 +58,13 @@ pub struct Node {
     config: ServerConfig,
     logs: Arc<LogManager>,
     quorum: Arc<Quorum>,
+    replicas: Arc<ReplicaManager>,
+    server: Option<Server>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// How long shutdown waits for requests already read to be answered.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 impl Node {
     pub async fn start(config: ServerConfig) -> Result<Node, NodeError> {
@@ -111,11 +127,59 @@ impl Node {
         let controller = ControllerService::new(&quorum, defaults, session_timeout);
         quorum.set_call_handler(controller.clone());
         let mut tasks = vec![tokio::spawn(controller.run_session_timer())];
+        let broker_epoch = Arc::new(AtomicI64::new(-1));
+        let fenced = Arc::new(AtomicBool::new(true));
         if config.roles.broker {
             tasks.push(tokio::spawn(broker_lifecycle(
                 Arc::clone(&quorum),
                 config.clone(),
+                Arc::clone(&broker_epoch),
+                Arc::clone(&fenced),
             )));
+        }
+        let broker_id = config.node_id as i32;
+        let replicas = Arc::new(ReplicaManager::new(
+            broker_id,
+            Arc::clone(&logs),
+            config.properties.clone(),
+        ));
+        let metrics = Arc::new(Metrics::default());
+        let mut server = None;
+        if config.roles.broker {
+            tasks.push(tokio::spawn(
+                Arc::clone(&replicas).follow_images(quorum.images()),
+            ));
+            let listener_config = config
+                .listeners
+                .iter()
+                .find(|l| l.name != config.controller_listener_name)
+                .ok_or_else(|| NodeError::Config("no client listener".into()))?
+                .clone();
+            let addr = listener_config.socket_addr().map_err(NodeError::Config)?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeError::Kafka { addr, source })?;
+            let broker = Arc::new(Broker {
+                config: config.clone(),
+                broker_id,
+                quorum: Arc::clone(&quorum),
+                replicas: Arc::clone(&replicas),
+                metrics: Arc::clone(&metrics),
+                producer_ids: ProducerIdManager::default(),
+                fetch_sessions: FetchSessionCache::default(),
+                broker_epoch,
+                fenced,
+            });
+            let settings = ListenerSettings {
+                name: listener_config.name.clone(),
+                request_bytes_max: config.socket_request_max_bytes,
+                connections_max: config.max_connections,
+                queued_requests_max: config.queued_max_requests,
+                idle_ms: config.connections_max_idle_ms,
+            };
+            let started = Server::start(listener, settings, broker);
+            tracing::info!(listener = %listener_config.name, addr = %started.local_addr(), "Kafka listener started");
+            server = Some(started);
         }
 
         let http_listener = TcpListener::bind(config.http_listener)
@@ -128,12 +192,15 @@ impl Node {
             http_listener,
             Arc::clone(&quorum),
             Arc::clone(&logs),
+            Arc::clone(&metrics),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {
             config,
             logs,
             quorum,
+            replicas,
+            server,
             tasks,
         })
     }
@@ -142,8 +209,14 @@ impl Node {
         &self.config
     }
 
-    /// Stops the node: the quorum member, then the logs (flushed, checkpointed, marked clean).
+    /// Stops the node: the Kafka listener (requests already read are answered), the quorum
+    /// member, then the logs (producer state snapshotted, flushed, checkpointed, marked clean).
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(server) = self.server {
+            server.shutdown(SHUTDOWN_GRACE).await;
+        }
+        tokio::task::block_in_place(|| self.replicas.snapshot_producer_state());
+        drop(self.replicas);
         for task in self.tasks {
             task.abort();
             let _ = task.await;
@@ -163,7 +236,12 @@ impl Node {
 /// heartbeat; report caught up (to be unfenced) once this node has applied its own
 /// registration, i.e. its metadata image is current up to it. Re-registers after a stale
 /// epoch (the controller lost track of it).
-async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
+async fn broker_lifecycle(
+    quorum: Arc<Quorum>,
+    config: ServerConfig,
+    current_epoch: Arc<AtomicI64>,
+    current_fenced: Arc<AtomicBool>,
+) {
     let broker_id = config.node_id as i32;
     let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
     let endpoints = config
@@ -249,6 +327,7 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
             broker_epoch = epoch,
             "registered with the controller"
         );
+        current_epoch.store(epoch, Ordering::Relaxed);
         let mut fenced = true;
         loop {
             let caught_up = quorum
@@ -277,6 +356,7 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
                         tracing::info!(broker_id, "unfenced: serving as a broker");
                     }
                     fenced = now_fenced;
+                    current_fenced.store(now_fenced, Ordering::Relaxed);
                 }
                 // STALE_BROKER_EPOCH: the controller no longer knows this registration.
                 Ok(ControllerResponse::Error { code: 77, message }) => {
@@ -291,7 +371,12 @@ async fn broker_lifecycle(quorum: Arc<Quorum>, config: ServerConfig) {
     }
 }
 
-async fn serve_http(listener: TcpListener, quorum: Arc<Quorum>, logs: Arc<LogManager>) {
+async fn serve_http(
+    listener: TcpListener,
+    quorum: Arc<Quorum>,
+    logs: Arc<LogManager>,
+    broker_metrics: Arc<Metrics>,
+) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -299,6 +384,7 @@ async fn serve_http(listener: TcpListener, quorum: Arc<Quorum>, logs: Arc<LogMan
         };
         let quorum = Arc::clone(&quorum);
         let logs = Arc::clone(&logs);
+        let broker_metrics = Arc::clone(&broker_metrics);
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
             let mut buffer = [0u8; 1024];
@@ -324,11 +410,11 @@ async fn serve_http(listener: TcpListener, quorum: Arc<Quorum>, logs: Arc<LogMan
             let path = request_line.split_whitespace().nth(1).unwrap_or("");
             let (status, content_type, body) = match path {
                 "/health" => ("200 OK", "text/plain", health(&quorum)),
-                "/metrics" => (
-                    "200 OK",
-                    "text/plain; version=0.0.4",
-                    metrics(&quorum, &logs),
-                ),
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
+                    let mut text = metrics(&quorum, &logs);
+                    broker_metrics.render(&mut text);
+                    text
+                }),
                 _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
             };
             let response = format!(

@@ -522,6 +522,126 @@ pub fn unfence_broker(
     Ok(records)
 }
 
+/// Producer ids handed to a broker at a time.
+pub const PRODUCER_ID_BLOCK_SIZE: i32 = 1000;
+
+/// AllocateProducerIds: the next block of producer ids for a registered broker, as the record
+/// that hands it out and the block's first id.
+pub fn allocate_producer_ids(
+    image: &MetadataImage,
+    broker_id: BrokerId,
+    broker_epoch: i64,
+) -> Result<(Vec<MetadataRecord>, i64), ControllerError> {
+    match image.brokers.get(&broker_id) {
+        Some(b) if b.registration.broker_epoch == broker_epoch => {}
+        _ => return Err(ControllerError::StaleBrokerEpoch(broker_id)),
+    }
+    let first = image.next_producer_id;
+    let record = MetadataRecord::ProducerIds {
+        broker_id,
+        broker_epoch,
+        next_producer_id: first + i64::from(PRODUCER_ID_BLOCK_SIZE),
+    };
+    Ok((vec![record], first))
+}
+
+/// Broker configs that can be changed while running, cluster-wide or per broker: the topic
+/// defaults (applied to every topic without its own value) and `min.insync.replicas`.
+pub fn is_dynamic_broker_config(name: &str) -> bool {
+    crate::log::config::BROKER_TO_TOPIC_KEYS
+        .iter()
+        .any(|(broker_key, _)| *broker_key == name)
+        || matches!(
+            name,
+            "log.retention.ms"
+                | "log.retention.minutes"
+                | "log.retention.hours"
+                | "log.roll.ms"
+                | "log.roll.hours"
+                | "min.insync.replicas"
+                | "unclean.leader.election.enable"
+                | "compression.type"
+        )
+}
+
+/// IncrementalAlterConfigs of one resource: `changes` sets (`Some`) or deletes (`None`) keys.
+pub fn alter_configs(
+    image: &MetadataImage,
+    resource: &ConfigResource,
+    changes: &[(String, Option<String>)],
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    match resource {
+        ConfigResource::Topic(name) => {
+            if image.topic_by_name(name).is_none() {
+                return Err(ControllerError::UnknownTopicOrPartition(name.clone()));
+            }
+            for (key, value) in changes {
+                match value {
+                    Some(value) => validate_topic_config(key, value)?,
+                    None => validate_topic_config_key(key)?,
+                }
+            }
+        }
+        ConfigResource::Broker(id) => {
+            if let Some(id) = id {
+                if !image.brokers.contains_key(id) {
+                    return Err(ControllerError::InvalidConfig(format!(
+                        "broker {id} is not registered"
+                    )));
+                }
+            }
+            for (key, value) in changes {
+                if !is_dynamic_broker_config(key) {
+                    return Err(ControllerError::InvalidConfig(format!(
+                        "{key} cannot be changed dynamically"
+                    )));
+                }
+                if let Some(value) = value {
+                    let mut properties = BTreeMap::new();
+                    properties.insert(key.clone(), value.clone());
+                    crate::log::LogConfig::from_broker_properties(&properties)
+                        .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+                    if let Some((_, topic_key)) = crate::log::config::BROKER_TO_TOPIC_KEYS
+                        .iter()
+                        .find(|(broker_key, _)| broker_key == key)
+                    {
+                        validate_topic_config(topic_key, value)?;
+                    } else if !matches!(
+                        key.as_str(),
+                        "log.retention.ms"
+                            | "log.retention.minutes"
+                            | "log.retention.hours"
+                            | "log.roll.ms"
+                            | "log.roll.hours"
+                    ) {
+                        validate_topic_config(key, value)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(changes
+        .iter()
+        .map(|(name, value)| MetadataRecord::Config {
+            resource: resource.clone(),
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect())
+}
+
+fn validate_topic_config_key(name: &str) -> Result<(), ControllerError> {
+    if crate::log::LogConfig::TOPIC_KEYS.contains(&name)
+        || OTHER_TOPIC_KEYS.iter().any(|(key, _)| *key == name)
+    {
+        Ok(())
+    } else {
+        Err(ControllerError::InvalidConfig(format!(
+            "unknown topic config {name}"
+        )))
+    }
+}
+
 /// An AlterPartition request from a partition leader.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AlterPartition {

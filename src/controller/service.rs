@@ -54,6 +54,16 @@ pub enum ControllerRequest {
     },
     /// `sluice cluster status`.
     DescribeQuorum,
+    /// A block of producer ids for a broker's InitProducerId answers.
+    AllocateProducerIds {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
+    /// IncrementalAlterConfigs of one resource: set (`Some`) or delete (`None`) keys.
+    AlterConfigs {
+        resource: sluice_raft::records::ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+    },
 }
 
 /// What `sluice cluster status` shows: the quorum as its leader sees it.
@@ -98,6 +108,11 @@ pub enum ControllerResponse {
         leader_addr: Option<String>,
     },
     Quorum(QuorumDescription),
+    /// A block of producer ids, committed to this broker.
+    ProducerIds {
+        first: i64,
+        count: i32,
+    },
     /// A Kafka error code and message.
     Error {
         code: i16,
@@ -184,6 +199,35 @@ impl ControllerService {
         if let Some((node_id, adding)) = membership_change {
             return change_voters(&quorum, &metrics, node_id, adding).await;
         }
+        if let ControllerRequest::AllocateProducerIds {
+            broker_id,
+            broker_epoch,
+        } = request
+        {
+            let (records, first) =
+                match super::allocate_producer_ids(&image, broker_id, broker_epoch) {
+                    Ok(decided) => decided,
+                    Err(error) => {
+                        return ControllerResponse::Error {
+                            code: error.kafka_error_code(),
+                            message: error.to_string(),
+                        };
+                    }
+                };
+            return match quorum.propose(records).await {
+                Ok(_) => ControllerResponse::ProducerIds {
+                    first,
+                    count: super::PRODUCER_ID_BLOCK_SIZE,
+                },
+                Err(ProposeError::NotLeader { leader_addr, .. }) => {
+                    ControllerResponse::NotController { leader_addr }
+                }
+                Err(other) => ControllerResponse::Error {
+                    code: REQUEST_TIMED_OUT,
+                    message: other.to_string(),
+                },
+            };
+        }
         let decided: Result<Decision, ControllerError> = match request {
             ControllerRequest::RegisterBroker(mut registration) => {
                 // The epoch only grows: past any this broker had, and past the log's end.
@@ -229,8 +273,12 @@ impl ControllerService {
             ControllerRequest::AlterPartition(change) => {
                 super::alter_partition(&image, &change).map(|r| (r, None, None))
             }
+            ControllerRequest::AlterConfigs { resource, changes } => {
+                super::alter_configs(&image, &resource, &changes).map(|r| (r, None, None))
+            }
             ControllerRequest::AddVoter { .. }
             | ControllerRequest::RemoveVoter { .. }
+            | ControllerRequest::AllocateProducerIds { .. }
             | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics

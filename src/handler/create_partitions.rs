@@ -1,0 +1,73 @@
+//! CreatePartitions: grows a topic through the active controller (`validate_only` decides on
+//! this node's image without proposing).
+
+use std::time::Duration;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+
+use super::{Broker, RequestContext, str_bytes};
+use crate::controller::service::ControllerRequest;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 3);
+
+const CREATE_WAIT_MAX: Duration = Duration::from_secs(30);
+
+pub async fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let timeout = if request.timeout_ms > 0 {
+        Duration::from_millis(request.timeout_ms as u64).min(CREATE_WAIT_MAX)
+    } else {
+        CREATE_WAIT_MAX
+    };
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.to_string();
+        let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            results.push(
+                result
+                    .with_error_code(errors::INVALID_REPLICA_ASSIGNMENT)
+                    .with_error_message(Some(str_bytes(
+                        "explicit replica assignments for new partitions are not supported yet; let the controller place them",
+                    ))),
+            );
+            continue;
+        }
+        let outcome = if request.validate_only {
+            crate::controller::create_partitions(&broker.image(), &name, topic.count)
+                .map(|_| ())
+                .map_err(|e| (e.kafka_error_code(), e.to_string()))
+        } else {
+            let request = ControllerRequest::CreatePartitions {
+                topic: name.clone(),
+                total: topic.count,
+            };
+            match broker.call_controller(request, timeout).await {
+                Ok(_) => {
+                    let count = topic.count;
+                    broker
+                        .wait_for_image(timeout, |image| {
+                            image
+                                .topic_by_name(&name)
+                                .is_some_and(|t| t.partitions.len() as i32 >= count)
+                        })
+                        .await;
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            }
+        };
+        results.push(match outcome {
+            Ok(()) => result,
+            Err((code, message)) => result
+                .with_error_code(code)
+                .with_error_message(Some(str_bytes(message))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}

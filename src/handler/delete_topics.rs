@@ -1,0 +1,87 @@
+//! DeleteTopics, by name or (v6+) by topic id, through the active controller. The answer
+//! waits until the topic is gone from this node's image.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
+
+use super::{Broker, RequestContext, kafka_uuid, our_uuid, str_bytes};
+use crate::controller::service::ControllerRequest;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (1, 6);
+
+const DELETE_WAIT_MAX: Duration = Duration::from_secs(30);
+
+pub async fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
+    let timeout = if request.timeout_ms > 0 {
+        Duration::from_millis(request.timeout_ms as u64).min(DELETE_WAIT_MAX)
+    } else {
+        DELETE_WAIT_MAX
+    };
+    // (name, id) as the client named them.
+    let targets: Vec<(Option<String>, Option<sluice_raft::records::Uuid>)> =
+        if context.api_version >= 6 {
+            request
+                .topics
+                .iter()
+                .map(|t| match &t.name {
+                    Some(name) => (Some(name.to_string()), None),
+                    None => (None, Some(our_uuid(t.topic_id))),
+                })
+                .collect()
+        } else {
+            request
+                .topic_names
+                .iter()
+                .map(|n| (Some(n.to_string()), None))
+                .collect()
+        };
+    let mut responses = Vec::with_capacity(targets.len());
+    for (name, id) in targets {
+        let image = broker.image();
+        let topic = match (&name, id) {
+            (Some(name), _) => image.topic_by_name(name).cloned(),
+            (None, Some(id)) => image.topics.get(&id).cloned(),
+            (None, None) => None,
+        };
+        let mut result = DeletableTopicResult::default()
+            .with_name(name.clone().map(|n| TopicName(str_bytes(n))));
+        if let Some(id) = id {
+            result.topic_id = kafka_uuid(id);
+        }
+        let Some(topic) = topic else {
+            let code = if name.is_some() {
+                errors::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                errors::UNKNOWN_TOPIC_ID
+            };
+            responses.push(result.with_error_code(code));
+            continue;
+        };
+        result.name = Some(TopicName(str_bytes(topic.name.clone())));
+        result.topic_id = kafka_uuid(topic.id);
+        match broker
+            .call_controller(ControllerRequest::DeleteTopic(topic.name.clone()), timeout)
+            .await
+        {
+            Ok(_) => {
+                broker
+                    .wait_for_image(timeout, |image| !image.topics.contains_key(&topic.id))
+                    .await;
+                responses.push(result);
+            }
+            Err((code, message)) => responses.push(
+                result
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message))),
+            ),
+        }
+    }
+    DeleteTopicsResponse::default().with_responses(responses)
+}

@@ -1,0 +1,455 @@
+//! Fetch: reads whole batches from partition logs, up to the high watermark for consumers,
+//! with long polling (`max_wait_ms` / `min_bytes`), the response-wide `max_bytes` and the
+//! per-partition limit, and incremental fetch sessions (KIP-227).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use sluice_raft::image::MetadataImage;
+use uuid::Uuid as KafkaUuid;
+
+use super::{Broker, RequestContext, our_uuid, str_bytes};
+use crate::log::{LogError, TopicPartition};
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (4, 17);
+
+/// KIP-227 session epochs.
+const INITIAL_EPOCH: i32 = 0;
+const FINAL_EPOCH: i32 = -1;
+/// `max.incremental.fetch.session.cache.slots`
+const SESSIONS_MAX: usize = 1000;
+/// Sessions unused this long may be evicted for new ones.
+const SESSION_IDLE_EVICT: Duration = Duration::from_secs(120);
+const READ_COMMITTED: i8 = 1;
+
+/// A partition a fetch names, with what the client asked of it.
+#[derive(Debug, Clone)]
+struct Wanted {
+    topic: String,
+    topic_id: KafkaUuid,
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: i32,
+    current_leader_epoch: i32,
+}
+
+/// What a session last told the client of a partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Reported {
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+#[derive(Debug)]
+struct Session {
+    next_epoch: i32,
+    /// In the order the client added them (the response order).
+    partitions: Vec<(Wanted, Option<Reported>)>,
+    last_used: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct FetchSessionCache {
+    sessions: Mutex<HashMap<i32, Session>>,
+    next_id: Mutex<i32>,
+}
+
+impl FetchSessionCache {
+    fn new_id(&self) -> i32 {
+        let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
+        *next = if *next >= i32::MAX - 1 { 1 } else { *next + 1 };
+        *next
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How the request relates to a session.
+enum Mode {
+    Sessionless,
+    New,
+    Incremental(i32),
+}
+
+pub async fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: FetchRequest,
+) -> FetchResponse {
+    let version = context.api_version;
+    let image = broker.image();
+    let mut requested = Vec::new();
+    for topic in &request.topics {
+        let name = if version >= 13 {
+            image
+                .topics
+                .get(&our_uuid(topic.topic_id))
+                .map(|t| t.name.clone())
+        } else {
+            Some(topic.topic.to_string())
+        };
+        for p in &topic.partitions {
+            requested.push(Wanted {
+                topic: name.clone().unwrap_or_default(),
+                topic_id: topic.topic_id,
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                partition_max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
+            });
+        }
+    }
+    let forgotten: Vec<(String, KafkaUuid, i32)> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| {
+            let name = if version >= 13 {
+                image
+                    .topics
+                    .get(&our_uuid(t.topic_id))
+                    .map(|i| i.name.clone())
+                    .unwrap_or_default()
+            } else {
+                t.topic.to_string()
+            };
+            t.partitions
+                .iter()
+                .map(move |p| (name.clone(), t.topic_id, *p))
+        })
+        .collect();
+
+    // Session bookkeeping (KIP-227).
+    let mode = match (request.session_id, request.session_epoch) {
+        (0, INITIAL_EPOCH) => Mode::New,
+        (0, _) => Mode::Sessionless,
+        (id, FINAL_EPOCH) => {
+            broker
+                .fetch_sessions
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            Mode::Sessionless
+        }
+        (id, epoch) => {
+            let mut sessions = broker
+                .fetch_sessions
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let Some(session) = sessions.get_mut(&id) else {
+                return FetchResponse::default()
+                    .with_error_code(errors::FETCH_SESSION_ID_NOT_FOUND);
+            };
+            if session.next_epoch != epoch {
+                return FetchResponse::default()
+                    .with_error_code(errors::INVALID_FETCH_SESSION_EPOCH);
+            }
+            for (topic, topic_id, partition) in &forgotten {
+                session.partitions.retain(|(w, _)| {
+                    !(w.partition == *partition
+                        && if version >= 13 {
+                            w.topic_id == *topic_id
+                        } else {
+                            w.topic == *topic
+                        })
+                });
+            }
+            for wanted in &requested {
+                match session
+                    .partitions
+                    .iter_mut()
+                    .find(|(w, _)| w.partition == wanted.partition && w.topic == wanted.topic)
+                {
+                    Some((w, _)) => *w = wanted.clone(),
+                    None => session.partitions.push((wanted.clone(), None)),
+                }
+            }
+            session.last_used = Instant::now();
+            Mode::Incremental(id)
+        }
+    };
+    let session_id = match mode {
+        Mode::New => create_session(broker, &requested),
+        Mode::Incremental(id) => id,
+        Mode::Sessionless => 0,
+    };
+
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
+    let min_bytes = request.min_bytes.max(0) as usize;
+    let max_bytes = if request.max_bytes <= 0 {
+        i32::MAX as usize
+    } else {
+        request.max_bytes as usize
+    };
+    let follower = request.replica_id.0 >= 0 || request.replica_state.replica_id.0 >= 0;
+    let mut changes = broker.replicas.data_changes();
+    loop {
+        changes.borrow_and_update();
+        let wanted: Vec<(Wanted, Option<Reported>)> = match mode {
+            Mode::Incremental(id) => broker
+                .fetch_sessions
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .map(|s| s.partitions.clone())
+                .unwrap_or_default(),
+            _ => requested.iter().map(|w| (w.clone(), None)).collect(),
+        };
+        let (results, bytes, errored) = read_all(
+            broker,
+            &image,
+            &wanted,
+            max_bytes,
+            request.isolation_level,
+            follower,
+        );
+        let done = bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline;
+        if done {
+            broker
+                .metrics
+                .bytes_out
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+            return respond(broker, version, session_id, &mode, results);
+        }
+        if tokio::time::timeout_at(deadline, changes.changed())
+            .await
+            .is_err()
+        {
+            // Deadline: answer with what is there now.
+            continue;
+        }
+    }
+}
+
+fn create_session(broker: &Broker, requested: &[Wanted]) -> i32 {
+    let cache = &broker.fetch_sessions;
+    let mut sessions = cache.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    if sessions.len() >= SESSIONS_MAX {
+        let evict = sessions
+            .iter()
+            .filter(|(_, s)| s.last_used.elapsed() > SESSION_IDLE_EVICT)
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(id, _)| *id);
+        match evict {
+            Some(id) => {
+                sessions.remove(&id);
+            }
+            // Full of live sessions: serve this fetch without one (session id 0).
+            None => return 0,
+        }
+    }
+    let id = cache.new_id();
+    sessions.insert(
+        id,
+        Session {
+            next_epoch: 1,
+            partitions: requested.iter().map(|w| (w.clone(), None)).collect(),
+            last_used: Instant::now(),
+        },
+    );
+    id
+}
+
+type PartitionResult = (Wanted, PartitionData, Option<Reported>);
+
+/// Reads every wanted partition within the byte budgets. Returns the results (with what
+/// changed since last reported, for sessions), the record bytes, and whether any failed.
+fn read_all(
+    broker: &Broker,
+    image: &MetadataImage,
+    wanted: &[(Wanted, Option<Reported>)],
+    max_bytes: usize,
+    isolation_level: i8,
+    follower: bool,
+) -> (Vec<PartitionResult>, usize, bool) {
+    let mut results = Vec::with_capacity(wanted.len());
+    let mut total = 0usize;
+    let mut errored = false;
+    for (w, reported) in wanted {
+        let data = PartitionData::default().with_partition_index(w.partition);
+        let (data, now) = read_partition(
+            broker,
+            image,
+            w,
+            data,
+            max_bytes.saturating_sub(total),
+            total == 0,
+            isolation_level,
+            follower,
+        );
+        if data.error_code != errors::NONE {
+            errored = true;
+        }
+        total += data.records.as_ref().map_or(0, Bytes::len);
+        // `Some` when the client should hear of this partition in an incremental response.
+        let changed = match (&now, reported) {
+            (_, None) => Some(now.clone().unwrap_or_default()),
+            (Some(now), Some(before)) if now != before => Some(now.clone()),
+            (None, Some(_)) => Some(Reported::default()),
+            _ => None,
+        };
+        results.push((w.clone(), data, changed));
+    }
+    (results, total, errored)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_partition(
+    broker: &Broker,
+    image: &MetadataImage,
+    w: &Wanted,
+    data: PartitionData,
+    budget: usize,
+    first: bool,
+    isolation_level: i8,
+    follower: bool,
+) -> (PartitionData, Option<Reported>) {
+    let tp = TopicPartition::new(w.topic.clone(), w.partition);
+    let Some(partition) = (!w.topic.is_empty())
+        .then(|| broker.replicas.partition(&tp))
+        .flatten()
+    else {
+        let code = if w.topic.is_empty() {
+            errors::UNKNOWN_TOPIC_ID
+        } else if image
+            .topic_by_name(&w.topic)
+            .is_some_and(|t| t.partitions.contains_key(&w.partition))
+        {
+            errors::NOT_LEADER_OR_FOLLOWER
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        };
+        return (data.with_error_code(code), None);
+    };
+    let state = partition.state();
+    if state.leader != broker.broker_id {
+        return (data.with_error_code(errors::NOT_LEADER_OR_FOLLOWER), None);
+    }
+    if w.current_leader_epoch >= 0 {
+        if w.current_leader_epoch < state.leader_epoch {
+            return (data.with_error_code(errors::FENCED_LEADER_EPOCH), None);
+        }
+        if w.current_leader_epoch > state.leader_epoch {
+            return (data.with_error_code(errors::UNKNOWN_LEADER_EPOCH), None);
+        }
+    }
+    let log = &partition.log;
+    let high_watermark = log.high_watermark() as i64;
+    let log_start_offset = log.log_start_offset() as i64;
+    let data = data
+        .with_high_watermark(high_watermark)
+        .with_last_stable_offset(high_watermark)
+        .with_log_start_offset(log_start_offset)
+        .with_aborted_transactions((isolation_level == READ_COMMITTED).then(Vec::new));
+    let reported = Some(Reported {
+        high_watermark,
+        log_start_offset,
+    });
+    if w.fetch_offset < 0 {
+        return (data.with_error_code(errors::OFFSET_OUT_OF_RANGE), reported);
+    }
+    // Only the first partition may exceed the response's budget (by its first batch).
+    if budget == 0 && !first {
+        return (data.with_records(Some(Bytes::new())), reported);
+    }
+    let limit = (w.partition_max_bytes.max(0) as usize).min(budget.max(1));
+    // Consumers read committed data only: below the high watermark.
+    let bound = (!follower).then_some(high_watermark as u64);
+    match log.read(w.fetch_offset as u64, limit as u64, bound) {
+        Ok(read) => {
+            let mut bytes = Vec::new();
+            if let Some(slice) = read.slice {
+                if let Err(error) = slice.read_into(&mut bytes) {
+                    tracing::error!(topic_partition = %tp, %error, "reading a segment failed");
+                    return (data.with_error_code(errors::KAFKA_STORAGE_ERROR), reported);
+                }
+            }
+            (data.with_records(Some(Bytes::from(bytes))), reported)
+        }
+        Err(LogError::OffsetOutOfRange { .. }) => {
+            (data.with_error_code(errors::OFFSET_OUT_OF_RANGE), reported)
+        }
+        Err(error) => (data.with_error_code(error.kafka_error_code()), reported),
+    }
+}
+
+fn respond(
+    broker: &Broker,
+    version: i16,
+    session_id: i32,
+    mode: &Mode,
+    results: Vec<PartitionResult>,
+) -> FetchResponse {
+    let incremental = matches!(mode, Mode::Incremental(_));
+    if session_id != 0 {
+        let mut sessions = broker
+            .fetch_sessions
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(session) = sessions.get_mut(&session_id) {
+            if incremental {
+                session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
+            }
+            for (w, _, changed) in &results {
+                if let Some(now) = changed {
+                    if let Some((_, reported)) = session
+                        .partitions
+                        .iter_mut()
+                        .find(|(s, _)| s.partition == w.partition && s.topic == w.topic)
+                    {
+                        *reported = Some(now.clone());
+                    }
+                }
+            }
+            session.last_used = Instant::now();
+        }
+    }
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    for (w, data, changed) in results {
+        let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
+        if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
+            continue;
+        }
+        let same_topic = topics.last().is_some_and(|t| {
+            if version >= 13 {
+                t.topic_id == w.topic_id
+            } else {
+                t.topic.0.as_str() == w.topic
+            }
+        });
+        if !same_topic {
+            let mut topic = FetchableTopicResponse::default();
+            if version >= 13 {
+                topic.topic_id = w.topic_id;
+            } else {
+                topic.topic = TopicName(str_bytes(w.topic.clone()));
+            }
+            topics.push(topic);
+        }
+        if let Some(topic) = topics.last_mut() {
+            topic.partitions.push(data);
+        }
+    }
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(topics)
+}

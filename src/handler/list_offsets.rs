@@ -1,0 +1,111 @@
+//! ListOffsets: the earliest, latest or max-timestamp offset of a partition, or the first
+//! offset at or after a timestamp.
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use super::{Broker, RequestContext};
+use crate::log::TopicPartition;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (1, 10);
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+/// KIP-405: the earliest offset on local storage, which is all storage here.
+const EARLIEST_LOCAL: i64 = -4;
+/// KIP-1005: the highest offset in remote storage; nothing is tiered here.
+const LATEST_TIERED: i64 = -5;
+const READ_COMMITTED: i8 = 1;
+
+pub fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let image = broker.image();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.to_string();
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let response = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index);
+                    let tp = TopicPartition::new(name.clone(), p.partition_index);
+                    let Some(partition) = broker.replicas.partition(&tp) else {
+                        let known = image
+                            .topic_by_name(&name)
+                            .is_some_and(|t| t.partitions.contains_key(&p.partition_index));
+                        return response.with_error_code(if known {
+                            errors::NOT_LEADER_OR_FOLLOWER
+                        } else {
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                        });
+                    };
+                    let state = partition.state();
+                    if state.leader != broker.broker_id {
+                        return response.with_error_code(errors::NOT_LEADER_OR_FOLLOWER);
+                    }
+                    if p.current_leader_epoch >= 0 && p.current_leader_epoch != state.leader_epoch {
+                        return response.with_error_code(
+                            if p.current_leader_epoch < state.leader_epoch {
+                                errors::FENCED_LEADER_EPOCH
+                            } else {
+                                errors::UNKNOWN_LEADER_EPOCH
+                            },
+                        );
+                    }
+                    let log = &partition.log;
+                    // The leader epoch is in responses from v4 on.
+                    let epoch = if context.api_version >= 4 {
+                        state.leader_epoch
+                    } else {
+                        -1
+                    };
+                    let at = |offset: u64| {
+                        ListOffsetsPartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_offset(offset as i64)
+                            .with_leader_epoch(epoch)
+                    };
+                    // Without transactions the last stable offset is the high watermark.
+                    let _ = request.isolation_level == READ_COMMITTED;
+                    let found = match p.timestamp {
+                        LATEST => Ok(Some(at(log.high_watermark()))),
+                        EARLIEST | EARLIEST_LOCAL => Ok(Some(at(log.log_start_offset()))),
+                        LATEST_TIERED => {
+                            Ok(Some(response.clone().with_offset(-1).with_leader_epoch(-1)))
+                        }
+                        MAX_TIMESTAMP => log
+                            .max_timestamp_offset()
+                            .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
+                        timestamp if timestamp >= 0 => log
+                            .offset_for_timestamp(timestamp)
+                            .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
+                        _ => {
+                            return response.with_error_code(errors::INVALID_REQUEST);
+                        }
+                    };
+                    match found {
+                        // Nothing at or after the timestamp: offset -1, timestamp -1.
+                        Ok(None) => response,
+                        Ok(Some(found)) if found.offset > log.high_watermark() as i64 => response,
+                        Ok(Some(found)) => found,
+                        Err(error) => response.with_error_code(error.kafka_error_code()),
+                    }
+                })
+                .collect();
+            ListOffsetsTopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}

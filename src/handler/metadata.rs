@@ -1,0 +1,172 @@
+//! Metadata: brokers, controller and topic partitions, served from the committed image.
+//! Unknown topics are created when the client allows it and `auto.create.topics.enable` is
+//! on (through the controller; the answer waits until the topic reaches this node's image).
+
+use std::time::Duration;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use sluice_raft::image::{MetadataImage, TopicImage};
+use sluice_raft::records::NO_LEADER;
+
+use super::{Broker, RequestContext, kafka_uuid, our_uuid, str_bytes};
+use crate::controller::NewTopic;
+use crate::controller::service::ControllerRequest;
+use crate::log::topic_partition::validate_topic_name;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 13);
+
+/// How long a Metadata request waits for a topic it auto-created to be committed.
+const AUTO_CREATE_WAIT: Duration = Duration::from_secs(5);
+
+pub async fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: MetadataRequest,
+) -> MetadataResponse {
+    let mut image = broker.image();
+    // Versions 0-3 have no allow_auto_topic_creation field: those clients always allow it.
+    let allow_auto_create = (context.api_version < 4 || request.allow_auto_topic_creation)
+        && broker.config.auto_create_topics_enable;
+    if allow_auto_create {
+        if let Some(requested) = &request.topics {
+            let missing: Vec<String> = requested
+                .iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .filter(|n| image.topic_by_name(n).is_none() && validate_topic_name(n).is_ok())
+                .collect();
+            if !missing.is_empty() {
+                auto_create(broker, &missing).await;
+                image = broker.image();
+            }
+        }
+    }
+    let mut response = MetadataResponse::default()
+        .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
+        .with_controller_id(BrokerId(controller_id(broker, &image)));
+    response.brokers = image
+        .unfenced_brokers()
+        .filter_map(|b| {
+            let endpoint = b
+                .registration
+                .endpoints
+                .iter()
+                .find(|e| e.name == context.listener_name)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.registration.broker_id))
+                    .with_host(str_bytes(endpoint.host.clone()))
+                    .with_port(i32::from(endpoint.port))
+                    .with_rack(b.registration.rack.clone().map(str_bytes)),
+            )
+        })
+        .collect();
+    response.topics = match &request.topics {
+        None => image
+            .topics
+            .values()
+            .map(|t| describe_topic(&image, t))
+            .collect(),
+        Some(requested) => requested
+            .iter()
+            .map(|wanted| {
+                let found = match &wanted.name {
+                    Some(name) => image.topic_by_name(name),
+                    None => image.topics.get(&our_uuid(wanted.topic_id)),
+                };
+                match found {
+                    Some(topic) => describe_topic(&image, topic),
+                    None => {
+                        let name = wanted.name.as_ref().map(|n| n.to_string());
+                        let code = match &name {
+                            Some(n) if validate_topic_name(n).is_err() => {
+                                errors::INVALID_TOPIC_EXCEPTION
+                            }
+                            Some(_) if allow_auto_create => errors::LEADER_NOT_AVAILABLE,
+                            Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            None => errors::UNKNOWN_TOPIC_ID,
+                        };
+                        MetadataResponseTopic::default()
+                            .with_error_code(code)
+                            .with_name(wanted.name.clone())
+                            .with_topic_id(wanted.topic_id)
+                    }
+                }
+            })
+            .collect(),
+    };
+    response
+}
+
+/// KRaft brokers answer with a live broker as "controller": clients send admin requests
+/// there, and any broker forwards them to the active controller.
+fn controller_id(broker: &Broker, image: &MetadataImage) -> i32 {
+    let active = broker.controller_id();
+    if image.brokers.get(&active).is_some_and(|b| !b.fenced) {
+        active
+    } else {
+        broker.broker_id
+    }
+}
+
+async fn auto_create(broker: &Broker, names: &[String]) {
+    for name in names {
+        let topic = NewTopic {
+            name: name.clone(),
+            partitions: -1,
+            replication_factor: -1,
+            ..Default::default()
+        };
+        match broker
+            .call_controller(ControllerRequest::CreateTopic(topic), AUTO_CREATE_WAIT)
+            .await
+        {
+            Ok(_) => tracing::info!(topic = %name, "auto-created topic"),
+            Err((code, message)) if code == errors::TOPIC_ALREADY_EXISTS => {
+                tracing::debug!(topic = %name, %message, "auto-create raced another")
+            }
+            Err((code, message)) => {
+                tracing::warn!(topic = %name, code, %message, "auto-create failed")
+            }
+        }
+    }
+    broker
+        .wait_for_image(AUTO_CREATE_WAIT, |image| {
+            names.iter().all(|n| image.topic_by_name(n).is_some())
+        })
+        .await;
+}
+
+fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> MetadataResponseTopic {
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|(index, p)| {
+            let offline = p
+                .replicas
+                .iter()
+                .filter(|r| image.brokers.get(r).is_none_or(|b| b.fenced))
+                .map(|r| BrokerId(*r))
+                .collect();
+            MetadataResponsePartition::default()
+                .with_error_code(if p.leader == NO_LEADER {
+                    errors::LEADER_NOT_AVAILABLE
+                } else {
+                    errors::NONE
+                })
+                .with_partition_index(*index)
+                .with_leader_id(BrokerId(p.leader))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r)).collect())
+                .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r)).collect())
+                .with_offline_replicas(offline)
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(topic.name.clone()))))
+        .with_topic_id(kafka_uuid(topic.id))
+        .with_partitions(partitions)
+}

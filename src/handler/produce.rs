@@ -1,0 +1,122 @@
+//! Produce: appends each partition's batches on its leader (this broker), then answers per
+//! partition. `acks=0` gets no response; `acks=all` waits until the high watermark passes the
+//! batches (or `timeout_ms`).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use super::{Broker, RequestContext, str_bytes};
+use crate::log::TopicPartition;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (3, 12);
+
+pub async fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: ProduceRequest,
+) -> Option<ProduceResponse> {
+    let acks = request.acks;
+    let image = broker.image();
+    let mut waits = Vec::new();
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let name = topic.name.to_string();
+        let min_insync = broker.replicas.min_insync_replicas(&image, &name);
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
+            let response = PartitionProduceResponse::default().with_index(data.index);
+            let tp = TopicPartition::new(name.clone(), data.index);
+            if !matches!(acks, -1..=1) {
+                partitions.push(response.with_error_code(errors::INVALID_REQUIRED_ACKS));
+                continue;
+            }
+            let Some(partition) = broker.replicas.partition(&tp) else {
+                let known = image
+                    .topic_by_name(&name)
+                    .is_some_and(|t| t.partitions.contains_key(&data.index));
+                partitions.push(response.with_error_code(if known {
+                    errors::NOT_LEADER_OR_FOLLOWER
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                }));
+                continue;
+            };
+            let Some(records) = data.records else {
+                partitions.push(
+                    response
+                        .with_error_code(errors::CORRUPT_MESSAGE)
+                        .with_error_message(Some(str_bytes("no records"))),
+                );
+                continue;
+            };
+            let mut records = records.to_vec();
+            let appended = tokio::task::block_in_place(|| {
+                partition.append_as_leader(&mut records, acks, min_insync)
+            });
+            match appended {
+                Ok(appended) => {
+                    if !appended.duplicate {
+                        broker
+                            .metrics
+                            .bytes_in
+                            .fetch_add(appended.info.bytes, Ordering::Relaxed);
+                        broker
+                            .metrics
+                            .messages_in
+                            .fetch_add(appended.info.record_count, Ordering::Relaxed);
+                    }
+                    if acks == -1 {
+                        waits.push((partition, appended.info.last_offset + 1, partitions.len()));
+                    }
+                    partitions.push(
+                        response
+                            .with_base_offset(appended.info.first_offset as i64)
+                            .with_log_append_time_ms(appended.info.log_append_time_ms.unwrap_or(-1))
+                            .with_log_start_offset(appended.info.log_start_offset as i64),
+                    );
+                }
+                Err(error) => {
+                    tracing::debug!(topic_partition = %tp, code = error.code, message = %error.message, "produce refused");
+                    partitions.push(
+                        response
+                            .with_error_code(error.code)
+                            .with_error_message(Some(str_bytes(error.message))),
+                    );
+                }
+            }
+        }
+        responses.push((name, partitions, waits.split_off(0)));
+    }
+    broker.replicas.notify_data_changed();
+    if acks == 0 {
+        return None;
+    }
+    let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64);
+    let mut topics = Vec::with_capacity(responses.len());
+    for (name, mut partitions, waits) in responses {
+        for (partition, needed, index) in waits {
+            let log = &partition.log;
+            let reached = broker
+                .replicas
+                .wait_for_data(timeout, || log.high_watermark() >= needed)
+                .await;
+            if !reached {
+                let response = &mut partitions[index];
+                response.error_code = errors::REQUEST_TIMED_OUT;
+                response.error_message = Some(str_bytes(
+                    "the in-sync replicas did not acknowledge within timeout_ms",
+                ));
+            }
+        }
+        topics.push(
+            TopicProduceResponse::default()
+                .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
+                .with_partition_responses(partitions),
+        );
+    }
+    Some(ProduceResponse::default().with_responses(topics))
+}

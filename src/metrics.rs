@@ -1,0 +1,170 @@
+//! Broker metrics in Prometheus text format: request rate and latency per API, bytes in and
+//! out, connections. Counters are atomics; the HTTP listener renders them on `/metrics`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+
+/// Upper bounds of the latency histogram buckets, in seconds.
+const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// API keys are small integers; one slot each.
+const API_SLOTS: usize = 128;
+
+#[derive(Default)]
+struct ApiMetrics {
+    requests: AtomicU64,
+    unsupported: AtomicU64,
+    latency_micros_sum: AtomicU64,
+    /// Cumulative counts per bucket, plus the +Inf bucket at the end.
+    buckets: [AtomicU64; LATENCY_BUCKETS_SECONDS.len() + 1],
+    response_bytes: AtomicU64,
+}
+
+pub struct Metrics {
+    apis: Vec<ApiMetrics>,
+    pub connections: AtomicI64,
+    pub connections_refused: AtomicU64,
+    /// Record bytes appended by producers.
+    pub bytes_in: AtomicU64,
+    /// Record bytes served to consumers and followers.
+    pub bytes_out: AtomicU64,
+    pub messages_in: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            apis: (0..API_SLOTS).map(|_| ApiMetrics::default()).collect(),
+            connections: AtomicI64::new(0),
+            connections_refused: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            messages_in: AtomicU64::new(0),
+        }
+    }
+}
+
+fn slot(api_key: ApiKey) -> usize {
+    (api_key as i16 as usize).min(API_SLOTS - 1)
+}
+
+impl Metrics {
+    pub fn record_request(&self, api_key: ApiKey, latency: Duration, response_bytes: usize) {
+        let api = &self.apis[slot(api_key)];
+        api.requests.fetch_add(1, Ordering::Relaxed);
+        api.latency_micros_sum
+            .fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
+        api.response_bytes
+            .fetch_add(response_bytes as u64, Ordering::Relaxed);
+        let seconds = latency.as_secs_f64();
+        for (bucket, bound) in api.buckets.iter().zip(LATENCY_BUCKETS_SECONDS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        api.buckets[LATENCY_BUCKETS_SECONDS.len()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_unsupported(&self, api_key: ApiKey) {
+        self.apis[slot(api_key)]
+            .unsupported
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Appends the Prometheus text of these metrics to `out`.
+    pub fn render(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP sluice_requests_total Kafka requests answered, by API.\n# TYPE sluice_requests_total counter"
+        );
+        let used: Vec<(ApiKey, &ApiMetrics)> = ApiKey::iter()
+            .map(|k| (k, &self.apis[slot(k)]))
+            .filter(|(_, m)| load(&m.requests) > 0 || load(&m.unsupported) > 0)
+            .collect();
+        for (key, m) in &used {
+            let _ = writeln!(
+                out,
+                "sluice_requests_total{{api=\"{key:?}\"}} {}",
+                load(&m.requests)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_requests_unsupported_total Requests at a version we do not serve.\n# TYPE sluice_requests_unsupported_total counter"
+        );
+        for (key, m) in &used {
+            let _ = writeln!(
+                out,
+                "sluice_requests_unsupported_total{{api=\"{key:?}\"}} {}",
+                load(&m.unsupported)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_request_latency_seconds Time from a request's arrival to its response, by API.\n# TYPE sluice_request_latency_seconds histogram"
+        );
+        for (key, m) in &used {
+            for (bucket, bound) in m.buckets.iter().zip(LATENCY_BUCKETS_SECONDS) {
+                let _ = writeln!(
+                    out,
+                    "sluice_request_latency_seconds_bucket{{api=\"{key:?}\",le=\"{bound}\"}} {}",
+                    load(bucket)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "sluice_request_latency_seconds_bucket{{api=\"{key:?}\",le=\"+Inf\"}} {}\nsluice_request_latency_seconds_sum{{api=\"{key:?}\"}} {}\nsluice_request_latency_seconds_count{{api=\"{key:?}\"}} {}",
+                load(&m.buckets[LATENCY_BUCKETS_SECONDS.len()]),
+                load(&m.latency_micros_sum) as f64 / 1e6,
+                load(&m.requests)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_response_bytes_total Bytes of responses sent, by API.\n# TYPE sluice_response_bytes_total counter"
+        );
+        for (key, m) in &used {
+            let _ = writeln!(
+                out,
+                "sluice_response_bytes_total{{api=\"{key:?}\"}} {}",
+                load(&m.response_bytes)
+            );
+        }
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        counter(
+            "sluice_bytes_in_total",
+            "Record batch bytes appended from producers.",
+            load(&self.bytes_in),
+        );
+        counter(
+            "sluice_bytes_out_total",
+            "Record batch bytes served by Fetch.",
+            load(&self.bytes_out),
+        );
+        counter(
+            "sluice_messages_in_total",
+            "Records appended from producers.",
+            load(&self.messages_in),
+        );
+        counter(
+            "sluice_connections_refused_total",
+            "Connections closed at accept because max.connections was reached.",
+            load(&self.connections_refused),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_connections Open Kafka connections.\n# TYPE sluice_connections gauge\nsluice_connections {}",
+            self.connections.load(Ordering::Relaxed)
+        );
+    }
+}

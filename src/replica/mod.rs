@@ -1,0 +1,307 @@
+//! The replica manager: the partition replicas this broker holds, kept in step with the
+//! committed metadata image (create logs, take or give up leadership, delete the logs of
+//! deleted topics), and the append and read paths over them.
+//!
+//! Followers and their fetch loops come with replication; today a leader's ISR holds only
+//! replicas it need not wait for, and its high watermark follows its log end.
+
+pub mod partition;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sluice_raft::image::MetadataImage;
+use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
+use tokio::sync::watch;
+
+use crate::log::{LogConfig, LogManager, TopicPartition};
+pub use partition::{AppendError, Appended, Partition, PartitionState};
+
+/// Kafka's `partition.metadata` file: which topic id a partition directory belongs to, so a
+/// topic deleted and re-created under the same name while a broker was down is not mistaken
+/// for the old one.
+const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+pub struct ReplicaManager {
+    broker_id: BrokerId,
+    logs: Arc<LogManager>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Broker properties from `server.properties` (log defaults and `min.insync.replicas`).
+    static_properties: BTreeMap<String, String>,
+    /// Bumped whenever a log end or high watermark moves: long-polling fetches wait on it.
+    data_version: watch::Sender<u64>,
+}
+
+impl ReplicaManager {
+    pub fn new(
+        broker_id: BrokerId,
+        logs: Arc<LogManager>,
+        static_properties: BTreeMap<String, String>,
+    ) -> ReplicaManager {
+        ReplicaManager {
+            broker_id,
+            logs,
+            partitions: RwLock::new(HashMap::new()),
+            static_properties,
+            data_version: watch::channel(0).0,
+        }
+    }
+
+    pub fn broker_id(&self) -> BrokerId {
+        self.broker_id
+    }
+
+    pub fn partition(&self, topic_partition: &TopicPartition) -> Option<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(topic_partition)
+            .cloned()
+    }
+
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// A receiver that sees every change of data (appends, high watermarks).
+    pub fn data_changes(&self) -> watch::Receiver<u64> {
+        self.data_version.subscribe()
+    }
+
+    pub fn notify_data_changed(&self) {
+        self.data_version.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Broker properties as they stand: static ones overlaid with the dynamic cluster-wide
+    /// and per-broker configs committed in the image.
+    pub fn effective_broker_properties(&self, image: &MetadataImage) -> BTreeMap<String, String> {
+        let mut properties = self.static_properties.clone();
+        for resource in [
+            ConfigResource::Broker(None),
+            ConfigResource::Broker(Some(self.broker_id)),
+        ] {
+            if let Some(dynamic) = image.configs.get(&resource) {
+                properties.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        properties
+    }
+
+    /// The log config of a topic: broker defaults, then the topic's own keys.
+    pub fn topic_log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
+        let properties = self.effective_broker_properties(image);
+        let mut config = LogConfig::from_broker_properties(&properties)
+            .unwrap_or_else(|_| self.logs.config().default_log_config.clone());
+        if let Some(overrides) = image.configs.get(&ConfigResource::Topic(topic.to_owned())) {
+            for (key, value) in overrides {
+                if LogConfig::TOPIC_KEYS.contains(&key.as_str()) {
+                    if let Err(error) = config.set(key, value) {
+                        tracing::warn!(topic, %error, "ignoring an invalid topic config");
+                    }
+                }
+            }
+        }
+        config
+    }
+
+    /// `min.insync.replicas` of a topic.
+    pub fn min_insync_replicas(&self, image: &MetadataImage, topic: &str) -> usize {
+        image
+            .configs
+            .get(&ConfigResource::Topic(topic.to_owned()))
+            .and_then(|c| c.get("min.insync.replicas"))
+            .cloned()
+            .or_else(|| {
+                self.effective_broker_properties(image)
+                    .get("min.insync.replicas")
+                    .cloned()
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// Brings the replicas in line with a committed image. Runs on every new image.
+    pub fn apply_image(&self, image: &MetadataImage) {
+        let mut wanted: HashMap<TopicPartition, (String, PartitionState)> = HashMap::new();
+        for topic in image.topics.values() {
+            for (index, registration) in &topic.partitions {
+                if !registration.replicas.contains(&self.broker_id) {
+                    continue;
+                }
+                wanted.insert(
+                    TopicPartition::new(topic.name.clone(), *index),
+                    (
+                        topic.name.clone(),
+                        PartitionState {
+                            topic_id: topic.id,
+                            leader: registration.leader,
+                            leader_epoch: registration.leader_epoch,
+                            partition_epoch: registration.partition_epoch,
+                            replicas: registration.replicas.clone(),
+                            isr: registration.isr.clone(),
+                        },
+                    ),
+                );
+            }
+        }
+        let current: Vec<(TopicPartition, Arc<Partition>)> = self
+            .partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(tp, p)| (tp.clone(), Arc::clone(p)))
+            .collect();
+        // Gone from the image (topic deleted) or re-created under a new id: drop the replica.
+        for (tp, partition) in &current {
+            let keep = wanted
+                .get(tp)
+                .is_some_and(|(_, state)| state.topic_id == partition.state().topic_id);
+            if !keep {
+                self.remove(tp);
+            }
+        }
+        let mut changed = false;
+        for (tp, (topic, state)) in wanted {
+            let config = self.topic_log_config(image, &topic);
+            if let Some(partition) = self.partition(&tp) {
+                if *partition.log.config() != config {
+                    partition.log.update_config(config);
+                }
+                if partition.state() != state {
+                    let became_leader = state.leader == self.broker_id && !partition.is_leader();
+                    partition.set_state(state.clone());
+                    if became_leader {
+                        tracing::info!(topic_partition = %tp, leader_epoch = state.leader_epoch, "became leader");
+                    }
+                    changed = true;
+                }
+                continue;
+            }
+            match self.open_partition(&tp, config, state) {
+                Ok(partition) => {
+                    self.partitions
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(tp, partition);
+                    changed = true;
+                }
+                Err(error) => {
+                    tracing::error!(topic_partition = %tp, %error, "cannot open the partition log")
+                }
+            }
+        }
+        if changed {
+            self.notify_data_changed();
+        }
+    }
+
+    fn open_partition(
+        &self,
+        tp: &TopicPartition,
+        config: LogConfig,
+        state: PartitionState,
+    ) -> Result<Arc<Partition>, crate::log::LogError> {
+        if let Some(existing) = self.logs.get(tp) {
+            if read_topic_id(existing.dir()).is_some_and(|id| id != state.topic_id) {
+                tracing::info!(topic_partition = %tp, "log belongs to an earlier topic of the same name: deleting it");
+                self.logs.delete(tp)?;
+            }
+        }
+        let log = self.logs.get_or_create(tp, config)?;
+        if read_topic_id(log.dir()).is_none() {
+            write_topic_id(log.dir(), state.topic_id);
+        }
+        let leader = state.leader == self.broker_id;
+        let partition = Arc::new(Partition::open(tp.clone(), log, self.broker_id, state)?);
+        partition.maybe_advance_high_watermark();
+        tracing::info!(topic_partition = %tp, leader, log_end_offset = partition.log.log_end_offset(), "replica opened");
+        Ok(partition)
+    }
+
+    fn remove(&self, tp: &TopicPartition) {
+        let removed = self
+            .partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tp);
+        if removed.is_some() {
+            match self.logs.delete(tp) {
+                Ok(_) => tracing::info!(topic_partition = %tp, "replica deleted"),
+                Err(error) => {
+                    tracing::error!(topic_partition = %tp, %error, "deleting the replica's log failed")
+                }
+            }
+        }
+    }
+
+    /// Follows committed images until the sender is gone.
+    pub async fn follow_images(self: Arc<Self>, mut images: watch::Receiver<Arc<MetadataImage>>) {
+        loop {
+            let image = Arc::clone(&images.borrow_and_update());
+            let replicas = Arc::clone(&self);
+            let applied = tokio::task::spawn_blocking(move || replicas.apply_image(&image)).await;
+            if let Err(error) = applied {
+                tracing::error!(%error, "applying a metadata image failed");
+            }
+            if images.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until `until` holds or `timeout` passes; re-checked on every data change.
+    pub async fn wait_for_data(&self, timeout: Duration, mut until: impl FnMut() -> bool) -> bool {
+        let mut changes = self.data_changes();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if until() {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return until(),
+            }
+        }
+    }
+
+    /// DeleteRecords: moves the log start offset (checkpointed); the new log start.
+    pub fn advance_log_start_offset(
+        &self,
+        tp: &TopicPartition,
+        offset: u64,
+    ) -> Result<u64, crate::log::LogError> {
+        self.logs.advance_log_start_offset(tp, offset)
+    }
+
+    /// Snapshots producer state of every partition (at shutdown, before the logs close).
+    pub fn snapshot_producer_state(&self) {
+        for partition in self.partitions() {
+            if let Err(error) = partition.snapshot_producer_state() {
+                tracing::warn!(topic_partition = %partition.topic_partition, %error, "producer snapshot failed");
+            }
+        }
+    }
+}
+
+fn read_topic_id(dir: &Path) -> Option<Uuid> {
+    let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("topic_id: "))?
+        .trim();
+    u128::from_str_radix(id, 16).ok().map(Uuid)
+}
+
+fn write_topic_id(dir: &Path, id: Uuid) {
+    let text = format!("version: 0\ntopic_id: {id}\n");
+    if let Err(error) = std::fs::write(dir.join(PARTITION_METADATA_FILE), text) {
+        tracing::warn!(dir = %dir.display(), %error, "cannot write partition.metadata");
+    }
+}

@@ -1,0 +1,297 @@
+//! The Kafka listener: accepts connections and serves each one.
+//!
+//! A connection has a reader and a processor. The reader takes size-prefixed frames off the
+//! socket (the size is checked against `socket.request.max.bytes` before any byte of the body
+//! is buffered, and the body is buffered as it arrives, never by its claimed size) and queues at
+//! most `queued.max.requests` of them. The processor answers them one at a time, in order, as
+//! Kafka does: a client may pipeline requests, and a producer's pipelined batches are appended
+//! in the order sent. A frame that cannot be parsed closes its connection, and only that one.
+//!
+//! Shutdown (`Server::shutdown`): stop accepting, stop reading new requests, answer those
+//! already read, then return.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::handler::{self, Broker, RequestContext};
+use crate::protocol::{self, FrameError};
+
+/// Limits of one listener (Kafka's keys).
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    pub name: String,
+    /// `socket.request.max.bytes`
+    pub request_bytes_max: usize,
+    /// `max.connections`
+    pub connections_max: usize,
+    /// `queued.max.requests`, per connection here.
+    pub queued_requests_max: usize,
+    /// `connections.max.idle.ms`
+    pub idle_ms: u64,
+}
+
+/// The most bytes buffered at once for a frame body while it arrives.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+pub struct Server {
+    shutdown: watch::Sender<bool>,
+    accept_task: tokio::task::JoinHandle<()>,
+    local_addr: SocketAddr,
+}
+
+impl Server {
+    pub fn start(listener: TcpListener, settings: ListenerSettings, broker: Arc<Broker>) -> Server {
+        let (shutdown, stop) = watch::channel(false);
+        let local_addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let accept_task = tokio::spawn(accept_loop(listener, Arc::new(settings), broker, stop));
+        Server {
+            shutdown,
+            accept_task,
+            local_addr,
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting and reading; waits (up to `grace`) for requests already read.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.shutdown.send(true);
+        if tokio::time::timeout(grace, self.accept_task).await.is_err() {
+            tracing::warn!("connections still busy after the shutdown grace period");
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    settings: Arc<ListenerSettings>,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if open.load(Ordering::Relaxed) >= settings.connections_max {
+            tracing::warn!(%peer, connections_max = settings.connections_max, "max.connections reached: closing new connection");
+            broker
+                .metrics
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        open.fetch_add(1, Ordering::Relaxed);
+        broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
+        let open = Arc::clone(&open);
+        let settings = Arc::clone(&settings);
+        let broker = Arc::clone(&broker);
+        let stop = stop.clone();
+        connections.spawn(async move {
+            if let Err(reason) = serve_connection(stream, peer, &settings, &broker, stop).await {
+                tracing::debug!(%peer, %reason, "connection closed");
+            }
+            open.fetch_sub(1, Ordering::Relaxed);
+            broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    drop(listener);
+    // Drain: each connection stops reading and answers what it has read.
+    while connections.join_next().await.is_some() {}
+}
+
+/// A request frame as read, with when it arrived.
+struct Frame {
+    bytes: Bytes,
+    received: Instant,
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    settings: &ListenerSettings,
+    broker: &Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let (mut reader, mut writer) = stream.into_split();
+    let (queue, mut queued) = mpsc::channel::<Frame>(settings.queued_requests_max.max(1));
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let idle = Duration::from_millis(settings.idle_ms);
+    let read_busy = Arc::clone(&busy);
+    let request_bytes_max = settings.request_bytes_max;
+    let read_frames = async move {
+        loop {
+            let next = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                _ = queue.closed() => return Ok(()),
+                next = read_frame(&mut reader, request_bytes_max, idle, &read_busy) => next,
+            };
+            match next? {
+                Some(frame) => {
+                    if queue.send(frame).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                None => return Ok(()),
+            }
+        }
+    };
+    let listener_name = settings.name.clone();
+    let process = async move {
+        while let Some(frame) = queued.recv().await {
+            busy.store(true, Ordering::Relaxed);
+            let answer = process_frame(broker, &listener_name, peer, frame).await;
+            let result = match answer {
+                Ok(Some(response)) => writer
+                    .write_all(&response)
+                    .await
+                    .map_err(|e| format!("write: {e}")),
+                Ok(None) => Ok(()),
+                Err(error) => Err(error.to_string()),
+            };
+            busy.store(false, Ordering::Relaxed);
+            if let Err(reason) = result {
+                // Closing the queue stops the reader.
+                queued.close();
+                return Err(reason);
+            }
+        }
+        let _ = writer.shutdown().await;
+        Ok(())
+    };
+    let (read, processed) = tokio::join!(read_frames, process);
+    processed.and(read)
+}
+
+/// Reads one frame; `None` at a clean end of stream (or idle timeout).
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    request_bytes_max: usize,
+    idle: Duration,
+    busy: &std::sync::atomic::AtomicBool,
+) -> Result<Option<Frame>, String> {
+    let mut size = [0u8; 4];
+    loop {
+        match tokio::time::timeout(idle, reader.read_exact(&mut size)).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Ok(Err(e)) => return Err(format!("read: {e}")),
+            // connections.max.idle.ms: nothing read and nothing being answered.
+            Err(_) if !busy.load(Ordering::Relaxed) => {
+                return Err("idle for connections.max.idle.ms".into());
+            }
+            Err(_) => continue,
+        }
+    }
+    let received = Instant::now();
+    let size = i32::from_be_bytes(size);
+    if size < 0 || size as usize > request_bytes_max {
+        return Err(format!(
+            "frame size {size} is outside [0, socket.request.max.bytes={request_bytes_max}]"
+        ));
+    }
+    let size = size as usize;
+    let mut body = BytesMut::new();
+    while body.len() < size {
+        body.reserve((size - body.len()).min(READ_CHUNK_BYTES));
+        let want = (size - body.len()).min(body.capacity() - body.len());
+        let mut limited = (&mut body).limit(want);
+        match reader.read_buf(&mut limited).await {
+            Ok(0) => return Err(format!("end of stream inside a {size}-byte frame")),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    Ok(Some(Frame {
+        bytes: body.freeze(),
+        received,
+    }))
+}
+
+/// Answers one frame: `Ok(None)` when no response is due (acks=0), `Err` to close.
+async fn process_frame(
+    broker: &Arc<Broker>,
+    listener_name: &str,
+    peer: SocketAddr,
+    frame: Frame,
+) -> Result<Option<BytesMut>, FrameError> {
+    let mut bytes = frame.bytes;
+    let start = protocol::peek_start(&bytes)?;
+    let api_key =
+        ApiKey::try_from(start.api_key).map_err(|()| FrameError::UnknownApiKey(start.api_key))?;
+    let supported = handler::supported_versions(api_key);
+    let in_range = supported.is_some_and(|(min, max)| (min..=max).contains(&start.api_version));
+    if !in_range {
+        broker.metrics.record_unsupported(api_key);
+        if api_key == ApiKey::ApiVersions {
+            return Ok(Some(protocol::api_versions_fallback(
+                start.correlation_id,
+                handler::SUPPORTED_APIS,
+            )));
+        }
+        tracing::warn!(%peer, ?api_key, version = start.api_version, "unsupported API or version: closing the connection");
+        return Err(FrameError::Undecodable {
+            api_key,
+            version: start.api_version,
+            reason: "unsupported version".into(),
+        });
+    }
+    let header = protocol::decode_header(api_key, &mut bytes)?;
+    let request = protocol::decode_body(api_key, header.request_api_version, &mut bytes)
+        .inspect_err(
+            |error| tracing::warn!(%peer, %error, "undecodable request: closing the connection"),
+        )?;
+    let context = RequestContext {
+        api_key,
+        api_version: header.request_api_version,
+        client_id: header.client_id.as_ref().map(|c| c.to_string()),
+        listener_name: listener_name.to_owned(),
+        peer,
+        received: frame.received,
+    };
+    let response = handler::dispatch(broker, &context, request).await;
+    let encoded = match response {
+        Some(response) => Some(
+            protocol::encode_response(
+                api_key,
+                header.request_api_version,
+                header.correlation_id,
+                &response,
+            )
+            .inspect_err(|error| tracing::error!(%peer, %error, "response not encodable: closing the connection"))?,
+        ),
+        None => None,
+    };
+    broker.metrics.record_request(
+        api_key,
+        frame.received.elapsed(),
+        encoded.as_ref().map_or(0, |r| r.len()),
+    );
+    Ok(encoded)
+}

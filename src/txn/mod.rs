@@ -1,0 +1,62 @@
+//! Producer ids and idempotence state (transactions come later).
+//!
+//! - `producer_state`: per partition, each idempotent producer's epoch and last batches.
+//! - [`ProducerIdManager`]: hands out producer ids from a block this broker got from the
+//!   controller (committed as a `ProducerIds` record, so no id is ever given out twice, even
+//!   across controller failover).
+
+pub mod producer_state;
+
+use std::time::Duration;
+
+use crate::controller::service::{ControllerRequest, ControllerResponse};
+use crate::handler::Broker;
+use crate::protocol::errors;
+
+#[derive(Debug, Default)]
+struct Block {
+    next: i64,
+    end: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct ProducerIdManager {
+    block: tokio::sync::Mutex<Block>,
+}
+
+impl ProducerIdManager {
+    /// The next unused producer id; asks the controller for a new block when this one is used
+    /// up. The error is a Kafka error code.
+    pub async fn next(&self, broker: &Broker) -> Result<i64, i16> {
+        let mut block = self.block.lock().await;
+        if block.next >= block.end {
+            let request = ControllerRequest::AllocateProducerIds {
+                broker_id: broker.broker_id,
+                broker_epoch: broker.current_broker_epoch(),
+            };
+            match broker
+                .call_controller(request, Duration::from_secs(10))
+                .await
+            {
+                Ok(ControllerResponse::ProducerIds { first, count }) => {
+                    *block = Block {
+                        next: first,
+                        end: first + i64::from(count),
+                    };
+                    tracing::info!(first, count, "new producer id block");
+                }
+                Ok(other) => {
+                    tracing::warn!(?other, "unexpected answer to AllocateProducerIds");
+                    return Err(errors::COORDINATOR_NOT_AVAILABLE);
+                }
+                Err((code, message)) => {
+                    tracing::warn!(code, %message, "AllocateProducerIds failed");
+                    return Err(errors::COORDINATOR_NOT_AVAILABLE);
+                }
+            }
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok(id)
+    }
+}

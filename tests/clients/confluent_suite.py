@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Sluice against librdkafka (confluent-kafka): one case per invocation.
+
+usage: confluent_suite.py BOOTSTRAP CASE
+Exits non-zero (with the reason) when the broker does not behave as Kafka would.
+"""
+import sys
+import time
+
+from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer,
+                             TopicPartition)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                   ConfigResource, ConfigSource, NewPartitions,
+                                   NewTopic)
+
+BOOTSTRAP = sys.argv[1]
+CASE = sys.argv[2]
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def admin():
+    return AdminClient({"bootstrap.servers": BOOTSTRAP})
+
+
+def create(client, topic, partitions=1, config=None, **kw):
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=10, **kw)
+    return futures[topic]
+
+
+def error_code(future):
+    try:
+        future.result(timeout=20)
+    except KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
+def consume_all(topic, partitions, expected, timeout=60):
+    consumer = Consumer({
+        "bootstrap.servers": BOOTSTRAP,
+        "group.id": "unused-by-assign",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.time() + timeout
+    while len(got) < expected and time.time() < deadline:
+        for m in consumer.consume(num_messages=1000, timeout=1.0):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise AssertionError(f"consume error: {m.error()}")
+            got.append(m)
+    consumer.close()
+    return got
+
+
+def case_admin():
+    client = admin()
+    check(error_code(create(client, "admin-topic", 3, {"retention.ms": "3600000"})) is None,
+          "create admin-topic")
+    code = error_code(create(client, "admin-topic", 3))
+    check(code == KafkaError.TOPIC_ALREADY_EXISTS, f"duplicate create gave {code}")
+    futures = client.create_topics([NewTopic("bad-rf", num_partitions=1, replication_factor=3)])
+    code = error_code(futures["bad-rf"])
+    check(code == KafkaError.INVALID_REPLICATION_FACTOR, f"replication factor 3 on one broker gave {code}")
+    futures = client.create_topics([NewTopic("bad-partitions", num_partitions=0, replication_factor=1)])
+    code = error_code(futures["bad-partitions"])
+    check(code == KafkaError.INVALID_PARTITIONS, f"0 partitions gave {code}")
+    code = error_code(create(client, "validated-only", 2, validate_only=True))
+    check(code is None, f"validate_only create gave {code}")
+    check("validated-only" not in client.list_topics(timeout=10).topics, "validate_only created the topic")
+
+    # CreatePartitions: grow, then refuse to shrink.
+    check(error_code(client.create_partitions([NewPartitions("admin-topic", 5)])["admin-topic"]) is None,
+          "grow to 5 partitions")
+    md = client.list_topics("admin-topic", timeout=10)
+    check(len(md.topics["admin-topic"].partitions) == 5, f"partitions after grow: {md.topics['admin-topic'].partitions}")
+    code = error_code(client.create_partitions([NewPartitions("admin-topic", 2)])["admin-topic"])
+    check(code == KafkaError.INVALID_PARTITIONS, f"shrink gave {code}")
+
+    # DescribeConfigs: the topic's own value, a broker default, Kafka's default.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic")
+    configs = client.describe_configs([resource])[resource].result(timeout=10)
+    check(configs["retention.ms"].value == "3600000", f"retention.ms {configs['retention.ms'].value}")
+    check(configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+          f"retention.ms source {configs['retention.ms'].source}")
+    check(configs["cleanup.policy"].value == "delete", "cleanup.policy default")
+    check(configs["max.message.bytes"].source in (ConfigSource.DEFAULT_CONFIG.value, ConfigSource.STATIC_BROKER_CONFIG.value),
+          "max.message.bytes source")
+
+    # IncrementalAlterConfigs: set one key, delete another, append to a list.
+    alter = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic", incremental_configs=[
+        ConfigEntry("segment.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+    ])
+    client.incremental_alter_configs([alter])[alter].result(timeout=10)
+    configs = client.describe_configs([resource])[resource].result(timeout=10)
+    check(configs["segment.bytes"].value == "1048576", f"segment.bytes {configs['segment.bytes'].value}")
+    check(configs["retention.ms"].value == "604800000", f"retention.ms after delete {configs['retention.ms'].value}")
+    check(configs["cleanup.policy"].value == "compact", f"cleanup.policy {configs['cleanup.policy'].value}")
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic", incremental_configs=[
+        ConfigEntry("segment.bytes", "not-a-number", incremental_operation=AlterConfigOpType.SET)])
+    try:
+        client.incremental_alter_configs([bad])[bad].result(timeout=10)
+        raise AssertionError("an invalid config value was accepted")
+    except KafkaException as e:
+        check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"invalid value gave {e.args[0]}")
+
+    # Broker configs, and a dynamic cluster-wide default.
+    broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+    configs = client.describe_configs([broker])[broker].result(timeout=10)
+    check("log.segment.bytes" in configs, "broker configs list log.segment.bytes")
+    default = ConfigResource(ConfigResource.Type.BROKER, "", incremental_configs=[
+        ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([default])[default].result(timeout=10)
+    check(error_code(create(client, "after-default")) is None, "create after-default")
+    r = ConfigResource(ConfigResource.Type.TOPIC, "after-default")
+    configs = client.describe_configs([r])[r].result(timeout=10)
+    check(configs["retention.ms"].value == "7200000", f"dynamic default retention.ms {configs['retention.ms'].value}")
+    check(configs["retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+          f"dynamic default source {configs['retention.ms'].source}")
+
+    # DescribeCluster and DeleteTopics.
+    cluster = client.describe_cluster(request_timeout=10).result()
+    check([n.id for n in cluster.nodes] == [1], f"cluster nodes {cluster.nodes}")
+    check(cluster.cluster_id, "cluster id")
+    check(cluster.controller is not None and cluster.controller.id == 1, f"controller {cluster.controller}")
+    client.delete_topics(["after-default"], operation_timeout=10)["after-default"].result(timeout=20)
+    check("after-default" not in client.list_topics(timeout=10).topics, "deleted topic still listed")
+
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+ACKS = ["0", "1", "all"]
+RECORDS_TOTAL = 100_000
+
+
+def case_produce_consume():
+    client = admin()
+    per_run = RECORDS_TOTAL // (len(CODECS) * len(ACKS))
+    runs = []
+    for codec in CODECS:
+        for acks in ACKS:
+            topic = f"pc-{codec}-{acks}"
+            check(error_code(create(client, topic, 4)) is None, f"create {topic}")
+            runs.append((codec, acks, topic))
+    for codec, acks, topic in runs:
+        config = {
+            "bootstrap.servers": BOOTSTRAP,
+            "compression.type": codec,
+            "acks": acks,
+            "linger.ms": 5,
+        }
+        if acks == "all":
+            config["enable.idempotence"] = True
+        producer = Producer(config)
+        failures = []
+        for i in range(per_run):
+            key = f"key-{i % 97}".encode()
+            value = (f"{codec}/{acks}/{i}/" + "x" * (i % 200)).encode()
+            headers = [("h1", f"v{i}".encode()), ("empty", b"")]
+            producer.produce(topic, value=value, key=key, headers=headers, partition=i % 4,
+                             on_delivery=lambda err, msg: failures.append(err) if err else None)
+            if i % 1000 == 0:
+                producer.poll(0)
+        remaining = producer.flush(60)
+        check(remaining == 0, f"{topic}: {remaining} records undelivered")
+        check(not failures, f"{topic}: delivery failures {failures[:3]}")
+        got = consume_all(topic, 4, per_run)
+        check(len(got) == per_run, f"{topic}: consumed {len(got)} of {per_run}")
+        seen = {}
+        for m in got:
+            _, _, index, _ = m.value().decode().split("/", 3)
+            i = int(index)
+            check(i not in seen, f"{topic}: record {i} consumed twice")
+            seen[i] = m
+            check(m.partition() == i % 4, f"{topic}: record {i} in partition {m.partition()}")
+            check(m.key() == f"key-{i % 97}".encode(), f"{topic}: key of {i}")
+            check(m.value() == (f"{codec}/{acks}/{i}/" + "x" * (i % 200)).encode(), f"{topic}: value of {i}")
+            check(m.headers() == [("h1", f"v{i}".encode()), ("empty", b"")], f"{topic}: headers of {i}: {m.headers()}")
+        # Offsets per partition are dense from 0.
+        for p in range(4):
+            offsets = sorted(m.offset() for m in got if m.partition() == p)
+            check(offsets == list(range(len(offsets))), f"{topic}: partition {p} offsets not dense")
+        print(f"{topic}: {per_run} records round-tripped", flush=True)
+
+
+def case_list_offsets():
+    client = admin()
+    check(error_code(create(client, "by-time", 1)) is None, "create by-time")
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 0})
+    base = 1_700_000_000_000
+    for i in range(100):
+        producer.produce("by-time", value=str(i).encode(), timestamp=base + i * 1000)
+        producer.flush(10)  # one batch per record: the time index sees each
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "lo"})
+    low, high = consumer.get_watermark_offsets(TopicPartition("by-time", 0), timeout=10)
+    check((low, high) == (0, 100), f"watermarks {(low, high)}")
+    for wanted, expected in [(base, 0), (base + 42_500, 43), (base + 99_000, 99), (base - 5, 0), (base + 200_000, -1)]:
+        found = consumer.offsets_for_times([TopicPartition("by-time", 0, wanted)], timeout=10)[0]
+        check(found.error is None, f"offsets_for_times error {found.error}")
+        check(found.offset == expected, f"offset for {wanted - base}: {found.offset}, want {expected}")
+    consumer.close()
+    # Admin list_offsets: earliest, latest, max timestamp.
+    from confluent_kafka.admin import OffsetSpec
+    tp = TopicPartition("by-time", 0)
+    for spec, expected in [(OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 100), (OffsetSpec.max_timestamp(), 99)]:
+        result = client.list_offsets({tp: spec}, request_timeout=10)[tp].result()
+        check(result.offset == expected, f"list_offsets {spec}: {result.offset}")
+    # DeleteRecords moves the log start offset.
+    result = client.delete_records([TopicPartition("by-time", 0, 10)], request_timeout=10)
+    deleted = list(result.values())[0].result()
+    check(deleted.low_watermark == 10, f"low watermark after delete_records {deleted.low_watermark}")
+    result = client.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=10)[tp].result()
+    check(result.offset == 10, f"earliest after delete_records {result.offset}")
+
+
+def case_errors():
+    client = admin()
+    check(error_code(create(client, "small", 1, {"max.message.bytes": "10000"})) is None, "create small")
+    errors = []
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "message.max.bytes": 5_000_000,
+                         "compression.type": "none", "linger.ms": 0, "retries": 0})
+    producer.produce("small", value=b"x" * 20_000, on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(20)
+    check(errors and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE,
+          f"oversized record gave {errors}")
+    # The topic still works, and nothing of the refused record is there.
+    errors.clear()
+    producer.produce("small", value=b"fits", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(20)
+    check(errors == [None], f"small record gave {errors}")
+    got = consume_all("small", 1, 1, timeout=20)
+    check([m.value() for m in got] == [b"fits"], f"small holds {[m.value() for m in got]}")
+
+
+def case_no_auto_create():
+    client = admin()
+    md = client.list_topics("not-there", timeout=10)
+    err = md.topics["not-there"].error
+    check(err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, f"metadata for a missing topic: {err}")
+    errors = []
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "message.timeout.ms": 3000})
+    producer.produce("not-there", value=b"x", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(10)
+    check(errors and errors[0] is not None and errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT),
+          f"produce to a missing topic gave {errors}")
+    check("not-there" not in client.list_topics(timeout=10).topics, "topic was auto-created")
+
+
+def case_auto_create():
+    producer = Producer({"bootstrap.servers": BOOTSTRAP})
+    errors = []
+    producer.produce("made-on-demand", value=b"hello", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(20)
+    check(errors == [None], f"produce with auto-create gave {errors}")
+    got = consume_all("made-on-demand", 1, 1, timeout=20)
+    check([m.value() for m in got] == [b"hello"], "auto-created topic content")
+
+
+def case_produce_acked():
+    """Produces idempotently until killed, printing each acknowledged record's value."""
+    topic = sys.argv[3]
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
+                         "linger.ms": 2, "message.timeout.ms": 5000})
+
+    def delivered(err, msg):
+        if err is None:
+            print(msg.value().decode(), flush=True)
+
+    i = 0
+    while True:
+        producer.produce(topic, value=f"r{i}".encode(), partition=i % 2, on_delivery=delivered)
+        producer.poll(0)
+        i += 1
+        if i % 200 == 0:
+            producer.flush(1)
+
+
+def case_dump():
+    """Prints every record value of a topic, one per line."""
+    topic = sys.argv[3]
+    partitions = int(sys.argv[4])
+    expected = int(sys.argv[5])
+    for m in consume_all(topic, partitions, expected, timeout=30):
+        print(m.value().decode())
+
+
+CASES = {name[5:].replace("_", "-"): f for name, f in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    CASES[CASE]()
+    print(f"{CASE}: ok", flush=True)
