@@ -1,0 +1,194 @@
+//! Sluice against real Kafka clients, each test with its own `sluice server` process:
+//! librdkafka (confluent-kafka and Debian's kcat, librdkafka 2.0.2), kafka-python and kafkajs.
+//! The clients are installed by `scripts/test`; a missing client fails the test.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{SingleNode, confluent, run_client};
+
+#[test]
+fn confluent_admin_topics_partitions_configs_cluster() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "admin", &[]);
+}
+
+#[test]
+fn confluent_produces_100k_records_with_every_codec_and_acks_and_reads_them_back() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "produce-consume", &[]);
+    // The broker counted what came in and went out.
+    // 15 runs of 6,666 records.
+    assert!(node.gauge("sluice_messages_in_total").unwrap_or(0) >= 99_990);
+    let metrics = node.metrics_text();
+    assert!(metrics.contains("sluice_request_latency_seconds_bucket{api=\"Produce\""));
+    assert!(metrics.contains("sluice_requests_total{api=\"Fetch\"}"));
+}
+
+#[test]
+fn confluent_list_offsets_by_time_and_delete_records() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "list-offsets", &[]);
+}
+
+#[test]
+fn confluent_sees_message_too_large_and_nothing_is_written() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "errors", &[]);
+}
+
+#[test]
+fn auto_create_follows_the_broker_setting() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "auto-create", &[]);
+    let node = SingleNode::start(&["auto.create.topics.enable=false"]);
+    confluent(&node, "no-auto-create", &[]);
+}
+
+#[test]
+fn kcat_lists_metadata_produces_a_file_and_consumes_the_same_bytes() {
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    let metadata = run_client(&node, "kcat", &["-b", &bootstrap, "-L"]);
+    assert!(
+        metadata.contains(&format!("broker 1 at 127.0.0.1:{}", node.kafka_port)),
+        "{metadata}"
+    );
+    let input = node.dir.path().join("input.txt");
+    let lines: Vec<String> = (0..5000)
+        .map(|i| format!("line {i} {}", "y".repeat(i % 300)))
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").expect("write input");
+    let input = input.display().to_string();
+    run_client(
+        &node,
+        "kcat",
+        &[
+            "-b",
+            &bootstrap,
+            "-P",
+            "-t",
+            "kcat-topic",
+            "-z",
+            "snappy",
+            "-l",
+            &input,
+        ],
+    );
+    let consumed = run_client(
+        &node,
+        "kcat",
+        &[
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            "kcat-topic",
+            "-e",
+            "-q",
+            "-f",
+            "%s\n",
+        ],
+    );
+    assert_eq!(consumed.lines().collect::<Vec<_>>(), lines);
+    let metadata = run_client(&node, "kcat", &["-b", &bootstrap, "-L", "-t", "kcat-topic"]);
+    assert!(metadata.contains("partition 0, leader 1"), "{metadata}");
+}
+
+#[test]
+fn kafka_python_round_trips_records() {
+    let node = SingleNode::start(&[]);
+    run_client(
+        &node,
+        "python3",
+        &["kafka_python_roundtrip.py", &node.bootstrap()],
+    );
+}
+
+#[test]
+fn kafkajs_round_trips_records() {
+    let node = SingleNode::start(&[]);
+    run_client(&node, "node", &["kafkajs_roundtrip.js", &node.bootstrap()]);
+}
+
+/// kill -9 the broker while an idempotent producer is writing; after a restart every record
+/// the broker acknowledged is there exactly once.
+#[test]
+fn every_acknowledged_record_survives_kill_9_exactly_once() {
+    let mut node = SingleNode::start(&["num.partitions=2"]);
+    let bootstrap = node.bootstrap();
+    let mut producer = Command::new("python3")
+        .args(["confluent_suite.py", &bootstrap, "produce-acked", "crash"])
+        .current_dir(support::clients_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start producer");
+    let stdout = producer.stdout.take().expect("stdout");
+    let acked = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while node.gauge("sluice_messages_in_total").unwrap_or(0) < 20_000 && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = producer.kill();
+    let _ = producer.wait();
+    let acked = acked.join().expect("reader");
+    assert!(
+        acked.len() > 1000,
+        "only {} records were acknowledged",
+        acked.len()
+    );
+    node.restart();
+    let dumped = confluent(&node, "dump", &["crash", "2"]);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in dumped.lines().filter(|l| l.starts_with('r')) {
+        *counts.entry(line).or_default() += 1;
+    }
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|a| !counts.contains_key(a.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged records lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "records stored twice: {:?}",
+        &twice[..twice.len().min(5)]
+    );
+    println!(
+        "{} acknowledged records, {} stored, none lost or doubled",
+        acked.len(),
+        counts.len()
+    );
+}
+
+#[test]
+fn sigterm_stops_the_broker_cleanly_and_keeps_its_data() {
+    let mut node = SingleNode::start(&[]);
+    confluent(&node, "auto-create", &[]);
+    assert!(node.terminate(), "the broker did not exit 0 on SIGTERM");
+    assert!(
+        node.data_dir().join(".kafka_cleanshutdown").exists()
+            || node.data_dir().join("made-on-demand-0").exists()
+    );
+    node.restart();
+    let got = confluent(&node, "dump", &["made-on-demand", "1"]);
+    assert!(got.lines().any(|l| l == "hello"), "{got}");
+}

@@ -1,0 +1,216 @@
+//! A single `sluice server` process on free ports, for tests that drive it with real clients.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+pub struct SingleNode {
+    pub dir: tempfile::TempDir,
+    pub kafka_port: u16,
+    pub quorum_port: u16,
+    pub http_port: u16,
+    overrides: Vec<String>,
+    child: Option<Child>,
+    runs: u32,
+}
+
+impl SingleNode {
+    /// Starts a node with `overrides` (`key=value`) and waits until it serves as a broker.
+    pub fn start(overrides: &[&str]) -> SingleNode {
+        let mut node = SingleNode {
+            dir: tempfile::tempdir().expect("tempdir"),
+            kafka_port: free_port(),
+            quorum_port: free_port(),
+            http_port: free_port(),
+            overrides: overrides.iter().map(|s| (*s).to_owned()).collect(),
+            child: None,
+            runs: 0,
+        };
+        node.restart();
+        node
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.kafka_port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Starts the process (again, over the same data) and waits until it is unfenced.
+    pub fn restart(&mut self) {
+        self.runs += 1;
+        let log = self.dir.path().join(format!("server-{}.log", self.runs));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("server")
+            .arg("--override")
+            .arg(format!(
+                "listeners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                self.kafka_port, self.quorum_port
+            ))
+            .arg("--override")
+            .arg(format!("http.listener=127.0.0.1:{}", self.http_port))
+            .arg("--override")
+            .arg(format!("log.dirs={}", self.data_dir().display()))
+            .arg("--override")
+            .arg("broker.heartbeat.interval.ms=200");
+        for o in &self.overrides {
+            command.arg("--override").arg(o);
+        }
+        let stderr = std::fs::File::create(&log).expect("log file");
+        self.child = Some(
+            command
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .expect("start sluice"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.gauge("sluice_brokers_unfenced") == Some(1) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("broker did not come up; log:\n{}", self.logs());
+    }
+
+    /// A gauge from `/metrics`.
+    pub fn gauge(&self, name: &str) -> Option<i64> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.http_port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.http_port)) else {
+            return String::new();
+        };
+        let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM; returns whether the process exited 0 within the timeout.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: signalling a child process we own.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        false
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for run in 1..=self.runs {
+            let path = self.dir.path().join(format!("server-{run}.log"));
+            all.push_str(&format!("--- run {run}\n"));
+            all.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        all
+    }
+
+    /// Resident memory of the server, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for SingleNode {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Runs a client program; panics with its output (and the server's log) unless it succeeds.
+pub fn run_client(node: &SingleNode, program: &str, args: &[&str]) -> String {
+    let output: Output = Command::new(program)
+        .args(args)
+        .current_dir(clients_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e} (scripts/test installs the clients)"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        panic!(
+            "{program} {args:?} failed ({}):\n{stdout}\n{stderr}\n--- server log tail\n{}",
+            output.status,
+            tail(&node.logs(), 60)
+        );
+    }
+    println!("{stdout}");
+    stdout
+}
+
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Runs a case of `confluent_suite.py`.
+pub fn confluent(node: &SingleNode, case: &str, extra: &[&str]) -> String {
+    let bootstrap = node.bootstrap();
+    let mut args = vec!["confluent_suite.py", bootstrap.as_str(), case];
+    args.extend_from_slice(extra);
+    run_client(node, "python3", &args)
+}
