@@ -1,0 +1,229 @@
+//! Bad input on raw sockets: negative and oversized frame lengths, a truncated header, an
+//! unknown API key, unsupported versions, an array count of INT32_MAX, and record batches with
+//! a wrong CRC or a lying length. Each gets Kafka's error or a closed connection; the broker
+//! keeps serving other clients, its memory does not jump, and nothing reaches the log.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use sluice::log::batch::BatchBuilder;
+use support::SingleNode;
+
+const REQUEST_BYTES_MAX: usize = 1 << 20;
+
+fn connect(node: &SingleNode) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", node.kafka_port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream
+}
+
+/// A request frame with a v1 header (key, version, correlation id, client id).
+fn frame(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+    let mut request = Vec::new();
+    request.extend_from_slice(&api_key.to_be_bytes());
+    request.extend_from_slice(&version.to_be_bytes());
+    request.extend_from_slice(&correlation_id.to_be_bytes());
+    request.extend_from_slice(&4i16.to_be_bytes());
+    request.extend_from_slice(b"test");
+    request.extend_from_slice(body);
+    let mut out = (request.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&request);
+    out
+}
+
+/// The next response body (after the size), or `None` when the broker closed the connection.
+fn response(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).ok()?;
+    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn assert_closed(stream: &mut TcpStream, what: &str) {
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("{what}: the connection was not closed ({other:?})"),
+    }
+}
+
+/// ApiVersions v0 on a new connection answers with no error: the broker still serves.
+fn assert_serving(node: &SingleNode) {
+    let mut stream = connect(node);
+    stream.write_all(&frame(18, 0, 7, &[])).expect("write");
+    let body = response(&mut stream).expect("ApiVersions answer");
+    assert_eq!(&body[..4], &7i32.to_be_bytes());
+    assert_eq!(&body[4..6], &0i16.to_be_bytes(), "ApiVersions error code");
+}
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A Produce v3 body for one partition of `topic`.
+fn produce_body(topic: &str, records: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&(-1i16).to_be_bytes()); // transactional_id: null
+    body.extend_from_slice(&1i16.to_be_bytes()); // acks
+    body.extend_from_slice(&10_000i32.to_be_bytes()); // timeout_ms
+    body.extend_from_slice(&1i32.to_be_bytes()); // one topic
+    string(&mut body, topic);
+    body.extend_from_slice(&1i32.to_be_bytes()); // one partition
+    body.extend_from_slice(&0i32.to_be_bytes()); // partition 0
+    body.extend_from_slice(&(records.len() as i32).to_be_bytes());
+    body.extend_from_slice(records);
+    body
+}
+
+/// (error code, base offset) from a Produce v3 response for one partition.
+fn produce_result(body: &[u8]) -> (i16, i64) {
+    let mut at = 4; // correlation id
+    at += 4; // topics count
+    let name_len = i16::from_be_bytes([body[at], body[at + 1]]) as usize;
+    at += 2 + name_len + 4 + 4; // name, partitions count, partition index
+    let code = i16::from_be_bytes([body[at], body[at + 1]]);
+    let base = i64::from_be_bytes(body[at + 2..at + 10].try_into().expect("8 bytes"));
+    (code, base)
+}
+
+fn batch(values: &[&str]) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 1_700_000_000_000);
+    for v in values {
+        builder.push(1_700_000_000_000, Some(b"k"), Some(v.as_bytes()), &[]);
+    }
+    builder.build()
+}
+
+fn produce(node: &SingleNode, records: &[u8]) -> (i16, i64) {
+    let mut stream = connect(node);
+    stream
+        .write_all(&frame(0, 3, 11, &produce_body("bad", records)))
+        .expect("write");
+    produce_result(&response(&mut stream).expect("Produce answer"))
+}
+
+#[test]
+fn bad_frames_close_only_their_connection_and_bad_batches_never_reach_the_log() {
+    let node = SingleNode::start(&[
+        &format!("socket.request.max.bytes={REQUEST_BYTES_MAX}"),
+        "num.partitions=1",
+    ]);
+    // Create the topic with a Metadata v4 request that allows auto-creation.
+    let mut metadata = Vec::new();
+    metadata.extend_from_slice(&1i32.to_be_bytes());
+    string(&mut metadata, "bad");
+    metadata.push(1);
+    let mut stream = connect(&node);
+    stream.write_all(&frame(3, 4, 1, &metadata)).expect("write");
+    response(&mut stream).expect("Metadata answer");
+    let rss_before = node.rss_kib();
+
+    // A negative frame length.
+    let mut stream = connect(&node);
+    stream.write_all(&(-5i32).to_be_bytes()).expect("write");
+    assert_closed(&mut stream, "negative length");
+    // A length over socket.request.max.bytes: refused before any body is read.
+    let mut stream = connect(&node);
+    stream
+        .write_all(&((REQUEST_BYTES_MAX + 1) as i32).to_be_bytes())
+        .expect("write");
+    assert_closed(&mut stream, "oversized length");
+    // A length that lies (claims 512 MiB, sends little): refused, nothing allocated for it.
+    let mut stream = connect(&node);
+    stream.write_all(&(i32::MAX).to_be_bytes()).expect("write");
+    assert_closed(&mut stream, "INT32_MAX length");
+    // A frame shorter than a header.
+    let mut stream = connect(&node);
+    stream.write_all(&[0, 0, 0, 3, 0, 18, 0]).expect("write");
+    assert_closed(&mut stream, "truncated header");
+    // An unknown API key.
+    let mut stream = connect(&node);
+    stream.write_all(&frame(999, 0, 1, &[])).expect("write");
+    assert_closed(&mut stream, "unknown API key");
+    // ApiVersions at an unsupported version: a v0 answer with UNSUPPORTED_VERSION (35) and
+    // the versions we serve, so the client can retry.
+    let mut stream = connect(&node);
+    stream.write_all(&frame(18, 99, 5, &[])).expect("write");
+    let body = response(&mut stream).expect("ApiVersions fallback");
+    assert_eq!(&body[..4], &5i32.to_be_bytes());
+    assert_eq!(i16::from_be_bytes([body[4], body[5]]), 35);
+    let count = i32::from_be_bytes(body[6..10].try_into().expect("4 bytes"));
+    assert!(count >= 10, "{count} APIs listed");
+    // Another API at an unsupported version: closed, as the Java broker does.
+    let mut stream = connect(&node);
+    stream.write_all(&frame(3, 99, 1, &[])).expect("write");
+    assert_closed(&mut stream, "Metadata v99");
+    // An array count of INT32_MAX with no elements behind it.
+    let mut stream = connect(&node);
+    stream
+        .write_all(&frame(3, 1, 1, &i32::MAX.to_be_bytes()))
+        .expect("write");
+    assert_closed(&mut stream, "INT32_MAX topics");
+    let mut huge_produce = Vec::new();
+    huge_produce.extend_from_slice(&(-1i16).to_be_bytes());
+    huge_produce.extend_from_slice(&1i16.to_be_bytes());
+    huge_produce.extend_from_slice(&1000i32.to_be_bytes());
+    huge_produce.extend_from_slice(&i32::MAX.to_be_bytes());
+    let mut stream = connect(&node);
+    stream
+        .write_all(&frame(0, 3, 1, &huge_produce))
+        .expect("write");
+    assert_closed(&mut stream, "INT32_MAX produce topics");
+    assert_serving(&node);
+
+    // A batch with a wrong CRC.
+    let mut corrupt = batch(&["a", "b"]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0x55;
+    assert_eq!(produce(&node, &corrupt).0, 2, "wrong CRC: CORRUPT_MESSAGE");
+    // A batch whose length field claims more bytes than follow.
+    let mut lying = batch(&["c"]);
+    let claimed = i32::from_be_bytes(lying[8..12].try_into().expect("4 bytes")) + 100;
+    lying[8..12].copy_from_slice(&claimed.to_be_bytes());
+    assert_eq!(produce(&node, &lying).0, 2, "lying length: CORRUPT_MESSAGE");
+    // ... and one claiming fewer bytes (the rest is a truncated second batch).
+    let mut short = batch(&["d", "e"]);
+    let claimed = i32::from_be_bytes(short[8..12].try_into().expect("4 bytes")) - 10;
+    short[8..12].copy_from_slice(&claimed.to_be_bytes());
+    assert_eq!(produce(&node, &short).0, 2, "short length: CORRUPT_MESSAGE");
+    // Garbage that is not a batch at all.
+    assert_eq!(produce(&node, &[7u8; 100]).0, 2, "garbage: CORRUPT_MESSAGE");
+
+    // Nothing reached the log: the first good batch gets offset 0.
+    assert_eq!(produce(&node, &batch(&["good"])), (0, 0));
+    assert_serving(&node);
+    let rss_after = node.rss_kib();
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "resident memory jumped from {rss_before} KiB to {rss_after} KiB"
+    );
+    println!("RSS {rss_before} KiB before bad input, {rss_after} KiB after");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let node = SingleNode::start(&[]);
+    let mut stream = connect(&node);
+    let mut all = Vec::new();
+    for correlation_id in 0..50 {
+        // Alternate ApiVersions and Metadata (all topics).
+        if correlation_id % 2 == 0 {
+            all.extend_from_slice(&frame(18, 0, correlation_id, &[]));
+        } else {
+            all.extend_from_slice(&frame(3, 1, correlation_id, &(-1i32).to_be_bytes()));
+        }
+    }
+    stream.write_all(&all).expect("write");
+    for correlation_id in 0..50 {
+        let body = response(&mut stream).expect("answer");
+        assert_eq!(&body[..4], &(correlation_id as i32).to_be_bytes());
+    }
+}
