@@ -222,8 +222,8 @@ fn pipelined_requests_are_answered_in_order() {
         }
     }
     stream.write_all(&all).expect("write");
-    for correlation_id in 0..50 {
+    for correlation_id in 0..50i32 {
         let body = response(&mut stream).expect("answer");
-        assert_eq!(&body[..4], &(correlation_id as i32).to_be_bytes());
+        assert_eq!(&body[..4], &correlation_id.to_be_bytes());
     }
 }

@@ -58,11 +58,8 @@ pub async fn handle(
         }
         let mut configs = BTreeMap::new();
         for config in &topic.configs {
-            match &config.value {
-                Some(value) => {
-                    configs.insert(config.name.to_string(), value.to_string());
-                }
-                None => {}
+            if let Some(value) = &config.value {
+                configs.insert(config.name.to_string(), value.to_string());
             }
         }
         let new_topic = NewTopic {
