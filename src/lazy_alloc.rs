@@ -69,8 +69,26 @@ unsafe impl GlobalAlloc for LazyHugeAlloc {
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller guarantees `new_size` with this alignment is a valid layout.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if !is_lazy(&layout) && !is_lazy(&new_layout) {
-            return unsafe { System.realloc(pointer, layout, new_size) };
+        match (is_lazy(&layout), is_lazy(&new_layout)) {
+            (false, false) => return unsafe { System.realloc(pointer, layout, new_size) },
+            // Both mapped: move the mapping, copying nothing (and touching no page).
+            (true, true) => {
+                let moved = unsafe {
+                    libc::mremap(
+                        pointer.cast(),
+                        layout.size(),
+                        new_size,
+                        libc::MREMAP_MAYMOVE,
+                    )
+                };
+                return if moved == libc::MAP_FAILED {
+                    std::ptr::null_mut()
+                } else {
+                    moved.cast()
+                };
+            }
+            // One side is small: copying the small side's bytes is cheap.
+            _ => {}
         }
         let new_pointer = unsafe { self.alloc(new_layout) };
         if !new_pointer.is_null() {

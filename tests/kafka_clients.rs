@@ -20,13 +20,21 @@ fn confluent_admin_topics_partitions_configs_cluster() {
 #[test]
 fn confluent_produces_100k_records_with_every_codec_and_acks_and_reads_them_back() {
     let node = SingleNode::start(&[]);
-    confluent(&node, "produce-consume", &[]);
+    let data = node.data_dir().display().to_string();
+    confluent(&node, "produce-consume", &[&data]);
     // The broker counted what came in and went out.
     // 15 runs of 6,666 records.
     assert!(node.gauge("sluice_messages_in_total").unwrap_or(0) >= 99_990);
     let metrics = node.metrics_text();
     assert!(metrics.contains("sluice_request_latency_seconds_bucket{api=\"Produce\""));
     assert!(metrics.contains("sluice_requests_total{api=\"Fetch\"}"));
+}
+
+#[test]
+fn topic_compression_type_recompresses_and_producer_keeps_the_codec() {
+    let node = SingleNode::start(&[]);
+    let data = node.data_dir().display().to_string();
+    confluent(&node, "topic-compression", &[&data]);
 }
 
 #[test]

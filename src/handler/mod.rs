@@ -12,6 +12,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod fetch;
+mod find_coordinator;
 mod incremental_alter_configs;
 mod init_producer_id;
 mod list_offsets;
@@ -99,6 +100,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSIONS.0,
         describe_cluster::VERSIONS.1,
+    ),
+    (
+        ApiKey::FindCoordinator,
+        find_coordinator::VERSIONS.0,
+        find_coordinator::VERSIONS.1,
     ),
 ];
 
@@ -255,6 +261,9 @@ pub async fn dispatch(
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, context, r))
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(context, r))
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, context, r).await)

@@ -11,6 +11,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::{Broker, RequestContext, str_bytes};
 use crate::log::TopicPartition;
 use crate::protocol::errors;
+use crate::replica::compression;
 
 pub const VERSIONS: (i16, i16) = (3, 12);
 
@@ -26,6 +27,7 @@ pub async fn handle(
     for topic in request.topic_data {
         let name = topic.name.to_string();
         let min_insync = broker.replicas.min_insync_replicas(&image, &name);
+        let codec = compression::target_codec(&broker.replicas.compression_type(&image, &name));
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let response = PartitionProduceResponse::default().with_index(data.index);
@@ -54,6 +56,20 @@ pub async fn handle(
                 continue;
             };
             let mut records = records.to_vec();
+            if let Some(codec) = codec {
+                match tokio::task::block_in_place(|| compression::recompress(&records, codec)) {
+                    Ok(Some(rewritten)) => records = rewritten,
+                    Ok(None) => {}
+                    Err(error) => {
+                        partitions.push(
+                            response
+                                .with_error_code(error.kafka_error_code())
+                                .with_error_message(Some(str_bytes(error.to_string()))),
+                        );
+                        continue;
+                    }
+                }
+            }
             let appended = tokio::task::block_in_place(|| {
                 partition.append_as_leader(&mut records, acks, min_insync)
             });

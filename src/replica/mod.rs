@@ -5,6 +5,7 @@
 //! Followers and their fetch loops come with replication; today a leader's ISR holds only
 //! replicas it need not wait for, and its high watermark follows its log end.
 
+pub mod compression;
 pub mod partition;
 
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +126,21 @@ impl ReplicaManager {
             })
             .and_then(|v| v.parse().ok())
             .unwrap_or(1)
+    }
+
+    /// A topic's `compression.type` (topic value, else the broker's, else `producer`).
+    pub fn compression_type(&self, image: &MetadataImage, topic: &str) -> String {
+        image
+            .configs
+            .get(&ConfigResource::Topic(topic.to_owned()))
+            .and_then(|c| c.get("compression.type"))
+            .cloned()
+            .or_else(|| {
+                self.effective_broker_properties(image)
+                    .get("compression.type")
+                    .cloned()
+            })
+            .unwrap_or_else(|| "producer".to_owned())
     }
 
     /// Brings the replicas in line with a committed image. Runs on every new image.

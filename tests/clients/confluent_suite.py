@@ -144,6 +144,8 @@ RECORDS_TOTAL = 100_000
 
 
 def case_produce_consume():
+    global DATA_DIR
+    DATA_DIR = sys.argv[3]
     client = admin()
     per_run = RECORDS_TOTAL // (len(CODECS) * len(ACKS))
     runs = []
@@ -190,7 +192,56 @@ def case_produce_consume():
         for p in range(4):
             offsets = sorted(m.offset() for m in got if m.partition() == p)
             check(offsets == list(range(len(offsets))), f"{topic}: partition {p} offsets not dense")
-        print(f"{topic}: {per_run} records round-tripped", flush=True)
+        # The batches were stored as the producer compressed them.
+        stored = set()
+        for p in range(4):
+            stored |= set(stored_codecs(DATA_DIR, topic, p))
+        want = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
+        check(stored == {want}, f"{topic}: stored codecs {stored}, want {want}")
+        print(f"{topic}: {per_run} records round-tripped, stored with codec {want}", flush=True)
+
+
+def stored_codecs(data_dir, topic, partition=0):
+    """The codec of every batch in a partition's first segment file."""
+    import os
+    import struct
+    path = os.path.join(data_dir, f"{topic}-{partition}", "00000000000000000000.log")
+    data = open(path, "rb").read()
+    codecs, at = [], 0
+    while at + 61 <= len(data):
+        (length,) = struct.unpack(">i", data[at + 8:at + 12])
+        (attributes,) = struct.unpack(">h", data[at + 21:at + 23])
+        codecs.append(attributes & 7)
+        at += 12 + length
+    return codecs
+
+
+def case_topic_compression():
+    """compression.type on a topic recompresses batches in another codec; `producer` keeps them."""
+    data_dir = sys.argv[3]
+    client = admin()
+    ids = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+    for topic_codec, expected in ids.items():
+        topic = f"tc-{topic_codec}"
+        check(error_code(create(client, topic, 1, {"compression.type": topic_codec})) is None, f"create {topic}")
+        for producer_codec in ["none", "lz4"]:
+            producer = Producer({"bootstrap.servers": BOOTSTRAP, "compression.type": producer_codec,
+                                 "linger.ms": 20})
+            for i in range(500):
+                producer.produce(topic, key=b"k", value=f"{producer_codec}-{i}-".encode() + b"z" * 300,
+                                 headers=[("dup", b"1"), ("dup", b"2")])
+            check(producer.flush(20) == 0, f"{topic}: undelivered")
+        got = consume_all(topic, 1, 1000)
+        values = [m.value() for m in got]
+        want = [f"{c}-{i}-".encode() + b"z" * 300 for c in ["none", "lz4"] for i in range(500)]
+        check(values == want, f"{topic}: records differ after recompression")
+        check(all(m.headers() == [("dup", b"1"), ("dup", b"2")] for m in got), f"{topic}: headers changed")
+        codecs = stored_codecs(data_dir, topic)
+        if expected is None:
+            check(0 in codecs and 3 in codecs, f"{topic}: producer codecs not kept: {set(codecs)}")
+        else:
+            check(set(codecs) == {expected}, f"{topic}: stored codecs {set(codecs)}, want {expected}")
+        print(f"{topic}: stored as {sorted(set(codecs))}", flush=True)
 
 
 def case_list_offsets():

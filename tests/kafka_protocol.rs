@@ -1,0 +1,334 @@
+//! Protocol behaviour that clients rarely exercise on purpose, checked with requests encoded by
+//! the `kafka-protocol` crate over a raw socket: the idempotent producer (duplicates, gaps,
+//! fenced epochs, state across kill -9 and clean restarts) and incremental fetch sessions.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sluice::log::batch::BatchBuilder;
+use support::SingleNode;
+
+struct Client {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    fn connect(node: &SingleNode) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", node.kafka_port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        Client {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Resp {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("protocol-test")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, api_key.request_header_version(version))
+            .expect("header");
+        request.encode(&mut body, version).expect("request");
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).expect("write");
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("response size");
+        let mut response = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut response).expect("response");
+        let mut response = Bytes::from(response);
+        let header =
+            ResponseHeader::decode(&mut response, api_key.response_header_version(version))
+                .expect("response header");
+        assert_eq!(header.correlation_id, self.correlation_id);
+        Resp::decode(&mut response, version).expect("response body")
+    }
+
+    fn create_topic(&mut self, name: &str, partitions: i32) {
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1),
+            ])
+            .with_timeout_ms(10_000);
+        let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 5, &request);
+        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+    }
+
+    /// Produces `records` to one partition (acks=all): (error code, base offset).
+    fn produce(&mut self, topic: &str, partition: i32, records: Vec<u8>) -> (i16, i64) {
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(Bytes::from(records))),
+                    ]),
+            ]);
+        let response: ProduceResponse = self.call(ApiKey::Produce, 8, &request);
+        let p = &response.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    fn latest_offset(&mut self, topic: &str, partition: i32) -> i64 {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(partition)
+                            .with_timestamp(-1),
+                    ]),
+            ]);
+        let response: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 5, &request);
+        response.topics[0].partitions[0].offset
+    }
+}
+
+fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Vec<u8> {
+    let mut builder =
+        BatchBuilder::new(0, 1_700_000_000_000).producer(producer_id, epoch, sequence);
+    for i in 0..count {
+        builder.push(
+            1_700_000_000_000,
+            None,
+            Some(format!("{epoch}-{}", sequence as usize + i).as_bytes()),
+            &[],
+        );
+    }
+    builder.build()
+}
+
+#[test]
+fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
+    let mut node = SingleNode::start(&[]);
+    let mut client = Client::connect(&node);
+    client.create_topic("idem", 1);
+    let init: InitProducerIdResponse = client.call(
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1),
+    );
+    assert_eq!(init.error_code, 0);
+    let pid = init.producer_id.0;
+    assert!(pid >= 0);
+    // Producer ids are unique: a second InitProducerId gets another.
+    let again: InitProducerIdResponse = client.call(
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1),
+    );
+    assert_ne!(again.producer_id.0, pid);
+
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 0, 5)),
+        (0, 0)
+    );
+    // A retry of the same batch: success with the original offset, nothing appended.
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 0, 5)),
+        (0, 0)
+    );
+    assert_eq!(client.latest_offset("idem", 0), 5);
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 5, 3)),
+        (0, 5)
+    );
+    // A gap in sequences: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 10, 1)).0,
+        45
+    );
+    // A new epoch restarts sequences; the old epoch is fenced: INVALID_PRODUCER_EPOCH (47).
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 1, 0, 2)),
+        (0, 8)
+    );
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 8, 1)).0,
+        47
+    );
+    assert_eq!(client.latest_offset("idem", 0), 10);
+
+    // kill -9: the state is rebuilt from the log.
+    node.kill9();
+    node.restart();
+    let mut client = Client::connect(&node);
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 1, 0, 2)),
+        (0, 8)
+    );
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 0, 8, 1)).0,
+        47
+    );
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 1, 2, 1)),
+        (0, 10)
+    );
+    // A clean stop: the state comes back from the snapshot written at shutdown.
+    assert!(node.terminate(), "SIGTERM exit");
+    let snapshots = std::fs::read_dir(node.data_dir().join("idem-0"))
+        .expect("partition dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snapshot"))
+        .count();
+    assert!(snapshots >= 1, "no producer snapshot written at shutdown");
+    node.restart();
+    let mut client = Client::connect(&node);
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 1, 2, 1)),
+        (0, 10)
+    );
+    assert_eq!(
+        client.produce("idem", 0, idempotent_batch(pid, 1, 4, 1)).0,
+        45
+    );
+    assert_eq!(client.latest_offset("idem", 0), 11);
+}
+
+fn fetch(
+    client: &mut Client,
+    session_id: i32,
+    epoch: i32,
+    partitions: &[(i32, i64)],
+    forgotten: &[i32],
+) -> FetchResponse {
+    let topic = TopicName(StrBytes::from_static_str("sess"));
+    let mut request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(200)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_id(session_id)
+        .with_session_epoch(epoch);
+    if !partitions.is_empty() {
+        request.topics = vec![
+            FetchTopic::default()
+                .with_topic(topic.clone())
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|(p, offset)| {
+                            FetchPartition::default()
+                                .with_partition(*p)
+                                .with_fetch_offset(*offset)
+                                .with_partition_max_bytes(1 << 20)
+                        })
+                        .collect(),
+                ),
+        ];
+    }
+    if !forgotten.is_empty() {
+        request.forgotten_topics_data = vec![
+            ForgottenTopic::default()
+                .with_topic(topic)
+                .with_partitions(forgotten.to_vec()),
+        ];
+    }
+    client.call(ApiKey::Fetch, 12, &request)
+}
+
+fn partitions_in(response: &FetchResponse) -> Vec<(i32, usize)> {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.partition_index, p.records.as_ref().map_or(0, Bytes::len)))
+        .collect()
+}
+
+fn plain_batch(value: &str) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 1_700_000_000_000);
+    builder.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    builder.build()
+}
+
+#[test]
+fn incremental_fetch_sessions_send_only_what_changed() {
+    let node = SingleNode::start(&[]);
+    let mut client = Client::connect(&node);
+    client.create_topic("sess", 2);
+    assert_eq!(client.produce("sess", 0, plain_batch("a")).0, 0);
+
+    // A full fetch that opens a session: both partitions, p0 with its batch.
+    let full = fetch(&mut client, 0, 0, &[(0, 0), (1, 0)], &[]);
+    assert_eq!(full.error_code, 0);
+    assert_ne!(full.session_id, 0, "no session was created");
+    let session = full.session_id;
+    let got = partitions_in(&full);
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().any(|(p, bytes)| *p == 0 && *bytes > 0));
+
+    // Incremental, p0 moved past its batch, nothing new anywhere: an empty response.
+    let quiet = fetch(&mut client, session, 1, &[(0, 1)], &[]);
+    assert_eq!(quiet.error_code, 0);
+    assert_eq!(partitions_in(&quiet), vec![]);
+
+    // New data on p1 (still at offset 0 in the session): only p1 comes back.
+    assert_eq!(client.produce("sess", 1, plain_batch("b")).0, 0);
+    let changed = fetch(&mut client, session, 2, &[], &[]);
+    let got = partitions_in(&changed);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, 1);
+    assert!(got[0].1 > 0);
+
+    // Session errors are top-level: a wrong epoch, an unknown session.
+    assert_eq!(fetch(&mut client, session, 9, &[], &[]).error_code, 71);
+    assert_eq!(
+        fetch(&mut client, session + 1000, 1, &[], &[]).error_code,
+        70
+    );
+
+    // Forget p1 (and move p1's offset nowhere): new data on p1 no longer shows.
+    let forgot = fetch(&mut client, session, 3, &[], &[1]);
+    assert_eq!(forgot.error_code, 0);
+    assert_eq!(client.produce("sess", 1, plain_batch("c")).0, 0);
+    let after = fetch(&mut client, session, 4, &[], &[]);
+    assert_eq!(partitions_in(&after), vec![]);
+    // Closing the session (epoch -1) answers as a sessionless full fetch.
+    let closed = fetch(&mut client, session, -1, &[(1, 0)], &[]);
+    assert_eq!(closed.session_id, 0);
+    assert_eq!(partitions_in(&closed).len(), 1);
+    assert_eq!(fetch(&mut client, session, 5, &[], &[]).error_code, 70);
+}
