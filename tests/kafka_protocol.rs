@@ -143,6 +143,7 @@ fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
         ApiKey::InitProducerId,
         4,
         &InitProducerIdRequest::default()
+            .with_transactional_id(None)
             .with_transaction_timeout_ms(60_000)
             .with_producer_id((-1).into())
             .with_producer_epoch(-1),
@@ -155,6 +156,7 @@ fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
         ApiKey::InitProducerId,
         4,
         &InitProducerIdRequest::default()
+            .with_transactional_id(None)
             .with_producer_id((-1).into())
             .with_producer_epoch(-1),
     );

@@ -108,6 +108,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     ),
 ];
 
+/// How long a data request waits for the replicas to catch up with the metadata image.
+const REPLICAS_APPLY_WAIT: Duration = Duration::from_secs(2);
+
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS
         .iter()
@@ -224,6 +227,21 @@ pub async fn dispatch(
     request: RequestKind,
 ) -> Option<ResponseKind> {
     let version = context.api_version;
+    if matches!(
+        request,
+        RequestKind::Produce(_)
+            | RequestKind::Fetch(_)
+            | RequestKind::ListOffsets(_)
+            | RequestKind::DeleteRecords(_)
+            | RequestKind::OffsetForLeaderEpoch(_)
+    ) {
+        // Serve data requests on replicas at least as new as the image this node has.
+        let index = broker.quorum.image().index;
+        broker
+            .replicas
+            .wait_applied(index, REPLICAS_APPLY_WAIT)
+            .await;
+    }
     Some(match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
         RequestKind::Metadata(r) => {

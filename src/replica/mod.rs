@@ -33,6 +33,8 @@ pub struct ReplicaManager {
     static_properties: BTreeMap<String, String>,
     /// Bumped whenever a log end or high watermark moves: long-polling fetches wait on it.
     data_version: watch::Sender<u64>,
+    /// The index of the last metadata image applied to the replicas.
+    applied_index: watch::Sender<u64>,
 }
 
 impl ReplicaManager {
@@ -47,6 +49,7 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             static_properties,
             data_version: watch::channel(0).0,
+            applied_index: watch::channel(0).0,
         }
     }
 
@@ -216,6 +219,14 @@ impl ReplicaManager {
         if changed {
             self.notify_data_changed();
         }
+        self.applied_index.send_replace(image.index);
+    }
+
+    /// Waits (up to `timeout`) until the image at `index` has been applied to the replicas, so
+    /// a request served right after a topic was created finds its partitions.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) {
+        let mut applied = self.applied_index.subscribe();
+        let _ = tokio::time::timeout(timeout, applied.wait_for(|a| *a >= index)).await;
     }
 
     fn open_partition(
