@@ -14,8 +14,16 @@ pub enum ClusterCommand {
     /// Voters, learners, leader, term, commit index and each member's lag; brokers and their
     /// fenced state.
     Status {
+        /// Any node's internal (CONTROLLER) listener.
+        #[arg(
+            long,
+            required_unless_present = "bootstrap_server",
+            conflicts_with = "bootstrap_server"
+        )]
+        bootstrap_controller: Option<String>,
+        /// Any broker's Kafka listener (DescribeQuorum and DescribeCluster, as Kafka's tools).
         #[arg(long)]
-        bootstrap_controller: String,
+        bootstrap_server: Option<String>,
     },
     /// Makes a learner (a running node outside the voters) a voter.
     AddVoter {
@@ -40,8 +48,16 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let (addr, request) = match &command {
             ClusterCommand::Status {
-                bootstrap_controller,
-            } => (bootstrap_controller, ControllerRequest::DescribeQuorum),
+                bootstrap_server: Some(server),
+                ..
+            } => return status_via_kafka(server).await,
+            ClusterCommand::Status {
+                bootstrap_controller: Some(controller),
+                ..
+            } => (controller, ControllerRequest::DescribeQuorum),
+            ClusterCommand::Status { .. } => {
+                bail!("--bootstrap-controller or --bootstrap-server is needed")
+            }
             ClusterCommand::AddVoter {
                 bootstrap_controller,
                 node_id,
@@ -103,4 +119,109 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             other => bail!("unexpected answer: {other:?}"),
         }
     })
+}
+
+/// `cluster status --bootstrap-server`: the quorum (DescribeQuorum) and the brokers
+/// (DescribeCluster) through a broker's Kafka listener.
+async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    use kafka_protocol::messages::{
+        ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+        DescribeQuorumResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    let mut connection = sluice::client::Connection::connect(server, Duration::from_secs(15))
+        .await
+        .with_context(|| format!("connecting to {server}"))?;
+    let request = DescribeQuorumRequest::default().with_topics(vec![
+        TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+            .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+    ]);
+    let quorum: DescribeQuorumResponse = connection
+        .call(ApiKey::DescribeQuorum, 2, &request)
+        .await
+        .context("DescribeQuorum")?;
+    if quorum.error_code != 0 {
+        bail!(
+            "DescribeQuorum error {}: {}",
+            quorum.error_code,
+            quorum.error_message.as_deref().unwrap_or("")
+        );
+    }
+    let partition = quorum
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .context("DescribeQuorum answered no partition")?;
+    println!(
+        "leader {}  term {}  commit index {}",
+        partition.leader_id.0, partition.leader_epoch, partition.high_watermark
+    );
+    println!(
+        "{:<8} {:<8} {:<24} {:>10} {:>8}",
+        "node", "role", "address", "matched", "lag"
+    );
+    let address = |id: i32| {
+        quorum
+            .nodes
+            .iter()
+            .find(|n| n.node_id.0 == id)
+            .and_then(|n| n.listeners.first())
+            .map_or("-".to_owned(), |l| format!("{}:{}", l.host, l.port))
+    };
+    for (role, members) in [
+        ("voter", &partition.current_voters),
+        ("learner", &partition.observers),
+    ] {
+        for member in members {
+            let matched = member.log_end_offset;
+            let (matched, lag) = if matched < 0 {
+                ("-".to_owned(), "-".to_owned())
+            } else {
+                (
+                    matched.to_string(),
+                    (partition.high_watermark - matched).max(0).to_string(),
+                )
+            };
+            println!(
+                "{:<8} {:<8} {:<24} {:>10} {:>8}",
+                member.replica_id.0,
+                role,
+                address(member.replica_id.0),
+                matched,
+                lag
+            );
+        }
+    }
+    let cluster: DescribeClusterResponse = connection
+        .call(
+            ApiKey::DescribeCluster,
+            2,
+            &DescribeClusterRequest::default()
+                .with_include_fenced_brokers(true)
+                .with_endpoint_type(1),
+        )
+        .await
+        .context("DescribeCluster")?;
+    println!(
+        "cluster {}  controller {}",
+        cluster.cluster_id, cluster.controller_id.0
+    );
+    println!("{:<8} {:<10} endpoint", "broker", "state");
+    for broker in &cluster.brokers {
+        println!(
+            "{:<8} {:<10} {}:{}",
+            broker.broker_id.0,
+            if broker.is_fenced {
+                "fenced"
+            } else {
+                "unfenced"
+            },
+            broker.host,
+            broker.port
+        );
+    }
+    Ok(())
 }

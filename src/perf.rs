@@ -35,6 +35,14 @@ pub enum Target {
     Quorum(QuorumArgs),
     /// The storage engine: append, read and restart throughput against raw disk bandwidth.
     Log(LogArgs),
+    /// The raw limits other benchmarks compare with, as `name value` lines: disk write
+    /// bandwidth (pwrite + fdatasync) in DIR and TCP loopback copy bandwidth.
+    Raw {
+        #[arg(long, default_value = "data/perf-raw")]
+        dir: PathBuf,
+        #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+        total_bytes: u64,
+    },
     /// Internal: a process that appends to a log until it is killed with SIGKILL (the
     /// restart measurement and the kill -9 tests drive it).
     #[command(hide = true)]
@@ -114,6 +122,16 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
+        Target::Raw { dir, total_bytes } => {
+            fs::create_dir_all(&dir)?;
+            let path = dir.join("raw-write");
+            let write = raw_write(&path, total_bytes)?;
+            let _ = fs::remove_file(&path);
+            let loopback = loopback_copy(total_bytes)?;
+            println!("raw_disk_write_mb_s {:.1}", write.mb_per_s());
+            println!("loopback_copy_mb_s {:.1}", loopback.mb_per_s());
+            Ok(())
+        }
         Target::Quorum(args) => {
             crate::perf_quorum::run(&args.dir, args.topics, args.partitions, args.concurrency)
         }
@@ -271,6 +289,43 @@ fn raw_write(path: &Path, total: u64) -> anyhow::Result<Figure> {
     file.sync_data()?;
     Ok(Figure {
         name: "raw write (pwrite + fdatasync)".into(),
+        bytes: total,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Bytes sent through a TCP loopback connection and read on the other side, 1 MiB at a time.
+fn loopback_copy(total: u64) -> anyhow::Result<Figure> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut stream, _) = listener.accept()?;
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut read = 0u64;
+        loop {
+            match stream.read(&mut buffer)? {
+                0 => return Ok(read),
+                n => read += n as u64,
+            }
+        }
+    });
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    let chunk = vec![0x5au8; 1 << 20];
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let n = chunk.len().min((total - sent) as usize);
+        stream.write_all(&chunk[..n])?;
+        sent += n as u64;
+    }
+    drop(stream);
+    let read = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("loopback reader panicked"))??;
+    anyhow::ensure!(read == total, "loopback read {read} of {total} bytes");
+    Ok(Figure {
+        name: "loopback copy (TCP, 1 MiB writes)".into(),
         bytes: total,
         elapsed: started.elapsed(),
     })

@@ -510,6 +510,21 @@ fn a_broker_only_node_follows_the_quorum_as_a_learner() {
     assert_eq!(roles(&cluster(&["status"]))[&4], "voter");
     assert!(cluster(&["remove-voter", "--node-id", "4"]).contains("done"));
     assert_eq!(roles(&cluster(&["status"]))[&4], "learner");
+    // The same through a broker's Kafka listener (DescribeQuorum and DescribeCluster).
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["cluster", "status", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{}", ports[&4].kafka))
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{status}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(status.starts_with("leader "), "{status}");
+    assert_eq!(roles(&status), expected, "{status}");
+    assert_eq!(status.matches("unfenced").count(), 4, "{status}");
 
     for (id, node) in nodes {
         let status = stop(node);

@@ -11,6 +11,7 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_quorum;
 mod fetch;
 mod find_coordinator;
 mod incremental_alter_configs;
@@ -100,6 +101,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeCluster,
         describe_cluster::VERSIONS.0,
         describe_cluster::VERSIONS.1,
+    ),
+    (
+        ApiKey::DescribeQuorum,
+        describe_quorum::VERSIONS.0,
+        describe_quorum::VERSIONS.1,
     ),
     (
         ApiKey::FindCoordinator,
@@ -279,6 +285,9 @@ pub async fn dispatch(
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, context, r))
+        }
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(describe_quorum::handle(broker, context, r).await)
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(context, r))
