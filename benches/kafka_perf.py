@@ -95,6 +95,10 @@ def produce(bootstrap, topic, partitions, record_bytes, acks, seconds):
         "compression.type": "none", "enable.idempotence": acks == "all",
     })
     payload = os.urandom(record_bytes)
+    # Warm up: metadata, and the producer id for idempotence (librdkafka waits 500 ms for a
+    # broker before it first asks), so latencies are the broker's, not the client's start.
+    producer.produce(topic, payload, partition=0)
+    producer.flush(30)
     latencies = []
     failures = [0]
     clock = time.perf_counter
@@ -154,6 +158,13 @@ def consume(bootstrap, topic, partitions, expected, record_bytes):
     return {"records": got, "records_s": got / elapsed, "mb_s": got * record_bytes / elapsed / 1e6}
 
 
+def sluice_perf(binary, what, bootstrap, topic, partitions, extra):
+    out = subprocess.run([binary, "perf", what, "--bootstrap-server", bootstrap, "--topic", topic,
+                          "--partitions", str(partitions)] + extra,
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    return {k: float(v) for k, v in (line.split() for line in out.strip().splitlines())}
+
+
 def kcat_pass(bootstrap, topic, record_bytes, count, work_dir):
     """Throughput with kcat (C): produce `count` lines from a file, consume them to /dev/null."""
     path = os.path.join(work_dir, f"kcat-{record_bytes}.txt")
@@ -184,12 +195,19 @@ def main():
     args = parser.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="sluice-perf-")
     os.makedirs(work, exist_ok=True)
-    raw = subprocess.run([args.sluice, "perf", "raw", "--dir", os.path.join(work, "raw")],
-                         check=True, stdout=subprocess.PIPE, text=True).stdout
-    limits = {k: float(v) for k, v in (line.split() for line in raw.strip().splitlines())}
-    disk, loopback = limits["raw_disk_write_mb_s"], limits["loopback_copy_mb_s"]
+    shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+    def raw_limits():
+        """Measured again before every case: this machine's disk and loopback drift."""
+        raw = subprocess.run([args.sluice, "perf", "raw", "--dir", os.path.join(work, "raw"),
+                              "--total-bytes", "512MiB"],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+        limits = {k: float(v) for k, v in (line.split() for line in raw.strip().splitlines())}
+        return limits["raw_disk_write_mb_s"], limits["loopback_copy_mb_s"]
+
+    disk, loopback = raw_limits()
     print(f"raw disk write (pwrite + fdatasync): {disk:8.1f} MB/s")
     print(f"loopback copy (TCP):                 {loopback:8.1f} MB/s")
+    print("(each row's ratios use the raw figures measured right before it, shown in its last column)")
     broker = Broker(args.sluice, work)
     try:
         time.sleep(1)
@@ -198,6 +216,7 @@ def main():
         peak.start()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         print()
+        print("confluent-kafka (librdkafka through Python: per-record produce calls and delivery reports)")
         print(f"{'case':<28} {'produce rec/s':>13} {'MB/s':>8} {'x disk':>7} {'p50 ms':>7} {'p99 ms':>7} "
               f"{'p99.9 ms':>8} | {'consume rec/s':>13} {'MB/s':>8} {'x loop':>7}")
         for record_bytes in (100, 1024):
@@ -205,14 +224,38 @@ def main():
                 for acks in ("1", "all"):
                     topic = f"perf-{record_bytes}-{partitions}-{acks}"
                     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result()
+                    disk, loopback = raw_limits()
                     p = produce(broker.bootstrap, topic, partitions, record_bytes, acks, args.seconds)
                     c = consume(broker.bootstrap, topic, partitions, p["records"], record_bytes)
                     print(f"{record_bytes:>4} B, {partitions} part, acks={acks:<3}  {p['records_s']:>13,.0f} {p['mb_s']:>8.1f} "
                           f"{p['mb_s'] / disk:>6.2f}x {p['p50_ms']:>7.2f} {p['p99_ms']:>7.2f} {p['p999_ms']:>8.2f} | "
-                          f"{c['records_s']:>13,.0f} {c['mb_s']:>8.1f} {c['mb_s'] / loopback:>6.2f}x", flush=True)
+                          f"{c['records_s']:>13,.0f} {c['mb_s']:>8.1f} {c['mb_s'] / loopback:>6.2f}x"
+                          f"  (raw {disk:.0f}/{loopback:.0f})", flush=True)
+        print()
+        print("our client (sluice perf produce|consume: prebuilt batches of 512 records, 4 connections;"
+              " fetches of 1 MiB per partition, records counted, not decoded)")
+        print(f"{'case':<28} {'produce rec/s':>13} {'MB/s':>8} {'x disk':>7} {'req p50':>7} {'req p99':>7} "
+              f"{'p99.9':>8} | {'consume rec/s':>13} {'MB/s':>8} {'x loop':>7}")
+        for record_bytes in (100, 1024):
+            for partitions in (1, 8):
+                for acks in ("1", "-1"):
+                    topic = f"sdk-{record_bytes}-{partitions}-{acks}"
+                    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result()
+                    disk, loopback = raw_limits()
+                    p = sluice_perf(args.sluice, "produce", broker.bootstrap, topic, partitions,
+                                    ["--record-bytes", str(record_bytes), "--acks", acks,
+                                     "--seconds", str(args.seconds)])
+                    c = sluice_perf(args.sluice, "consume", broker.bootstrap, topic, partitions, [])
+                    label = "all" if acks == "-1" else acks
+                    print(f"{record_bytes:>4} B, {partitions} part, acks={label:<3}  {p['produce_records_s']:>13,.0f} "
+                          f"{p['produce_mb_s']:>8.1f} {p['produce_mb_s'] / disk:>6.2f}x {p['produce_request_p50_ms']:>7.2f} "
+                          f"{p['produce_request_p99_ms']:>7.2f} {p['produce_request_p999_ms']:>8.2f} | "
+                          f"{c['consume_records_s']:>13,.0f} {c['consume_mb_s']:>8.1f} {c['consume_mb_s'] / loopback:>6.2f}x"
+                          f"  (raw {disk:.0f}/{loopback:.0f})", flush=True)
         print()
         for record_bytes, count in ((1024, 1_000_000),):
             topic = f"perf-kcat-{record_bytes}"
+            disk, loopback = raw_limits()
             admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result()
             produce_mb, consume_mb, got = kcat_pass(broker.bootstrap, topic, record_bytes, count, work)
             print(f"kcat (C), {record_bytes} B records, {count:,}: produce {produce_mb:.1f} MB/s "

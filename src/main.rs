@@ -5,6 +5,7 @@ static ALLOCATOR: sluice::lazy_alloc::LazyHugeAlloc = sluice::lazy_alloc::LazyHu
 
 mod cli_cluster;
 mod perf;
+mod perf_kafka;
 mod perf_quorum;
 
 use clap::{Parser, Subcommand};

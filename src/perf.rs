@@ -35,6 +35,12 @@ pub enum Target {
     Quorum(QuorumArgs),
     /// The storage engine: append, read and restart throughput against raw disk bandwidth.
     Log(LogArgs),
+    /// Produce to a running broker through its Kafka port with our client: prebuilt batches,
+    /// several connections; records/s, MB/s, request latency.
+    Produce(crate::perf_kafka::ProduceArgs),
+    /// Fetch a topic from offset 0 to its high watermark with our client (records counted,
+    /// not decoded); records/s, MB/s.
+    Consume(crate::perf_kafka::ConsumeArgs),
     /// The raw limits other benchmarks compare with, as `name value` lines: disk write
     /// bandwidth (pwrite + fdatasync) in DIR and TCP loopback copy bandwidth.
     Raw {
@@ -122,6 +128,8 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
+        Target::Produce(args) => crate::perf_kafka::produce(args),
+        Target::Consume(args) => crate::perf_kafka::consume(args),
         Target::Raw { dir, total_bytes } => {
             fs::create_dir_all(&dir)?;
             let path = dir.join("raw-write");

@@ -1,0 +1,229 @@
+//! `sluice perf produce|consume`: a broker driven through its Kafka port by our own client
+//! (`sluice::client`), without a client library's per-record work in the way: prebuilt
+//! batches produced over several connections, and fetches that count bytes without decoding
+//! records. Prints records/s, MB/s and request latency percentiles.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::Args;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use sluice::client::Connection;
+use sluice::log::batch::{BatchBuilder, BatchIter};
+
+#[derive(Args)]
+pub struct ProduceArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap_server: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    #[arg(long, default_value_t = 1024)]
+    record_bytes: usize,
+    /// Records per batch (one batch per produce request and partition).
+    #[arg(long, default_value_t = 512)]
+    batch_records: usize,
+    /// -1 (all), 0 or 1.
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    acks: i16,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Concurrent connections, each producing its share of partitions.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+}
+
+#[derive(Args)]
+pub struct ConsumeArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap_server: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Bytes per fetch response (`fetch.max.bytes`, Kafka's default).
+    #[arg(long, default_value_t = 50 << 20)]
+    max_bytes: i32,
+    /// Bytes per partition in a response (`max.partition.fetch.bytes`, Kafka's default).
+    #[arg(long, default_value_t = 1 << 20)]
+    partition_max_bytes: i32,
+}
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * p) as usize).min(sorted.len() - 1);
+    sorted[index].as_secs_f64() * 1e3
+}
+
+pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if args.acks == 0 {
+        bail!("acks=0 has no response to time; use --acks 1 or -1");
+    }
+    runtime.block_on(async move {
+        let value = vec![0x61u8; args.record_bytes];
+        let mut builder = BatchBuilder::new(0, 0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for _ in 0..args.batch_records {
+            builder.push(now, None, Some(&value), &[]);
+        }
+        let batch = Bytes::from(builder.build());
+        let records = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for connection_index in 0..args.connections.max(1) {
+            // Each connection its share of partitions; with fewer partitions than
+            // connections, several connections write to the same partition.
+            let mut partitions: Vec<i32> = (0..args.partitions)
+                .filter(|p| *p as usize % args.connections.max(1) == connection_index)
+                .collect();
+            if partitions.is_empty() && args.partitions > 0 {
+                partitions.push((connection_index % args.partitions as usize) as i32);
+            }
+            if partitions.is_empty() {
+                continue;
+            }
+            let batch = batch.clone();
+            let records = Arc::clone(&records);
+            let server = args.bootstrap_server.clone();
+            let topic = args.topic.clone();
+            let (acks, per_batch) = (args.acks, args.batch_records as u64);
+            tasks.push(tokio::spawn(async move {
+                let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let request = ProduceRequest::default()
+                        .with_acks(acks)
+                        .with_timeout_ms(30_000)
+                        .with_topic_data(vec![
+                            TopicProduceData::default()
+                                .with_name(topic_name(&topic))
+                                .with_partition_data(
+                                    partitions
+                                        .iter()
+                                        .map(|p| {
+                                            PartitionProduceData::default()
+                                                .with_index(*p)
+                                                .with_records(Some(batch.clone()))
+                                        })
+                                        .collect(),
+                                ),
+                        ]);
+                    let sent = Instant::now();
+                    let response: ProduceResponse =
+                        connection.call(ApiKey::Produce, 8, &request).await?;
+                    latencies.push(sent.elapsed());
+                    for topic in &response.responses {
+                        for p in &topic.partition_responses {
+                            if p.error_code != 0 {
+                                bail!("partition {} error {}", p.index, p.error_code);
+                            }
+                        }
+                    }
+                    records.fetch_add(per_batch * partitions.len() as u64, Ordering::Relaxed);
+                }
+                anyhow::Ok(latencies)
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.context("producer task")??);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        latencies.sort();
+        let records = records.load(Ordering::Relaxed);
+        println!("produced_records {records}");
+        println!("produce_records_s {:.0}", records as f64 / elapsed);
+        println!(
+            "produce_mb_s {:.1}",
+            (records as f64 * args.record_bytes as f64) / elapsed / 1e6
+        );
+        println!("produce_request_p50_ms {:.2}", percentile(&latencies, 0.5));
+        println!("produce_request_p99_ms {:.2}", percentile(&latencies, 0.99));
+        println!(
+            "produce_request_p999_ms {:.2}",
+            percentile(&latencies, 0.999)
+        );
+        Ok(())
+    })
+}
+
+pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let mut connection =
+            Connection::connect(&args.bootstrap_server, Duration::from_secs(30)).await?;
+        let mut offsets: Vec<i64> = vec![0; args.partitions.max(0) as usize];
+        let mut ends: Vec<i64> = vec![i64::MAX; offsets.len()];
+        let (mut bytes, mut records) = (0u64, 0u64);
+        let started = Instant::now();
+        while offsets.iter().zip(&ends).any(|(o, e)| o < e) {
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(100)
+                .with_min_bytes(1)
+                .with_max_bytes(args.max_bytes)
+                .with_topics(vec![
+                    FetchTopic::default()
+                        .with_topic(topic_name(&args.topic))
+                        .with_partitions(
+                            offsets
+                                .iter()
+                                .enumerate()
+                                .map(|(p, offset)| {
+                                    FetchPartition::default()
+                                        .with_partition(p as i32)
+                                        .with_fetch_offset(*offset)
+                                        .with_partition_max_bytes(args.partition_max_bytes)
+                                })
+                                .collect(),
+                        ),
+                ]);
+            let response: FetchResponse = connection.call(ApiKey::Fetch, 12, &request).await?;
+            for topic in &response.responses {
+                for p in &topic.partitions {
+                    if p.error_code != 0 {
+                        bail!("partition {} error {}", p.partition_index, p.error_code);
+                    }
+                    let index = p.partition_index as usize;
+                    ends[index] = p.high_watermark;
+                    let Some(data) = &p.records else { continue };
+                    bytes += data.len() as u64;
+                    for (_, header, _) in BatchIter::new(data).filter_map(Result::ok) {
+                        if header.last_offset() >= offsets[index] {
+                            records += header.records_count.max(0) as u64;
+                            offsets[index] = header.last_offset() + 1;
+                        }
+                    }
+                }
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        println!("consumed_records {records}");
+        println!("consume_records_s {:.0}", records as f64 / elapsed);
+        println!("consume_mb_s {:.1}", bytes as f64 / elapsed / 1e6);
+        Ok(())
+    })
+}
