@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -95,9 +95,18 @@ impl Connection {
         if size < 0 || size as usize > RESPONSE_BYTES_MAX {
             return Err(ClientError::Protocol(format!("response size {size}")));
         }
-        let mut body = vec![0u8; size as usize];
-        self.stream.read_exact(&mut body).await?;
-        let mut body = Bytes::from(body);
+        // Read into fresh capacity (no zero-filling), as the bytes arrive.
+        let size = size as usize;
+        let mut body = BytesMut::with_capacity(size);
+        while body.len() < size {
+            let want = size - body.len();
+            if self.stream.read_buf(&mut (&mut body).limit(want)).await? == 0 {
+                return Err(ClientError::Protocol(
+                    "connection closed mid-response".into(),
+                ));
+            }
+        }
+        let mut body: Bytes = body.freeze();
         let header = ResponseHeader::decode(&mut body, api_key.response_header_version(version))
             .map_err(protocol)?;
         if header.correlation_id != self.correlation_id {

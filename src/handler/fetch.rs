@@ -7,15 +7,15 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::messages::fetch_response::PartitionData;
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
-use super::{Broker, RequestContext, our_uuid, str_bytes};
-use crate::log::{LogError, TopicPartition};
+use super::{Broker, RequestContext, our_uuid};
+use crate::log::{FileSlice, LogError, TopicPartition};
 use crate::protocol::errors;
+use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 
 pub const VERSIONS: (i16, i16) = (4, 17);
 
@@ -90,7 +90,7 @@ pub async fn handle(
     broker: &Broker,
     context: &RequestContext,
     request: FetchRequest,
-) -> FetchResponse {
+) -> FetchAnswer {
     let version = context.api_version;
     let image = broker.image();
     let mut requested = Vec::new();
@@ -153,12 +153,16 @@ pub async fn handle(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             let Some(session) = sessions.get_mut(&id) else {
-                return FetchResponse::default()
-                    .with_error_code(errors::FETCH_SESSION_ID_NOT_FOUND);
+                return FetchAnswer {
+                    error_code: errors::FETCH_SESSION_ID_NOT_FOUND,
+                    ..FetchAnswer::default()
+                };
             };
             if session.next_epoch != epoch {
-                return FetchResponse::default()
-                    .with_error_code(errors::INVALID_FETCH_SESSION_EPOCH);
+                return FetchAnswer {
+                    error_code: errors::INVALID_FETCH_SESSION_EPOCH,
+                    ..FetchAnswer::default()
+                };
             }
             for (topic, topic_id, partition) in &forgotten {
                 session.partitions.retain(|(w, _)| {
@@ -268,7 +272,9 @@ fn create_session(broker: &Broker, requested: &[Wanted]) -> i32 {
     id
 }
 
-type PartitionResult = (Wanted, PartitionData, Option<Reported>);
+/// A partition's answer: its fields, its records (a slice of a segment, sent as is), and
+/// what changed since the session last reported it.
+type PartitionResult = (Wanted, PartitionData, Option<FileSlice>, Option<Reported>);
 
 /// Reads every wanted partition within the byte budgets. Returns the results (with what
 /// changed since last reported, for sessions), the record bytes, and whether any failed.
@@ -285,7 +291,7 @@ fn read_all(
     let mut errored = false;
     for (w, reported) in wanted {
         let data = PartitionData::default().with_partition_index(w.partition);
-        let (data, now) = read_partition(
+        let (data, slice, now) = read_partition(
             broker,
             image,
             w,
@@ -298,7 +304,7 @@ fn read_all(
         if data.error_code != errors::NONE {
             errored = true;
         }
-        total += data.records.as_ref().map_or(0, Bytes::len);
+        total += slice.as_ref().map_or(0, |s| s.len as usize);
         // `Some` when the client should hear of this partition in an incremental response.
         let changed = match (&now, reported) {
             (_, None) => Some(now.clone().unwrap_or_default()),
@@ -306,7 +312,7 @@ fn read_all(
             (None, Some(_)) => Some(Reported::default()),
             _ => None,
         };
-        results.push((w.clone(), data, changed));
+        results.push((w.clone(), data, slice, changed));
     }
     (results, total, errored)
 }
@@ -321,7 +327,7 @@ fn read_partition(
     first: bool,
     isolation_level: i8,
     follower: bool,
-) -> (PartitionData, Option<Reported>) {
+) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
     let tp = TopicPartition::new(w.topic.clone(), w.partition);
     let Some(partition) = (!w.topic.is_empty())
         .then(|| broker.replicas.partition(&tp))
@@ -337,18 +343,30 @@ fn read_partition(
         } else {
             errors::UNKNOWN_TOPIC_OR_PARTITION
         };
-        return (data.with_error_code(code), None);
+        return (data.with_error_code(code), None, None);
     };
     let state = partition.state();
     if state.leader != broker.broker_id {
-        return (data.with_error_code(errors::NOT_LEADER_OR_FOLLOWER), None);
+        return (
+            data.with_error_code(errors::NOT_LEADER_OR_FOLLOWER),
+            None,
+            None,
+        );
     }
     if w.current_leader_epoch >= 0 {
         if w.current_leader_epoch < state.leader_epoch {
-            return (data.with_error_code(errors::FENCED_LEADER_EPOCH), None);
+            return (
+                data.with_error_code(errors::FENCED_LEADER_EPOCH),
+                None,
+                None,
+            );
         }
         if w.current_leader_epoch > state.leader_epoch {
-            return (data.with_error_code(errors::UNKNOWN_LEADER_EPOCH), None);
+            return (
+                data.with_error_code(errors::UNKNOWN_LEADER_EPOCH),
+                None,
+                None,
+            );
         }
     }
     let log = &partition.log;
@@ -364,30 +382,31 @@ fn read_partition(
         log_start_offset,
     });
     if w.fetch_offset < 0 {
-        return (data.with_error_code(errors::OFFSET_OUT_OF_RANGE), reported);
+        return (
+            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            None,
+            reported,
+        );
     }
     // Only the first partition may exceed the response's budget (by its first batch).
     if budget == 0 && !first {
-        return (data.with_records(Some(Bytes::new())), reported);
+        return (data, None, reported);
     }
     let limit = (w.partition_max_bytes.max(0) as usize).min(budget.max(1));
     // Consumers read committed data only: below the high watermark.
     let bound = (!follower).then_some(high_watermark as u64);
     match log.read(w.fetch_offset as u64, limit as u64, bound) {
-        Ok(read) => {
-            let mut bytes = Vec::new();
-            if let Some(slice) = read.slice {
-                if let Err(error) = slice.read_into(&mut bytes) {
-                    tracing::error!(topic_partition = %tp, %error, "reading a segment failed");
-                    return (data.with_error_code(errors::KAFKA_STORAGE_ERROR), reported);
-                }
-            }
-            (data.with_records(Some(Bytes::from(bytes))), reported)
-        }
-        Err(LogError::OffsetOutOfRange { .. }) => {
-            (data.with_error_code(errors::OFFSET_OUT_OF_RANGE), reported)
-        }
-        Err(error) => (data.with_error_code(error.kafka_error_code()), reported),
+        Ok(read) => (data, read.slice, reported),
+        Err(LogError::OffsetOutOfRange { .. }) => (
+            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            None,
+            reported,
+        ),
+        Err(error) => (
+            data.with_error_code(error.kafka_error_code()),
+            None,
+            reported,
+        ),
     }
 }
 
@@ -397,7 +416,7 @@ fn respond(
     session_id: i32,
     mode: &Mode,
     results: Vec<PartitionResult>,
-) -> FetchResponse {
+) -> FetchAnswer {
     let incremental = matches!(mode, Mode::Incremental(_));
     if session_id != 0 {
         let mut sessions = broker
@@ -409,7 +428,7 @@ fn respond(
             if incremental {
                 session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
             }
-            for (w, _, changed) in &results {
+            for (w, _, _, changed) in &results {
                 if let Some(now) = changed {
                     if let Some((_, reported)) = session
                         .partitions
@@ -423,9 +442,9 @@ fn respond(
             session.last_used = Instant::now();
         }
     }
-    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-    for (w, data, changed) in results {
-        let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
+    let mut topics: Vec<FetchTopicAnswer> = Vec::new();
+    for (w, data, slice, changed) in results {
+        let has_records = slice.as_ref().is_some_and(|s| s.len > 0);
         if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
             continue;
         }
@@ -433,23 +452,26 @@ fn respond(
             if version >= 13 {
                 t.topic_id == w.topic_id
             } else {
-                t.topic.0.as_str() == w.topic
+                t.name == w.topic
             }
         });
         if !same_topic {
-            let mut topic = FetchableTopicResponse::default();
-            if version >= 13 {
-                topic.topic_id = w.topic_id;
-            } else {
-                topic.topic = TopicName(str_bytes(w.topic.clone()));
-            }
-            topics.push(topic);
+            topics.push(FetchTopicAnswer {
+                name: w.topic.clone(),
+                topic_id: w.topic_id,
+                partitions: Vec::new(),
+            });
         }
         if let Some(topic) = topics.last_mut() {
-            topic.partitions.push(data);
+            topic.partitions.push(FetchPartitionAnswer {
+                data,
+                records: slice,
+            });
         }
     }
-    FetchResponse::default()
-        .with_session_id(session_id)
-        .with_responses(topics)
+    FetchAnswer {
+        error_code: errors::NONE,
+        session_id,
+        topics,
+    }
 }

@@ -39,6 +39,7 @@ use crate::config::ServerConfig;
 use crate::controller::service::{ControllerRequest, ControllerResponse, call_controller};
 use crate::metrics::Metrics;
 use crate::protocol::errors;
+use crate::protocol::fetch_encode::FetchAnswer;
 use crate::replica::ReplicaManager;
 use crate::txn::ProducerIdManager;
 
@@ -226,12 +227,19 @@ pub(crate) fn our_uuid(id: uuid::Uuid) -> sluice_raft::records::Uuid {
     sluice_raft::records::Uuid(id.as_u128())
 }
 
+/// What a handler answers: a message the codec encodes, or a Fetch response whose records are
+/// sent from the segment files as they are.
+pub enum Answer {
+    Message(Box<ResponseKind>),
+    Fetch(FetchAnswer),
+}
+
 /// Answers a decoded request; `None` when no response is due (Produce with acks=0).
 pub async fn dispatch(
     broker: &Arc<Broker>,
     context: &RequestContext,
     request: RequestKind,
-) -> Option<ResponseKind> {
+) -> Option<Answer> {
     let version = context.api_version;
     if matches!(
         request,
@@ -248,7 +256,10 @@ pub async fn dispatch(
             .wait_applied(index, REPLICAS_APPLY_WAIT)
             .await;
     }
-    Some(match request {
+    if let RequestKind::Fetch(r) = request {
+        return Some(Answer::Fetch(fetch::handle(broker, context, r).await));
+    }
+    Some(Answer::Message(Box::new(match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, context, r).await)
@@ -256,9 +267,8 @@ pub async fn dispatch(
         RequestKind::Produce(r) => {
             return produce::handle(broker, context, r)
                 .await
-                .map(ResponseKind::Produce);
+                .map(|r| Answer::Message(Box::new(ResponseKind::Produce(r))));
         }
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, context, r).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, context, r))
         }
@@ -301,5 +311,5 @@ pub async fn dispatch(
             drop(other);
             return None;
         }
-    })
+    })))
 }

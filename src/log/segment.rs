@@ -62,6 +62,14 @@ pub struct FileSlice {
 }
 
 impl FileSlice {
+    pub fn new(file: Arc<File>, position: u64, len: u64) -> FileSlice {
+        FileSlice {
+            file,
+            position,
+            len,
+        }
+    }
+
     pub fn file(&self) -> &File {
         &self.file
     }
@@ -69,11 +77,38 @@ impl FileSlice {
     /// Appends the slice's bytes to `out`. If the log was truncated under the slice, only the
     /// bytes still present are copied (clients treat a partial trailing batch as the end).
     pub fn read_into(&self, out: &mut Vec<u8>) -> io::Result<()> {
-        let start = out.len();
+        use std::os::fd::AsRawFd;
         let len = usize::try_from(self.len).map_err(io::Error::other)?;
-        out.resize(start + len, 0);
-        let done = self.read_to_slice(&mut out[start..])?;
-        out.truncate(start + done);
+        out.reserve(len);
+        let start = out.len();
+        let mut done = 0;
+        // Read straight into the spare capacity: no zero-filling of a buffer about to be
+        // overwritten (this is the Fetch path; every byte served passes here).
+        while done < len {
+            let spare = &mut out.spare_capacity_mut()[done..len];
+            let offset = i64::try_from(self.position + done as u64).map_err(io::Error::other)?;
+            // SAFETY: pread writes at most `spare.len()` bytes into memory `out` owns.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    offset,
+                )
+            };
+            match n {
+                0 => break,
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let error = io::Error::last_os_error();
+                    if error.kind() != io::ErrorKind::Interrupted {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        // SAFETY: pread initialized the `done` bytes after `start`.
+        unsafe { out.set_len(start + done) };
         Ok(())
     }
 

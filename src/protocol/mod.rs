@@ -4,6 +4,7 @@
 //! (`handler::SUPPORTED_APIS`), from which ApiVersions answers.
 
 pub mod errors;
+pub mod fetch_encode;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
@@ -89,7 +90,12 @@ pub fn encode_response(
     };
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = api_key.response_header_version(version);
-    let mut out = BytesMut::with_capacity(256);
+    // Fetch responses carry the records: size the buffer once rather than grow (and copy) it.
+    let body_hint = match response {
+        ResponseKind::Fetch(fetch) => fetch.compute_size(version).unwrap_or(0),
+        _ => 0,
+    };
+    let mut out = BytesMut::with_capacity(64 + body_hint.max(192));
     out.put_i32(0);
     header
         .encode(&mut out, header_version)

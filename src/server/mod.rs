@@ -22,8 +22,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::handler::{self, Broker, RequestContext};
+use crate::handler::{self, Answer, Broker, RequestContext};
+use crate::log::FileSlice;
+use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};
+use tokio::net::tcp::OwnedWriteHalf;
 
 /// Limits of one listener (Kafka's keys).
 #[derive(Debug, Clone)]
@@ -168,8 +171,7 @@ async fn serve_connection(
             busy.store(true, Ordering::Relaxed);
             let answer = process_frame(broker, &listener_name, peer, frame).await;
             let result = match answer {
-                Ok(Some(response)) => writer
-                    .write_all(&response)
+                Ok(Some(parts)) => write_parts(&mut writer, parts)
                     .await
                     .map_err(|e| format!("write: {e}")),
                 Ok(None) => Ok(()),
@@ -240,7 +242,7 @@ async fn process_frame(
     listener_name: &str,
     peer: SocketAddr,
     frame: Frame,
-) -> Result<Option<BytesMut>, FrameError> {
+) -> Result<Option<Vec<Part>>, FrameError> {
     let mut bytes = frame.bytes;
     let start = protocol::peek_start(&bytes)?;
     let api_key =
@@ -250,10 +252,9 @@ async fn process_frame(
     if !in_range {
         broker.metrics.record_unsupported(api_key);
         if api_key == ApiKey::ApiVersions {
-            return Ok(Some(protocol::api_versions_fallback(
-                start.correlation_id,
-                handler::SUPPORTED_APIS,
-            )));
+            let fallback =
+                protocol::api_versions_fallback(start.correlation_id, handler::SUPPORTED_APIS);
+            return Ok(Some(vec![Part::Bytes(fallback.freeze())]));
         }
         tracing::warn!(%peer, ?api_key, version = start.api_version, "unsupported API or version: closing the connection");
         return Err(FrameError::Undecodable {
@@ -275,23 +276,84 @@ async fn process_frame(
         peer,
         received: frame.received,
     };
-    let response = handler::dispatch(broker, &context, request).await;
-    let encoded = match response {
-        Some(response) => Some(
-            protocol::encode_response(
-                api_key,
-                header.request_api_version,
-                header.correlation_id,
-                &response,
+    let answer = handler::dispatch(broker, &context, request).await;
+    let version = header.request_api_version;
+    let encoded = match answer {
+        Some(Answer::Message(response)) => {
+            protocol::encode_response(api_key, version, header.correlation_id, &response).map(
+                |bytes| {
+                    let len = bytes.len();
+                    (vec![Part::Bytes(bytes.freeze())], len)
+                },
             )
-            .inspect_err(|error| tracing::error!(%peer, %error, "response not encodable: closing the connection"))?,
-        ),
-        None => None,
-    };
-    broker.metrics.record_request(
-        api_key,
-        frame.received.elapsed(),
-        encoded.as_ref().map_or(0, |r| r.len()),
-    );
-    Ok(encoded)
+        }
+        Some(Answer::Fetch(fetch)) => {
+            protocol::fetch_encode::encode(version, header.correlation_id, &fetch)
+        }
+        None => {
+            broker
+                .metrics
+                .record_request(api_key, frame.received.elapsed(), 0);
+            return Ok(None);
+        }
+    }
+    .inspect_err(
+        |error| tracing::error!(%peer, %error, "response not encodable: closing the connection"),
+    )?;
+    broker
+        .metrics
+        .record_request(api_key, frame.received.elapsed(), encoded.1);
+    Ok(Some(encoded.0))
+}
+
+/// Writes a response's parts: bytes with `write_all`, file slices with `sendfile` (page cache
+/// to socket, no copy through this process).
+async fn write_parts(writer: &mut OwnedWriteHalf, parts: Vec<Part>) -> std::io::Result<()> {
+    for part in parts {
+        match part {
+            Part::Bytes(bytes) => writer.write_all(&bytes).await?,
+            Part::File(slice) => send_file(writer.as_ref(), &slice).await?,
+        }
+    }
+    Ok(())
+}
+
+async fn send_file(stream: &TcpStream, slice: &FileSlice) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut offset = i64::try_from(slice.position).map_err(std::io::Error::other)?;
+    let mut remaining = usize::try_from(slice.len).map_err(std::io::Error::other)?;
+    while remaining > 0 {
+        stream.writable().await?;
+        let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both descriptors are open for the call; the kernel advances `offset`.
+            let n = unsafe {
+                libc::sendfile(
+                    stream.as_raw_fd(),
+                    slice.file().as_raw_fd(),
+                    &mut offset,
+                    remaining,
+                )
+            };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            // The segment was truncated under the slice: the response's length is already
+            // on the wire, so the connection cannot go on.
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "segment truncated while being sent",
+                ));
+            }
+            Ok(n) => remaining -= n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
