@@ -227,3 +227,23 @@ fn pipelined_requests_are_answered_in_order() {
         assert_eq!(&body[..4], &correlation_id.to_be_bytes());
     }
 }
+
+#[test]
+fn max_connections_and_idle_connections_are_closed() {
+    let node = SingleNode::start(&["max.connections=3", "connections.max.idle.ms=1500"]);
+    // Three connections are served; a fourth is closed at once.
+    let mut open: Vec<TcpStream> = (0..3).map(|_| connect(&node)).collect();
+    for stream in &mut open {
+        stream.write_all(&frame(18, 0, 1, &[])).expect("write");
+        response(stream).expect("served");
+    }
+    let mut fourth = connect(&node);
+    assert_closed(&mut fourth, "connection over max.connections");
+    assert_eq!(node.gauge("sluice_connections_refused_total"), Some(1));
+    // Idle past connections.max.idle.ms: closed by the broker, and the slots free up.
+    std::thread::sleep(Duration::from_millis(2500));
+    for stream in &mut open {
+        assert_closed(stream, "idle connection");
+    }
+    assert_serving(&node);
+}
