@@ -333,4 +333,11 @@ fn incremental_fetch_sessions_send_only_what_changed() {
     assert_eq!(closed.session_id, 0);
     assert_eq!(partitions_in(&closed).len(), 1);
     assert_eq!(fetch(&mut client, session, 5, &[], &[]).error_code, 70);
+    // Past the log end: OFFSET_OUT_OF_RANGE (1) at the partition, with the watermarks.
+    let out_of_range = fetch(&mut client, 0, -1, &[(0, 1000)], &[]);
+    let p = &out_of_range.responses[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.high_watermark, p.log_start_offset),
+        (1, 1, 0)
+    );
 }

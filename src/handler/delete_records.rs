@@ -6,7 +6,7 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::{Broker, RequestContext};
+use super::{Broker, RequestContext, led_partition};
 use crate::log::TopicPartition;
 use crate::protocol::errors;
 
@@ -34,19 +34,11 @@ pub fn handle(
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
                     let tp = TopicPartition::new(name.clone(), p.partition_index);
-                    let Some(partition) = broker.replicas.partition(&tp) else {
-                        let known = image
-                            .topic_by_name(&name)
-                            .is_some_and(|t| t.partitions.contains_key(&p.partition_index));
-                        return response.with_error_code(if known {
-                            errors::NOT_LEADER_OR_FOLLOWER
-                        } else {
-                            errors::UNKNOWN_TOPIC_OR_PARTITION
-                        });
-                    };
-                    if !partition.is_leader() {
-                        return response.with_error_code(errors::NOT_LEADER_OR_FOLLOWER);
-                    }
+                    let (partition, _) =
+                        match led_partition(broker, &image, &name, p.partition_index, -1) {
+                            Ok(found) => found,
+                            Err(code) => return response.with_error_code(code),
+                        };
                     let log = &partition.log;
                     let high_watermark = log.high_watermark();
                     let target = match p.offset {

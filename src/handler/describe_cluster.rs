@@ -3,7 +3,7 @@
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{Broker, RequestContext, listener_endpoint, str_bytes};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
@@ -33,11 +33,7 @@ pub fn handle(
         .values()
         .filter(|b| !b.fenced || request.include_fenced_brokers)
         .filter_map(|b| {
-            let endpoint = b
-                .registration
-                .endpoints
-                .iter()
-                .find(|e| e.name == context.listener_name)?;
+            let endpoint = listener_endpoint(b, &context.listener_name)?;
             Some(
                 DescribeClusterBroker::default()
                     .with_broker_id(BrokerId(b.registration.broker_id))

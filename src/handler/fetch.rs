@@ -12,8 +12,8 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
-use super::{Broker, RequestContext, our_uuid};
-use crate::log::{FileSlice, LogError, TopicPartition};
+use super::{Broker, RequestContext, led_partition, our_uuid};
+use crate::log::{FileSlice, LogError};
 use crate::protocol::errors;
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 
@@ -328,47 +328,14 @@ fn read_partition(
     isolation_level: i8,
     follower: bool,
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
-    let tp = TopicPartition::new(w.topic.clone(), w.partition);
-    let Some(partition) = (!w.topic.is_empty())
-        .then(|| broker.replicas.partition(&tp))
-        .flatten()
-    else {
-        let code = if w.topic.is_empty() {
-            errors::UNKNOWN_TOPIC_ID
-        } else if image
-            .topic_by_name(&w.topic)
-            .is_some_and(|t| t.partitions.contains_key(&w.partition))
-        {
-            errors::NOT_LEADER_OR_FOLLOWER
-        } else {
-            errors::UNKNOWN_TOPIC_OR_PARTITION
+    if w.topic.is_empty() {
+        return (data.with_error_code(errors::UNKNOWN_TOPIC_ID), None, None);
+    }
+    let partition =
+        match led_partition(broker, image, &w.topic, w.partition, w.current_leader_epoch) {
+            Ok((partition, _)) => partition,
+            Err(code) => return (data.with_error_code(code), None, None),
         };
-        return (data.with_error_code(code), None, None);
-    };
-    let state = partition.state();
-    if state.leader != broker.broker_id {
-        return (
-            data.with_error_code(errors::NOT_LEADER_OR_FOLLOWER),
-            None,
-            None,
-        );
-    }
-    if w.current_leader_epoch >= 0 {
-        if w.current_leader_epoch < state.leader_epoch {
-            return (
-                data.with_error_code(errors::FENCED_LEADER_EPOCH),
-                None,
-                None,
-            );
-        }
-        if w.current_leader_epoch > state.leader_epoch {
-            return (
-                data.with_error_code(errors::UNKNOWN_LEADER_EPOCH),
-                None,
-                None,
-            );
-        }
-    }
     let log = &partition.log;
     let high_watermark = log.high_watermark() as i64;
     let log_start_offset = log.log_start_offset() as i64;

@@ -6,8 +6,7 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::{Broker, RequestContext};
-use crate::log::TopicPartition;
+use super::{Broker, RequestContext, led_partition};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (1, 10);
@@ -38,30 +37,16 @@ pub fn handle(
                 .map(|p| {
                     let response = ListOffsetsPartitionResponse::default()
                         .with_partition_index(p.partition_index);
-                    let tp = TopicPartition::new(name.clone(), p.partition_index);
-                    let Some(partition) = broker.replicas.partition(&tp) else {
-                        let known = image
-                            .topic_by_name(&name)
-                            .is_some_and(|t| t.partitions.contains_key(&p.partition_index));
-                        return response.with_error_code(if known {
-                            errors::NOT_LEADER_OR_FOLLOWER
-                        } else {
-                            errors::UNKNOWN_TOPIC_OR_PARTITION
-                        });
+                    let (partition, state) = match led_partition(
+                        broker,
+                        &image,
+                        &name,
+                        p.partition_index,
+                        p.current_leader_epoch,
+                    ) {
+                        Ok(found) => found,
+                        Err(code) => return response.with_error_code(code),
                     };
-                    let state = partition.state();
-                    if state.leader != broker.broker_id {
-                        return response.with_error_code(errors::NOT_LEADER_OR_FOLLOWER);
-                    }
-                    if p.current_leader_epoch >= 0 && p.current_leader_epoch != state.leader_epoch {
-                        return response.with_error_code(
-                            if p.current_leader_epoch < state.leader_epoch {
-                                errors::FENCED_LEADER_EPOCH
-                            } else {
-                                errors::UNKNOWN_LEADER_EPOCH
-                            },
-                        );
-                    }
                     let log = &partition.log;
                     // The leader epoch is in responses from v4 on.
                     let epoch = if context.api_version >= 4 {

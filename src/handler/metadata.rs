@@ -11,7 +11,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use sluice_raft::image::{MetadataImage, TopicImage};
 use sluice_raft::records::NO_LEADER;
 
-use super::{Broker, RequestContext, kafka_uuid, our_uuid, str_bytes};
+use super::{Broker, RequestContext, kafka_uuid, listener_endpoint, our_uuid, str_bytes};
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
 use crate::log::topic_partition::validate_topic_name;
@@ -50,11 +50,7 @@ pub async fn handle(
     response.brokers = image
         .unfenced_brokers()
         .filter_map(|b| {
-            let endpoint = b
-                .registration
-                .endpoints
-                .iter()
-                .find(|e| e.name == context.listener_name)?;
+            let endpoint = listener_endpoint(b, &context.listener_name)?;
             Some(
                 MetadataResponseBroker::default()
                     .with_node_id(BrokerId(b.registration.broker_id))

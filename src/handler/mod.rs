@@ -40,7 +40,7 @@ use crate::controller::service::{ControllerRequest, ControllerResponse, call_con
 use crate::metrics::Metrics;
 use crate::protocol::errors;
 use crate::protocol::fetch_encode::FetchAnswer;
-use crate::replica::ReplicaManager;
+use crate::replica::{Partition, PartitionState, ReplicaManager};
 use crate::txn::ProducerIdManager;
 
 /// Every API served, with the versions (inclusive).
@@ -213,6 +213,54 @@ impl Broker {
             .current_leader
             .map_or(-1, |l| l as i32)
     }
+}
+
+/// The partition this broker leads, with its state, or the error code a client gets: the
+/// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION), led elsewhere (NOT_LEADER_OR_FOLLOWER),
+/// or the client's leader epoch is older (FENCED_LEADER_EPOCH) or newer (UNKNOWN_LEADER_EPOCH)
+/// than ours. `current_leader_epoch` -1 skips the epoch check.
+pub(crate) fn led_partition(
+    broker: &Broker,
+    image: &MetadataImage,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+) -> Result<(Arc<Partition>, PartitionState), i16> {
+    let tp = crate::log::TopicPartition::new(topic, partition);
+    let Some(found) = broker.replicas.partition(&tp) else {
+        let known = image
+            .topic_by_name(topic)
+            .is_some_and(|t| t.partitions.contains_key(&partition));
+        return Err(if known {
+            errors::NOT_LEADER_OR_FOLLOWER
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        });
+    };
+    let state = found.state();
+    if state.leader != broker.broker_id {
+        return Err(errors::NOT_LEADER_OR_FOLLOWER);
+    }
+    if current_leader_epoch >= 0 && current_leader_epoch != state.leader_epoch {
+        return Err(if current_leader_epoch < state.leader_epoch {
+            errors::FENCED_LEADER_EPOCH
+        } else {
+            errors::UNKNOWN_LEADER_EPOCH
+        });
+    }
+    Ok((found, state))
+}
+
+/// A registered broker's endpoint on the named listener (the one a request came in on).
+pub(crate) fn listener_endpoint<'a>(
+    broker: &'a sluice_raft::image::BrokerRegistration,
+    listener: &str,
+) -> Option<&'a sluice_raft::records::Endpoint> {
+    broker
+        .registration
+        .endpoints
+        .iter()
+        .find(|e| e.name == listener)
 }
 
 pub(crate) fn str_bytes(text: impl Into<String>) -> StrBytes {
