@@ -197,6 +197,16 @@ fn bad_frames_close_only_their_connection_and_bad_batches_never_reach_the_log() 
     // Garbage that is not a batch at all.
     assert_eq!(produce(&node, &[7u8; 100]).0, 2, "garbage: CORRUPT_MESSAGE");
 
+    // acks=0 gets no answer; a failed one closes the connection, as Kafka does, so the
+    // producer notices (here: a partition that does not exist).
+    let mut body = produce_body("bad", &batch(&["lost"]));
+    body[2..4].copy_from_slice(&0i16.to_be_bytes());
+    let index_at = body.len() - 4 - batch(&["lost"]).len() - 4;
+    body[index_at..index_at + 4].copy_from_slice(&7i32.to_be_bytes());
+    let mut stream = connect(&node);
+    stream.write_all(&frame(0, 3, 12, &body)).expect("write");
+    assert_closed(&mut stream, "failed acks=0 produce");
+
     // Nothing reached the log: the first good batch gets offset 0.
     assert_eq!(produce(&node, &batch(&["good"])), (0, 0));
     assert_serving(&node);

@@ -280,6 +280,8 @@ pub(crate) fn our_uuid(id: uuid::Uuid) -> sluice_raft::records::Uuid {
 pub enum Answer {
     Message(Box<ResponseKind>),
     Fetch(FetchAnswer),
+    /// No response: close the connection (Produce with acks=0 that failed).
+    Close,
 }
 
 /// Answers a decoded request; `None` when no response is due (Produce with acks=0).
@@ -313,9 +315,10 @@ pub async fn dispatch(
             ResponseKind::Metadata(metadata::handle(broker, context, r).await)
         }
         RequestKind::Produce(r) => {
-            return produce::handle(broker, context, r)
-                .await
-                .map(|r| Answer::Message(Box::new(ResponseKind::Produce(r))));
+            return produce::handle(broker, context, r).await.map(|r| match r {
+                Ok(r) => Answer::Message(Box::new(ResponseKind::Produce(r))),
+                Err(()) => Answer::Close,
+            });
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, context, r))

@@ -19,7 +19,7 @@ pub async fn handle(
     broker: &Broker,
     _context: &RequestContext,
     request: ProduceRequest,
-) -> Option<ProduceResponse> {
+) -> Option<Result<ProduceResponse, ()>> {
     let acks = request.acks;
     let image = broker.image();
     let mut waits = Vec::new();
@@ -109,7 +109,13 @@ pub async fn handle(
     }
     broker.replicas.notify_data_changed();
     if acks == 0 {
-        return None;
+        // No response goes back; as Kafka does, an error closes the connection so the
+        // producer notices and refreshes its metadata.
+        let failed = responses
+            .iter()
+            .flat_map(|(_, partitions, _)| partitions.iter())
+            .any(|p| p.error_code != errors::NONE);
+        return if failed { Some(Err(())) } else { None };
     }
     let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(responses.len());
@@ -134,5 +140,5 @@ pub async fn handle(
                 .with_partition_responses(partitions),
         );
     }
-    Some(ProduceResponse::default().with_responses(topics))
+    Some(Ok(ProduceResponse::default().with_responses(topics)))
 }

@@ -23,6 +23,8 @@ pub enum FrameError {
         version: i16,
         reason: String,
     },
+    #[error("closing the connection: {0}")]
+    Close(String),
     #[error("encoding the {api_key:?} v{version} response: {reason}")]
     Encode {
         api_key: ApiKey,

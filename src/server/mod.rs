@@ -290,6 +290,10 @@ async fn process_frame(
         Some(Answer::Fetch(fetch)) => {
             protocol::fetch_encode::encode(version, header.correlation_id, &fetch)
         }
+        Some(Answer::Close) => {
+            tracing::debug!(%peer, "acks=0 produce failed: closing the connection");
+            Err(FrameError::Close("an acks=0 produce failed".into()))
+        }
         None => {
             broker
                 .metrics
@@ -297,9 +301,11 @@ async fn process_frame(
             return Ok(None);
         }
     }
-    .inspect_err(
-        |error| tracing::error!(%peer, %error, "response not encodable: closing the connection"),
-    )?;
+    .inspect_err(|error| {
+        if !matches!(error, FrameError::Close(_)) {
+            tracing::error!(%peer, %error, "response not encodable: closing the connection")
+        }
+    })?;
     broker
         .metrics
         .record_request(api_key, frame.received.elapsed(), encoded.1);
