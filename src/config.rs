@@ -88,6 +88,14 @@ pub struct ServerConfig {
     /// `connections.max.idle.ms`
     pub connections_max_idle_ms: u64,
     pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.max.bytes`, per partition.
+    pub replica_fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`
+    pub replica_fetch_response_max_bytes: i32,
+    /// `replica.fetch.wait.max.ms`
+    pub replica_fetch_wait_max_ms: i32,
+    /// `replica.fetch.backoff.ms`
+    pub replica_fetch_backoff_ms: u64,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
     pub quorum_election_timeout_ms: u64,
@@ -125,6 +133,11 @@ const SERVER_KEYS: &[&str] = &[
     "compression.type",
     "log.cleaner.max.compaction.lag.ms",
     "replica.lag.time.max.ms",
+    "replica.fetch.max.bytes",
+    "replica.fetch.response.max.bytes",
+    "replica.fetch.wait.max.ms",
+    "replica.fetch.backoff.ms",
+    "num.replica.fetchers",
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",
     "controller.quorum.election.timeout.ms",
@@ -468,6 +481,25 @@ impl ServerConfig {
                 i64::MAX as u64,
             )?,
             replica_lag_time_max_ms: number("replica.lag.time.max.ms", 30_000)?,
+            replica_fetch_max_bytes: in_range(
+                "replica.fetch.max.bytes",
+                number("replica.fetch.max.bytes", 1_048_576)?,
+                1024,
+                i32::MAX as u64,
+            )? as i32,
+            replica_fetch_response_max_bytes: in_range(
+                "replica.fetch.response.max.bytes",
+                number("replica.fetch.response.max.bytes", 10_485_760)?,
+                1024,
+                i32::MAX as u64,
+            )? as i32,
+            replica_fetch_wait_max_ms: in_range(
+                "replica.fetch.wait.max.ms",
+                number("replica.fetch.wait.max.ms", 500)?,
+                0,
+                i32::MAX as u64,
+            )? as i32,
+            replica_fetch_backoff_ms: number("replica.fetch.backoff.ms", 1_000)?,
             broker_session_timeout_ms: number("broker.session.timeout.ms", 9_000)?,
             broker_heartbeat_interval_ms: number("broker.heartbeat.interval.ms", 2_000)?,
             quorum_election_timeout_ms: in_range(

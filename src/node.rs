@@ -149,6 +149,32 @@ impl Node {
             tasks.push(tokio::spawn(
                 Arc::clone(&replicas).follow_images(quorum.images()),
             ));
+            let client_listener = config
+                .listeners
+                .iter()
+                .find(|l| l.name != config.controller_listener_name)
+                .map_or_else(|| "PLAINTEXT".to_owned(), |l| l.name.clone());
+            tasks.push(tokio::spawn(crate::replica::fetcher::run(
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+                crate::replica::fetcher::FetcherSettings {
+                    listener_name: client_listener,
+                    fetch_max_bytes: config.replica_fetch_max_bytes,
+                    response_max_bytes: config.replica_fetch_response_max_bytes,
+                    wait_max_ms: config.replica_fetch_wait_max_ms,
+                    backoff_ms: config.replica_fetch_backoff_ms,
+                },
+            )));
+            tasks.push(tokio::spawn(crate::replica::isr::run(
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+                config
+                    .voters
+                    .iter()
+                    .map(|v| format!("{}:{}", v.host, v.port))
+                    .collect(),
+                Duration::from_millis(config.replica_lag_time_max_ms),
+            )));
             let listener_config = config
                 .listeners
                 .iter()
@@ -193,6 +219,7 @@ impl Node {
             Arc::clone(&quorum),
             Arc::clone(&logs),
             Arc::clone(&metrics),
+            Arc::clone(&replicas),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {
@@ -376,6 +403,7 @@ async fn serve_http(
     quorum: Arc<Quorum>,
     logs: Arc<LogManager>,
     broker_metrics: Arc<Metrics>,
+    replicas: Arc<ReplicaManager>,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -385,6 +413,7 @@ async fn serve_http(
         let quorum = Arc::clone(&quorum);
         let logs = Arc::clone(&logs);
         let broker_metrics = Arc::clone(&broker_metrics);
+        let replicas = Arc::clone(&replicas);
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
             let mut buffer = [0u8; 1024];
@@ -413,6 +442,7 @@ async fn serve_http(
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
                     let mut text = metrics(&quorum, &logs);
                     broker_metrics.render(&mut text);
+                    replicas.render_metrics(&mut text);
                     text
                 }),
                 _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),

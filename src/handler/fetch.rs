@@ -202,7 +202,8 @@ pub async fn handle(
     } else {
         request.max_bytes as usize
     };
-    let follower = request.replica_id.0 >= 0 || request.replica_state.replica_id.0 >= 0;
+    // A follower's fetch names it (v15+ in replica_state); consumers send -1.
+    let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
     let mut changes = broker.replicas.data_changes();
     loop {
         changes.borrow_and_update();
@@ -223,7 +224,7 @@ pub async fn handle(
             &wanted,
             max_bytes,
             request.isolation_level,
-            follower,
+            replica_id,
         );
         let done = bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline;
         if done {
@@ -284,7 +285,7 @@ fn read_all(
     wanted: &[(Wanted, Option<Reported>)],
     max_bytes: usize,
     isolation_level: i8,
-    follower: bool,
+    replica_id: i32,
 ) -> (Vec<PartitionResult>, usize, bool) {
     let mut results = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
@@ -299,7 +300,7 @@ fn read_all(
             max_bytes.saturating_sub(total),
             total == 0,
             isolation_level,
-            follower,
+            replica_id,
         );
         if data.error_code != errors::NONE {
             errored = true;
@@ -326,8 +327,9 @@ fn read_partition(
     budget: usize,
     first: bool,
     isolation_level: i8,
-    follower: bool,
+    replica_id: i32,
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
+    let follower = replica_id >= 0;
     if w.topic.is_empty() {
         return (data.with_error_code(errors::UNKNOWN_TOPIC_ID), None, None);
     }
@@ -336,6 +338,12 @@ fn read_partition(
             Ok((partition, _)) => partition,
             Err(code) => return (data.with_error_code(code), None, None),
         };
+    if follower && w.fetch_offset >= 0 {
+        // The follower holds everything below its fetch offset: the HW may move.
+        if partition.update_follower(replica_id, w.fetch_offset as u64) {
+            broker.replicas.notify_data_changed();
+        }
+    }
     let log = &partition.log;
     let high_watermark = log.high_watermark() as i64;
     let log_start_offset = log.log_start_offset() as i64;

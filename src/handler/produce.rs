@@ -86,7 +86,12 @@ pub async fn handle(
                             .fetch_add(appended.info.record_count, Ordering::Relaxed);
                     }
                     if acks == -1 {
-                        waits.push((partition, appended.info.last_offset + 1, partitions.len()));
+                        waits.push((
+                            partition,
+                            appended.info.last_offset + 1,
+                            partitions.len(),
+                            min_insync,
+                        ));
                     }
                     partitions.push(
                         response
@@ -120,17 +125,23 @@ pub async fn handle(
     let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(responses.len());
     for (name, mut partitions, waits) in responses {
-        for (partition, needed, index) in waits {
+        for (partition, needed, index, min_insync) in waits {
             let log = &partition.log;
             let reached = broker
                 .replicas
                 .wait_for_data(timeout, || log.high_watermark() >= needed)
                 .await;
+            let response = &mut partitions[index];
             if !reached {
-                let response = &mut partitions[index];
                 response.error_code = errors::REQUEST_TIMED_OUT;
                 response.error_message = Some(str_bytes(
                     "the in-sync replicas did not acknowledge within timeout_ms",
+                ));
+            } else if partition.state().isr.len() < min_insync {
+                // Written and replicated to the ISR, but the ISR shrank below the minimum.
+                response.error_code = errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+                response.error_message = Some(str_bytes(
+                    "the ISR fell below min.insync.replicas during the append",
                 ));
             }
         }

@@ -6,10 +6,14 @@
 //! replicas it need not wait for, and its high watermark follows its log end.
 
 pub mod compression;
+pub mod fetcher;
+pub mod isr;
 pub mod partition;
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -35,6 +39,9 @@ pub struct ReplicaManager {
     data_version: watch::Sender<u64>,
     /// The index of the last metadata image applied to the replicas.
     applied_index: watch::Sender<u64>,
+    /// ISR changes this broker got committed as a leader.
+    pub isr_shrinks: AtomicU64,
+    pub isr_expands: AtomicU64,
 }
 
 impl ReplicaManager {
@@ -50,6 +57,8 @@ impl ReplicaManager {
             static_properties,
             data_version: watch::channel(0).0,
             applied_index: watch::channel(0).0,
+            isr_shrinks: AtomicU64::new(0),
+            isr_expands: AtomicU64::new(0),
         }
     }
 
@@ -305,6 +314,102 @@ impl ReplicaManager {
         offset: u64,
     ) -> Result<u64, crate::log::LogError> {
         self.logs.advance_log_start_offset(tp, offset)
+    }
+
+    /// Truncates a follower's log (checkpointed) and rebuilds its producer state.
+    pub fn truncate_to(
+        &self,
+        tp: &TopicPartition,
+        offset: u64,
+    ) -> Result<u64, crate::log::LogError> {
+        let end = self.logs.truncate_to(tp, offset)?;
+        if let Some(partition) = self.partition(tp) {
+            partition.reload_producer_state()?;
+        }
+        self.notify_data_changed();
+        Ok(end)
+    }
+
+    /// Empties a follower's log and restarts it at `offset` (the leader's log start).
+    pub fn truncate_fully_and_start_at(
+        &self,
+        tp: &TopicPartition,
+        offset: u64,
+    ) -> Result<(), crate::log::LogError> {
+        if let Some(partition) = self.partition(tp) {
+            partition.log.truncate_fully_and_start_at(offset)?;
+            partition.reload_producer_state()?;
+        }
+        Ok(())
+    }
+
+    /// Prometheus text: what operators watch about replication.
+    pub fn render_metrics(&self, out: &mut String) {
+        let partitions = self.partitions();
+        let mut leaders = 0;
+        let mut under_replicated = 0;
+        let mut under_min_isr = 0;
+        let mut follower_lag_max = 0u64;
+        for partition in &partitions {
+            let state = partition.state();
+            if state.leader != self.broker_id {
+                continue;
+            }
+            leaders += 1;
+            if state.isr.len() < state.replicas.len() {
+                under_replicated += 1;
+            }
+            if state.isr.len() < 2 && state.replicas.len() > 1 {
+                under_min_isr += 1;
+            }
+            let log_end = partition.log.log_end_offset();
+            for follower in partition.followers().values() {
+                let lag = log_end.saturating_sub(follower.log_end_offset.unwrap_or(0));
+                follower_lag_max = follower_lag_max.max(lag);
+            }
+        }
+        let mut gauge = |name: &str, kind: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        gauge(
+            "sluice_replica_leader_partitions",
+            "gauge",
+            "Partitions this broker leads.",
+            leaders,
+        );
+        gauge(
+            "sluice_under_replicated_partitions",
+            "gauge",
+            "Partitions led here whose ISR is smaller than their replica set.",
+            under_replicated,
+        );
+        gauge(
+            "sluice_single_replica_isr_partitions",
+            "gauge",
+            "Replicated partitions led here with the leader alone in the ISR.",
+            under_min_isr,
+        );
+        gauge(
+            "sluice_follower_lag_max_records",
+            "gauge",
+            "Largest lag, in offsets, of a follower behind this broker's leader logs.",
+            follower_lag_max,
+        );
+        gauge(
+            "sluice_isr_shrinks_total",
+            "counter",
+            "ISR shrinks committed for partitions led here.",
+            self.isr_shrinks.load(Ordering::Relaxed),
+        );
+        gauge(
+            "sluice_isr_expands_total",
+            "counter",
+            "ISR expansions committed for partitions led here.",
+            self.isr_expands.load(Ordering::Relaxed),
+        );
     }
 
     /// Snapshots producer state of every partition (at shutdown, before the logs close).

@@ -2,7 +2,10 @@
 //! (leader, leader epoch, ISR), and, as leader, the producer state that makes appends
 //! idempotent.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use sluice_raft::records::{BrokerId, Uuid};
 
@@ -50,6 +53,9 @@ impl From<LogError> for AppendError {
     }
 }
 
+/// How long an ISR change may stay unanswered before it is sent again.
+const PENDING_ISR_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The most bytes read at once while replaying the log into producer state.
 const REPLAY_READ_BYTES: u64 = 1 << 20;
 
@@ -62,6 +68,34 @@ pub struct Partition {
     producers: Mutex<ProducerStateManager>,
     /// Segments when producer state was last snapshotted: a roll triggers a new snapshot.
     snapshot_segments: Mutex<usize>,
+    /// As leader: what each follower's fetches told us.
+    followers: Mutex<HashMap<BrokerId, FollowerState>>,
+    /// As follower: the log must be checked against the leader's (OffsetForLeaderEpoch) and
+    /// truncated to where they diverge before fetching. Set on every leader change.
+    needs_truncation: AtomicBool,
+    /// An ISR change sent to the controller and not yet seen committed: (ISR, when sent).
+    pending_isr: Mutex<Option<(Vec<BrokerId>, Instant)>>,
+}
+
+/// A follower as its leader sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerState {
+    /// The offset of its last fetch: everything below is on the follower.
+    pub log_end_offset: Option<u64>,
+    /// When it was last fully caught up (fetched at or past the leader's log end).
+    pub last_caught_up: Instant,
+    /// The leader's log end at the follower's previous fetch, and when that fetch came.
+    previous_fetch: Option<(u64, Instant)>,
+}
+
+impl FollowerState {
+    fn new(now: Instant) -> Self {
+        FollowerState {
+            log_end_offset: None,
+            last_caught_up: now,
+            previous_fetch: None,
+        }
+    }
 }
 
 impl Partition {
@@ -74,6 +108,11 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let producers = load_producer_state(&log)?;
         let segments = log.segment_count();
+        let followers = if state.leader == broker_id {
+            fresh_followers(&state, broker_id)
+        } else {
+            HashMap::new()
+        };
         Ok(Partition {
             topic_partition,
             log,
@@ -81,6 +120,9 @@ impl Partition {
             state: RwLock::new(state),
             producers: Mutex::new(producers),
             snapshot_segments: Mutex::new(segments),
+            followers: Mutex::new(followers),
+            needs_truncation: AtomicBool::new(true),
+            pending_isr: Mutex::new(None),
         })
     }
 
@@ -88,26 +130,211 @@ impl Partition {
         self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Adopts what the committed image says. A new leader epoch starts leadership afresh
+    /// (followers unknown, caught up as of now) or, as follower, asks for a truncation check.
     pub fn set_state(&self, state: PartitionState) {
-        *self.state.write().unwrap_or_else(|p| p.into_inner()) = state;
+        let mut current = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let new_epoch =
+            current.leader_epoch != state.leader_epoch || current.leader != state.leader;
+        if new_epoch {
+            if state.leader == self.broker_id {
+                *self.followers.lock().unwrap_or_else(|p| p.into_inner()) =
+                    fresh_followers(&state, self.broker_id);
+            } else {
+                self.needs_truncation.store(true, Ordering::Release);
+            }
+        }
+        let pending = self
+            .pending_isr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((isr, sent)) = pending {
+            // Still waiting for our change, unless the image moved on or it is too old.
+            if state.isr != isr
+                && current.partition_epoch == state.partition_epoch
+                && sent.elapsed() < PENDING_ISR_TIMEOUT
+            {
+                *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, sent));
+            }
+        }
+        *current = state;
+        drop(current);
         self.maybe_advance_high_watermark();
+    }
+
+    pub fn broker_id(&self) -> BrokerId {
+        self.broker_id
+    }
+
+    pub fn needs_truncation(&self) -> bool {
+        self.needs_truncation.load(Ordering::Acquire)
+    }
+
+    pub fn request_truncation(&self) {
+        self.needs_truncation.store(true, Ordering::Release);
+    }
+
+    pub fn truncation_done(&self) {
+        self.needs_truncation.store(false, Ordering::Release);
+    }
+
+    /// As leader: a follower fetched from `fetch_offset` (so holds everything below it).
+    /// Returns whether the high watermark moved.
+    pub fn update_follower(&self, replica: BrokerId, fetch_offset: u64) -> bool {
+        let now = Instant::now();
+        let leader_log_end = self.log.log_end_offset();
+        {
+            let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+            let follower = followers
+                .entry(replica)
+                .or_insert_with(|| FollowerState::new(now));
+            follower.log_end_offset = Some(fetch_offset.min(leader_log_end));
+            // Kafka's rule: caught up now if it fetched our log end; caught up as of its
+            // previous fetch if it fetched what our log end was then.
+            if fetch_offset >= leader_log_end {
+                follower.last_caught_up = now;
+            } else if let Some((previous_end, at)) = follower.previous_fetch {
+                if fetch_offset >= previous_end && at > follower.last_caught_up {
+                    follower.last_caught_up = at;
+                }
+            }
+            follower.previous_fetch = Some((leader_log_end, now));
+        }
+        self.maybe_advance_high_watermark()
+    }
+
+    pub fn followers(&self) -> HashMap<BrokerId, FollowerState> {
+        self.followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// As leader: the ISR this partition should have (laggards out, caught-up replicas in),
+    /// when it differs from the committed one and no change is already pending.
+    pub fn wanted_isr(&self, lag_max: Duration) -> Option<(PartitionState, Vec<BrokerId>)> {
+        let state = self.state();
+        if state.leader != self.broker_id {
+            return None;
+        }
+        if self
+            .pending_isr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|(_, sent)| sent.elapsed() < PENDING_ISR_TIMEOUT)
+        {
+            return None;
+        }
+        let followers = self.followers();
+        let high_watermark = self.log.high_watermark();
+        let now = Instant::now();
+        let mut isr: Vec<BrokerId> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| {
+                *r == self.broker_id
+                    || followers
+                        .get(r)
+                        .is_some_and(|f| now.duration_since(f.last_caught_up) <= lag_max)
+            })
+            .collect();
+        for replica in &state.replicas {
+            if isr.contains(replica) {
+                continue;
+            }
+            let caught_up = followers.get(replica).is_some_and(|f| {
+                f.log_end_offset.is_some_and(|leo| leo >= high_watermark)
+                    && now.duration_since(f.last_caught_up) <= lag_max
+            });
+            if caught_up {
+                isr.push(*replica);
+            }
+        }
+        // Kafka's order: the assignment's.
+        isr.sort_by_key(|r| state.replicas.iter().position(|x| x == r));
+        let mut current = state.isr.clone();
+        current.sort_by_key(|r| state.replicas.iter().position(|x| x == r));
+        (isr != current).then_some((state, isr))
+    }
+
+    pub fn isr_change_sent(&self, isr: Vec<BrokerId>) {
+        *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, Instant::now()));
+    }
+
+    pub fn isr_change_failed(&self) {
+        *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// As follower: appends batches fetched from the leader, unchanged, and keeps producer
+    /// state (a follower may become leader).
+    pub fn append_as_follower(&self, records: &[u8]) -> Result<Option<AppendInfo>, LogError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        let info = self.log.append_as_follower(records)?;
+        for (_, header, _) in BatchIter::new(records).filter_map(Result::ok) {
+            if header.producer_id >= 0 {
+                let batch = ProducerBatch {
+                    producer_id: header.producer_id,
+                    epoch: header.producer_epoch,
+                    first_sequence: header.base_sequence,
+                    last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+                };
+                producers.update(
+                    &batch,
+                    BatchMetadata {
+                        first_sequence: batch.first_sequence,
+                        last_sequence: batch.last_sequence,
+                        first_offset: header.base_offset,
+                        last_offset: header.last_offset(),
+                        max_timestamp: header.max_timestamp,
+                    },
+                );
+            }
+        }
+        self.maybe_snapshot(&producers);
+        Ok(Some(info))
+    }
+
+    /// After a truncation: producer state is rebuilt from the snapshot and the log.
+    pub fn reload_producer_state(&self) -> Result<(), LogError> {
+        let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        *producers = load_producer_state(&self.log)?;
+        Ok(())
     }
 
     pub fn is_leader(&self) -> bool {
         self.state.read().unwrap_or_else(|p| p.into_inner()).leader == self.broker_id
     }
 
-    /// The leader's high watermark: the smallest log end offset in the ISR. Followers' offsets
-    /// come with replication; a leader alone in its ISR has its own log end.
+    /// The leader's high watermark: the smallest log end offset in the ISR (followers' from
+    /// their fetches). It never moves backwards on a leader. Returns whether it moved.
     pub fn maybe_advance_high_watermark(&self) -> bool {
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-        if state.leader != self.broker_id || state.isr.iter().any(|r| *r != self.broker_id) {
+        if state.leader != self.broker_id {
             return false;
+        }
+        let mut candidate = self.log.log_end_offset();
+        {
+            let followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+            for replica in state.isr.iter().filter(|r| **r != self.broker_id) {
+                match followers.get(replica).and_then(|f| f.log_end_offset) {
+                    Some(leo) => candidate = candidate.min(leo),
+                    // Not heard from since this leadership began: it holds the HW back.
+                    None => return false,
+                }
+            }
         }
         drop(state);
         let before = self.log.high_watermark();
-        let after = self.log.set_high_watermark(self.log.log_end_offset());
-        after > before
+        if candidate <= before {
+            return false;
+        }
+        self.log.set_high_watermark(candidate) > before
     }
 
     /// Appends a producer's batches as leader. `min_insync_replicas` applies to `acks=all`.
@@ -224,6 +451,18 @@ impl Partition {
         }
         producers.write_snapshot(self.log.dir(), self.log.log_end_offset())
     }
+}
+
+/// A new leadership's view of its followers: offsets unknown, caught up as of now (so none is
+/// dropped from the ISR before it had the time to fetch).
+fn fresh_followers(state: &PartitionState, me: BrokerId) -> HashMap<BrokerId, FollowerState> {
+    let now = Instant::now();
+    state
+        .replicas
+        .iter()
+        .filter(|r| **r != me)
+        .map(|r| (*r, FollowerState::new(now)))
+        .collect()
 }
 
 /// The header of each batch in `records` with its producer fields when idempotent. Producer

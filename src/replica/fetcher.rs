@@ -1,0 +1,338 @@
+//! Follower fetchers: one task per source broker, each fetching every partition this broker
+//! follows from that leader in one Kafka Fetch request with `replica_id` set, and appending the
+//! returned batches unchanged. Before fetching for a partition whose leader changed, it asks the
+//! leader where its log ends for our latest leader epoch (OffsetForLeaderEpoch, KIP-101/279) and
+//! truncates to where the two logs diverge.
+//!
+//! A supervisor keeps one fetcher per leader that has partitions to give us; a fetcher ends when
+//! it has none left (the image moved them).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId as KafkaBrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use sluice_raft::Quorum;
+use sluice_raft::records::BrokerId;
+
+use super::{Partition, ReplicaManager};
+use crate::client::Connection;
+use crate::protocol::errors;
+
+#[derive(Debug, Clone)]
+pub struct FetcherSettings {
+    /// The listener whose endpoints followers connect to (the inter-broker listener).
+    pub listener_name: String,
+    /// `replica.fetch.max.bytes`: per partition.
+    pub fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`
+    pub response_max_bytes: i32,
+    /// `replica.fetch.wait.max.ms`
+    pub wait_max_ms: i32,
+    /// `replica.fetch.backoff.ms`: after an error.
+    pub backoff_ms: u64,
+}
+
+/// Runs the fetchers of this broker until the task is dropped.
+pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: FetcherSettings) {
+    let settings = Arc::new(settings);
+    let mut fetchers: HashMap<BrokerId, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut changes = replicas.data_changes();
+    loop {
+        fetchers.retain(|_, task| !task.is_finished());
+        let me = replicas.broker_id();
+        let mut leaders: Vec<BrokerId> = replicas
+            .partitions()
+            .iter()
+            .map(|p| p.state().leader)
+            .filter(|leader| *leader != me && *leader >= 0)
+            .collect();
+        leaders.sort_unstable();
+        leaders.dedup();
+        for leader in leaders {
+            fetchers.entry(leader).or_insert_with(|| {
+                tracing::info!(leader, "starting a replica fetcher");
+                tokio::spawn(fetch_from(
+                    leader,
+                    Arc::clone(&replicas),
+                    Arc::clone(&quorum),
+                    Arc::clone(&settings),
+                ))
+            });
+        }
+        // Re-check on data or metadata changes, at least every second.
+        let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+    }
+}
+
+/// The partitions this broker follows from `leader`, as the image says now.
+fn followed_from(replicas: &ReplicaManager, leader: BrokerId) -> Vec<Arc<Partition>> {
+    replicas
+        .partitions()
+        .into_iter()
+        .filter(|p| p.state().leader == leader)
+        .collect()
+}
+
+fn leader_address(quorum: &Quorum, leader: BrokerId, listener: &str) -> Option<String> {
+    let image = quorum.image();
+    let broker = image.brokers.get(&leader)?;
+    let endpoint = broker
+        .registration
+        .endpoints
+        .iter()
+        .find(|e| e.name == listener)?;
+    Some(format!("{}:{}", endpoint.host, endpoint.port))
+}
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+async fn fetch_from(
+    leader: BrokerId,
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<Quorum>,
+    settings: Arc<FetcherSettings>,
+) {
+    let backoff = Duration::from_millis(settings.backoff_ms.max(10));
+    let mut connection: Option<Connection> = None;
+    loop {
+        let partitions = followed_from(&replicas, leader);
+        if partitions.is_empty() {
+            tracing::info!(leader, "replica fetcher stopped: nothing left to follow");
+            return;
+        }
+        let conn = match connection.as_mut() {
+            Some(conn) => conn,
+            None => {
+                let Some(addr) = leader_address(&quorum, leader, &settings.listener_name) else {
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                };
+                match Connection::connect(&addr, Duration::from_secs(30)).await {
+                    Ok(conn) => connection.insert(conn),
+                    Err(error) => {
+                        tracing::debug!(leader, %error, "replica fetcher cannot connect");
+                        tokio::time::sleep(backoff).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let truncating: Vec<&Arc<Partition>> =
+            partitions.iter().filter(|p| p.needs_truncation()).collect();
+        if !truncating.is_empty() {
+            if let Err(error) = truncate_diverged(conn, &replicas, &truncating).await {
+                tracing::warn!(leader, %error, "OffsetForLeaderEpoch failed");
+                connection = None;
+                tokio::time::sleep(backoff).await;
+            }
+            continue;
+        }
+        tracing::trace!(leader, partitions = partitions.len(), "replica fetch");
+        match fetch_once(conn, &replicas, &partitions, &settings).await {
+            Ok(progress) => {
+                if !progress {
+                    // Errors only (a leadership moving): wait for the image to catch up.
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+            Err(error) => {
+                tracing::debug!(leader, %error, "replica fetch failed");
+                connection = None;
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+}
+
+/// One Fetch for every followed partition; appends what came. Returns whether any partition
+/// answered without an error.
+async fn fetch_once(
+    conn: &mut Connection,
+    replicas: &ReplicaManager,
+    partitions: &[Arc<Partition>],
+    settings: &FetcherSettings,
+) -> Result<bool, crate::client::ClientError> {
+    let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
+    let mut by_key: HashMap<(String, i32), &Arc<Partition>> = HashMap::new();
+    for partition in partitions {
+        let tp = &partition.topic_partition;
+        let state = partition.state();
+        topics.entry(tp.topic.as_str()).or_default().push(
+            FetchPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(state.leader_epoch)
+                .with_fetch_offset(partition.log.log_end_offset() as i64)
+                .with_last_fetched_epoch(partition.log.latest_epoch().unwrap_or(-1))
+                .with_log_start_offset(partition.log.log_start_offset() as i64)
+                .with_partition_max_bytes(settings.fetch_max_bytes),
+        );
+        by_key.insert((tp.topic.clone(), tp.partition), partition);
+    }
+    let request = FetchRequest::default()
+        .with_replica_id(KafkaBrokerId(replicas.broker_id()))
+        .with_max_wait_ms(settings.wait_max_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(settings.response_max_bytes)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    FetchTopic::default()
+                        .with_topic(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let response: FetchResponse = conn.call(ApiKey::Fetch, 12, &request).await?;
+    tracing::trace!(?response, "replica fetch response");
+    let mut progress = false;
+    let mut appended = false;
+    for topic in response.responses {
+        for data in topic.partitions {
+            let key = (topic.topic.to_string(), data.partition_index);
+            let Some(partition) = by_key.get(&key) else {
+                continue;
+            };
+            match data.error_code {
+                errors::NONE => {
+                    progress = true;
+                    let records = data.records.unwrap_or_else(Bytes::new);
+                    if !records.is_empty() {
+                        let result =
+                            tokio::task::block_in_place(|| partition.append_as_follower(&records));
+                        match result {
+                            Ok(_) => appended = true,
+                            Err(error) => {
+                                tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
+                                partition.request_truncation();
+                                continue;
+                            }
+                        }
+                    }
+                    let high_watermark =
+                        (data.high_watermark.max(0) as u64).min(partition.log.log_end_offset());
+                    if high_watermark > partition.log.high_watermark() {
+                        partition.log.set_high_watermark(high_watermark);
+                        appended = true;
+                    }
+                }
+                errors::OFFSET_OUT_OF_RANGE => {
+                    let leader_start = data.log_start_offset.max(0) as u64;
+                    if partition.log.log_end_offset() < leader_start {
+                        // Behind the leader's log start: start over from there.
+                        let tp = partition.topic_partition.clone();
+                        let result = tokio::task::block_in_place(|| {
+                            replicas.truncate_fully_and_start_at(&tp, leader_start)
+                        });
+                        if let Err(error) = result {
+                            tracing::error!(topic_partition = %tp, %error, "resetting the follower log failed");
+                        }
+                    } else {
+                        partition.request_truncation();
+                    }
+                }
+                code => {
+                    tracing::debug!(topic_partition = %partition.topic_partition, code, "replica fetch error");
+                }
+            }
+        }
+    }
+    if appended {
+        replicas.notify_data_changed();
+    }
+    Ok(progress)
+}
+
+/// KIP-101/279: for each partition, the leader's end offset for our latest epoch; truncate to
+/// the point where the logs diverge.
+async fn truncate_diverged(
+    conn: &mut Connection,
+    replicas: &ReplicaManager,
+    partitions: &[&Arc<Partition>],
+) -> Result<(), crate::client::ClientError> {
+    let mut asking: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+    for partition in partitions {
+        let Some(latest) = partition.log.latest_epoch() else {
+            // No epochs: nothing of a former leader's to take back.
+            partition.truncation_done();
+            continue;
+        };
+        let tp = &partition.topic_partition;
+        asking.entry(tp.topic.as_str()).or_default().push(
+            OffsetForLeaderPartition::default()
+                .with_partition(tp.partition)
+                .with_current_leader_epoch(partition.state().leader_epoch)
+                .with_leader_epoch(latest),
+        );
+    }
+    if asking.is_empty() {
+        return Ok(());
+    }
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(KafkaBrokerId(replicas.broker_id()))
+        .with_topics(
+            asking
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetForLeaderTopic::default()
+                        .with_topic(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let response: OffsetForLeaderEpochResponse =
+        conn.call(ApiKey::OffsetForLeaderEpoch, 4, &request).await?;
+    for topic in response.topics {
+        for answer in topic.partitions {
+            let Some(partition) = partitions.iter().find(|p| {
+                p.topic_partition.topic == topic.topic.as_str()
+                    && p.topic_partition.partition == answer.partition
+            }) else {
+                continue;
+            };
+            if answer.error_code != errors::NONE {
+                tracing::debug!(topic_partition = %partition.topic_partition, code = answer.error_code, "OffsetForLeaderEpoch error");
+                continue;
+            }
+            let log = &partition.log;
+            let log_end = log.log_end_offset();
+            let target = if answer.leader_epoch < 0 || answer.end_offset < 0 {
+                // The leader knows no epoch this old: keep only what was committed.
+                log.high_watermark()
+            } else {
+                // Our own end of the epoch the leader answered for bounds it too.
+                let ours = log
+                    .end_offset_for_epoch(answer.leader_epoch)
+                    .filter(|(epoch, _)| *epoch == answer.leader_epoch)
+                    .map_or(log_end, |(_, end)| end);
+                (answer.end_offset as u64).min(ours)
+            };
+            if target < log_end {
+                let tp = partition.topic_partition.clone();
+                tracing::info!(topic_partition = %tp, from = log_end, to = target, leader_epoch = answer.leader_epoch, "truncating a diverged follower log");
+                let result = tokio::task::block_in_place(|| replicas.truncate_to(&tp, target));
+                if let Err(error) = result {
+                    tracing::error!(topic_partition = %tp, %error, "follower truncation failed");
+                    continue;
+                }
+            }
+            partition.truncation_done();
+        }
+    }
+    Ok(())
+}
