@@ -4,7 +4,6 @@
 //! when the committed image carries it.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_raft::Quorum;
@@ -45,14 +44,8 @@ pub async fn run(
                 new_isr: isr,
             });
             match call_controller(&quorum, &voters, &request, Duration::from_secs(10)).await {
-                Ok(ControllerResponse::Ok { .. }) => {
-                    let counter = if shrink {
-                        &replicas.isr_shrinks
-                    } else {
-                        &replicas.isr_expands
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
+                // Counted when the committed image carries it (`apply_image`).
+                Ok(ControllerResponse::Ok { .. }) => {}
                 Ok(other) => {
                     tracing::warn!(topic_partition = %partition.topic_partition, ?other, "AlterPartition refused");
                     partition.isr_change_failed();

@@ -202,7 +202,21 @@ impl ReplicaManager {
                 if *partition.log.config() != config {
                     partition.log.update_config(config);
                 }
-                if partition.state() != state {
+                let before = partition.state();
+                if before != state {
+                    if before.leader == self.broker_id
+                        && state.leader == self.broker_id
+                        && before.leader_epoch == state.leader_epoch
+                    {
+                        let counter = match state.isr.len().cmp(&before.isr.len()) {
+                            std::cmp::Ordering::Less => Some(&self.isr_shrinks),
+                            std::cmp::Ordering::Greater => Some(&self.isr_expands),
+                            std::cmp::Ordering::Equal => None,
+                        };
+                        if let Some(counter) = counter {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                     let became_leader = state.leader == self.broker_id && !partition.is_leader();
                     partition.set_state(state.clone());
                     if became_leader {

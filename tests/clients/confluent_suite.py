@@ -336,6 +336,23 @@ def case_produce_acked():
             producer.flush(1)
 
 
+def case_create():
+    """Creates TOPIC with PARTITIONS partitions and REPLICATION_FACTOR replicas."""
+    topic, partitions, factor = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    client = admin()
+    futures = client.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=factor)],
+                                   operation_timeout=10)
+    futures[topic].result(timeout=30)
+
+
+def case_leaders():
+    """Prints `partition leader isr...` for each partition of TOPIC."""
+    topic = sys.argv[3]
+    md = admin().list_topics(topic, timeout=10).topics[topic]
+    for pid, p in sorted(md.partitions.items()):
+        print(pid, p.leader, *p.isrs)
+
+
 def case_dump():
     """Prints every record value of a topic, one per line, reading each partition to its end."""
     topic = sys.argv[3]

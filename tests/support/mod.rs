@@ -214,3 +214,203 @@ pub fn confluent(node: &SingleNode, case: &str, extra: &[&str]) -> String {
     args.extend_from_slice(extra);
     run_client(node, "python3", &args)
 }
+
+/// Three (or more) `sluice server` processes forming one cluster, every node a voter and a
+/// broker, on free ports.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<ClusterNode>,
+}
+
+pub struct ClusterNode {
+    pub id: u64,
+    pub kafka_port: u16,
+    pub quorum_port: u16,
+    pub http_port: u16,
+    child: Option<Child>,
+    runs: u32,
+    config: PathBuf,
+}
+
+impl Cluster {
+    pub fn start(count: u64, overrides: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nodes: Vec<ClusterNode> = (1..=count)
+            .map(|id| ClusterNode {
+                id,
+                kafka_port: free_port(),
+                quorum_port: free_port(),
+                http_port: free_port(),
+                child: None,
+                runs: 0,
+                config: dir.path().join(format!("node-{id}.properties")),
+            })
+            .collect();
+        let voters = nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.quorum_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        for node in &nodes {
+            let mut text = format!(
+                "node.id={}\nlisteners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}\n\
+                 controller.quorum.voters={voters}\nhttp.listener=127.0.0.1:{}\nlog.dirs={}\n\
+                 controller.quorum.election.timeout.ms=500\nbroker.session.timeout.ms=3000\n\
+                 broker.heartbeat.interval.ms=300\nreplica.fetch.backoff.ms=100\n",
+                node.id,
+                node.kafka_port,
+                node.quorum_port,
+                node.http_port,
+                dir.path().join(format!("data-{}", node.id)).display()
+            );
+            for o in overrides {
+                text.push_str(o);
+                text.push('\n');
+            }
+            std::fs::write(&node.config, text).expect("config");
+        }
+        let mut cluster = Cluster { dir, nodes };
+        for index in 0..cluster.nodes.len() {
+            cluster.start_node(index);
+        }
+        cluster.wait_for_gauge_everywhere("sluice_brokers_unfenced", count as i64);
+        cluster
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.kafka_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn start_node(&mut self, index: usize) {
+        let dir = self.dir.path().to_owned();
+        let node = &mut self.nodes[index];
+        node.runs += 1;
+        let log = dir.join(format!("node-{}-run-{}.log", node.id, node.runs));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        node.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .arg("server")
+                .arg("--config")
+                .arg(&node.config)
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .expect("start sluice"),
+        );
+    }
+
+    pub fn kill9(&mut self, index: usize) {
+        if let Some(mut child) = self.nodes[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn signal(&self, index: usize, signal: i32) {
+        if let Some(child) = &self.nodes[index].child {
+            // SAFETY: signalling a child process we own.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
+    /// A gauge from one node's `/metrics`.
+    pub fn gauge(&self, index: usize, name: &str) -> Option<i64> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.nodes[index].http_port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    /// The sum of a gauge over the nodes that answer.
+    pub fn gauge_sum(&self, name: &str) -> i64 {
+        (0..self.nodes.len())
+            .filter_map(|i| self.gauge(i, name))
+            .sum()
+    }
+
+    pub fn wait_for_gauge_everywhere(&self, name: &str, value: i64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if (0..self.nodes.len()).all(|i| self.gauge(i, name) == Some(value)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "{name} did not reach {value} on every node\n{}",
+            self.logs()
+        );
+    }
+
+    /// Waits until `check` holds, or panics with `what` and the logs.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Cluster) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if check(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out waiting for {what}\n{}", tail(&self.logs(), 80));
+    }
+
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for node in &self.nodes {
+            for run in 1..=node.runs {
+                let path = self
+                    .dir
+                    .path()
+                    .join(format!("node-{}-run-{run}.log", node.id));
+                all.push_str(&format!("--- node {} run {run}\n", node.id));
+                all.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+            }
+        }
+        all
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for index in 0..self.nodes.len() {
+            self.kill9(index);
+        }
+    }
+}
+
+/// Runs a confluent_suite.py case against a cluster.
+pub fn confluent_cluster(cluster: &Cluster, case: &str, extra: &[&str]) -> String {
+    let bootstrap = cluster.bootstrap();
+    let mut args = vec!["confluent_suite.py", bootstrap.as_str(), case];
+    args.extend_from_slice(extra);
+    let output = Command::new("python3")
+        .args(&args)
+        .current_dir(clients_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("running python3: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        panic!(
+            "{case} failed:\n{stdout}\n{}\n--- logs\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            tail(&cluster.logs(), 80)
+        );
+    }
+    stdout
+}
