@@ -96,6 +96,12 @@ pub struct ServerConfig {
     pub replica_fetch_wait_max_ms: i32,
     /// `replica.fetch.backoff.ms`
     pub replica_fetch_backoff_ms: u64,
+    /// `controlled.shutdown.enable`: on SIGTERM, move leaderships away before stopping.
+    pub controlled_shutdown_enable: bool,
+    /// `controlled.shutdown.max.retries`
+    pub controlled_shutdown_max_retries: u32,
+    /// `controlled.shutdown.retry.backoff.ms`
+    pub controlled_shutdown_retry_backoff_ms: u64,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
     pub quorum_election_timeout_ms: u64,
@@ -138,6 +144,9 @@ const SERVER_KEYS: &[&str] = &[
     "replica.fetch.wait.max.ms",
     "replica.fetch.backoff.ms",
     "num.replica.fetchers",
+    "controlled.shutdown.enable",
+    "controlled.shutdown.max.retries",
+    "controlled.shutdown.retry.backoff.ms",
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",
     "controller.quorum.election.timeout.ms",
@@ -500,6 +509,17 @@ impl ServerConfig {
                 i32::MAX as u64,
             )? as i32,
             replica_fetch_backoff_ms: number("replica.fetch.backoff.ms", 1_000)?,
+            controlled_shutdown_enable: boolean("controlled.shutdown.enable", true)?,
+            controlled_shutdown_max_retries: in_range(
+                "controlled.shutdown.max.retries",
+                number("controlled.shutdown.max.retries", 3)?,
+                0,
+                1000,
+            )? as u32,
+            controlled_shutdown_retry_backoff_ms: number(
+                "controlled.shutdown.retry.backoff.ms",
+                5_000,
+            )?,
             broker_session_timeout_ms: number("broker.session.timeout.ms", 9_000)?,
             broker_heartbeat_interval_ms: number("broker.heartbeat.interval.ms", 2_000)?,
             quorum_election_timeout_ms: in_range(

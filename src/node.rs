@@ -60,6 +60,9 @@ pub struct Node {
     quorum: Arc<Quorum>,
     replicas: Arc<ReplicaManager>,
     server: Option<Server>,
+    /// Registration and heartbeats; stopped first at a controlled shutdown.
+    lifecycle: Option<tokio::task::JoinHandle<()>>,
+    broker_epoch: Arc<AtomicI64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -129,14 +132,14 @@ impl Node {
         let mut tasks = vec![tokio::spawn(controller.run_session_timer())];
         let broker_epoch = Arc::new(AtomicI64::new(-1));
         let fenced = Arc::new(AtomicBool::new(true));
-        if config.roles.broker {
-            tasks.push(tokio::spawn(broker_lifecycle(
+        let lifecycle = config.roles.broker.then(|| {
+            tokio::spawn(broker_lifecycle(
                 Arc::clone(&quorum),
                 config.clone(),
                 Arc::clone(&broker_epoch),
                 Arc::clone(&fenced),
-            )));
-        }
+            ))
+        });
         let broker_id = config.node_id as i32;
         let replicas = Arc::new(ReplicaManager::new(
             broker_id,
@@ -193,7 +196,7 @@ impl Node {
                 metrics: Arc::clone(&metrics),
                 producer_ids: ProducerIdManager::default(),
                 fetch_sessions: FetchSessionCache::default(),
-                broker_epoch,
+                broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
             });
             let settings = ListenerSettings {
@@ -228,6 +231,8 @@ impl Node {
             quorum,
             replicas,
             server,
+            lifecycle,
+            broker_epoch,
             tasks,
         })
     }
@@ -239,6 +244,19 @@ impl Node {
     /// Stops the node: the Kafka listener (requests already read are answered), the quorum
     /// member, then the logs (producer state snapshotted, flushed, checkpointed, marked clean).
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(lifecycle) = self.lifecycle {
+            // No more heartbeats: they would unfence the broker again.
+            lifecycle.abort();
+            let _ = lifecycle.await;
+            if self.config.controlled_shutdown_enable {
+                controlled_shutdown(
+                    &self.quorum,
+                    &self.config,
+                    self.broker_epoch.load(Ordering::Relaxed),
+                )
+                .await;
+            }
+        }
         if let Some(server) = self.server {
             server.shutdown(SHUTDOWN_GRACE).await;
         }
@@ -257,6 +275,78 @@ impl Node {
         tracing::info!("node stopped");
         Ok(())
     }
+}
+
+/// Kafka's controlled shutdown: the controller fences this broker (moving its leaderships to
+/// other ISR members) and the broker waits until its image shows it leads nothing, so clients
+/// switch to the new leaders before this broker stops answering. Retried
+/// `controlled.shutdown.max.retries` times; if the controller cannot be reached, the broker
+/// stops anyway (its session will expire).
+async fn controlled_shutdown(quorum: &Arc<Quorum>, config: &ServerConfig, broker_epoch: i64) {
+    if broker_epoch < 0 {
+        return;
+    }
+    let broker_id = config.node_id as i32;
+    let leads_replicated = |image: &sluice_raft::MetadataImage| {
+        image.topics.values().any(|t| {
+            t.partitions
+                .values()
+                .any(|p| p.leader == broker_id && p.isr.len() > 1)
+        })
+    };
+    if !leads_replicated(&quorum.image()) {
+        // Nothing another broker could take over.
+        return;
+    }
+    let voters: Vec<String> = config
+        .voters
+        .iter()
+        .map(|v| format!("{}:{}", v.host, v.port))
+        .collect();
+    let request = ControllerRequest::ControlledShutdown {
+        broker_id,
+        broker_epoch,
+    };
+    let started = std::time::Instant::now();
+    for attempt in 0..=config.controlled_shutdown_max_retries {
+        match call_controller(quorum, &voters, &request, Duration::from_secs(5)).await {
+            Ok(ControllerResponse::Ok { .. }) => {
+                let mut images = quorum.images();
+                let moved = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    images.wait_for(|image| {
+                        image.brokers.get(&broker_id).is_none_or(|b| b.fenced)
+                            && !image.topics.values().any(|t| {
+                                t.partitions.values().any(|p| {
+                                    p.leader == broker_id && p.replicas.len() > 1 && p.isr.len() > 1
+                                })
+                            })
+                    }),
+                )
+                .await;
+                match moved {
+                    Ok(Ok(_)) => tracing::info!(
+                        broker_id,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "controlled shutdown: leaderships moved"
+                    ),
+                    _ => {
+                        tracing::warn!(broker_id, "controlled shutdown: leaderships not all moved")
+                    }
+                }
+                return;
+            }
+            Ok(other) => {
+                tracing::warn!(attempt, ?other, "controlled shutdown refused");
+            }
+            Err(error) => tracing::warn!(attempt, %error, "controlled shutdown failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(
+            config.controlled_shutdown_retry_backoff_ms,
+        ))
+        .await;
+    }
+    tracing::warn!(broker_id, "controlled shutdown gave up: stopping anyway");
 }
 
 /// The broker's side of its registration: register with the active controller, then

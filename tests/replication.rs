@@ -165,3 +165,37 @@ fn isr_shrinks_when_a_follower_is_paused_and_expands_after() {
     let expands = cluster.gauge((leader - 1) as usize, "sluice_isr_expands_total");
     assert!(expands >= Some(1), "expands {expands:?}");
 }
+
+#[test]
+fn controlled_shutdown_moves_leaders_first() {
+    let mut cluster = Cluster::start(3, &["replica.lag.time.max.ms=2000"]);
+    confluent_cluster(&cluster, "create", &["moving", "3", "3"]);
+    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+        leaders(c, "moving")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    let (_, leader, _) = leaders(&cluster, "moving")[0].clone();
+    let index = (leader - 1) as usize;
+    cluster.signal(index, libc::SIGTERM);
+    let status = cluster.wait_exit(index, Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM exit: {status:?}\n{}",
+        support::tail(&cluster.logs(), 40)
+    );
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("controlled shutdown: leaderships moved"),
+        "{}",
+        support::tail(&logs, 40)
+    );
+    // Already moved when the broker exited: no wait for its session to expire.
+    for (partition, now_leader, isr) in leaders(&cluster, "moving") {
+        assert_ne!(
+            now_leader, leader,
+            "partition {partition} still led by the stopped broker"
+        );
+        assert!(!isr.contains(&leader), "partition {partition} ISR {isr:?}");
+    }
+}

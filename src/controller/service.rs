@@ -54,6 +54,12 @@ pub enum ControllerRequest {
     },
     /// `sluice cluster status`.
     DescribeQuorum,
+    /// A broker stopping on SIGTERM: fence it now, moving its leaderships to other ISR
+    /// members (and out of ISRs), before it goes.
+    ControlledShutdown {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
     /// A block of producer ids for a broker's InitProducerId answers.
     AllocateProducerIds {
         broker_id: BrokerId,
@@ -273,6 +279,23 @@ impl ControllerService {
             ControllerRequest::AlterPartition(change) => {
                 super::alter_partition(&image, &change).map(|r| (r, None, None))
             }
+            ControllerRequest::ControlledShutdown {
+                broker_id,
+                broker_epoch,
+            } => match image.brokers.get(&broker_id) {
+                Some(b) if b.registration.broker_epoch == broker_epoch => {
+                    self.sessions(metrics.current_term)
+                        .last_heard
+                        .remove(&broker_id);
+                    tracing::info!(
+                        broker_id,
+                        "controlled shutdown: moving the broker's leaderships"
+                    );
+                    super::fence_broker(&image, broker_id, &self.defaults)
+                        .map(|r| (r, None, Some(true)))
+                }
+                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
+            },
             ControllerRequest::AlterConfigs { resource, changes } => {
                 super::alter_configs(&image, &resource, &changes).map(|r| (r, None, None))
             }

@@ -197,7 +197,9 @@ def case_produce_consume():
         for p in range(4):
             stored |= set(stored_codecs(DATA_DIR, topic, p))
         want = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
-        check(stored == {want}, f"{topic}: stored codecs {stored}, want {want}")
+        # librdkafka sends a batch uncompressed when compressing would not shrink it (tiny
+        # batches): the producer's codec, or none, and the codec at least once.
+        check(want in stored and stored <= {0, want}, f"{topic}: stored codecs {stored}, want {want}")
         print(f"{topic}: {per_run} records round-tripped, stored with codec {want}", flush=True)
 
 

@@ -310,6 +310,25 @@ impl Cluster {
         }
     }
 
+    /// Waits for a node's process to exit; its status, or `None` on timeout.
+    pub fn wait_exit(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.nodes[index].child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.nodes[index].child = None;
+                    return Some(status);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     pub fn signal(&self, index: usize, signal: i32) {
         if let Some(child) = &self.nodes[index].child {
             // SAFETY: signalling a child process we own.
