@@ -199,3 +199,114 @@ fn controlled_shutdown_moves_leaders_first() {
         assert!(!isr.contains(&leader), "partition {partition} ISR {isr:?}");
     }
 }
+
+/// The bytes of every segment of a partition replica, in offset order.
+fn replica_bytes(cluster: &Cluster, node: u64, topic_partition: &str) -> Vec<u8> {
+    let dir = cluster
+        .dir
+        .path()
+        .join(format!("data-{node}"))
+        .join(topic_partition);
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .expect("partition dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    segments
+        .iter()
+        .flat_map(|p| std::fs::read(p).expect("segment"))
+        .collect()
+}
+
+/// KIP-101: a leader takes writes its followers never got (acks=1 while they are paused) and
+/// dies; a follower becomes leader and takes other writes. When the old leader returns it must
+/// truncate its divergent tail (OffsetForLeaderEpoch) before fetching: all three replicas end
+/// byte-identical, and the divergent records are gone.
+#[test]
+fn divergent_follower_truncates_on_new_leader() {
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "replica.lag.time.max.ms=60000",
+            "broker.session.timeout.ms=6000",
+            "min.insync.replicas=2",
+        ],
+    );
+    confluent_cluster(&cluster, "create", &["diverge", "1", "3"]);
+    cluster.wait_until("a full ISR", Duration::from_secs(30), |c| {
+        leaders(c, "diverge")[0].2.len() == 3
+    });
+    confluent_cluster(&cluster, "produce", &["diverge", "500", "all", "common-"]);
+    let (_, old_leader, _) = leaders(&cluster, "diverge")[0].clone();
+    let followers: Vec<usize> = (1..=3)
+        .filter(|b| *b != old_leader)
+        .map(|b| b as usize - 1)
+        .collect();
+    for f in &followers {
+        cluster.signal(*f, libc::SIGSTOP);
+    }
+    // Let the followers' fetches in flight time out (replica.fetch.wait.max.ms), so no fetch
+    // is waiting at the leader to carry what comes next.
+    std::thread::sleep(Duration::from_millis(1500));
+    // acks=1: only the leader has these.
+    let leader_only = format!(
+        "127.0.0.1:{}",
+        cluster.nodes[(old_leader - 1) as usize].kafka_port
+    );
+    let output = Command::new("python3")
+        .args([
+            "confluent_suite.py",
+            &leader_only,
+            "produce",
+            "diverge",
+            "300",
+            "1",
+            "lost-",
+        ])
+        .current_dir(clients_dir())
+        .output()
+        .expect("producer");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    cluster.kill9((old_leader - 1) as usize);
+    for f in &followers {
+        cluster.signal(*f, libc::SIGCONT);
+    }
+    cluster.wait_until("a new leader", Duration::from_secs(60), |c| {
+        let (_, leader, _) = leaders(c, "diverge")[0].clone();
+        leader > 0 && leader != old_leader
+    });
+    confluent_cluster(&cluster, "produce", &["diverge", "200", "all", "after-"]);
+    cluster.start_node((old_leader - 1) as usize);
+    cluster.wait_until(
+        "the old leader back in the ISR",
+        Duration::from_secs(60),
+        |c| leaders(c, "diverge")[0].2.len() == 3,
+    );
+    cluster.wait_until("identical replicas", Duration::from_secs(30), |c| {
+        let reference = replica_bytes(c, 1, "diverge-0");
+        (2..=3).all(|n| replica_bytes(c, n, "diverge-0") == reference)
+    });
+    let dumped = confluent_cluster(&cluster, "dump", &["diverge", "1"]);
+    let values: Vec<&str> = dumped.lines().filter(|l| !l.ends_with(": ok")).collect();
+    assert_eq!(
+        values.iter().filter(|v| v.starts_with("common-")).count(),
+        500
+    );
+    assert_eq!(
+        values.iter().filter(|v| v.starts_with("after-")).count(),
+        200
+    );
+    assert_eq!(values.iter().filter(|v| v.starts_with("lost-")).count(), 0);
+    assert!(
+        cluster
+            .logs()
+            .contains("truncating a diverged follower log"),
+        "the old leader did not truncate"
+    );
+}

@@ -347,6 +347,19 @@ def case_create():
     futures[topic].result(timeout=30)
 
 
+def case_produce():
+    """Produces COUNT records `PREFIX<i>` to partition 0 of TOPIC with ACKS; all must succeed."""
+    topic, count, acks, prefix = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+    errors = []
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "acks": acks, "linger.ms": 5,
+                         "message.timeout.ms": 30000})
+    for i in range(count):
+        producer.produce(topic, f"{prefix}{i}".encode(), partition=0,
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)
+    check(producer.flush(60) == 0, "undelivered records")
+    check(not errors, f"delivery errors {errors[:3]}")
+
+
 def case_leaders():
     """Prints `partition leader isr...` for each partition of TOPIC."""
     topic = sys.argv[3]
