@@ -26,65 +26,61 @@ fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
         .collect()
 }
 
-#[test]
-fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() {
-    let mut cluster = Cluster::start(
-        3,
-        &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
-    );
-    confluent_cluster(&cluster, "create", &["acked", "2", "3"]);
-    let mut producer = Command::new("python3")
-        .args([
-            "confluent_suite.py",
-            &cluster.bootstrap(),
-            "produce-acked",
-            "acked",
-        ])
-        .current_dir(clients_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start producer");
-    let stdout = producer.stdout.take().expect("stdout");
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let acked = Arc::clone(&acked);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                acked.lock().expect("lock").push(line);
-            }
-        })
-    };
-    let count = || acked.lock().expect("lock").len();
-    cluster.wait_until(
-        "10,000 acknowledged records",
-        Duration::from_secs(60),
-        |_| count() >= 10_000,
-    );
-    let (_, leader, _) = leaders(&cluster, "acked")[0].clone();
-    let victim = (leader - 1) as usize;
-    let at_kill = count();
-    cluster.kill9(victim);
-    // The producer goes on once the partition has a new leader.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while count() < at_kill + 10_000 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = producer.kill();
-    let _ = producer.wait();
-    reader.join().expect("reader");
-    let acked = acked.lock().expect("lock").clone();
-    assert!(
-        acked.len() >= at_kill + 10_000,
-        "the producer did not recover after the leader was killed ({} acknowledged, {at_kill} at the kill)\n{}",
-        acked.len(),
-        support::tail(&cluster.logs(), 60)
-    );
-    let new_leader = leaders(&cluster, "acked")[0].1;
-    assert_ne!(new_leader, leader, "partition 0 kept a dead leader");
+/// An idempotent acks=all producer writing `r<i>` to partition `i % 2` of `topic` until
+/// stopped, collecting what was acknowledged.
+struct AckedProducer {
+    child: std::process::Child,
+    acked: Arc<Mutex<Vec<String>>>,
+    reader: std::thread::JoinHandle<()>,
+}
 
-    // Every acknowledged record is stored once, and in order within its partition.
-    let dumped = confluent_cluster(&cluster, "dump", &["acked", "2"]);
+impl AckedProducer {
+    fn start(cluster: &Cluster, topic: &str) -> AckedProducer {
+        let mut child = Command::new("python3")
+            .args([
+                "confluent_suite.py",
+                &cluster.bootstrap(),
+                "produce-acked",
+                topic,
+            ])
+            .current_dir(clients_dir())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start producer");
+        let stdout = child.stdout.take().expect("stdout");
+        let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let acked = Arc::clone(&acked);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    acked.lock().expect("lock").push(line);
+                }
+            })
+        };
+        AckedProducer {
+            child,
+            acked,
+            reader,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.acked.lock().expect("lock").len()
+    }
+
+    fn stop(mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.reader.join();
+        self.acked.lock().expect("lock").clone()
+    }
+}
+
+/// Every acknowledged record is stored exactly once, in order within its partition; returns
+/// the number stored.
+fn assert_acked_stored_once_in_order(cluster: &Cluster, topic: &str, acked: &[String]) -> usize {
+    let dumped = confluent_cluster(cluster, "dump", &[topic, "2"]);
     let stored: Vec<u64> = dumped
         .lines()
         .filter_map(|l| l.strip_prefix('r'))
@@ -121,10 +117,44 @@ fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() 
             "partition {partition} is out of order"
         );
     }
-    println!(
-        "{} acknowledged ({at_kill} before the kill), {} stored, none lost, doubled or reordered",
+    stored.len()
+}
+
+#[test]
+fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() {
+    let mut cluster = Cluster::start(
+        3,
+        &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
+    );
+    confluent_cluster(&cluster, "create", &["acked", "2", "3"]);
+    let producer = AckedProducer::start(&cluster, "acked");
+    cluster.wait_until(
+        "10,000 acknowledged records",
+        Duration::from_secs(60),
+        |_| producer.count() >= 10_000,
+    );
+    let (_, leader, _) = leaders(&cluster, "acked")[0].clone();
+    let victim = (leader - 1) as usize;
+    let at_kill = producer.count();
+    cluster.kill9(victim);
+    // The producer goes on once the partition has a new leader.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while producer.count() < at_kill + 10_000 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let acked = producer.stop();
+    assert!(
+        acked.len() >= at_kill + 10_000,
+        "the producer did not recover after the leader was killed ({} acknowledged, {at_kill} at the kill)\n{}",
         acked.len(),
-        stored.len()
+        support::tail(&cluster.logs(), 60)
+    );
+    let new_leader = leaders(&cluster, "acked")[0].1;
+    assert_ne!(new_leader, leader, "partition 0 kept a dead leader");
+    let stored = assert_acked_stored_once_in_order(&cluster, "acked", &acked);
+    println!(
+        "{} acknowledged ({at_kill} before the kill), {stored} stored, none lost, doubled or reordered",
+        acked.len()
     );
 
     // The killed broker comes back, truncates what it must, catches up and rejoins every ISR.
@@ -133,6 +163,44 @@ fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() 
         leaders(c, "acked").iter().all(|(_, _, isr)| isr.len() == 3)
             && c.gauge_sum("sluice_under_replicated_partitions") == 0
     });
+}
+
+#[test]
+fn rolling_restart_loses_nothing() {
+    let mut cluster = Cluster::start(
+        3,
+        &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
+    );
+    confluent_cluster(&cluster, "create", &["rolling", "2", "3"]);
+    let producer = AckedProducer::start(&cluster, "rolling");
+    cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
+        producer.count() >= 5_000
+    });
+    for index in 0..3 {
+        cluster.signal(index, libc::SIGTERM);
+        let status = cluster.wait_exit(index, Duration::from_secs(60));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "node {} exit: {status:?}",
+            index + 1
+        );
+        cluster.start_node(index);
+        cluster.wait_until("all ISRs full again", Duration::from_secs(90), |c| {
+            leaders(c, "rolling")
+                .iter()
+                .all(|(_, _, isr)| isr.len() == 3)
+        });
+        let before = producer.count();
+        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+            producer.count() >= before + 2_000
+        });
+    }
+    let acked = producer.stop();
+    let stored = assert_acked_stored_once_in_order(&cluster, "rolling", &acked);
+    println!(
+        "rolling restart: {} acknowledged, {stored} stored, none lost",
+        acked.len()
+    );
 }
 
 #[test]
