@@ -265,6 +265,9 @@ def main():
         print(f"broker RSS peak under load: {peak.peak / 1024:.1f} MiB")
     finally:
         broker.stop()
+        # The broker's data is tens of gigabytes after a run: never leave it behind.
+        shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+        shutil.rmtree(os.path.join(work, "raw"), ignore_errors=True)
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 //! batches produced over several connections, and fetches that count bytes without decoding
 //! records. Prints records/s, MB/s and request latency percentiles.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -91,6 +92,8 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
         let started = Instant::now();
         let mut tasks = Vec::new();
+        let leaders = partition_leaders(&args.bootstrap_server, &args.topic, args.partitions).await?;
+        let mut assignments: Vec<(String, Vec<i32>)> = Vec::new();
         for connection_index in 0..args.connections.max(1) {
             // Each connection its share of partitions; with fewer partitions than
             // connections, several connections write to the same partition.
@@ -100,12 +103,20 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             if partitions.is_empty() && args.partitions > 0 {
                 partitions.push((connection_index % args.partitions as usize) as i32);
             }
-            if partitions.is_empty() {
-                continue;
+            // One connection per leader among this share.
+            let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            for p in partitions {
+                let leader = leaders
+                    .get(&p)
+                    .cloned()
+                    .unwrap_or_else(|| args.bootstrap_server.clone());
+                by_leader.entry(leader).or_default().push(p);
             }
+            assignments.extend(by_leader);
+        }
+        for (server, partitions) in assignments {
             let batch = batch.clone();
             let records = Arc::clone(&records);
-            let server = args.bootstrap_server.clone();
             let topic = args.topic.clone();
             let (acks, per_batch) = (args.acks, args.batch_records as u64);
             tasks.push(tokio::spawn(async move {
@@ -166,6 +177,38 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         );
         Ok(())
     })
+}
+
+/// Each partition's leader address, from a Metadata request to `bootstrap`.
+async fn partition_leaders(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<BTreeMap<i32, String>> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut connection = Connection::connect(bootstrap, Duration::from_secs(30)).await?;
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
+    ]));
+    let response: MetadataResponse = connection.call(ApiKey::Metadata, 12, &request).await?;
+    let brokers: BTreeMap<i32, String> = response
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+        .collect();
+    let mut leaders = BTreeMap::new();
+    for t in &response.topics {
+        for p in &t.partitions {
+            if let Some(addr) = brokers.get(&p.leader_id.0) {
+                leaders.insert(p.partition_index, addr.clone());
+            }
+        }
+    }
+    if leaders.len() < partitions.max(0) as usize {
+        bail!("{topic}: {} of {partitions} partitions have a known leader", leaders.len());
+    }
+    Ok(leaders)
 }
 
 pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
