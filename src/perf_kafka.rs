@@ -92,7 +92,8 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
         let started = Instant::now();
         let mut tasks = Vec::new();
-        let leaders = partition_leaders(&args.bootstrap_server, &args.topic, args.partitions).await?;
+        let leaders =
+            partition_leaders(&args.bootstrap_server, &args.topic, args.partitions).await?;
         let mut assignments: Vec<(String, Vec<i32>)> = Vec::new();
         for connection_index in 0..args.connections.max(1) {
             // Each connection its share of partitions; with fewer partitions than
@@ -206,7 +207,10 @@ async fn partition_leaders(
         }
     }
     if leaders.len() < partitions.max(0) as usize {
-        bail!("{topic}: {} of {partitions} partitions have a known leader", leaders.len());
+        bail!(
+            "{topic}: {} of {partitions} partitions have a known leader",
+            leaders.len()
+        );
     }
     Ok(leaders)
 }

@@ -378,3 +378,57 @@ fn divergent_follower_truncates_on_new_leader() {
         "the old leader did not truncate"
     );
 }
+
+/// A partition whose only ISR member dies stays offline, even with another replica alive,
+/// until unclean election is enabled for its topic; then that replica leads (and the election
+/// is logged loudly).
+#[test]
+fn unclean_election_only_when_enabled() {
+    // Three voters and a broker-only node 4, so two replicas can fail without losing the
+    // metadata quorum.
+    let mut cluster = Cluster::start_with_voters(
+        4,
+        3,
+        &[
+            "replica.lag.time.max.ms=1000",
+            "broker.session.timeout.ms=3000",
+        ],
+    );
+    confluent_cluster(&cluster, "create-assigned", &["unclean", "4,1"]);
+    cluster.wait_until("a full ISR led by 4", Duration::from_secs(30), |c| {
+        let (_, leader, isr) = leaders(c, "unclean")[0].clone();
+        leader == 4 && isr.len() == 2
+    });
+    confluent_cluster(&cluster, "produce", &["unclean", "100", "all", "kept-"]);
+    // The follower (node 1) stops: it leaves the ISR; then the leader (node 4) dies.
+    cluster.signal(0, libc::SIGSTOP);
+    cluster.wait_until(
+        "the ISR to shrink to the leader",
+        Duration::from_secs(30),
+        |c| leaders(c, "unclean")[0].2 == vec![4],
+    );
+    cluster.kill9(3);
+    cluster.signal(0, libc::SIGCONT);
+    cluster.wait_until(
+        "the partition to go offline",
+        Duration::from_secs(30),
+        |c| leaders(c, "unclean")[0].1 == -1,
+    );
+    // Node 1 is back and alive, but not in the ISR: no clean election is possible.
+    std::thread::sleep(Duration::from_secs(4));
+    let (_, leader, isr) = leaders(&cluster, "unclean")[0].clone();
+    assert_eq!(
+        (leader, isr),
+        (-1, vec![4]),
+        "elected without unclean election enabled"
+    );
+    confluent_cluster(
+        &cluster,
+        "set-config",
+        &["unclean", "unclean.leader.election.enable", "true"],
+    );
+    cluster.wait_until("an unclean leader", Duration::from_secs(30), |c| {
+        leaders(c, "unclean")[0].1 == 1
+    });
+    assert!(cluster.logs().contains("UNCLEAN leader election"));
+}

@@ -620,14 +620,51 @@ pub fn alter_configs(
             }
         }
     }
-    Ok(changes
+    let mut records: Vec<MetadataRecord> = changes
         .iter()
         .map(|(name, value)| MetadataRecord::Config {
             resource: resource.clone(),
             name: name.clone(),
             value: value.clone(),
         })
-        .collect())
+        .collect();
+    // Enabling unclean election on a topic elects a leader for its offline partitions now
+    // (KIP-704), from any live replica.
+    let enables_unclean = changes.iter().any(|(name, value)| {
+        name == "unclean.leader.election.enable" && value.as_deref() == Some("true")
+    });
+    if let (ConfigResource::Topic(name), true) = (resource, enables_unclean) {
+        if let Some(topic) = image.topic_by_name(name) {
+            for (partition, current) in &topic.partitions {
+                if current.leader != NO_LEADER {
+                    continue;
+                }
+                let election =
+                    elect_leader(&current.replicas, &current.isr, |b| alive(image, b), true);
+                let leader = match election {
+                    Election::Clean(leader) => leader,
+                    Election::Unclean(leader) => {
+                        tracing::warn!(
+                            topic = %name,
+                            partition,
+                            leader,
+                            "UNCLEAN leader election: acknowledged records may be lost"
+                        );
+                        leader
+                    }
+                    Election::None => continue,
+                };
+                records.push(MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id: topic.id,
+                    partition: *partition,
+                    leader: Some(leader),
+                    isr: (!current.isr.contains(&leader)).then(|| vec![leader]),
+                    replicas: None,
+                }));
+            }
+        }
+    }
+    Ok(records)
 }
 
 fn validate_topic_config_key(name: &str) -> Result<(), ControllerError> {

@@ -360,6 +360,24 @@ def case_produce():
     check(not errors, f"delivery errors {errors[:3]}")
 
 
+def case_create_assigned():
+    """Creates TOPIC with one partition on the replicas ASSIGNMENT (e.g. 4,1)."""
+    topic, assignment = sys.argv[3], [int(b) for b in sys.argv[4].split(",")]
+    client = admin()
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[assignment])
+    futures = client.create_topics([new], operation_timeout=10)
+    futures[topic].result(timeout=30)
+
+
+def case_set_config():
+    """Sets a topic config: TOPIC KEY VALUE."""
+    topic, key, value = sys.argv[3], sys.argv[4], sys.argv[5]
+    client = admin()
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
 def case_leaders():
     """Prints `partition leader isr...` for each partition of TOPIC."""
     topic = sys.argv[3]

@@ -234,6 +234,12 @@ pub struct ClusterNode {
 
 impl Cluster {
     pub fn start(count: u64, overrides: &[&str]) -> Cluster {
+        Cluster::start_with_voters(count, count, overrides)
+    }
+
+    /// `count` nodes, the first `voters` of them voters; the rest are broker-only nodes that
+    /// follow the metadata log as learners.
+    pub fn start_with_voters(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let nodes: Vec<ClusterNode> = (1..=count)
             .map(|id| ClusterNode {
@@ -246,8 +252,10 @@ impl Cluster {
                 config: dir.path().join(format!("node-{id}.properties")),
             })
             .collect();
+        let voter_count = voters;
         let voters = nodes
             .iter()
+            .filter(|n| n.id <= voter_count)
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.quorum_port))
             .collect::<Vec<_>>()
             .join(",");
@@ -263,6 +271,9 @@ impl Cluster {
                 node.http_port,
                 dir.path().join(format!("data-{}", node.id)).display()
             );
+            if node.id > voter_count {
+                text.push_str("process.roles=broker\n");
+            }
             for o in overrides {
                 text.push_str(o);
                 text.push('\n');
