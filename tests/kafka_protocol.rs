@@ -4,121 +4,16 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
+    TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use sluice::log::batch::BatchBuilder;
 use support::SingleNode;
-
-struct Client {
-    stream: TcpStream,
-    correlation_id: i32,
-}
-
-impl Client {
-    fn connect(node: &SingleNode) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", node.kafka_port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        Client {
-            stream,
-            correlation_id: 0,
-        }
-    }
-
-    fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        api_key: ApiKey,
-        version: i16,
-        request: &Req,
-    ) -> Resp {
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api_key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("protocol-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, api_key.request_header_version(version))
-            .expect("header");
-        request.encode(&mut body, version).expect("request");
-        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).expect("write");
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).expect("response size");
-        let mut response = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut response).expect("response");
-        let mut response = Bytes::from(response);
-        let header =
-            ResponseHeader::decode(&mut response, api_key.response_header_version(version))
-                .expect("response header");
-        assert_eq!(header.correlation_id, self.correlation_id);
-        Resp::decode(&mut response, version).expect("response body")
-    }
-
-    fn create_topic(&mut self, name: &str, partitions: i32) {
-        let request = CreateTopicsRequest::default()
-            .with_topics(vec![
-                CreatableTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(name.to_owned())))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(1),
-            ])
-            .with_timeout_ms(10_000);
-        let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 5, &request);
-        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
-    }
-
-    /// Produces `records` to one partition (acks=all): (error code, base offset).
-    fn produce(&mut self, topic: &str, partition: i32, records: Vec<u8>) -> (i16, i64) {
-        let request = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(10_000)
-            .with_topic_data(vec![
-                TopicProduceData::default()
-                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partition_data(vec![
-                        PartitionProduceData::default()
-                            .with_index(partition)
-                            .with_records(Some(Bytes::from(records))),
-                    ]),
-            ]);
-        let response: ProduceResponse = self.call(ApiKey::Produce, 8, &request);
-        let p = &response.responses[0].partition_responses[0];
-        (p.error_code, p.base_offset)
-    }
-
-    fn latest_offset(&mut self, topic: &str, partition: i32) -> i64 {
-        let request = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_topics(vec![
-                ListOffsetsTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partitions(vec![
-                        ListOffsetsPartition::default()
-                            .with_partition_index(partition)
-                            .with_timestamp(-1),
-                    ]),
-            ]);
-        let response: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 5, &request);
-        response.topics[0].partitions[0].offset
-    }
-}
+use support::raw::Client;
 
 fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Vec<u8> {
     let mut builder =
@@ -137,7 +32,7 @@ fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -
 #[test]
 fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
     let mut node = SingleNode::start(&[]);
-    let mut client = Client::connect(&node);
+    let mut client = Client::connect(node.kafka_port);
     client.create_topic("idem", 1);
     let init: InitProducerIdResponse = client.call(
         ApiKey::InitProducerId,
@@ -195,7 +90,7 @@ fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
     // kill -9: the state is rebuilt from the log.
     node.kill9();
     node.restart();
-    let mut client = Client::connect(&node);
+    let mut client = Client::connect(node.kafka_port);
     assert_eq!(
         client.produce("idem", 0, idempotent_batch(pid, 1, 0, 2)),
         (0, 8)
@@ -217,7 +112,7 @@ fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
         .count();
     assert!(snapshots >= 1, "no producer snapshot written at shutdown");
     node.restart();
-    let mut client = Client::connect(&node);
+    let mut client = Client::connect(node.kafka_port);
     assert_eq!(
         client.produce("idem", 0, idempotent_batch(pid, 1, 2, 1)),
         (0, 10)
@@ -289,7 +184,7 @@ fn plain_batch(value: &str) -> Vec<u8> {
 #[test]
 fn incremental_fetch_sessions_send_only_what_changed() {
     let node = SingleNode::start(&[]);
-    let mut client = Client::connect(&node);
+    let mut client = Client::connect(node.kafka_port);
     client.create_topic("sess", 2);
     assert_eq!(client.produce("sess", 0, plain_batch("a")).0, 0);
 

@@ -432,3 +432,42 @@ fn unclean_election_only_when_enabled() {
     });
     assert!(cluster.logs().contains("UNCLEAN leader election"));
 }
+
+/// With two of three replicas down the ISR holds only the leader: acks=all is refused with
+/// NOT_ENOUGH_REPLICAS before anything is appended.
+#[test]
+fn min_insync_rejects_when_two_replicas_down() {
+    // Three voters and two broker-only nodes: losing two replicas keeps the metadata quorum.
+    let mut cluster = Cluster::start_with_voters(
+        5,
+        3,
+        &["replica.lag.time.max.ms=1000", "min.insync.replicas=2"],
+    );
+    confluent_cluster(&cluster, "create-assigned", &["guarded", "4,5,1"]);
+    cluster.wait_until("a full ISR led by 4", Duration::from_secs(30), |c| {
+        let (_, leader, isr) = leaders(c, "guarded")[0].clone();
+        leader == 4 && isr.len() == 3
+    });
+    let mut client = support::raw::Client::connect(cluster.nodes[3].kafka_port);
+    let mut batch = sluice::log::batch::BatchBuilder::new(0, 1_700_000_000_000);
+    batch.push(1_700_000_000_000, None, Some(b"guarded"), &[]);
+    let batch = batch.build();
+    assert_eq!(client.produce("guarded", 0, batch.clone()), (0, 0));
+    cluster.kill9(4);
+    cluster.kill9(0);
+    cluster.wait_until(
+        "the ISR to shrink to the leader",
+        Duration::from_secs(30),
+        |c| leaders(c, "guarded")[0].2 == vec![4],
+    );
+    assert_eq!(
+        client.produce("guarded", 0, batch).0,
+        19,
+        "NOT_ENOUGH_REPLICAS"
+    );
+    assert_eq!(
+        client.latest_offset("guarded", 0),
+        1,
+        "a refused batch was appended"
+    );
+}

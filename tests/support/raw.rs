@@ -1,0 +1,114 @@
+//! A raw Kafka client for tests: requests encoded by the `kafka-protocol` crate, one at a time
+//! over a TCP connection, so tests can send exactly what they mean.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+pub struct Client {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    pub fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        Client {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    pub fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Resp {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("protocol-test")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, api_key.request_header_version(version))
+            .expect("header");
+        request.encode(&mut body, version).expect("request");
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).expect("write");
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("response size");
+        let mut response = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut response).expect("response");
+        let mut response = Bytes::from(response);
+        let header =
+            ResponseHeader::decode(&mut response, api_key.response_header_version(version))
+                .expect("response header");
+        assert_eq!(header.correlation_id, self.correlation_id);
+        Resp::decode(&mut response, version).expect("response body")
+    }
+
+    pub fn create_topic(&mut self, name: &str, partitions: i32) {
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1),
+            ])
+            .with_timeout_ms(10_000);
+        let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 5, &request);
+        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+    }
+
+    /// Produces `records` to one partition (acks=all): (error code, base offset).
+    pub fn produce(&mut self, topic: &str, partition: i32, records: Vec<u8>) -> (i16, i64) {
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(Bytes::from(records))),
+                    ]),
+            ]);
+        let response: ProduceResponse = self.call(ApiKey::Produce, 8, &request);
+        let p = &response.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    pub fn latest_offset(&mut self, topic: &str, partition: i32) -> i64 {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(partition)
+                            .with_timestamp(-1),
+                    ]),
+            ]);
+        let response: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 5, &request);
+        response.topics[0].partitions[0].offset
+    }
+}
