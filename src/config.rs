@@ -96,6 +96,10 @@ pub struct ServerConfig {
     pub replica_fetch_wait_max_ms: i32,
     /// `replica.fetch.backoff.ms`
     pub replica_fetch_backoff_ms: u64,
+    /// `auto.leader.rebalance.enable`
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`
+    pub leader_imbalance_check_interval_seconds: u64,
     /// `controlled.shutdown.enable`: on SIGTERM, move leaderships away before stopping.
     pub controlled_shutdown_enable: bool,
     /// `controlled.shutdown.max.retries`
@@ -145,6 +149,8 @@ const SERVER_KEYS: &[&str] = &[
     "replica.fetch.backoff.ms",
     "num.replica.fetchers",
     "controlled.shutdown.enable",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
     "controlled.shutdown.max.retries",
     "controlled.shutdown.retry.backoff.ms",
     "broker.session.timeout.ms",
@@ -510,6 +516,13 @@ impl ServerConfig {
             )? as i32,
             replica_fetch_backoff_ms: number("replica.fetch.backoff.ms", 1_000)?,
             controlled_shutdown_enable: boolean("controlled.shutdown.enable", true)?,
+            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable", true)?,
+            leader_imbalance_check_interval_seconds: in_range(
+                "leader.imbalance.check.interval.seconds",
+                number("leader.imbalance.check.interval.seconds", 300)?,
+                1,
+                86_400,
+            )?,
             controlled_shutdown_max_retries: in_range(
                 "controlled.shutdown.max.retries",
                 number("controlled.shutdown.max.retries", 3)?,

@@ -471,3 +471,62 @@ fn min_insync_rejects_when_two_replicas_down() {
         "a refused batch was appended"
     );
 }
+
+/// After a broker comes back, its partitions are led by others; ElectLeaders (preferred) gives
+/// them back, and with `auto.leader.rebalance.enable` the controller does it by itself.
+#[test]
+fn preferred_leaders_come_back_by_request_and_by_rebalance() {
+    for automatic in [false, true] {
+        let mut cluster = Cluster::start(
+            3,
+            &[
+                "replica.lag.time.max.ms=2000",
+                if automatic {
+                    "leader.imbalance.check.interval.seconds=1"
+                } else {
+                    "auto.leader.rebalance.enable=false"
+                },
+            ],
+        );
+        confluent_cluster(&cluster, "create", &["pref", "3", "3"]);
+        cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+            leaders(c, "pref").iter().all(|(_, _, isr)| isr.len() == 3)
+        });
+        let preferred: Vec<i32> = leaders(&cluster, "pref")
+            .iter()
+            .map(|(_, l, _)| *l)
+            .collect();
+        cluster.kill9(0);
+        cluster.wait_until("node 1 to lead nothing", Duration::from_secs(30), |c| {
+            leaders(c, "pref").iter().all(|(_, l, _)| *l != 1)
+        });
+        cluster.start_node(0);
+        cluster.wait_until("full ISRs again", Duration::from_secs(60), |c| {
+            leaders(c, "pref").iter().all(|(_, _, isr)| isr.len() == 3)
+        });
+        if !automatic {
+            std::thread::sleep(Duration::from_secs(2));
+            let now: Vec<i32> = leaders(&cluster, "pref")
+                .iter()
+                .map(|(_, l, _)| *l)
+                .collect();
+            assert_ne!(now, preferred, "leaders moved back without a request");
+            let results = confluent_cluster(&cluster, "elect-preferred", &["pref", "3"]);
+            // 0: elected; 84: ELECTION_NOT_NEEDED for partitions already led by their first replica.
+            assert!(
+                results
+                    .lines()
+                    .filter(|l| !l.ends_with(": ok"))
+                    .all(|l| l.ends_with(" 0") || l.ends_with(" 84")),
+                "{results}"
+            );
+        }
+        cluster.wait_until("preferred leaders", Duration::from_secs(30), |c| {
+            leaders(c, "pref")
+                .iter()
+                .map(|(_, l, _)| *l)
+                .collect::<Vec<_>>()
+                == preferred
+        });
+    }
+}

@@ -522,6 +522,71 @@ pub fn unfence_broker(
     Ok(records)
 }
 
+/// Kafka's ElectLeaders election types.
+pub const ELECTION_PREFERRED: i8 = 0;
+pub const ELECTION_UNCLEAN: i8 = 1;
+/// ElectLeaders per-partition errors.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+
+/// ElectLeaders for one partition: preferred (its first replica, when alive and in the ISR)
+/// or unclean (an offline partition gets any live replica). The change, or the error code.
+pub fn elect_for(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    election_type: i8,
+) -> Result<PartitionChange, i16> {
+    let current = image.partition(topic_id, partition).ok_or(
+        ControllerError::UnknownTopicOrPartition(format!("{partition}")).kafka_error_code(),
+    )?;
+    let change = |leader: BrokerId, isr: Option<Vec<BrokerId>>| PartitionChange {
+        topic_id,
+        partition,
+        leader: Some(leader),
+        isr,
+        replicas: None,
+    };
+    if election_type == ELECTION_UNCLEAN {
+        if current.leader != NO_LEADER && alive(image, current.leader) {
+            return Err(ELECTION_NOT_NEEDED);
+        }
+        return match elect_leader(&current.replicas, &current.isr, |b| alive(image, b), true) {
+            Election::Clean(leader) => Ok(change(leader, None)),
+            Election::Unclean(leader) => {
+                tracing::warn!(%topic_id, partition, leader, "UNCLEAN leader election (ElectLeaders): acknowledged records may be lost");
+                Ok(change(leader, Some(vec![leader])))
+            }
+            Election::None => Err(ELIGIBLE_LEADERS_NOT_AVAILABLE),
+        };
+    }
+    let Some(&preferred) = current.replicas.first() else {
+        return Err(PREFERRED_LEADER_NOT_AVAILABLE);
+    };
+    if current.leader == preferred {
+        return Err(ELECTION_NOT_NEEDED);
+    }
+    if !alive(image, preferred) || !current.isr.contains(&preferred) {
+        return Err(PREFERRED_LEADER_NOT_AVAILABLE);
+    }
+    Ok(change(preferred, None))
+}
+
+/// Leader rebalancing (`auto.leader.rebalance.enable`): every partition whose preferred
+/// replica is alive, in the ISR and not leading gets it back as leader.
+pub fn preferred_leader_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
+    image
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.keys().map(move |p| (t.id, *p)))
+        .filter_map(|(topic_id, partition)| {
+            elect_for(image, topic_id, partition, ELECTION_PREFERRED).ok()
+        })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
+}
+
 /// Producer ids handed to a broker at a time.
 pub const PRODUCER_ID_BLOCK_SIZE: i32 = 1000;
 

@@ -60,6 +60,11 @@ pub enum ControllerRequest {
         broker_id: BrokerId,
         broker_epoch: i64,
     },
+    /// ElectLeaders: `partitions` by topic name, `None` for every partition.
+    ElectLeaders {
+        election_type: i8,
+        partitions: Option<Vec<(String, i32)>>,
+    },
     /// A block of producer ids for a broker's InitProducerId answers.
     AllocateProducerIds {
         broker_id: BrokerId,
@@ -114,6 +119,8 @@ pub enum ControllerResponse {
         leader_addr: Option<String>,
     },
     Quorum(QuorumDescription),
+    /// ElectLeaders results: (topic, partition, error code), committed.
+    Elections(Vec<(String, i32, i16)>),
     /// A block of producer ids, committed to this broker.
     ProducerIds {
         first: i64,
@@ -141,6 +148,8 @@ pub struct ControllerService {
     /// controller is single-threaded for the same reason): two decisions made on the same
     /// image could each be valid and together wrong.
     deciding: tokio::sync::Mutex<()>,
+    /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`.
+    leader_rebalance_interval: Mutex<Option<Duration>>,
 }
 
 #[derive(Default)]
@@ -162,7 +171,52 @@ impl ControllerService {
             session_timeout,
             sessions: Mutex::new(Sessions::default()),
             deciding: tokio::sync::Mutex::new(()),
+            leader_rebalance_interval: Mutex::new(None),
         })
+    }
+
+    /// Turns on leader rebalancing: every `interval`, the active controller gives each
+    /// partition back to its preferred replica when that replica is alive and in the ISR.
+    pub fn enable_leader_rebalance(&self, interval: Duration) {
+        *self
+            .leader_rebalance_interval
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(interval);
+    }
+
+    /// Runs leader rebalancing until the quorum is gone (does nothing unless enabled).
+    pub async fn run_leader_rebalance(self: Arc<Self>) {
+        loop {
+            let interval = *self
+                .leader_rebalance_interval
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let Some(interval) = interval else {
+                return;
+            };
+            tokio::time::sleep(interval).await;
+            let Some(quorum) = self.quorum.upgrade() else {
+                return;
+            };
+            if !quorum.is_leader() {
+                continue;
+            }
+            let _deciding = self.deciding.lock().await;
+            if quorum.raft().ensure_linearizable().await.is_err() {
+                continue;
+            }
+            let records = super::preferred_leader_changes(&quorum.image());
+            if records.is_empty() {
+                continue;
+            }
+            tracing::info!(
+                partitions = records.len(),
+                "leader rebalance: moving leaderships back to preferred replicas"
+            );
+            if let Err(error) = quorum.propose(records).await {
+                tracing::warn!(%error, "leader rebalance failed");
+            }
+        }
     }
 
     fn sessions(&self, term: u64) -> std::sync::MutexGuard<'_, Sessions> {
@@ -204,6 +258,53 @@ impl ControllerService {
         };
         if let Some((node_id, adding)) = membership_change {
             return change_voters(&quorum, &metrics, node_id, adding).await;
+        }
+        if let ControllerRequest::ElectLeaders {
+            election_type,
+            partitions,
+        } = &request
+        {
+            let wanted: Vec<(String, i32)> = match partitions {
+                Some(list) => list.clone(),
+                None => image
+                    .topics
+                    .values()
+                    .flat_map(|t| t.partitions.keys().map(|p| (t.name.clone(), *p)))
+                    .collect(),
+            };
+            let mut results = Vec::with_capacity(wanted.len());
+            let mut records = Vec::new();
+            for (topic, partition) in wanted {
+                let outcome =
+                    match image.topic_by_name(&topic) {
+                        Some(t) if t.partitions.contains_key(&partition) => {
+                            super::elect_for(&image, t.id, partition, *election_type)
+                        }
+                        _ => Err(ControllerError::UnknownTopicOrPartition(topic.clone())
+                            .kafka_error_code()),
+                    };
+                match outcome {
+                    Ok(change) => {
+                        records.push(MetadataRecord::PartitionChange(change));
+                        results.push((topic, partition, 0));
+                    }
+                    Err(code) => results.push((topic, partition, code)),
+                }
+            }
+            if !records.is_empty() {
+                if let Err(error) = quorum.propose(records).await {
+                    return match error {
+                        ProposeError::NotLeader { leader_addr, .. } => {
+                            ControllerResponse::NotController { leader_addr }
+                        }
+                        other => ControllerResponse::Error {
+                            code: REQUEST_TIMED_OUT,
+                            message: other.to_string(),
+                        },
+                    };
+                }
+            }
+            return ControllerResponse::Elections(results);
         }
         if let ControllerRequest::AllocateProducerIds {
             broker_id,
@@ -302,6 +403,7 @@ impl ControllerService {
             ControllerRequest::AddVoter { .. }
             | ControllerRequest::RemoveVoter { .. }
             | ControllerRequest::AllocateProducerIds { .. }
+            | ControllerRequest::ElectLeaders { .. }
             | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics

@@ -12,6 +12,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_quorum;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod incremental_alter_configs;
@@ -107,6 +108,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
         ApiKey::DescribeQuorum,
         describe_quorum::VERSIONS.0,
         describe_quorum::VERSIONS.1,
+    ),
+    (
+        ApiKey::ElectLeaders,
+        elect_leaders::VERSIONS.0,
+        elect_leaders::VERSIONS.1,
     ),
     (
         ApiKey::FindCoordinator,
@@ -349,6 +355,9 @@ pub async fn dispatch(
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(broker, context, r).await)
+        }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect_leaders::handle(broker, context, r).await)
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(context, r))

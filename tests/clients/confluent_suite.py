@@ -378,6 +378,17 @@ def case_set_config():
     client.incremental_alter_configs([resource])[resource].result(timeout=30)
 
 
+def case_elect_preferred():
+    """ElectLeaders (preferred) for partitions 0..N-1 of TOPIC; prints `partition error`."""
+    from confluent_kafka import ElectionType
+    topic, count = sys.argv[3], int(sys.argv[4])
+    client = admin()
+    # (confluent-kafka 2.16 fails on elect_leaders keyword arguments: none are passed.)
+    future = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(count)])
+    for tp, error in sorted(future.result(timeout=30).items(), key=lambda kv: kv[0].partition):
+        print(tp.partition, error.code() if error else 0)
+
+
 def case_leaders():
     """Prints `partition leader isr...` for each partition of TOPIC."""
     topic = sys.argv[3]

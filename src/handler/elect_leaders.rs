@@ -1,0 +1,80 @@
+//! ElectLeaders (KIP-460): preferred or unclean elections on request, decided by the active
+//! controller (`kafka-leader-election.sh`, AdminClient `elect_leaders`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+
+use super::{Broker, RequestContext, str_bytes};
+use crate::controller::service::{ControllerRequest, ControllerResponse};
+
+pub const VERSIONS: (i16, i16) = (0, 2);
+
+const ELECTION_WAIT_MAX: Duration = Duration::from_secs(30);
+
+pub async fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    // v0 has no election type: preferred.
+    let election_type = if context.api_version >= 1 {
+        request.election_type
+    } else {
+        0
+    };
+    let partitions = request.topic_partitions.as_ref().map(|topics| {
+        topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.topic.to_string(), *p)))
+            .collect::<Vec<_>>()
+    });
+    let timeout = if request.timeout_ms > 0 {
+        Duration::from_millis(request.timeout_ms as u64).min(ELECTION_WAIT_MAX)
+    } else {
+        ELECTION_WAIT_MAX
+    };
+    let call = ControllerRequest::ElectLeaders {
+        election_type,
+        partitions,
+    };
+    let results = match broker.call_controller(call, timeout).await {
+        Ok(ControllerResponse::Elections(results)) => results,
+        Ok(_) => Vec::new(),
+        Err((code, message)) => {
+            let mut response = ElectLeadersResponse::default();
+            if context.api_version >= 1 {
+                response.error_code = code;
+            }
+            tracing::warn!(code, %message, "ElectLeaders failed");
+            return response;
+        }
+    };
+    let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    for (topic, partition, code) in results {
+        let mut result = PartitionResult::default()
+            .with_partition_id(partition)
+            .with_error_code(code);
+        if code != 0 {
+            result.error_message = Some(str_bytes(match code {
+                84 => "the preferred replica already leads",
+                80 => "the preferred replica is not alive and in the ISR",
+                83 => "no live replica to elect",
+                _ => "election failed",
+            }));
+        }
+        by_topic.entry(topic).or_default().push(result);
+    }
+    ElectLeadersResponse::default().with_replica_election_results(
+        by_topic
+            .into_iter()
+            .map(|(topic, partition_result)| {
+                ReplicaElectionResult::default()
+                    .with_topic(TopicName(str_bytes(topic)))
+                    .with_partition_result(partition_result)
+            })
+            .collect(),
+    )
+}
