@@ -4,6 +4,7 @@
 static ALLOCATOR: sluice::lazy_alloc::LazyHugeAlloc = sluice::lazy_alloc::LazyHugeAlloc;
 
 mod cli_cluster;
+mod cli_topics;
 mod perf;
 mod perf_kafka;
 mod perf_quorum;
@@ -27,6 +28,11 @@ enum Command {
     Cluster {
         #[command(subcommand)]
         command: cli_cluster::ClusterCommand,
+    },
+    /// Topics through a broker's Kafka port: `reassign` moves a partition's replicas.
+    Topics {
+        #[command(subcommand)]
+        command: cli_topics::TopicsCommand,
     },
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
@@ -61,7 +67,7 @@ fn run() -> anyhow::Result<()> {
     // A server narrates what it does; a benchmark prints its figures and only warnings.
     let default_level = match cli.command {
         Command::Server { .. } => "info,openraft=warn",
-        Command::Perf { .. } | Command::Cluster { .. } => "warn",
+        Command::Perf { .. } | Command::Cluster { .. } | Command::Topics { .. } => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -73,6 +79,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Perf { target } => perf::run(target),
         Command::Cluster { command } => cli_cluster::run(command),
+        Command::Topics { command } => cli_topics::run(command),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
 }

@@ -129,7 +129,10 @@ impl Node {
         let session_timeout = Duration::from_millis(config.broker_session_timeout_ms);
         let controller = ControllerService::new(&quorum, defaults, session_timeout);
         quorum.set_call_handler(controller.clone());
-        let mut tasks = vec![tokio::spawn(Arc::clone(&controller).run_session_timer())];
+        let mut tasks = vec![
+            tokio::spawn(Arc::clone(&controller).run_session_timer()),
+            tokio::spawn(Arc::clone(&controller).run_reassignments()),
+        ];
         if config.auto_leader_rebalance_enable {
             controller.enable_leader_rebalance(Duration::from_secs(
                 config.leader_imbalance_check_interval_seconds,

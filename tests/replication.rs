@@ -530,3 +530,63 @@ fn preferred_leaders_come_back_by_request_and_by_rebalance() {
         });
     }
 }
+
+/// `sluice topics reassign` moves a partition from brokers 1,2,3 to 4,2,3 under acks=all load:
+/// broker 4 joins and catches up, broker 1 leaves and drops its copy, nothing is lost.
+#[test]
+fn reassignment_moves_replicas_without_loss() {
+    let cluster = Cluster::start_with_voters(
+        4,
+        3,
+        &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
+    );
+    confluent_cluster(&cluster, "create-assigned", &["moved", "1,2,3/2,3,1"]);
+    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+        leaders(c, "moved").iter().all(|(_, _, isr)| isr.len() == 3)
+    });
+    let producer = AckedProducer::start(&cluster, "moved");
+    cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
+        producer.count() >= 5_000
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["topics", "reassign", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{}", cluster.nodes[1].kafka_port))
+        .args([
+            "--topic",
+            "moved",
+            "--partition",
+            "0",
+            "--replicas",
+            "4,2,3",
+            "--wait-seconds",
+            "60",
+        ])
+        .output()
+        .expect("sluice topics reassign");
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && printed.contains("done after"),
+        "{printed}{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        support::tail(&cluster.logs(), 40)
+    );
+    println!("{printed}");
+    let (_, leader, isr) = leaders(&cluster, "moved")[0].clone();
+    let mut sorted = isr.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![2, 3, 4], "partition 0 ISR after the move");
+    assert!([2, 3, 4].contains(&leader));
+    cluster.wait_until("broker 1 to drop its copy", Duration::from_secs(30), |c| {
+        !c.dir.path().join("data-1").join("moved-0").exists()
+    });
+    let before = producer.count();
+    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+        producer.count() >= before + 2_000
+    });
+    let acked = producer.stop();
+    let stored = assert_acked_stored_once_in_order(&cluster, "moved", &acked);
+    println!(
+        "reassignment: {} acknowledged, {stored} stored, none lost",
+        acked.len()
+    );
+}

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::records::{
     BrokerId, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER, PartitionChange,
-    PartitionRecord, RECORD_VERSION, RecordEnvelope, RegisterBroker, Uuid,
+    PartitionRecord, RECORD_VERSION, Reassignment, RecordEnvelope, RegisterBroker, Uuid,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +46,19 @@ pub struct MetadataImage {
     pub configs: BTreeMap<ConfigResource, ConfigMap>,
     /// The first producer id not yet handed out.
     pub next_producer_id: i64,
+    /// Ongoing partition reassignments.
+    pub reassignments: BTreeMap<(Uuid, i32), Reassignment>,
+}
+
+/// The image as snapshot format 1 held it (before reassignments).
+#[derive(Deserialize)]
+struct MetadataImageV1 {
+    index: u64,
+    brokers: BTreeMap<BrokerId, BrokerRegistration>,
+    topics: BTreeMap<Uuid, Arc<TopicImage>>,
+    topic_ids_by_name: BTreeMap<String, Uuid>,
+    configs: BTreeMap<ConfigResource, ConfigMap>,
+    next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -69,16 +82,34 @@ impl MetadataImage {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<MetadataImage, ReplayError> {
-        let (version, image): (u16, MetadataImage) =
-            bincode::deserialize(bytes).map_err(|e| ReplayError::Corrupt(e.to_string()))?;
-        if version != SNAPSHOT_FORMAT_VERSION {
-            return Err(ReplayError::UnknownVersion(version));
+        let corrupt = |e: bincode::Error| ReplayError::Corrupt(e.to_string());
+        let version: u16 = bincode::deserialize(bytes).map_err(corrupt)?;
+        match version {
+            SNAPSHOT_FORMAT_VERSION => {
+                let (_, image): (u16, MetadataImage) =
+                    bincode::deserialize(bytes).map_err(corrupt)?;
+                Ok(image)
+            }
+            1 => {
+                let (_, old): (u16, MetadataImageV1) =
+                    bincode::deserialize(bytes).map_err(corrupt)?;
+                Ok(MetadataImage {
+                    index: old.index,
+                    brokers: old.brokers,
+                    topics: old.topics,
+                    topic_ids_by_name: old.topic_ids_by_name,
+                    configs: old.configs,
+                    next_producer_id: old.next_producer_id,
+                    reassignments: BTreeMap::new(),
+                })
+            }
+            other => Err(ReplayError::UnknownVersion(other)),
         }
-        Ok(image)
     }
 }
 
-const SNAPSHOT_FORMAT_VERSION: u16 = 1;
+/// 2: the image holds reassignments (format 1 is still read).
+const SNAPSHOT_FORMAT_VERSION: u16 = 2;
 
 /// Why a record could not be replayed. Replay is deterministic, so every node refuses the
 /// same records; the controller validates before proposing, so this signals a bug or a
@@ -185,6 +216,7 @@ impl MetadataDelta {
                     .remove(topic_id)
                     .ok_or(ReplayError::UnknownTopic(*topic_id))?;
                 image.topic_ids_by_name.remove(&topic.name);
+                image.reassignments.retain(|(id, _), _| id != topic_id);
                 image
                     .configs
                     .remove(&ConfigResource::Topic(topic.name.clone()));
@@ -220,6 +252,36 @@ impl MetadataDelta {
                     )));
                 }
                 image.next_producer_id = *next_producer_id;
+            }
+            MetadataRecord::Reassignment {
+                topic_id,
+                partition,
+                target,
+            } => {
+                if image.partition(*topic_id, *partition).is_none() {
+                    return Err(ReplayError::UnknownPartition(*topic_id, *partition));
+                }
+                match target {
+                    Some(reassignment) => {
+                        let mut distinct = reassignment.target.clone();
+                        distinct.sort_unstable();
+                        distinct.dedup();
+                        if reassignment.target.is_empty()
+                            || distinct.len() != reassignment.target.len()
+                        {
+                            return Err(ReplayError::Invalid(format!(
+                                "reassignment target {:?}",
+                                reassignment.target
+                            )));
+                        }
+                        image
+                            .reassignments
+                            .insert((*topic_id, *partition), reassignment.clone());
+                    }
+                    None => {
+                        image.reassignments.remove(&(*topic_id, *partition));
+                    }
+                }
             }
         }
         Ok(())
@@ -509,5 +571,38 @@ mod tests {
         let image = delta.apply(3);
         assert_eq!(image.unfenced_brokers().count(), 1);
         assert_eq!(MetadataImage::decode(&image.encode()).unwrap(), image);
+    }
+
+    #[test]
+    fn snapshots_of_format_1_still_decode() {
+        #[derive(Serialize)]
+        struct V1<'a> {
+            index: u64,
+            brokers: &'a BTreeMap<BrokerId, BrokerRegistration>,
+            topics: &'a BTreeMap<Uuid, Arc<TopicImage>>,
+            topic_ids_by_name: &'a BTreeMap<String, Uuid>,
+            configs: &'a BTreeMap<ConfigResource, ConfigMap>,
+            next_producer_id: i64,
+        }
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        delta.replay(&broker(1, 1)).expect("broker");
+        for record in topic_with_partition() {
+            delta.replay(&record).expect("topic");
+        }
+        let image = delta.apply(9);
+        let old = bincode::serialize(&(
+            1u16,
+            V1 {
+                index: image.index,
+                brokers: &image.brokers,
+                topics: &image.topics,
+                topic_ids_by_name: &image.topic_ids_by_name,
+                configs: &image.configs,
+                next_producer_id: image.next_producer_id,
+            },
+        ))
+        .expect("encode");
+        assert_eq!(MetadataImage::decode(&old).expect("decode v1"), image);
+        assert_eq!(MetadataImage::decode(&image.encode()).expect("decode"), image);
     }
 }

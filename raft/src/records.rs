@@ -112,6 +112,20 @@ pub enum MetadataRecord {
         broker_epoch: i64,
         next_producer_id: i64,
     },
+    /// A partition reassignment starts (`Some`: move to `target`, from `original`) or ends
+    /// (`None`: completed or cancelled).
+    Reassignment {
+        topic_id: Uuid,
+        partition: i32,
+        target: Option<Reassignment>,
+    },
+}
+
+/// An ongoing partition reassignment: the replicas wanted, and those it started from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reassignment {
+    pub target: Vec<BrokerId>,
+    pub original: Vec<BrokerId>,
 }
 
 pub const RECORD_VERSION: u16 = 1;

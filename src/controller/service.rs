@@ -60,6 +60,8 @@ pub enum ControllerRequest {
         broker_id: BrokerId,
         broker_epoch: i64,
     },
+    /// AlterPartitionReassignments: per partition, a target replica list or `None` (cancel).
+    Reassign(Vec<(String, i32, Option<Vec<BrokerId>>)>),
     /// ElectLeaders: `partitions` by topic name, `None` for every partition.
     ElectLeaders {
         election_type: i8,
@@ -184,6 +186,35 @@ impl ControllerService {
             .unwrap_or_else(|p| p.into_inner()) = Some(interval);
     }
 
+    /// Finishes reassignments whose target replicas all joined the ISR; runs until the
+    /// quorum is gone.
+    pub async fn run_reassignments(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let Some(quorum) = self.quorum.upgrade() else {
+                return;
+            };
+            if !quorum.is_leader() || quorum.image().reassignments.is_empty() {
+                continue;
+            }
+            let _deciding = self.deciding.lock().await;
+            if quorum.raft().ensure_linearizable().await.is_err() {
+                continue;
+            }
+            let records = super::complete_reassignments(&quorum.image());
+            if records.is_empty() {
+                continue;
+            }
+            tracing::info!(
+                partitions = records.len() / 2,
+                "reassignment complete: dropping the replicas that left"
+            );
+            if let Err(error) = quorum.propose(records).await {
+                tracing::warn!(%error, "completing reassignments failed");
+            }
+        }
+    }
+
     /// Runs leader rebalancing until the quorum is gone (does nothing unless enabled).
     pub async fn run_leader_rebalance(self: Arc<Self>) {
         loop {
@@ -258,6 +289,33 @@ impl ControllerService {
         };
         if let Some((node_id, adding)) = membership_change {
             return change_voters(&quorum, &metrics, node_id, adding).await;
+        }
+        if let ControllerRequest::Reassign(moves) = &request {
+            let mut results = Vec::with_capacity(moves.len());
+            let mut records = Vec::new();
+            for (topic, partition, target) in moves {
+                match super::reassign(&image, topic, *partition, target.clone()) {
+                    Ok(mut decided) => {
+                        records.append(&mut decided);
+                        results.push((topic.clone(), *partition, 0));
+                    }
+                    Err(code) => results.push((topic.clone(), *partition, code)),
+                }
+            }
+            if !records.is_empty() {
+                if let Err(error) = quorum.propose(records).await {
+                    return match error {
+                        ProposeError::NotLeader { leader_addr, .. } => {
+                            ControllerResponse::NotController { leader_addr }
+                        }
+                        other => ControllerResponse::Error {
+                            code: REQUEST_TIMED_OUT,
+                            message: other.to_string(),
+                        },
+                    };
+                }
+            }
+            return ControllerResponse::Elections(results);
         }
         if let ControllerRequest::ElectLeaders {
             election_type,
@@ -404,6 +462,7 @@ impl ControllerService {
             | ControllerRequest::RemoveVoter { .. }
             | ControllerRequest::AllocateProducerIds { .. }
             | ControllerRequest::ElectLeaders { .. }
+            | ControllerRequest::Reassign(_)
             | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics

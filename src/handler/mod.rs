@@ -20,6 +20,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
+mod partition_reassignments;
 mod produce;
 
 pub use describe_configs::topic_config_entries;
@@ -113,6 +114,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
         ApiKey::ElectLeaders,
         elect_leaders::VERSIONS.0,
         elect_leaders::VERSIONS.1,
+    ),
+    (
+        ApiKey::AlterPartitionReassignments,
+        partition_reassignments::ALTER_VERSIONS.0,
+        partition_reassignments::ALTER_VERSIONS.1,
+    ),
+    (
+        ApiKey::ListPartitionReassignments,
+        partition_reassignments::LIST_VERSIONS.0,
+        partition_reassignments::LIST_VERSIONS.1,
     ),
     (
         ApiKey::FindCoordinator,
@@ -359,6 +370,12 @@ pub async fn dispatch(
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(broker, context, r).await)
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            partition_reassignments::alter(broker, context, r).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            partition_reassignments::list(broker, context, r),
+        ),
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(context, r))
         }

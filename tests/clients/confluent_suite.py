@@ -361,10 +361,11 @@ def case_produce():
 
 
 def case_create_assigned():
-    """Creates TOPIC with one partition on the replicas ASSIGNMENT (e.g. 4,1)."""
-    topic, assignment = sys.argv[3], [int(b) for b in sys.argv[4].split(",")]
+    """Creates TOPIC with partitions on the replicas ASSIGNMENT (e.g. 4,1 or 1,2,3/2,3,1)."""
+    topic = sys.argv[3]
+    assignment = [[int(b) for b in part.split(",")] for part in sys.argv[4].split("/")]
     client = admin()
-    new = NewTopic(topic, num_partitions=1, replica_assignment=[assignment])
+    new = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)
     futures = client.create_topics([new], operation_timeout=10)
     futures[topic].result(timeout=30)
 
