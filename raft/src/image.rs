@@ -603,6 +603,9 @@ mod tests {
         ))
         .expect("encode");
         assert_eq!(MetadataImage::decode(&old).expect("decode v1"), image);
-        assert_eq!(MetadataImage::decode(&image.encode()).expect("decode"), image);
+        assert_eq!(
+            MetadataImage::decode(&image.encode()).expect("decode"),
+            image
+        );
     }
 }
