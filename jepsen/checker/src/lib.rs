@@ -10,6 +10,7 @@
 //! {"time_ns":3,"process":4,"type":"ok","f":"poll","reads":{"q-0":[[40,16],[41,17]]}}
 //! {"time_ns":4,"process":4,"type":"ok","f":"assign"}
 //! {"time_ns":5,"process":-1,"type":"info","f":"nemesis","value":"kill n2"}
+//! {"time_ns":6,"process":-1,"type":"info","f":"heal","value":"restart n2"}
 //! ```
 //! `type` is `invoke`, `ok`, `fail` (did not happen) or `info` (unknown). An `assign` by a
 //! process restarts its polling (seeks are allowed to jump). A replaced client gets a new
@@ -35,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// One line of a history.
+/// One line of a history. `nemesis` events are faults injected; `heal` events end them.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct Event {
     #[serde(default)]
