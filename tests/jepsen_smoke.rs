@@ -32,6 +32,7 @@ fn smoke(nemesis: &str) {
         "jepsen/run failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    assert!(store.path().join("plot.png").exists(), "no plot");
     let history = std::fs::read_to_string(store.path().join("history.jsonl")).expect("history");
     let events = sluice_jepsen::parse(&history).expect("parse history");
     let report = sluice_jepsen::check(&events);
