@@ -138,6 +138,26 @@ pub enum ControllerResponse {
 /// Records to commit, and what the response reports: a broker epoch, the fenced state.
 type Decision = (Vec<MetadataRecord>, Option<i64>, Option<bool>);
 
+/// Proposes a decision's records (none: nothing to do); the answer when they did not commit.
+async fn commit(quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<(), ControllerResponse> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    quorum
+        .propose(records)
+        .await
+        .map(|_| ())
+        .map_err(|error| match error {
+            ProposeError::NotLeader { leader_addr, .. } => {
+                ControllerResponse::NotController { leader_addr }
+            }
+            other => ControllerResponse::Error {
+                code: REQUEST_TIMED_OUT,
+                message: other.to_string(),
+            },
+        })
+}
+
 /// REQUEST_TIMED_OUT, for proposals that did not commit.
 const REQUEST_TIMED_OUT: i16 = 7;
 
@@ -302,18 +322,8 @@ impl ControllerService {
                     Err(code) => results.push((topic.clone(), *partition, code)),
                 }
             }
-            if !records.is_empty() {
-                if let Err(error) = quorum.propose(records).await {
-                    return match error {
-                        ProposeError::NotLeader { leader_addr, .. } => {
-                            ControllerResponse::NotController { leader_addr }
-                        }
-                        other => ControllerResponse::Error {
-                            code: REQUEST_TIMED_OUT,
-                            message: other.to_string(),
-                        },
-                    };
-                }
+            if let Err(refused) = commit(&quorum, records).await {
+                return refused;
             }
             return ControllerResponse::Elections(results);
         }
@@ -349,18 +359,8 @@ impl ControllerService {
                     Err(code) => results.push((topic, partition, code)),
                 }
             }
-            if !records.is_empty() {
-                if let Err(error) = quorum.propose(records).await {
-                    return match error {
-                        ProposeError::NotLeader { leader_addr, .. } => {
-                            ControllerResponse::NotController { leader_addr }
-                        }
-                        other => ControllerResponse::Error {
-                            code: REQUEST_TIMED_OUT,
-                            message: other.to_string(),
-                        },
-                    };
-                }
+            if let Err(refused) = commit(&quorum, records).await {
+                return refused;
             }
             return ControllerResponse::Elections(results);
         }
@@ -379,18 +379,12 @@ impl ControllerService {
                         };
                     }
                 };
-            return match quorum.propose(records).await {
-                Ok(_) => ControllerResponse::ProducerIds {
+            return match commit(&quorum, records).await {
+                Ok(()) => ControllerResponse::ProducerIds {
                     first,
                     count: super::PRODUCER_ID_BLOCK_SIZE,
                 },
-                Err(ProposeError::NotLeader { leader_addr, .. }) => {
-                    ControllerResponse::NotController { leader_addr }
-                }
-                Err(other) => ControllerResponse::Error {
-                    code: REQUEST_TIMED_OUT,
-                    message: other.to_string(),
-                },
+                Err(refused) => refused,
             };
         }
         let decided: Result<Decision, ControllerError> = match request {
@@ -492,18 +486,8 @@ impl ControllerService {
                 };
             }
         };
-        if !records.is_empty() {
-            if let Err(error) = quorum.propose(records).await {
-                return match error {
-                    ProposeError::NotLeader { leader_addr, .. } => {
-                        ControllerResponse::NotController { leader_addr }
-                    }
-                    other => ControllerResponse::Error {
-                        code: REQUEST_TIMED_OUT,
-                        message: other.to_string(),
-                    },
-                };
-            }
+        if let Err(refused) = commit(&quorum, records).await {
+            return refused;
         }
         ControllerResponse::Ok {
             broker_epoch,

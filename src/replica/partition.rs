@@ -277,24 +277,7 @@ impl Partition {
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
         let info = self.log.append_as_follower(records)?;
         for (_, header, _) in BatchIter::new(records).filter_map(Result::ok) {
-            if header.producer_id >= 0 {
-                let batch = ProducerBatch {
-                    producer_id: header.producer_id,
-                    epoch: header.producer_epoch,
-                    first_sequence: header.base_sequence,
-                    last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-                };
-                producers.update(
-                    &batch,
-                    BatchMetadata {
-                        first_sequence: batch.first_sequence,
-                        last_sequence: batch.last_sequence,
-                        first_offset: header.base_offset,
-                        last_offset: header.last_offset(),
-                        max_timestamp: header.max_timestamp,
-                    },
-                );
-            }
+            record_batch(&mut producers, &header);
         }
         self.maybe_snapshot(&producers);
         Ok(Some(info))
@@ -501,6 +484,29 @@ fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
     }
 }
 
+/// Records a batch already in the log (a follower's append, or replay) in producer state.
+fn record_batch(producers: &mut ProducerStateManager, header: &BatchHeader) {
+    if header.producer_id < 0 {
+        return;
+    }
+    let batch = ProducerBatch {
+        producer_id: header.producer_id,
+        epoch: header.producer_epoch,
+        first_sequence: header.base_sequence,
+        last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+    };
+    producers.update(
+        &batch,
+        BatchMetadata {
+            first_sequence: batch.first_sequence,
+            last_sequence: batch.last_sequence,
+            first_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            max_timestamp: header.max_timestamp,
+        },
+    );
+}
+
 /// The newest snapshot, then the log after it, replayed batch by batch (headers only).
 fn load_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
     let log_end_offset = log.log_end_offset();
@@ -522,24 +528,7 @@ fn load_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
             if last_offset < offset as i64 {
                 continue;
             }
-            if header.producer_id >= 0 {
-                let batch = ProducerBatch {
-                    producer_id: header.producer_id,
-                    epoch: header.producer_epoch,
-                    first_sequence: header.base_sequence,
-                    last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-                };
-                state.update(
-                    &batch,
-                    BatchMetadata {
-                        first_sequence: batch.first_sequence,
-                        last_sequence: batch.last_sequence,
-                        first_offset: header.base_offset,
-                        last_offset,
-                        max_timestamp: header.max_timestamp,
-                    },
-                );
-            }
+            record_batch(&mut state, &header);
             offset = last_offset as u64 + 1;
             advanced = true;
         }
