@@ -31,17 +31,32 @@ pub struct SingleNode {
 impl SingleNode {
     /// Starts a node with `overrides` (`key=value`) and waits until it serves as a broker.
     pub fn start(overrides: &[&str]) -> SingleNode {
-        let mut node = SingleNode {
-            dir: tempfile::tempdir().expect("tempdir"),
-            kafka_port: free_port(),
-            quorum_port: free_port(),
-            http_port: free_port(),
-            overrides: overrides.iter().map(|s| (*s).to_owned()).collect(),
-            child: None,
-            runs: 0,
-        };
-        node.restart();
-        node
+        // Free ports are picked, released, then bound by the server: a test running beside
+        // this one can take one in between. A server that cannot bind exits at once; then it
+        // starts again on other ports.
+        for attempt in 0..3 {
+            let mut node = SingleNode {
+                dir: tempfile::tempdir().expect("tempdir"),
+                kafka_port: free_port(),
+                quorum_port: free_port(),
+                http_port: free_port(),
+                overrides: overrides.iter().map(|s| (*s).to_owned()).collect(),
+                child: None,
+                runs: 0,
+            };
+            node.launch();
+            if node.wait_up() {
+                return node;
+            }
+            let exited = node
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if !exited || attempt == 2 {
+                panic!("broker did not come up; log:\n{}", node.logs());
+            }
+        }
+        unreachable!("the loop returns or panics")
     }
 
     pub fn bootstrap(&self) -> String {
@@ -58,6 +73,32 @@ impl SingleNode {
 
     /// Starts the process (again, over the same data) and waits until it is unfenced.
     pub fn restart(&mut self) {
+        self.launch();
+        if !self.wait_up() {
+            panic!("broker did not come up; log:\n{}", self.logs());
+        }
+    }
+
+    /// Waits up to 30 s for the broker to be unfenced; false if it exits or times out.
+    fn wait_up(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.gauge("sluice_brokers_unfenced") == Some(1) {
+                return true;
+            }
+            if self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+            {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn launch(&mut self) {
         self.runs += 1;
         let log = self.dir.path().join(format!("server-{}.log", self.runs));
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
@@ -85,14 +126,6 @@ impl SingleNode {
                 .spawn()
                 .expect("start sluice"),
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if self.gauge("sluice_brokers_unfenced") == Some(1) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("broker did not come up; log:\n{}", self.logs());
     }
 
     /// A gauge from `/metrics`.
@@ -242,6 +275,47 @@ impl Cluster {
     /// `count` nodes, the first `voters` of them voters; the rest are broker-only nodes that
     /// follow the metadata log as learners.
     pub fn start_with_voters(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
+        // Free ports are picked, released, then bound by the servers: a test running beside
+        // this one can take one in between. A node that cannot bind exits at once; then the
+        // whole cluster starts again on other ports.
+        for _ in 0..2 {
+            let mut cluster = Cluster::try_start(count, voters, overrides);
+            if cluster.wait_for_gauge("sluice_brokers_unfenced", count as i64) {
+                return cluster;
+            }
+            if !cluster.any_exited() {
+                panic!("the cluster did not come up\n{}", tail(&cluster.logs(), 80));
+            }
+        }
+        let cluster = Cluster::try_start(count, voters, overrides);
+        cluster.wait_for_gauge_everywhere("sluice_brokers_unfenced", count as i64);
+        cluster
+    }
+
+    fn any_exited(&mut self) -> bool {
+        self.nodes.iter_mut().any(|n| {
+            n.child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+        })
+    }
+
+    /// Waits (up to 60 s, or until a node exits) for a gauge to reach `value` everywhere.
+    fn wait_for_gauge(&mut self, name: &str, value: i64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if (0..self.nodes.len()).all(|i| self.gauge(i, name) == Some(value)) {
+                return true;
+            }
+            if self.any_exited() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    fn try_start(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let nodes: Vec<ClusterNode> = (1..=count)
             .map(|id| ClusterNode {
@@ -286,7 +360,6 @@ impl Cluster {
         for index in 0..cluster.nodes.len() {
             cluster.start_node(index);
         }
-        cluster.wait_for_gauge_everywhere("sluice_brokers_unfenced", count as i64);
         cluster
     }
 
