@@ -124,7 +124,13 @@ impl Log {
             .range(..=bound)
             .next_back()
             .map_or(0, |(b, _)| *b);
-        let first_dirty = first_dirty_offset.max(state.log_start_offset);
+        // A checkpoint past the log end is stale (the log was cut after it was written):
+        // clean from the start again, as Kafka does.
+        let first_dirty = if first_dirty_offset > state.log_end_offset {
+            state.log_start_offset
+        } else {
+            first_dirty_offset.max(state.log_start_offset)
+        };
         let (mut clean_bytes, mut dirty_bytes) = (0, 0);
         for segment in state.segments.range(..first_uncleanable).map(|(_, s)| s) {
             if segment.next_offset() <= first_dirty {

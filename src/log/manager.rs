@@ -188,6 +188,12 @@ impl LogManager {
                     load,
                     Arc::clone(&clock),
                 )?;
+                // Recovery may have cut the log below the cleaner checkpoint (data appended
+                // after the checkpoint was written and never synced): what is appended next
+                // is dirty.
+                if let Some(first_dirty) = cleaner_offsets.get_mut(&tp) {
+                    *first_dirty = (*first_dirty).min(log.log_end_offset());
+                }
                 logs.insert(
                     tp,
                     ManagedLog {
@@ -312,6 +318,19 @@ impl LogManager {
         }
         self.checkpoint()?;
         Ok(end)
+    }
+
+    /// Empties a log and restarts it at `offset` (a follower far behind its leader), then
+    /// checkpoints: everything appended from `offset` on is dirty for the cleaner.
+    pub fn truncate_fully_and_start_at(&self, tp: &TopicPartition, offset: u64) -> Result<()> {
+        let log = self
+            .get(tp)
+            .ok_or_else(|| LogError::InvalidArgument(format!("no log for {tp}")))?;
+        log.truncate_fully_and_start_at(offset)?;
+        if let Some(first_dirty) = lock(&self.cleaner_offsets).get_mut(tp) {
+            *first_dirty = (*first_dirty).min(offset);
+        }
+        self.checkpoint()
     }
 
     /// DeleteRecords: moves a log's start offset and checkpoints it at once, so deleted

@@ -350,10 +350,11 @@ impl ReplicaManager {
         tp: &TopicPartition,
         offset: u64,
     ) -> Result<(), crate::log::LogError> {
+        self.logs.truncate_fully_and_start_at(tp, offset)?;
         if let Some(partition) = self.partition(tp) {
-            partition.log.truncate_fully_and_start_at(offset)?;
             partition.reload_producer_state()?;
         }
+        self.notify_data_changed();
         Ok(())
     }
 

@@ -1063,3 +1063,40 @@ fn overlapping_segments_refuse_to_open_rather_than_drop_data() {
         "nothing deleted"
     );
 }
+
+#[test]
+fn a_cleaner_checkpoint_past_the_recovered_log_end_is_lowered() {
+    use super::checkpoint::CLEANER_OFFSET_CHECKPOINT;
+    use super::manager::{LogManager, LogManagerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogManagerConfig {
+        log_dirs: vec![dir.path().to_path_buf()],
+        default_log_config: small_config(),
+        ..LogManagerConfig::default()
+    };
+    let tp = TopicPartition::new("compacted", 0);
+    let manager = LogManager::open(config.clone(), clock.clone()).unwrap();
+    let log = manager.get_or_create(&tp, small_config()).unwrap();
+    append(&log, 5, "x", T0);
+    drop(log);
+    manager.shutdown().unwrap();
+    drop(manager);
+    // A checkpoint written before a crash cut the log back to offset 5.
+    let checkpoint = dir.path().join(CLEANER_OFFSET_CHECKPOINT);
+    fs::write(&checkpoint, "0\n1\ncompacted 0 40\n").unwrap();
+    let manager = LogManager::open(config, clock).unwrap();
+    let text = fs::read_to_string(&checkpoint).unwrap();
+    assert_eq!(text, "0\n1\ncompacted 0 5\n");
+    // And the cleaner itself treats a checkpoint past the end as stale: all is dirty again.
+    let log = manager.get(&tp).unwrap();
+    let compact = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        ..small_config()
+    };
+    log.update_config(compact);
+    log.roll_now().unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    let plan = log.cleanable(40).unwrap();
+    assert_eq!(plan.first_dirty_offset, 0, "{plan:?}");
+}

@@ -262,6 +262,8 @@ impl Run {
             clean_shutdown: false,
         });
         let end = self.log().log_end_offset();
+        // As `LogManager::open` does: what recovery cut off is dirty when appended again.
+        self.cleaner_checkpoint = self.cleaner_checkpoint.min(end);
         let context = format!("seed {}: crash", self.seed);
         // Every durable batch survived; what survived is a prefix of what was appended; no
         // batch straddles the new log end.
@@ -384,6 +386,8 @@ impl Run {
                 .collect::<Vec<_>>()
         );
         self.model.log_end_offset = new_end;
+        // As `LogManager::truncate_to` does.
+        self.cleaner_checkpoint = self.cleaner_checkpoint.min(new_end);
         self.model.durable_offset = self.model.durable_offset.min(new_end);
         // The log manager checkpoints recovery points right after a truncation.
         self.model.checkpointed_recovery_point = self
@@ -446,6 +450,14 @@ impl Run {
         self.log().set_high_watermark(self.log().log_end_offset());
         let map_bytes = [64 * 40, 1 << 20][self.rng.below(2) as usize];
         let before = records_of(&self.model.visible());
+        if std::env::var("SLUICE_TEST_TRACE").is_ok() {
+            eprintln!(
+                "compact: checkpoint {} map {map_bytes} segments {:?} plan {:?}",
+                self.cleaner_checkpoint,
+                self.log().segment_base_offsets(),
+                self.log().cleanable(self.cleaner_checkpoint)
+            );
+        }
         let outcome = self
             .log()
             .clean(self.cleaner_checkpoint, map_bytes)
