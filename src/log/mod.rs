@@ -11,6 +11,7 @@
 //! - `retention` and `cleaner`: deleting old segments, compacting by key.
 //! - `manager`: [`LogManager`], all logs of the log dirs, checkpoints and background work.
 //! - `checkpoint`, `config`, `error`, `topic_partition`: file formats, settings, errors.
+//! - `fault`: a storage fault hook for the fault-injection suite (off unless asked for).
 
 pub mod batch;
 pub mod checkpoint;
@@ -18,6 +19,7 @@ pub mod cleaner;
 pub mod config;
 pub mod epoch;
 pub mod error;
+pub mod fault;
 pub mod index;
 pub mod manager;
 pub mod partition_log;

@@ -43,12 +43,23 @@ pub fn parse_base_offset(file_name: &str) -> Option<u64> {
 }
 
 /// A file to fsync, with its path for the error message.
-pub type SyncHandle = (PathBuf, Arc<File>);
+pub struct SyncHandle {
+    pub path: PathBuf,
+    pub file: Arc<File>,
+    /// For a segment's `.log` file: its data size when the sync was asked for.
+    pub data_bytes: Option<u64>,
+}
 
 /// fdatasyncs every handle (outside any lock; see [`Segment::sync_handles`]).
 pub fn sync_all(handles: &[SyncHandle]) -> Result<()> {
-    for (path, file) in handles {
-        file.sync_data().map_err(|e| LogError::io(path, e))?;
+    for handle in handles {
+        handle
+            .file
+            .sync_data()
+            .map_err(|e| LogError::io(&handle.path, e))?;
+        if let Some(bytes) = handle.data_bytes {
+            super::fault::durable_prefix(&handle.path, bytes);
+        }
     }
     Ok(())
 }
@@ -216,6 +227,7 @@ impl Segment {
             .truncate(true)
             .open(&path)
             .map_err(|e| LogError::io(&path, e))?;
+        super::fault::durable_prefix(&path, 0);
         for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             let index = segment_path(dir, base_offset, &format!("{kind}{suffix}"));
             if let Err(e) = fs::remove_file(&index) {
@@ -491,7 +503,11 @@ impl Segment {
     /// log's lock: the `.log`, and with `indexes` the index files too (needed once the recovery
     /// point passes the segment, since it will not be rescanned).
     pub fn sync_handles(&self, indexes: bool, out: &mut Vec<SyncHandle>) {
-        out.push((self.path(), Arc::clone(&self.file)));
+        out.push(SyncHandle {
+            path: self.path(),
+            file: Arc::clone(&self.file),
+            data_bytes: Some(self.size),
+        });
         if indexes {
             let index = |kind: &str| {
                 segment_path(
@@ -500,8 +516,16 @@ impl Segment {
                     &format!("{kind}{}", self.suffix),
                 )
             };
-            out.push((index(INDEX_SUFFIX), Arc::clone(self.offset_index.file())));
-            out.push((index(TIME_INDEX_SUFFIX), Arc::clone(self.time_index.file())));
+            out.push(SyncHandle {
+                path: index(INDEX_SUFFIX),
+                file: Arc::clone(self.offset_index.file()),
+                data_bytes: None,
+            });
+            out.push(SyncHandle {
+                path: index(TIME_INDEX_SUFFIX),
+                file: Arc::clone(self.time_index.file()),
+                data_bytes: None,
+            });
         }
     }
 
@@ -686,6 +710,7 @@ impl Segment {
             self.file
                 .set_len(position)
                 .map_err(|e| LogError::io(self.path(), e))?;
+            super::fault::durable_prefix(&self.path(), position);
         }
         self.size = position;
         self.allocated = position;
@@ -784,6 +809,7 @@ impl Segment {
             .map_err(|e| LogError::io(self.path(), e))?;
         self.size = location.position;
         self.allocated = location.position;
+        super::fault::durable_prefix(&self.path(), location.position);
         // Indexes, max timestamp and next offset are cheapest to get right by rebuilding; a
         // truncation is rare (leader change) and touches only the tail segment in practice.
         // Epochs of the kept batches are all known, so the cache is not changed here.

@@ -24,6 +24,7 @@ pub struct SingleNode {
     pub quorum_port: u16,
     pub http_port: u16,
     overrides: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
     runs: u32,
 }
@@ -31,6 +32,12 @@ pub struct SingleNode {
 impl SingleNode {
     /// Starts a node with `overrides` (`key=value`) and waits until it serves as a broker.
     pub fn start(overrides: &[&str]) -> SingleNode {
+        Self::start_with_env(overrides, &[])
+    }
+
+    /// As [`SingleNode::start`], with environment variables for the server (set on every
+    /// restart too).
+    pub fn start_with_env(overrides: &[&str], env: &[(&str, &str)]) -> SingleNode {
         // Free ports are picked, released, then bound by the server: a test running beside
         // this one can take one in between. A server that cannot bind exits at once; then it
         // starts again on other ports.
@@ -41,6 +48,10 @@ impl SingleNode {
                 quorum_port: free_port(),
                 http_port: free_port(),
                 overrides: overrides.iter().map(|s| (*s).to_owned()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
                 child: None,
                 runs: 0,
             };
@@ -118,6 +129,7 @@ impl SingleNode {
         for o in &self.overrides {
             command.arg("--override").arg(o);
         }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         let stderr = std::fs::File::create(&log).expect("log file");
         self.child = Some(
             command
