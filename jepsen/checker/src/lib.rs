@@ -7,36 +7,61 @@
 //! ```text
 //! {"time_ns":1,"process":3,"type":"invoke","f":"send","key":"q-0","value":17}
 //! {"time_ns":2,"process":3,"type":"ok","f":"send","key":"q-0","value":17,"offset":41}
-//! {"time_ns":3,"process":4,"type":"ok","f":"poll","reads":{"q-0":[[40,16],[41,17]]}}
-//! {"time_ns":4,"process":4,"type":"ok","f":"assign"}
-//! {"time_ns":5,"process":-1,"type":"info","f":"nemesis","value":"kill n2"}
-//! {"time_ns":6,"process":-1,"type":"info","f":"heal","value":"restart n2"}
+//! {"time_ns":3,"process":5,"type":"ok","f":"send","sends":{"q-0":[[42,18],[43,19]],"q-1":[[7,20]]}}
+//! {"time_ns":4,"process":4,"type":"ok","f":"poll","reads":{"q-0":[[40,16],[41,17]]}}
+//! {"time_ns":5,"process":4,"type":"ok","f":"assign"}
+//! {"time_ns":6,"process":-1,"type":"info","f":"nemesis","value":"kill n2"}
+//! {"time_ns":7,"process":-1,"type":"info","f":"heal","value":"restart n2"}
+//! {"time_ns":8,"process":-1,"type":"info","f":"healed"}
 //! ```
 //! `type` is `invoke`, `ok`, `fail` (did not happen) or `info` (unknown). An `assign` by a
 //! process restarts its polling (seeks are allowed to jump). A replaced client gets a new
 //! process number. Values are unique per key.
 //!
-//! # Anomalies (Jepsen's definitions, for single-message sends)
+//! A send op carries one message in `key`/`value`/`offset`, or several (e.g. a transaction)
+//! in `sends`: per key, `[offset, value]` pairs in the order the op sent them (`offset` may be
+//! `null` where it is not known, as in an invocation). Every `(key, offset, value)` of an
+//! acknowledged op counts as one acknowledged send; an op with both forms counts both, the
+//! single send first.
+//!
+//! `healed` is logged once, when every fault has been healed at the end of a run; it is neither
+//! a fault nor an operation.
+//!
+//! # Anomalies (Jepsen's definitions)
 //! - `inconsistent-offsets`: one offset of a key holds different values in different reads.
 //! - `duplicate`: one value of a key appears at more than one offset.
 //! - `lost-write`: an acknowledged send was never read, though reads went past its offset.
 //! - `unseen`: an acknowledged send was never read, and no read went past its offset (with
 //!   final reads to the end of every key, a lost write by another name).
-//! - `nonmonotonic-send`: a process's acknowledged sends to a key got decreasing offsets.
+//! - `nonmonotonic-send`: a process's acknowledged sends to a key got decreasing offsets from
+//!   one op to its next (the last send of an op to the key against the first of the next).
+//! - `int-send-skip` / `int-nonmonotonic-send`: within one op, two successive sends to a key
+//!   are not adjacent in the version order (another value sits between them), or the later one
+//!   got an offset at or below the earlier one.
 //! - `poll-skip` / `nonmonotonic-poll`: between two polls of a key by one process, the
 //!   consumer skipped records that exist in the version order, or went backwards.
 //! - `int-poll-skip` / `int-nonmonotonic-poll`: the same within a single poll.
+//! - `slow-write-recovery` (not Jepsen's; a liveness check of this suite): after the last
+//!   `healed` event, no send was acknowledged within `WRITE_RECOVERY_MAX_MS`, or none at all.
 //!
 //! Skips are judged on the version order: every offset known to hold a value, from all reads
 //! and acknowledged sends. Offsets may have gaps (aborted or compacted records); only values
 //! present in the version order can be skipped.
+//!
+//! G1a (aborted read: a poll saw a value written by a transaction that aborted) needs
+//! transactions, which the broker does not have yet, so it is not checked.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// One line of a history. `nemesis` events are faults injected; `heal` events end them.
+/// The messages of a multi-send op: per key, `(offset, value)` in the order sent; the offset
+/// is `None` where it is not known (an invocation).
+pub type Sends = BTreeMap<String, Vec<(Option<i64>, i64)>>;
+
+/// One line of a history. `nemesis` events are faults injected; `heal` events end them;
+/// `healed` says every fault is over.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct Event {
     #[serde(default)]
@@ -53,6 +78,8 @@ pub struct Event {
     pub offset: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<BTreeMap<String, Vec<(i64, i64)>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sends: Option<Sends>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,12 +111,25 @@ pub struct Report {
     pub anomalies: BTreeMap<String, Vec<Value>>,
     pub anomaly_counts: BTreeMap<String, usize>,
     pub faults_injected: usize,
+    /// Completions of client operations (send, poll, assign).
     pub ops_checked: usize,
     pub acknowledged_sends: usize,
     pub keys: usize,
+    /// Milliseconds from the last `healed` event to the first send acknowledged after it; `None`
+    /// without a `healed` event or without such a send.
+    pub write_recovery_ms: Option<u64>,
 }
 
 const EXAMPLES_MAX: usize = 8;
+
+/// How long writes may take to succeed again once every fault is healed. The harness keeps a
+/// producer running this long after healing, so a longer wait means writes did not come back.
+pub const WRITE_RECOVERY_MAX_MS: u64 = 15_000;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// The operations of clients; everything else in a history (faults, heals) is the harness's.
+const CLIENT_OPS: [&str; 3] = ["send", "poll", "assign"];
 
 #[derive(Default)]
 struct Found {
@@ -109,6 +149,40 @@ impl Found {
 
 fn int_value(event: &Event) -> Option<i64> {
     event.value.as_ref().and_then(Value::as_i64)
+}
+
+/// An acknowledged op's sends: per key, `(offset, value)` in the order sent.
+type OpSends<'a> = BTreeMap<&'a str, Vec<(i64, i64)>>;
+
+/// The sends an op reports with known offsets, per key as `(offset, value)` in the order sent:
+/// the single-send fields first, then `sends`. A send without an offset cannot be placed in
+/// the version order, so it is left out.
+fn sends_of(event: &Event) -> OpSends<'_> {
+    let mut sends = OpSends::new();
+    if let (Some(key), Some(value), Some(offset)) =
+        (event.key.as_deref(), int_value(event), event.offset)
+    {
+        sends.entry(key).or_default().push((offset, value));
+    }
+    for (key, records) in event.sends.iter().flatten() {
+        let known = records
+            .iter()
+            .filter_map(|(offset, value)| offset.map(|o| (o, *value)));
+        sends.entry(key.as_str()).or_default().extend(known);
+    }
+    sends.retain(|_, records| !records.is_empty());
+    sends
+}
+
+/// One acknowledged send. `op` (the index of its completion) tells sends of one op from those
+/// of successive ops, which are judged by different anomalies.
+struct Ack<'a> {
+    key: &'a str,
+    value: i64,
+    offset: i64,
+    process: i64,
+    op: usize,
+    time_ns: u64,
 }
 
 /// Checks a history.
@@ -140,18 +214,29 @@ pub fn check(history: &[Event]) -> Report {
             .or_default()
             .insert(offset);
     };
-    let mut acknowledged: Vec<(String, i64, i64, i64)> = Vec::new();
+    let mut acknowledged: Vec<Ack> = Vec::new();
+    // The acknowledged ops' sends, kept for the checks within an op, which need the whole
+    // version order.
+    let mut sent_ops: Vec<(i64, OpSends)> = Vec::new();
     let mut read: BTreeSet<(String, i64)> = BTreeSet::new();
-    for event in &completions {
+    for (op, event) in completions.iter().enumerate() {
         match (event.f.as_str(), event.kind.as_str()) {
             ("send", "ok") => {
-                let (Some(key), Some(value), Some(offset)) =
-                    (event.key.as_ref(), int_value(event), event.offset)
-                else {
-                    continue;
-                };
-                note(&mut found, key, offset, value);
-                acknowledged.push((key.clone(), value, offset, event.process));
+                let sends = sends_of(event);
+                for (key, records) in &sends {
+                    for (offset, value) in records {
+                        note(&mut found, key, *offset, *value);
+                        acknowledged.push(Ack {
+                            key,
+                            value: *value,
+                            offset: *offset,
+                            process: event.process,
+                            op,
+                            time_ns: event.time_ns,
+                        });
+                    }
+                }
+                sent_ops.push((event.process, sends));
             }
             ("poll", "ok") => {
                 for (key, records) in event.reads.iter().flatten() {
@@ -187,33 +272,34 @@ pub fn check(history: &[Event]) -> Report {
         }
         highest
     };
-    for (key, value, offset, process) in &acknowledged {
-        if read.contains(&(key.clone(), *value)) {
+    for ack in &acknowledged {
+        if read.contains(&(ack.key.to_owned(), ack.value)) {
             continue;
         }
-        let example = json!({"key": key, "value": value, "offset": offset, "process": process});
-        if highest_read.get(key.as_str()).is_some_and(|h| h > offset) {
+        let example = json!({"key": ack.key, "value": ack.value, "offset": ack.offset,
+                             "process": ack.process});
+        if highest_read.get(ack.key).is_some_and(|h| *h > ack.offset) {
             found.add("lost-write", example);
         } else {
             found.add("unseen", example);
         }
     }
-    // Sends of one process to one key get increasing offsets.
-    let mut last_send: HashMap<(i64, &str), (i64, i64)> = HashMap::new();
-    for (key, value, offset, process) in &acknowledged {
-        if let Some((previous_offset, previous_value)) =
-            last_send.insert((*process, key.as_str()), (*offset, *value))
-        {
-            if *offset <= previous_offset {
+    // Sends of one process to one key get increasing offsets from op to op. Within an op the
+    // entries follow one another in the order sent, so the one kept for a key when the next op
+    // comes is the op's last send to it; pairs within an op are int-nonmonotonic-send's.
+    let mut last_send: HashMap<(i64, &str), &Ack> = HashMap::new();
+    for ack in &acknowledged {
+        if let Some(previous) = last_send.insert((ack.process, ack.key), ack) {
+            if previous.op != ack.op && ack.offset <= previous.offset {
                 found.add(
                     "nonmonotonic-send",
-                    json!({"key": key, "process": process,
-                           "values": [previous_value, value], "offsets": [previous_offset, offset]}),
+                    json!({"key": ack.key, "process": ack.process,
+                           "values": [previous.value, ack.value],
+                           "offsets": [previous.offset, ack.offset]}),
                 );
             }
         }
     }
-    // Polls: within one poll, and between a process's successive polls of a key.
     let index_of: BTreeMap<&str, HashMap<i64, usize>> = versions
         .iter()
         .map(|(key, order)| {
@@ -224,6 +310,30 @@ pub fn check(history: &[Event]) -> Report {
         })
         .collect();
     let index = |key: &str, offset: i64| index_of.get(key).and_then(|m| m.get(&offset)).copied();
+    // Sends within one op: successive sends to a key go forward, to adjacent versions.
+    for (process, sends) in &sent_ops {
+        for (key, records) in sends {
+            for pair in records.windows(2) {
+                let ((a, value_a), (b, value_b)) = (pair[0], pair[1]);
+                if b <= a {
+                    found.add(
+                        "int-nonmonotonic-send",
+                        json!({"key": key, "process": process,
+                               "values": [value_a, value_b], "offsets": [a, b]}),
+                    );
+                } else if let (Some(ia), Some(ib)) = (index(key, a), index(key, b)) {
+                    if ib > ia + 1 {
+                        found.add(
+                            "int-send-skip",
+                            json!({"key": key, "process": process, "values": [value_a, value_b],
+                                   "offsets": [a, b], "skipped": ib - ia - 1}),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Polls: within one poll, and between a process's successive polls of a key.
     let mut position: HashMap<(i64, String), i64> = HashMap::new();
     for event in &completions {
         if event.f == "assign" && event.kind == "ok" {
@@ -271,6 +381,7 @@ pub fn check(history: &[Event]) -> Report {
             position.insert((event.process, key.clone()), last.0);
         }
     }
+    let write_recovery_ms = write_recovery(history, &acknowledged, &mut found);
     let bad_error_types: Vec<String> = found.counts.keys().cloned().collect();
     Report {
         valid: bad_error_types.is_empty(),
@@ -278,10 +389,42 @@ pub fn check(history: &[Event]) -> Report {
         anomalies: found.anomalies,
         anomaly_counts: found.counts,
         faults_injected,
-        ops_checked: completions.iter().filter(|e| e.f != "nemesis").count(),
+        ops_checked: completions
+            .iter()
+            .filter(|e| CLIENT_OPS.contains(&e.f.as_str()))
+            .count(),
         acknowledged_sends: acknowledged.len(),
         keys: versions.len(),
+        write_recovery_ms,
     }
+}
+
+/// Measures how long writes took to succeed again after the last `healed` event, and reports
+/// `slow-write-recovery` when they did not within `WRITE_RECOVERY_MAX_MS`. Judged on time_ns
+/// rather than line order so that a history need not be sorted; the harness sorts it anyway.
+fn write_recovery(history: &[Event], acknowledged: &[Ack], found: &mut Found) -> Option<u64> {
+    let healed_ns = history
+        .iter()
+        .filter(|e| e.f == "healed")
+        .map(|e| e.time_ns)
+        .max()?;
+    // An ok event completing at the heal's very nanosecond is taken as after it: the two
+    // cannot be ordered, and the send did succeed with every fault healed.
+    let first_ok_send_ns = acknowledged
+        .iter()
+        .map(|ack| ack.time_ns)
+        .filter(|t| *t >= healed_ns)
+        .min();
+    let elapsed_ns = first_ok_send_ns.map(|t| t - healed_ns);
+    // Compared in nanoseconds, so that 15000.4 ms does not pass as 15000.
+    if elapsed_ns.is_none_or(|ns| ns > WRITE_RECOVERY_MAX_MS * NS_PER_MS) {
+        found.add(
+            "slow-write-recovery",
+            json!({"healed_ns": healed_ns, "first_ok_send_ns": first_ok_send_ns,
+                   "limit_ms": WRITE_RECOVERY_MAX_MS}),
+        );
+    }
+    elapsed_ns.map(|ns| ns / NS_PER_MS)
 }
 
 /// A human summary of a report.
@@ -294,6 +437,11 @@ pub fn summary(report: &Report) -> String {
         report.keys,
         report.faults_injected
     );
+    if let Some(ms) = report.write_recovery_ms {
+        out.push_str(&format!(
+            "  writes recovered {ms} ms after healing (limit {WRITE_RECOVERY_MAX_MS} ms)\n"
+        ));
+    }
     for (kind, count) in &report.anomaly_counts {
         out.push_str(&format!("  {kind}: {count}\n"));
         if let Some(example) = report.anomalies.get(kind).and_then(|e| e.first()) {
@@ -317,6 +465,7 @@ mod tests {
             value: Some(json!(value)),
             offset: Some(offset),
             reads: None,
+            sends: None,
         }
     }
 
@@ -330,6 +479,7 @@ mod tests {
             value: None,
             offset: None,
             reads: Some(BTreeMap::from([(key.to_owned(), records.to_vec())])),
+            sends: None,
         }
     }
 
@@ -343,7 +493,49 @@ mod tests {
             value: None,
             offset: None,
             reads: None,
+            sends: None,
         }
+    }
+
+    /// An acknowledged op that sent several messages: `(key, offset, value)` in the order sent.
+    fn multi_send(process: i64, sends: &[(&str, i64, i64)]) -> Event {
+        let mut by_key = Sends::new();
+        for (key, offset, value) in sends {
+            by_key
+                .entry((*key).to_owned())
+                .or_default()
+                .push((Some(*offset), *value));
+        }
+        Event {
+            time_ns: 0,
+            process,
+            kind: "ok".into(),
+            f: "send".into(),
+            key: None,
+            value: None,
+            offset: None,
+            reads: None,
+            sends: Some(by_key),
+        }
+    }
+
+    fn harness(f: &str) -> Event {
+        Event {
+            time_ns: 0,
+            process: -1,
+            kind: "info".into(),
+            f: f.into(),
+            key: None,
+            value: None,
+            offset: None,
+            reads: None,
+            sends: None,
+        }
+    }
+
+    fn at(time_ns: u64, mut event: Event) -> Event {
+        event.time_ns = time_ns;
+        event
     }
 
     fn only(report: &Report) -> Vec<&str> {
@@ -488,5 +680,230 @@ mod tests {
         );
         assert!(summary(&report).starts_with("VALID"));
         assert!(parse("{not json").is_err());
+    }
+
+    #[test]
+    fn multi_sends_count_like_single_sends() {
+        let history = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 1, 11), ("j", 0, 20)]),
+            send(2, "k", 12, 2),
+            poll(3, "k", &[(0, 10), (1, 11), (2, 12)]),
+            poll(3, "j", &[(0, 20)]),
+        ];
+        let report = check(&history);
+        assert!(report.valid, "{report:?}");
+        assert_eq!(
+            (report.acknowledged_sends, report.keys, report.ops_checked),
+            (4, 2, 4)
+        );
+        // 11 never read, though a read went past it.
+        let lost = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 1, 11)]),
+            send(2, "k", 12, 2),
+            poll(3, "k", &[(0, 10), (2, 12)]),
+        ];
+        let report = check(&lost);
+        assert_eq!(
+            report.anomaly_counts.get("lost-write"),
+            Some(&1),
+            "{report:?}"
+        );
+        // 11 never read, and nothing read past it.
+        let unseen = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 1, 11)]),
+            poll(3, "k", &[(0, 10)]),
+        ];
+        assert_eq!(only(&check(&unseen)), vec!["unseen"]);
+        // One value at two offsets, from two ops or within one.
+        let duplicate = vec![
+            multi_send(1, &[("k", 0, 10)]),
+            multi_send(2, &[("k", 1, 10)]),
+            poll(3, "k", &[(0, 10), (1, 10)]),
+        ];
+        assert_eq!(only(&check(&duplicate)), vec!["duplicate"]);
+        let duplicate = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 1, 10)]),
+            poll(3, "k", &[(0, 10), (1, 10)]),
+        ];
+        assert_eq!(only(&check(&duplicate)), vec!["duplicate"]);
+        // A process's next op went backwards: nonmonotonic-send, not an in-op anomaly.
+        let backward = vec![
+            multi_send(1, &[("k", 2, 12), ("k", 3, 13)]),
+            multi_send(1, &[("k", 0, 10), ("k", 1, 11)]),
+            poll(3, "k", &[(0, 10), (1, 11), (2, 12), (3, 13)]),
+        ];
+        let report = check(&backward);
+        assert_eq!(only(&report), vec!["nonmonotonic-send"]);
+        assert_eq!(report.anomaly_counts.get("nonmonotonic-send"), Some(&1));
+        // A single send then a multi-send of the same process, going forward.
+        let forward = vec![
+            send(1, "k", 10, 0),
+            multi_send(1, &[("k", 1, 11), ("k", 2, 12)]),
+            poll(3, "k", &[(0, 10), (1, 11), (2, 12)]),
+        ];
+        assert!(check(&forward).valid);
+    }
+
+    #[test]
+    fn int_send_skips_are_found() {
+        // Another process's send landed between the op's two sends.
+        let skip = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 2, 12)]),
+            send(2, "k", 11, 1),
+            poll(3, "k", &[(0, 10), (1, 11), (2, 12)]),
+        ];
+        let report = check(&skip);
+        assert_eq!(only(&report), vec!["int-send-skip"]);
+        assert_eq!(report.anomalies["int-send-skip"][0]["skipped"], json!(1));
+        // Adjacent versions pass.
+        let adjacent = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 1, 11)]),
+            send(2, "k", 12, 2),
+            poll(3, "k", &[(0, 10), (1, 11), (2, 12)]),
+        ];
+        assert!(check(&adjacent).valid);
+        // So does an offset gap with no known value (e.g. a transaction marker).
+        let gap = vec![
+            multi_send(1, &[("k", 0, 10), ("k", 2, 12)]),
+            poll(3, "k", &[(0, 10), (2, 12)]),
+        ];
+        assert!(check(&gap).valid);
+    }
+
+    #[test]
+    fn int_nonmonotonic_sends_are_found() {
+        let backward = vec![
+            multi_send(1, &[("k", 3, 13), ("k", 2, 12)]),
+            poll(3, "k", &[(2, 12), (3, 13)]),
+        ];
+        assert_eq!(only(&check(&backward)), vec!["int-nonmonotonic-send"]);
+        let forward = vec![
+            multi_send(1, &[("k", 2, 12), ("k", 3, 13)]),
+            poll(3, "k", &[(2, 12), (3, 13)]),
+        ];
+        assert!(check(&forward).valid);
+        // Sends to different keys in one op are not ordered against each other.
+        let two_keys = vec![
+            multi_send(1, &[("k", 3, 13), ("j", 0, 20)]),
+            poll(3, "k", &[(3, 13)]),
+            poll(3, "j", &[(0, 20)]),
+        ];
+        assert!(check(&two_keys).valid);
+    }
+
+    #[test]
+    fn multi_sends_parse_from_jsonl_beside_single_sends() {
+        let text = "\
+{\"time_ns\":1,\"process\":5,\"type\":\"invoke\",\"f\":\"send\",\"sends\":{\"q-0\":[[null,18],[null,19]]}}
+{\"time_ns\":2,\"process\":5,\"type\":\"ok\",\"f\":\"send\",\"sends\":{\"q-0\":[[1,18],[2,19]],\"q-1\":[[0,20]]}}
+{\"time_ns\":3,\"process\":3,\"type\":\"ok\",\"f\":\"send\",\"key\":\"q-0\",\"value\":17,\"offset\":0}
+{\"time_ns\":4,\"process\":4,\"type\":\"ok\",\"f\":\"poll\",\"reads\":{\"q-0\":[[0,17],[1,18],[2,19]],\"q-1\":[[0,20]]}}
+";
+        let history = parse(text).expect("parse");
+        let report = check(&history);
+        assert!(report.valid, "{report:?}");
+        assert_eq!((report.acknowledged_sends, report.keys), (4, 2));
+        // Events written back read the same.
+        let again = serde_json::to_string(&history[1]).expect("serialize");
+        assert_eq!(parse(&again).expect("parse").first(), Some(&history[1]));
+        assert!(
+            parse("{\"process\":1,\"type\":\"ok\",\"f\":\"send\",\"sends\":{\"k\":[1]}}").is_err()
+        );
+    }
+
+    #[test]
+    fn write_recovery_is_measured_from_the_last_heal() {
+        const S: u64 = 1_000_000_000;
+        let mut failed = at(21 * S, send(2, "k", 13, 3));
+        failed.kind = "fail".into();
+        failed.offset = None;
+        let history = vec![
+            at(5 * S, harness("nemesis")),
+            at(10 * S, harness("healed")),
+            at(11 * S, send(1, "k", 10, 0)),
+            at(12 * S, harness("nemesis")),
+            at(20 * S, harness("healed")),
+            failed,
+            at(22 * S + 500_000_000, multi_send(1, &[("k", 1, 11)])),
+            at(23 * S, send(2, "k", 12, 2)),
+            at(30 * S, poll(3, "k", &[(0, 10), (1, 11), (2, 12)])),
+        ];
+        let report = check(&history);
+        assert!(report.valid, "{report:?}");
+        assert_eq!(report.write_recovery_ms, Some(2_500));
+        assert_eq!(report.faults_injected, 2);
+        assert!(summary(&report).contains("writes recovered 2500 ms after healing"));
+        // Without a healed event there is nothing to measure.
+        let report = check(&clean());
+        assert_eq!((report.valid, report.write_recovery_ms), (true, None));
+    }
+
+    #[test]
+    fn slow_write_recovery_is_found() {
+        const S: u64 = 1_000_000_000;
+        let after = |ns: u64| {
+            vec![
+                at(S, send(1, "k", 10, 0)),
+                at(20 * S, harness("healed")),
+                at(20 * S + ns, send(1, "k", 11, 1)),
+                at(60 * S, poll(3, "k", &[(0, 10), (1, 11)])),
+            ]
+        };
+        // Exactly the limit passes; a nanosecond more does not, though it rounds to the limit.
+        let report = check(&after(15 * S));
+        assert_eq!(
+            (report.valid, report.write_recovery_ms),
+            (true, Some(15_000))
+        );
+        let report = check(&after(15 * S + 1));
+        assert_eq!(only(&report), vec!["slow-write-recovery"]);
+        assert_eq!(report.write_recovery_ms, Some(15_000));
+        assert_eq!(report.anomaly_counts.get("slow-write-recovery"), Some(&1));
+        // No send acknowledged after healing at all.
+        let never = vec![
+            at(S, send(1, "k", 10, 0)),
+            at(20 * S, harness("healed")),
+            at(60 * S, poll(3, "k", &[(0, 10)])),
+        ];
+        let report = check(&never);
+        assert_eq!(only(&report), vec!["slow-write-recovery"]);
+        assert_eq!(report.write_recovery_ms, None);
+        assert_eq!(
+            report.anomalies["slow-write-recovery"][0],
+            json!({"healed_ns": 20 * S, "first_ok_send_ns": null, "limit_ms": 15_000})
+        );
+        let text = summary(&report);
+        assert!(text.starts_with("INVALID") && text.contains("slow-write-recovery: 1"));
+    }
+
+    #[test]
+    fn ops_checked_counts_client_operations_only() {
+        let mut invoke = send(1, "k", 10, 0);
+        invoke.kind = "invoke".into();
+        invoke.offset = None;
+        let mut failed = send(2, "k", 11, 0);
+        failed.kind = "fail".into();
+        failed.offset = None;
+        let history = vec![
+            invoke,
+            send(1, "k", 10, 0),
+            failed,
+            harness("nemesis"),
+            harness("heal"),
+            assign(3),
+            poll(3, "k", &[(0, 10)]),
+            at(10, harness("healed")),
+        ];
+        let report = check(&history);
+        assert_eq!(
+            (
+                report.ops_checked,
+                report.faults_injected,
+                report.acknowledged_sends
+            ),
+            (4, 1, 1)
+        );
+        // The healed event has no send after it (the others are at time 0), hence invalid.
+        assert_eq!(only(&report), vec!["slow-write-recovery"]);
     }
 }
