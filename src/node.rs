@@ -154,6 +154,7 @@ impl Node {
             broker_id,
             Arc::clone(&logs),
             config.properties.clone(),
+            Arc::clone(&broker_epoch),
         ));
         let metrics = Arc::new(Metrics::default());
         let mut server = None;

@@ -236,3 +236,69 @@ fn incremental_fetch_sessions_send_only_what_changed() {
         (1, 1, 0)
     );
 }
+
+/// A replica fetch (replica id set) of partition 0 of `topic` at `offset`, saying the last
+/// batch the follower holds has `last_fetched_epoch`.
+fn replica_fetch(
+    client: &mut Client,
+    topic: &str,
+    offset: i64,
+    last_fetched_epoch: i32,
+) -> kafka_protocol::messages::fetch_response::PartitionData {
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(7))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(offset)
+                        .with_last_fetched_epoch(last_fetched_epoch)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let response: FetchResponse = client.call(ApiKey::Fetch, 12, &request);
+    response.responses[0].partitions[0].clone()
+}
+
+#[test]
+fn a_follower_whose_last_fetched_epoch_ends_earlier_is_told_where_logs_diverge() {
+    let node = SingleNode::start(&[]);
+    let mut client = Client::connect(node.kafka_port);
+    client.create_topic("div", 1);
+    for value in ["a", "b", "c"] {
+        assert_eq!(client.produce("div", 0, plain_batch(value)).0, 0);
+    }
+    // The leader's epoch, from the first batch's header (partition leader epoch field).
+    let consumer_view = replica_fetch(&mut client, "div", 0, -1);
+    let records = consumer_view.records.expect("records");
+    let epoch = i32::from_be_bytes(records[12..16].try_into().expect("4 bytes"));
+    // Consistent: the follower's last epoch ends at or after its fetch offset.
+    let fine = replica_fetch(&mut client, "div", 3, epoch);
+    assert_eq!((fine.error_code, fine.diverging_epoch.epoch), (0, -1));
+    // Records past our log end under our own epoch: they diverge at our log end.
+    let ahead = replica_fetch(&mut client, "div", 5, epoch);
+    assert_eq!(ahead.error_code, 0);
+    assert_eq!(
+        (
+            ahead.diverging_epoch.epoch,
+            ahead.diverging_epoch.end_offset
+        ),
+        (epoch, 3)
+    );
+    assert!(ahead.records.is_none_or(|r| r.is_empty()));
+    // An epoch later than any this leader knows: undefined, as Kafka answers; the follower
+    // then asks OffsetForLeaderEpoch and keeps what was committed.
+    let unknown = replica_fetch(&mut client, "div", 2, epoch + 3);
+    assert_eq!(
+        (
+            unknown.diverging_epoch.epoch,
+            unknown.diverging_epoch.end_offset
+        ),
+        (-1, -1)
+    );
+}

@@ -642,3 +642,43 @@ fn two_failovers_in_a_row_leave_no_divergence() {
         acked.len()
     );
 }
+
+#[test]
+fn logs_of_topics_deleted_while_a_broker_was_down_are_removed_when_it_returns() {
+    let mut cluster = Cluster::start(3, &["log.segment.delete.delay.ms=0"]);
+    confluent_cluster(&cluster, "create", &["doomed", "2", "3"]);
+    confluent_cluster(&cluster, "create", &["kept", "1", "3"]);
+    confluent_cluster(&cluster, "produce", &["doomed", "100", "all", "d"]);
+    confluent_cluster(&cluster, "produce", &["kept", "100", "all", "k"]);
+    let data = cluster.dir.path().join("data-3");
+    let has_log = |name: &str| data.join(name).join("partition.metadata").exists();
+    cluster.wait_until("node 3 holds both topics", Duration::from_secs(30), |_| {
+        has_log("doomed-0") && has_log("doomed-1") && has_log("kept-0")
+    });
+    cluster.kill9(2);
+    confluent_cluster(&cluster, "delete", &["doomed"]);
+    // Re-created under the same name with one partition: doomed-0 is a new topic's partition
+    // and doomed-1 has no owner at all.
+    confluent_cluster(&cluster, "create", &["doomed", "1", "3"]);
+    confluent_cluster(&cluster, "produce", &["doomed", "10", "all", "new"]);
+    cluster.start_node(2);
+    cluster.wait_until(
+        "node 3 drops doomed-1 and the old doomed-0",
+        Duration::from_secs(60),
+        |_| !data.join("doomed-1").exists() && has_log("doomed-0"),
+    );
+    assert!(has_log("kept-0"), "a hosted partition's log was deleted");
+    // The new doomed-0 on node 3 holds only the new topic's records once caught up.
+    cluster.wait_until("node 3 back in every ISR", Duration::from_secs(60), |c| {
+        leaders(c, "doomed")
+            .iter()
+            .chain(leaders(c, "kept").iter())
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    let bytes = replica_bytes(&cluster, 3, "doomed-0");
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("new9") && !text.contains("d99"),
+        "node 3's doomed-0 is not the new topic's"
+    );
+}

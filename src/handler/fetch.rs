@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::FetchRequest;
-use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::fetch_response::{EpochEndOffset, PartitionData};
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
@@ -37,6 +37,8 @@ struct Wanted {
     fetch_offset: i64,
     partition_max_bytes: i32,
     current_leader_epoch: i32,
+    /// A follower's epoch of its last fetched batch (v12+; -1 when unknown).
+    last_fetched_epoch: i32,
 }
 
 /// What a session last told the client of a partition.
@@ -111,6 +113,7 @@ pub async fn handle(
                 fetch_offset: p.fetch_offset,
                 partition_max_bytes: p.partition_max_bytes,
                 current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
             });
         }
     }
@@ -338,6 +341,35 @@ fn read_partition(
             Ok((partition, _)) => partition,
             Err(code) => return (data.with_error_code(code), None, None),
         };
+    if follower && w.fetch_offset >= 0 && w.last_fetched_epoch >= 0 {
+        // KIP-320: a follower whose last fetched epoch ends earlier in our log than its fetch
+        // offset holds records we do not (a deposed leader's). It learns where to truncate
+        // and its fetch offset does not count toward the high watermark.
+        let ours = partition.log.end_offset_for_epoch(w.last_fetched_epoch);
+        let diverging = match ours {
+            Some((epoch, end)) if epoch == w.last_fetched_epoch && end >= w.fetch_offset as u64 => {
+                None
+            }
+            Some((epoch, end)) => Some((epoch, end as i64)),
+            None => Some((-1, -1)),
+        };
+        if let Some((epoch, end_offset)) = diverging {
+            let reported = Reported {
+                high_watermark: partition.log.high_watermark() as i64,
+                log_start_offset: partition.log.log_start_offset() as i64,
+            };
+            let data = data
+                .with_high_watermark(reported.high_watermark)
+                .with_last_stable_offset(reported.high_watermark)
+                .with_log_start_offset(reported.log_start_offset)
+                .with_diverging_epoch(
+                    EpochEndOffset::default()
+                        .with_epoch(epoch)
+                        .with_end_offset(end_offset),
+                );
+            return (data, None, Some(reported));
+        }
+    }
     if follower && w.fetch_offset >= 0 {
         // The follower holds everything below its fetch offset: the HW may move.
         if partition.update_follower(replica_id, w.fetch_offset as u64) {

@@ -46,7 +46,7 @@ pub async fn handle(
     }
     let mut response = MetadataResponse::default()
         .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
-        .with_controller_id(BrokerId(controller_id(broker, &image)));
+        .with_controller_id(BrokerId(controller_id(broker)));
     response.brokers = image
         .unfenced_brokers()
         .filter_map(|b| {
@@ -98,14 +98,12 @@ pub async fn handle(
 }
 
 /// KRaft brokers answer with a live broker as "controller": clients send admin requests
-/// there, and any broker forwards them to the active controller.
-fn controller_id(broker: &Broker, image: &MetadataImage) -> i32 {
-    let active = broker.controller_id();
-    if image.brokers.get(&active).is_some_and(|b| !b.fenced) {
-        active
-    } else {
-        broker.broker_id
-    }
+/// there, and any broker forwards them to the active controller. We name the broker that
+/// answers, the one broker the client has just shown it can reach: a broker killed a moment
+/// ago still counts as alive until its session expires, and librdkafka keeps sending admin
+/// requests to a dead "controller" without refreshing metadata.
+fn controller_id(broker: &Broker) -> i32 {
+    broker.broker_id
 }
 
 async fn auto_create(broker: &Broker, names: &[String]) {

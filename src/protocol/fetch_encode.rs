@@ -3,8 +3,9 @@
 //! the page cache to the socket.
 //!
 //! Each partition's fields are encoded by the `kafka-protocol` codec with an empty records
-//! field, which is the partition's last field before its tagged fields (none of which we set);
-//! the empty records' length is then replaced by the slice's. The outer structure (topics and
+//! field, which is the partition's last field before its tagged fields (none are set when
+//! there are records; a partition without records, e.g. one with a diverging epoch, is
+//! encoded whole by the codec); the empty records' length is then replaced by the slice's. The outer structure (topics and
 //! the response's own fields) is written here. A unit test checks the result byte for byte
 //! against the codec's own encoding of the same response, for every version served.
 
@@ -117,6 +118,13 @@ pub fn encode(
         for partition in &topic.partitions {
             let mut data = partition.data.clone();
             data.records = Some(Bytes::new());
+            if partition.records.as_ref().is_none_or(|s| s.len == 0) {
+                // No records to splice in: the codec writes the whole partition, tagged
+                // fields (a diverging epoch) included.
+                data.encode(&mut out, version)
+                    .map_err(|e| encode_error(e.to_string()))?;
+                continue;
+            }
             let mut encoded = BytesMut::new();
             data.encode(&mut encoded, version)
                 .map_err(|e| encode_error(e.to_string()))?;

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -132,7 +131,7 @@ async fn fetch_from(
         let truncating: Vec<&Arc<Partition>> =
             partitions.iter().filter(|p| p.needs_truncation()).collect();
         if !truncating.is_empty() {
-            if let Err(error) = truncate_diverged(conn, &replicas, &truncating).await {
+            if let Err(error) = truncate_diverged(conn, &replicas, leader, &truncating).await {
                 tracing::warn!(leader, %error, "OffsetForLeaderEpoch failed");
                 connection = None;
                 tokio::time::sleep(backoff).await;
@@ -140,7 +139,7 @@ async fn fetch_from(
             continue;
         }
         tracing::trace!(leader, partitions = partitions.len(), "replica fetch");
-        match fetch_once(conn, &replicas, &partitions, &settings).await {
+        match fetch_once(conn, &replicas, leader, &partitions, &settings).await {
             Ok(progress) => {
                 if !progress {
                     // Errors only (a leadership moving): wait for the image to catch up.
@@ -161,14 +160,18 @@ async fn fetch_from(
 async fn fetch_once(
     conn: &mut Connection,
     replicas: &ReplicaManager,
+    leader: BrokerId,
     partitions: &[Arc<Partition>],
     settings: &FetcherSettings,
 ) -> Result<bool, crate::client::ClientError> {
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
-    let mut by_key: HashMap<(String, i32), &Arc<Partition>> = HashMap::new();
+    let mut by_key: HashMap<(String, i32), (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {
         let tp = &partition.topic_partition;
         let state = partition.state();
+        if state.leader != leader {
+            continue;
+        }
         topics.entry(tp.topic.as_str()).or_default().push(
             FetchPartition::default()
                 .with_partition(tp.partition)
@@ -178,7 +181,13 @@ async fn fetch_once(
                 .with_log_start_offset(partition.log.log_start_offset() as i64)
                 .with_partition_max_bytes(settings.fetch_max_bytes),
         );
-        by_key.insert((tp.topic.clone(), tp.partition), partition);
+        by_key.insert(
+            (tp.topic.clone(), tp.partition),
+            (partition, state.leader_epoch),
+        );
+    }
+    if by_key.is_empty() {
+        return Ok(false);
     }
     let request = FetchRequest::default()
         .with_replica_id(KafkaBrokerId(replicas.broker_id()))
@@ -205,49 +214,25 @@ async fn fetch_once(
     for topic in response.responses {
         for data in topic.partitions {
             let key = (topic.topic.to_string(), data.partition_index);
-            let Some(partition) = by_key.get(&key) else {
+            let Some((partition, leader_epoch)) = by_key.get(&key) else {
                 continue;
             };
-            match data.error_code {
-                errors::NONE => {
-                    progress = true;
-                    let records = data.records.unwrap_or_else(Bytes::new);
-                    if !records.is_empty() {
-                        let result =
-                            tokio::task::block_in_place(|| partition.append_as_follower(&records));
-                        match result {
-                            Ok(_) => appended = true,
-                            Err(error) => {
-                                tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
-                                partition.request_truncation();
-                                continue;
-                            }
-                        }
-                    }
-                    let high_watermark =
-                        (data.high_watermark.max(0) as u64).min(partition.log.log_end_offset());
-                    if high_watermark > partition.log.high_watermark() {
-                        partition.log.set_high_watermark(high_watermark);
-                        appended = true;
-                    }
+            // Applied only if nothing changed since the request: see `while_following`.
+            let outcome = tokio::task::block_in_place(|| {
+                partition.while_following(leader, *leader_epoch, || {
+                    apply_fetched(replicas, partition, data)
+                })
+            });
+            match outcome {
+                Some(Fetched {
+                    progress: p,
+                    appended: a,
+                }) => {
+                    progress |= p;
+                    appended |= a;
                 }
-                errors::OFFSET_OUT_OF_RANGE => {
-                    let leader_start = data.log_start_offset.max(0) as u64;
-                    if partition.log.log_end_offset() < leader_start {
-                        // Behind the leader's log start: start over from there.
-                        let tp = partition.topic_partition.clone();
-                        let result = tokio::task::block_in_place(|| {
-                            replicas.truncate_fully_and_start_at(&tp, leader_start)
-                        });
-                        if let Err(error) = result {
-                            tracing::error!(topic_partition = %tp, %error, "resetting the follower log failed");
-                        }
-                    } else {
-                        partition.request_truncation();
-                    }
-                }
-                code => {
-                    tracing::debug!(topic_partition = %partition.topic_partition, code, "replica fetch error");
+                None => {
+                    tracing::debug!(topic_partition = %partition.topic_partition, leader, leader_epoch, "dropping a fetch answer from before a leadership change")
                 }
             }
         }
@@ -258,14 +243,80 @@ async fn fetch_once(
     Ok(progress)
 }
 
+struct Fetched {
+    /// The partition answered without an error.
+    progress: bool,
+    /// Records were appended or the high watermark moved.
+    appended: bool,
+}
+
+/// Applies one partition's fetch answer: appends its records, takes the leader's high
+/// watermark, or starts a truncation. Runs while the partition still follows the leader the
+/// request went to, at the same epoch.
+fn apply_fetched(
+    replicas: &ReplicaManager,
+    partition: &Arc<Partition>,
+    data: kafka_protocol::messages::fetch_response::PartitionData,
+) -> Fetched {
+    let mut fetched = Fetched {
+        progress: false,
+        appended: false,
+    };
+    match data.error_code {
+        errors::NONE if data.diverging_epoch.epoch >= 0 => {
+            // KIP-320: our log holds records the leader's does not; find where they part.
+            tracing::info!(topic_partition = %partition.topic_partition, epoch = data.diverging_epoch.epoch, end_offset = data.diverging_epoch.end_offset, "the leader reports a diverging epoch");
+            partition.request_truncation();
+        }
+        errors::NONE => {
+            fetched.progress = true;
+            let records = data.records.unwrap_or_default();
+            if !records.is_empty() {
+                match partition.append_as_follower(&records) {
+                    Ok(_) => fetched.appended = true,
+                    Err(error) => {
+                        tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
+                        partition.request_truncation();
+                        return fetched;
+                    }
+                }
+            }
+            let high_watermark =
+                (data.high_watermark.max(0) as u64).min(partition.log.log_end_offset());
+            if high_watermark > partition.log.high_watermark() {
+                partition.log.set_high_watermark(high_watermark);
+                fetched.appended = true;
+            }
+        }
+        errors::OFFSET_OUT_OF_RANGE => {
+            let leader_start = data.log_start_offset.max(0) as u64;
+            if partition.log.log_end_offset() < leader_start {
+                // Behind the leader's log start: start over from there.
+                let tp = partition.topic_partition.clone();
+                if let Err(error) = replicas.truncate_fully_and_start_at(&tp, leader_start) {
+                    tracing::error!(topic_partition = %tp, %error, "resetting the follower log failed");
+                }
+            } else {
+                partition.request_truncation();
+            }
+        }
+        code => {
+            tracing::debug!(topic_partition = %partition.topic_partition, code, "replica fetch error");
+        }
+    }
+    fetched
+}
+
 /// KIP-101/279: for each partition, the leader's end offset for our latest epoch; truncate to
 /// the point where the logs diverge.
 async fn truncate_diverged(
     conn: &mut Connection,
     replicas: &ReplicaManager,
+    leader: BrokerId,
     partitions: &[&Arc<Partition>],
 ) -> Result<(), crate::client::ClientError> {
     let mut asking: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+    let mut asked_epochs: HashMap<(String, i32), i32> = HashMap::new();
     for partition in partitions {
         let Some(latest) = partition.log.latest_epoch() else {
             // No epochs: nothing of a former leader's to take back.
@@ -273,10 +324,15 @@ async fn truncate_diverged(
             continue;
         };
         let tp = &partition.topic_partition;
+        let state = partition.state();
+        if state.leader != leader {
+            continue;
+        }
+        asked_epochs.insert((tp.topic.clone(), tp.partition), state.leader_epoch);
         asking.entry(tp.topic.as_str()).or_default().push(
             OffsetForLeaderPartition::default()
                 .with_partition(tp.partition)
-                .with_current_leader_epoch(partition.state().leader_epoch)
+                .with_current_leader_epoch(state.leader_epoch)
                 .with_leader_epoch(latest),
         );
     }
@@ -309,30 +365,54 @@ async fn truncate_diverged(
                 tracing::debug!(topic_partition = %partition.topic_partition, code = answer.error_code, "OffsetForLeaderEpoch error");
                 continue;
             }
-            let log = &partition.log;
-            let log_end = log.log_end_offset();
-            let target = if answer.leader_epoch < 0 || answer.end_offset < 0 {
-                // The leader knows no epoch this old: keep only what was committed.
-                log.high_watermark()
-            } else {
-                // Our own end of the epoch the leader answered for bounds it too.
-                let ours = log
-                    .end_offset_for_epoch(answer.leader_epoch)
-                    .filter(|(epoch, _)| *epoch == answer.leader_epoch)
-                    .map_or(log_end, |(_, end)| end);
-                (answer.end_offset as u64).min(ours)
+            let Some(leader_epoch) = asked_epochs
+                .get(&(partition.topic_partition.topic.clone(), answer.partition))
+                .copied()
+            else {
+                continue;
             };
-            if target < log_end {
-                let tp = partition.topic_partition.clone();
-                tracing::info!(topic_partition = %tp, from = log_end, to = target, leader_epoch = answer.leader_epoch, "truncating a diverged follower log");
-                let result = tokio::task::block_in_place(|| replicas.truncate_to(&tp, target));
-                if let Err(error) = result {
-                    tracing::error!(topic_partition = %tp, %error, "follower truncation failed");
-                    continue;
-                }
+            // A leadership change since the question makes the answer moot (and truncating
+            // after becoming leader would throw away acknowledged records).
+            let applied = tokio::task::block_in_place(|| {
+                partition.while_following(leader, leader_epoch, || {
+                    truncate_to_divergence(replicas, partition, &answer)
+                })
+            });
+            if applied.is_none() {
+                tracing::debug!(topic_partition = %partition.topic_partition, leader, leader_epoch, "dropping an OffsetForLeaderEpoch answer from before a leadership change");
             }
-            partition.truncation_done();
         }
     }
     Ok(())
+}
+
+/// Truncates a follower's log to where it parts from the leader's (the leader's answer for our
+/// latest epoch), then marks the partition ready to fetch.
+fn truncate_to_divergence(
+    replicas: &ReplicaManager,
+    partition: &Arc<Partition>,
+    answer: &kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset,
+) {
+    let log = &partition.log;
+    let log_end = log.log_end_offset();
+    let target = if answer.leader_epoch < 0 || answer.end_offset < 0 {
+        // The leader knows no epoch this old: keep only what was committed.
+        log.high_watermark()
+    } else {
+        // Our own end of the epoch the leader answered for bounds it too.
+        let ours = log
+            .end_offset_for_epoch(answer.leader_epoch)
+            .filter(|(epoch, _)| *epoch == answer.leader_epoch)
+            .map_or(log_end, |(_, end)| end);
+        (answer.end_offset as u64).min(ours)
+    };
+    if target < log_end {
+        let tp = partition.topic_partition.clone();
+        tracing::info!(topic_partition = %tp, from = log_end, to = target, leader_epoch = answer.leader_epoch, "truncating a diverged follower log");
+        if let Err(error) = replicas.truncate_to(&tp, target) {
+            tracing::error!(topic_partition = %tp, %error, "follower truncation failed");
+            return;
+        }
+    }
+    partition.truncation_done();
 }

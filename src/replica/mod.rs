@@ -13,7 +13,7 @@ pub mod partition;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -42,6 +42,10 @@ pub struct ReplicaManager {
     /// ISR changes this broker got committed as a leader.
     pub isr_shrinks: AtomicU64,
     pub isr_expands: AtomicU64,
+    /// The broker epoch this process registered with (-1 before registering).
+    registered_epoch: Arc<AtomicI64>,
+    /// Whether logs of partitions this broker no longer hosts were looked for since start.
+    strays_swept: AtomicBool,
 }
 
 impl ReplicaManager {
@@ -49,8 +53,11 @@ impl ReplicaManager {
         broker_id: BrokerId,
         logs: Arc<LogManager>,
         static_properties: BTreeMap<String, String>,
+        registered_epoch: Arc<AtomicI64>,
     ) -> ReplicaManager {
         ReplicaManager {
+            registered_epoch,
+            strays_swept: AtomicBool::new(false),
             broker_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
@@ -195,6 +202,9 @@ impl ReplicaManager {
                 self.remove(tp);
             }
         }
+        if !self.strays_swept.load(Ordering::Relaxed) {
+            self.sweep_stray_logs(image, &wanted);
+        }
         let mut changed = false;
         for (tp, (topic, state)) in wanted {
             let config = self.topic_log_config(image, &topic);
@@ -243,6 +253,45 @@ impl ReplicaManager {
             self.notify_data_changed();
         }
         self.applied_index.send_replace(image.index);
+    }
+
+    /// Deletes the logs of partitions this broker does not host in `image` (their topic was
+    /// deleted, or re-created under a new id, or the replica moved away, while this broker was
+    /// down), once the image holds this process's own registration: the image is then current
+    /// up to a point after this process started, so nothing it lacks can still be coming.
+    fn sweep_stray_logs(
+        &self,
+        image: &MetadataImage,
+        wanted: &HashMap<TopicPartition, (String, PartitionState)>,
+    ) {
+        let epoch = self.registered_epoch.load(Ordering::Relaxed);
+        let current = epoch >= 0
+            && image
+                .brokers
+                .get(&self.broker_id)
+                .is_some_and(|b| b.registration.broker_epoch == epoch);
+        if !current {
+            return;
+        }
+        self.strays_swept.store(true, Ordering::Relaxed);
+        for log in self.logs.all() {
+            let tp = log.topic_partition().clone();
+            let hosted = wanted.get(&tp).is_some_and(|(_, state)| {
+                read_topic_id(log.dir()).is_none_or(|id| id == state.topic_id)
+            });
+            if hosted {
+                continue;
+            }
+            drop(log);
+            match self.logs.delete(&tp) {
+                Ok(_) => {
+                    tracing::info!(topic_partition = %tp, "deleted a stray log: this broker no longer hosts the partition")
+                }
+                Err(error) => {
+                    tracing::error!(topic_partition = %tp, %error, "deleting a stray log failed")
+                }
+            }
+        }
     }
 
     /// Waits (up to `timeout`) until the image at `index` has been applied to the replicas, so

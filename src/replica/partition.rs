@@ -167,6 +167,27 @@ impl Partition {
         self.broker_id
     }
 
+    /// Runs `work` only while this replica still follows `leader` at `leader_epoch`, holding
+    /// leadership changes off until it is done; `None` when it no longer does. A fetch or
+    /// OffsetForLeaderEpoch answer can arrive long after it was asked for (a partition, a
+    /// pause): applied after this broker became leader, or under a newer epoch, it would write
+    /// a deposed leader's records into the log. `work` must not read the partition state.
+    pub fn while_following<T>(
+        &self,
+        leader: BrokerId,
+        leader_epoch: i32,
+        work: impl FnOnce() -> T,
+    ) -> Option<T> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        if state.leader != leader || state.leader_epoch != leader_epoch || leader == self.broker_id
+        {
+            return None;
+        }
+        let result = work();
+        drop(state);
+        Some(result)
+    }
+
     pub fn needs_truncation(&self) -> bool {
         self.needs_truncation.load(Ordering::Acquire)
     }

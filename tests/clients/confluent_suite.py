@@ -360,6 +360,13 @@ def case_produce():
     check(not errors, f"delivery errors {errors[:3]}")
 
 
+def case_delete():
+    """Deletes TOPIC."""
+    topic = sys.argv[3]
+    client = admin()  # held: a collected client fails its futures with _DESTROY
+    client.delete_topics([topic], operation_timeout=10)[topic].result(timeout=30)
+
+
 def case_create_assigned():
     """Creates TOPIC with partitions on the replicas ASSIGNMENT (e.g. 4,1 or 1,2,3/2,3,1)."""
     topic = sys.argv[3]
