@@ -498,8 +498,11 @@ impl ControllerService {
     /// On the leader: fences brokers whose session expired. Runs until the quorum is gone.
     pub async fn run_session_timer(self: Arc<Self>) {
         let tick = (self.session_timeout / 4).max(Duration::from_millis(100));
+        let mut last_tick = Instant::now();
         loop {
             tokio::time::sleep(tick).await;
+            let stalled = last_tick.elapsed().saturating_sub(tick);
+            last_tick = Instant::now();
             let Some(quorum) = self.quorum.upgrade() else {
                 return;
             };
@@ -511,6 +514,19 @@ impl ControllerService {
             let expired: Vec<BrokerId> = {
                 let mut sessions = self.sessions(metrics.current_term);
                 let now = Instant::now();
+                if stalled > self.session_timeout / 2 {
+                    // This controller was stopped or starved (SIGSTOP, a VM pause): the
+                    // heartbeats brokers sent meanwhile are still queued, unread. Judging
+                    // sessions now would fence every broker, itself included; they get a
+                    // full session from now instead.
+                    tracing::warn!(
+                        stalled_ms = stalled.as_millis() as u64,
+                        "the controller was stalled: broker sessions restart"
+                    );
+                    for heard in sessions.last_heard.values_mut() {
+                        *heard = now;
+                    }
+                }
                 image
                     .unfenced_brokers()
                     .map(|b| b.registration.broker_id)

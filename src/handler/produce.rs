@@ -1,6 +1,7 @@
 //! Produce: appends each partition's batches on its leader (this broker), then answers per
 //! partition. `acks=0` gets no response; `acks=all` waits until the high watermark passes the
-//! batches (or `timeout_ms`).
+//! batches (or `timeout_ms`), answering NOT_LEADER_OR_FOLLOWER if this broker stops leading
+//! the partition at the epoch it appended under.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,6 +15,17 @@ use crate::protocol::errors;
 use crate::replica::compression;
 
 pub const VERSIONS: (i16, i16) = (3, 12);
+
+/// An `acks=all` partition response waiting for the high watermark.
+struct Wait {
+    partition: std::sync::Arc<crate::replica::Partition>,
+    /// The high watermark that acknowledges the batches (their last offset + 1).
+    needed: u64,
+    /// Where its response sits in the topic's partition responses.
+    index: usize,
+    min_insync: usize,
+    leader_epoch: i32,
+}
 
 pub async fn handle(
     broker: &Broker,
@@ -86,12 +98,13 @@ pub async fn handle(
                             .fetch_add(appended.info.record_count, Ordering::Relaxed);
                     }
                     if acks == -1 {
-                        waits.push((
+                        waits.push(Wait {
                             partition,
-                            appended.info.last_offset + 1,
-                            partitions.len(),
+                            needed: appended.info.last_offset + 1,
+                            index: partitions.len(),
                             min_insync,
-                        ));
+                            leader_epoch: appended.leader_epoch,
+                        });
                     }
                     partitions.push(
                         response
@@ -125,14 +138,34 @@ pub async fn handle(
     let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(responses.len());
     for (name, mut partitions, waits) in responses {
-        for (partition, needed, index, min_insync) in waits {
+        for wait in waits {
+            let Wait {
+                partition,
+                needed,
+                index,
+                min_insync,
+                leader_epoch,
+            } = wait;
             let log = &partition.log;
+            // Leadership lost (or regained under a new epoch) while waiting: the batch may have
+            // been truncated away and its offsets reused, so the high watermark passing them
+            // proves nothing. The producer retries; idempotence makes that safe.
+            let deposed = || {
+                let state = partition.state();
+                state.leader != broker.broker_id || state.leader_epoch != leader_epoch
+            };
             let reached = broker
                 .replicas
-                .wait_for_data(timeout, || log.high_watermark() >= needed)
+                .wait_for_data(timeout, || deposed() || log.high_watermark() >= needed)
                 .await;
             let response = &mut partitions[index];
-            if !reached {
+            if deposed() {
+                response.error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                response.error_message = Some(str_bytes(
+                    "leadership moved before the in-sync replicas acknowledged the batch",
+                ));
+                response.base_offset = -1;
+            } else if !reached {
                 response.error_code = errors::REQUEST_TIMED_OUT;
                 response.error_message = Some(str_bytes(
                     "the in-sync replicas did not acknowledge within timeout_ms",

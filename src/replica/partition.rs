@@ -34,6 +34,9 @@ pub struct Appended {
     /// The batch was a producer's retry of one already appended: nothing was written and
     /// `info` gives the offsets it first got.
     pub duplicate: bool,
+    /// The leader epoch it was appended (or found) under: an acknowledgement waiting for the
+    /// high watermark is only valid while this replica still leads at this epoch.
+    pub leader_epoch: i32,
 }
 
 /// Why an append was refused: a Kafka error code, a message, and for INVALID_RECORD the index
@@ -348,19 +351,21 @@ impl Partition {
         acks: i16,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
-        let (leader_epoch, isr_size) = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            if state.leader != self.broker_id {
-                return Err(AppendError {
-                    code: errors::NOT_LEADER_OR_FOLLOWER,
-                    message: format!(
-                        "broker {} is not the leader of {}",
-                        self.broker_id, self.topic_partition
-                    ),
-                });
-            }
-            (state.leader_epoch, state.isr.len())
-        };
+        // Held until the batches are in the log: a leadership change waits for the append, so
+        // nothing is appended under an epoch this replica no longer leads (Kafka holds its
+        // leader-ISR lock the same way). Released before the high watermark is looked at,
+        // which reads the state again.
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        if state.leader != self.broker_id {
+            return Err(AppendError {
+                code: errors::NOT_LEADER_OR_FOLLOWER,
+                message: format!(
+                    "broker {} is not the leader of {}",
+                    self.broker_id, self.topic_partition
+                ),
+            });
+        }
+        let (leader_epoch, isr_size) = (state.leader_epoch, state.isr.len());
         if acks == -1 && isr_size < min_insync_replicas {
             return Err(AppendError {
                 code: errors::NOT_ENOUGH_REPLICAS,
@@ -387,6 +392,7 @@ impl Partition {
                             bytes: 0,
                         },
                         duplicate: true,
+                        leader_epoch,
                     });
                 }
                 Err(code) => {
@@ -423,10 +429,12 @@ impl Partition {
         }
         self.maybe_snapshot(&producers);
         drop(producers);
+        drop(state);
         self.maybe_advance_high_watermark();
         Ok(Appended {
             info,
             duplicate: false,
+            leader_epoch,
         })
     }
 
