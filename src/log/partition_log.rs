@@ -398,9 +398,36 @@ impl Log {
         leader_epoch: i32,
         origin: AppendOrigin,
     ) -> Result<AppendInfo> {
+        let validated = self.validate_leader_append(records, origin)?;
+        self.append_validated_as_leader(records, validated, leader_epoch)
+    }
+
+    /// Checks a leader append's batches (framing, CRC-32C, sizes, the topic's rules) without
+    /// writing anything: the replication layer looks at the producer fields of checked
+    /// batches before deciding to append, and each CRC is computed once.
+    pub fn validate_leader_append(
+        &self,
+        records: &[u8],
+        origin: AppendOrigin,
+    ) -> Result<ValidatedBatches> {
         self.check_online()?;
         let config = self.config();
-        let headers = validate_leader_batches(records, &config, origin)?;
+        Ok(ValidatedBatches {
+            headers: validate_leader_batches(records, &config, origin)?,
+        })
+    }
+
+    /// [`Log::append_as_leader`] for batches [`Log::validate_leader_append`] checked in these
+    /// same `records`.
+    pub fn append_validated_as_leader(
+        &self,
+        records: &mut [u8],
+        validated: ValidatedBatches,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo> {
+        self.check_online()?;
+        let config = self.config();
+        let headers = validated.headers;
         let now = self.clock.now_ms();
         let log_append_time =
             (config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
@@ -1042,6 +1069,19 @@ impl Drop for FlushGuard<'_> {
     fn drop(&mut self) {
         *lock(&self.log.flushing) = false;
         self.log.flushed.notify_all();
+    }
+}
+
+/// A leader append's batches, checked: where each is, its header, and the largest record
+/// timestamp of an uncompressed batch.
+#[derive(Debug)]
+pub struct ValidatedBatches {
+    headers: Vec<(usize, BatchHeader, Option<i64>)>,
+}
+
+impl ValidatedBatches {
+    pub fn headers(&self) -> impl Iterator<Item = &BatchHeader> {
+        self.headers.iter().map(|(_, header, _)| header)
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use sluice_raft::records::{BrokerId, Uuid};
 
-use crate::log::batch::{BatchHeader, BatchIter, compute_crc};
-use crate::log::{AppendInfo, AppendOrigin, Log, LogError, TopicPartition};
+use crate::log::batch::{BatchHeader, BatchIter};
+use crate::log::{AppendInfo, AppendOrigin, Log, LogError, TopicPartition, ValidatedBatches};
 use crate::protocol::errors;
 use crate::txn::producer_state::{
     BatchMetadata, Check, ProducerBatch, ProducerStateManager, SnapshotError,
@@ -374,8 +374,12 @@ impl Partition {
                 ),
             });
         }
+        // Checked once, CRC included, before the producer fields are trusted.
+        let validated = self
+            .log
+            .validate_leader_append(records, AppendOrigin::Client)?;
+        let batches = producer_batches(&validated);
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
-        let batches = producer_batches(records)?;
         for (_, batch) in &batches {
             let Some(batch) = batch else { continue };
             match producers.check(batch) {
@@ -408,7 +412,7 @@ impl Partition {
         }
         let info = self
             .log
-            .append_as_leader(records, leader_epoch, AppendOrigin::Client)?;
+            .append_validated_as_leader(records, validated, leader_epoch)?;
         let mut next_offset = info.first_offset as i64;
         for (header, batch) in &batches {
             let first_offset = next_offset;
@@ -479,28 +483,20 @@ fn fresh_followers(state: &PartitionState, me: BrokerId) -> HashMap<BrokerId, Fo
 
 /// The header of each batch in `records` with its producer fields when idempotent. Producer
 /// fields are only trusted from a batch whose CRC holds (the log validates the rest).
-fn producer_batches(
-    records: &[u8],
-) -> Result<Vec<(BatchHeader, Option<ProducerBatch>)>, AppendError> {
-    let mut batches = Vec::new();
-    for item in BatchIter::new(records) {
-        let (position, header, bytes) = item?;
-        if header.producer_id >= 0 && compute_crc(bytes) != header.crc {
-            return Err(LogError::Corrupt {
-                position,
-                reason: "CRC mismatch".into(),
-            }
-            .into());
-        }
-        let producer = (header.producer_id >= 0).then(|| ProducerBatch {
-            producer_id: header.producer_id,
-            epoch: header.producer_epoch,
-            first_sequence: header.base_sequence,
-            last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-        });
-        batches.push((header, producer));
-    }
-    Ok(batches)
+/// The producer fields of validated batches (`None` for a batch without a producer id).
+fn producer_batches(validated: &ValidatedBatches) -> Vec<(BatchHeader, Option<ProducerBatch>)> {
+    validated
+        .headers()
+        .map(|header| {
+            let producer = (header.producer_id >= 0).then(|| ProducerBatch {
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                first_sequence: header.base_sequence,
+                last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+            });
+            (*header, producer)
+        })
+        .collect()
 }
 
 fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
