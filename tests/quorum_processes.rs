@@ -3,20 +3,14 @@
 //! kill -9 of the leader and failover, catch-up of the restarted node, clean SIGTERM exits,
 //! and refusal of a data directory that belongs to another node.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::free_port;
 
 struct Ports {
     kafka: u16,
@@ -53,13 +47,7 @@ fn start(config: &Path, log: &Path) -> Child {
 
 /// The node's Prometheus gauges, or `None` while it does not answer.
 fn metrics(http_port: u16) -> Option<BTreeMap<String, i64>> {
-    let mut stream = TcpStream::connect(("127.0.0.1", http_port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
+    let text = support::metrics_at(http_port)?;
     let body = text.split("\r\n\r\n").nth(1)?;
     Some(
         body.lines()

@@ -142,27 +142,11 @@ impl SingleNode {
 
     /// A gauge from `/metrics`.
     pub fn gauge(&self, name: &str) -> Option<i64> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.http_port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| v.parse().ok())
+        gauge_at(self.http_port, name)
     }
 
     pub fn metrics_text(&self) -> String {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.http_port)) else {
-            return String::new();
-        };
-        let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
+        metrics_at(self.http_port).unwrap_or_default()
     }
 
     pub fn kill9(&mut self) {
@@ -252,6 +236,28 @@ pub fn run_client(node: &SingleNode, program: &str, args: &[&str]) -> String {
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The `/metrics` response (headers and Prometheus text) of the node whose HTTP listener is on
+/// `http_port`, or `None` while it does not answer.
+pub fn metrics_at(http_port: u16) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", http_port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// One gauge from the node's `/metrics`.
+pub fn gauge_at(http_port: u16, name: &str) -> Option<i64> {
+    metrics_at(http_port)?
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
 }
 
 /// Runs a case of `confluent_suite.py`.
@@ -436,20 +442,9 @@ impl Cluster {
 
     /// A gauge from one node's `/metrics`.
     pub fn gauge(&self, index: usize, name: &str) -> Option<i64> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.nodes[index].http_port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| v.parse().ok())
+        gauge_at(self.nodes[index].http_port, name)
     }
 
-    /// The sum of a gauge over the nodes that answer.
     pub fn gauge_sum(&self, name: &str) -> i64 {
         (0..self.nodes.len())
             .filter_map(|i| self.gauge(i, name))
