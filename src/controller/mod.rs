@@ -384,6 +384,15 @@ pub fn elect_leader(
     Election::None
 }
 
+/// The first of `replicas` (preferred order) that is in `isr` and alive, or no leader: a
+/// clean election, for moves that leave the current leader out.
+fn clean_leader(replicas: &[BrokerId], isr: &[BrokerId], image: &MetadataImage) -> BrokerId {
+    match elect_leader(replicas, isr, |b| alive(image, b), false) {
+        Election::Clean(leader) => leader,
+        Election::Unclean(_) | Election::None => NO_LEADER,
+    }
+}
+
 /// The change that removes `gone` from a partition's ISR and, if it led, elects a new leader.
 /// The ISR never becomes empty: its last member stays (it holds every acknowledged record).
 fn without_broker(
@@ -633,12 +642,7 @@ pub fn reassign(
             isr
         };
         if !isr.contains(&current.leader) {
-            change.leader = Some(
-                isr.iter()
-                    .copied()
-                    .find(|b| alive(image, *b))
-                    .unwrap_or(NO_LEADER),
-            );
+            change.leader = Some(clean_leader(&original, &isr, image));
         }
         change.isr = Some(isr);
         return Ok(vec![
@@ -710,12 +714,7 @@ pub fn complete_reassignments(image: &MetadataImage) -> Vec<MetadataRecord> {
             ..Default::default()
         };
         if !target.contains(&current.leader) {
-            change.leader = Some(
-                isr.iter()
-                    .copied()
-                    .find(|b| alive(image, *b))
-                    .unwrap_or(NO_LEADER),
-            );
+            change.leader = Some(clean_leader(target, &isr, image));
         }
         records.push(MetadataRecord::PartitionChange(change));
         records.push(MetadataRecord::Reassignment {
@@ -1380,5 +1379,57 @@ mod tests {
                 .kafka_error_code(),
             39
         );
+    }
+
+    #[test]
+    fn reassignments_elect_the_first_live_in_sync_target_in_replica_order() {
+        let image = cluster(5);
+        let image = apply(
+            &image,
+            create_topic(&image, &topic("moving"), Uuid(9), &DEFAULTS).unwrap(),
+        );
+        let start = image.partition(Uuid(9), 0).unwrap().clone();
+        let outside: Vec<BrokerId> = (1..=5).filter(|b| !start.replicas.contains(b)).collect();
+        // Move to the two brokers outside the set plus one follower; the leader leaves.
+        let follower = *start.replicas.iter().find(|b| **b != start.leader).unwrap();
+        let target = vec![outside[1], outside[0], follower];
+        let image = apply(
+            &image,
+            reassign(&image, "moving", 0, Some(target.clone())).unwrap(),
+        );
+        // Every replica caught up: the ISR lists them in another order than the target.
+        let mut everyone = image.partition(Uuid(9), 0).unwrap().replicas.clone();
+        everyone.sort_unstable();
+        let caught_up = MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: Uuid(9),
+            partition: 0,
+            isr: Some(everyone),
+            ..Default::default()
+        });
+        let image = apply(&image, vec![caught_up]);
+        let done = apply(&image, complete_reassignments(&image));
+        let moved = done.partition(Uuid(9), 0).unwrap();
+        assert_eq!(moved.replicas, target);
+        // The preferred (first) target replica leads, not the lowest id in the ISR.
+        assert_eq!(moved.leader, outside[1]);
+
+        // Cancelling instead goes back to the original replicas; when the leader is not among
+        // them, the first original replica in the ISR and alive leads.
+        let led_by_newcomer = apply(
+            &image,
+            vec![MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(9),
+                partition: 0,
+                leader: Some(outside[0]),
+                ..Default::default()
+            })],
+        );
+        let cancelled = apply(
+            &led_by_newcomer,
+            reassign(&led_by_newcomer, "moving", 0, None).unwrap(),
+        );
+        let back = cancelled.partition(Uuid(9), 0).unwrap();
+        assert_eq!(back.replicas, start.replicas);
+        assert_eq!(back.leader, start.replicas[0]);
     }
 }
