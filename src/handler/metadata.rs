@@ -46,7 +46,12 @@ pub async fn handle(
     }
     let mut response = MetadataResponse::default()
         .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
-        .with_controller_id(BrokerId(controller_id(broker)));
+        // KRaft brokers answer with a live broker as "controller": clients send admin requests
+        // there, and any broker forwards them to the active controller. We name the broker
+        // that answers, the one broker the client has just shown it can reach: a broker killed
+        // a moment ago still counts as alive until its session expires, and librdkafka keeps
+        // sending admin requests to a dead "controller" without refreshing metadata.
+        .with_controller_id(BrokerId(broker.broker_id));
     response.brokers = image
         .unfenced_brokers()
         .filter_map(|b| {
@@ -95,15 +100,6 @@ pub async fn handle(
             .collect(),
     };
     response
-}
-
-/// KRaft brokers answer with a live broker as "controller": clients send admin requests
-/// there, and any broker forwards them to the active controller. We name the broker that
-/// answers, the one broker the client has just shown it can reach: a broker killed a moment
-/// ago still counts as alive until its session expires, and librdkafka keeps sending admin
-/// requests to a dead "controller" without refreshing metadata.
-fn controller_id(broker: &Broker) -> i32 {
-    broker.broker_id
 }
 
 async fn auto_create(broker: &Broker, names: &[String]) {

@@ -149,23 +149,26 @@ pub async fn handle(
             let log = &partition.log;
             // Leadership lost (or regained under a new epoch) while waiting: the batch may have
             // been truncated away and its offsets reused, so the high watermark passing them
-            // proves nothing. The producer retries; idempotence makes that safe.
-            let deposed = || {
-                let state = partition.state();
-                state.leader != broker.broker_id || state.leader_epoch != leader_epoch
-            };
-            let reached = broker
+            // proves nothing. The producer retries; idempotence makes that safe. The high
+            // watermark is read first: still leading at the epoch afterwards means it was read
+            // during that leadership.
+            let (mut acknowledged, mut deposed) = (false, false);
+            broker
                 .replicas
-                .wait_for_data(timeout, || deposed() || log.high_watermark() >= needed)
+                .wait_for_data(timeout, || {
+                    acknowledged = log.high_watermark() >= needed;
+                    deposed = !partition.leads_at(leader_epoch);
+                    acknowledged || deposed
+                })
                 .await;
             let response = &mut partitions[index];
-            if deposed() {
+            if deposed {
                 response.error_code = errors::NOT_LEADER_OR_FOLLOWER;
                 response.error_message = Some(str_bytes(
                     "leadership moved before the in-sync replicas acknowledged the batch",
                 ));
                 response.base_offset = -1;
-            } else if !reached {
+            } else if !acknowledged {
                 response.error_code = errors::REQUEST_TIMED_OUT;
                 response.error_message = Some(str_bytes(
                     "the in-sync replicas did not acknowledge within timeout_ms",

@@ -316,19 +316,22 @@ async fn truncate_diverged(
     partitions: &[&Arc<Partition>],
 ) -> Result<(), crate::client::ClientError> {
     let mut asking: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
-    let mut asked_epochs: HashMap<(String, i32), i32> = HashMap::new();
+    let mut asked: HashMap<(&str, i32), (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {
-        let Some(latest) = partition.log.latest_epoch() else {
-            // No epochs: nothing of a former leader's to take back.
-            partition.truncation_done();
-            continue;
-        };
         let tp = &partition.topic_partition;
         let state = partition.state();
         if state.leader != leader {
             continue;
         }
-        asked_epochs.insert((tp.topic.clone(), tp.partition), state.leader_epoch);
+        let Some(latest) = partition.log.latest_epoch() else {
+            // No epochs: nothing of a former leader's to take back.
+            partition.while_following(leader, state.leader_epoch, || partition.truncation_done());
+            continue;
+        };
+        asked.insert(
+            (tp.topic.as_str(), tp.partition),
+            (partition, state.leader_epoch),
+        );
         asking.entry(tp.topic.as_str()).or_default().push(
             OffsetForLeaderPartition::default()
                 .with_partition(tp.partition)
@@ -355,22 +358,16 @@ async fn truncate_diverged(
         conn.call(ApiKey::OffsetForLeaderEpoch, 4, &request).await?;
     for topic in response.topics {
         for answer in topic.partitions {
-            let Some(partition) = partitions.iter().find(|p| {
-                p.topic_partition.topic == topic.topic.as_str()
-                    && p.topic_partition.partition == answer.partition
-            }) else {
+            let Some((partition, leader_epoch)) = asked
+                .get(&(topic.topic.as_str(), answer.partition))
+                .copied()
+            else {
                 continue;
             };
             if answer.error_code != errors::NONE {
                 tracing::debug!(topic_partition = %partition.topic_partition, code = answer.error_code, "OffsetForLeaderEpoch error");
                 continue;
             }
-            let Some(leader_epoch) = asked_epochs
-                .get(&(partition.topic_partition.topic.clone(), answer.partition))
-                .copied()
-            else {
-                continue;
-            };
             // A leadership change since the question makes the answer moot (and truncating
             // after becoming leader would throw away acknowledged records).
             let applied = tokio::task::block_in_place(|| {

@@ -318,6 +318,13 @@ impl Partition {
         self.state.read().unwrap_or_else(|p| p.into_inner()).leader == self.broker_id
     }
 
+    /// Whether this replica leads at `leader_epoch` (epochs only grow: still true now means
+    /// true all along since that epoch began).
+    pub fn leads_at(&self, leader_epoch: i32) -> bool {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        state.leader == self.broker_id && state.leader_epoch == leader_epoch
+    }
+
     /// The leader's high watermark: the smallest log end offset in the ISR (followers' from
     /// their fetches). It never moves backwards on a leader. Returns whether it moved.
     pub fn maybe_advance_high_watermark(&self) -> bool {
