@@ -573,10 +573,20 @@ fn reassignment_moves_replicas_without_loss() {
         support::tail(&cluster.logs(), 40)
     );
     println!("{printed}");
-    let (_, leader, isr) = leaders(&cluster, "moved")[0].clone();
-    let mut sorted = isr.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, vec![2, 3, 4], "partition 0 ISR after the move");
+    // The CLI saw the move complete in the image of the broker it asked; the broker answering
+    // Metadata next may apply that image a moment later.
+    let isr_after = |c: &Cluster| {
+        let (_, leader, mut isr) = leaders(c, "moved")[0].clone();
+        isr.sort_unstable();
+        (leader, isr)
+    };
+    cluster.wait_until(
+        "partition 0 ISR to be 2,3,4",
+        Duration::from_secs(30),
+        |c| isr_after(c).1 == [2, 3, 4],
+    );
+    let (leader, isr) = isr_after(&cluster);
+    assert_eq!(isr, vec![2, 3, 4], "partition 0 ISR after the move");
     assert!([2, 3, 4].contains(&leader));
     cluster.wait_until("broker 1 to drop its copy", Duration::from_secs(30), |c| {
         !c.dir.path().join("data-1").join("moved-0").exists()
