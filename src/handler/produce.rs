@@ -1,7 +1,7 @@
 //! Produce: appends each partition's batches on its leader (this broker), then answers per
 //! partition. `acks=0` gets no response; `acks=all` waits until the high watermark passes the
 //! batches (or `timeout_ms`), answering NOT_LEADER_OR_FOLLOWER if this broker stops leading
-//! the partition at the epoch it appended under.
+//! the partition or the batches leave its log first (`Partition::ack_state`).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,19 +12,17 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::{Broker, RequestContext, str_bytes};
 use crate::log::TopicPartition;
 use crate::protocol::errors;
-use crate::replica::compression;
+use crate::replica::{AckState, PendingAck, compression};
 
 pub const VERSIONS: (i16, i16) = (3, 12);
 
 /// An `acks=all` partition response waiting for the high watermark.
 struct Wait {
     partition: std::sync::Arc<crate::replica::Partition>,
-    /// The high watermark that acknowledges the batches (their last offset + 1).
-    needed: u64,
+    pending: PendingAck,
     /// Where its response sits in the topic's partition responses.
     index: usize,
     min_insync: usize,
-    leader_epoch: i32,
 }
 
 pub async fn handle(
@@ -100,10 +98,9 @@ pub async fn handle(
                     if acks == -1 {
                         waits.push(Wait {
                             partition,
-                            needed: appended.info.last_offset + 1,
+                            pending: appended.pending,
                             index: partitions.len(),
                             min_insync,
-                            leader_epoch: appended.leader_epoch,
                         });
                     }
                     partitions.push(
@@ -141,44 +138,41 @@ pub async fn handle(
         for wait in waits {
             let Wait {
                 partition,
-                needed,
+                pending,
                 index,
                 min_insync,
-                leader_epoch,
             } = wait;
-            let log = &partition.log;
-            // Leadership lost (or regained under a new epoch) while waiting: the batch may have
-            // been truncated away and its offsets reused, so the high watermark passing them
-            // proves nothing. The producer retries; idempotence makes that safe. The high
-            // watermark is read first: still leading at the epoch afterwards means it was read
-            // during that leadership.
-            let (mut acknowledged, mut deposed) = (false, false);
+            let mut state = AckState::Waiting;
             broker
                 .replicas
                 .wait_for_data(timeout, || {
-                    acknowledged = log.high_watermark() >= needed;
-                    deposed = !partition.leads_at(leader_epoch);
-                    acknowledged || deposed
+                    state = partition.ack_state(&pending, min_insync);
+                    matches!(state, AckState::Acknowledged | AckState::NotLeader)
                 })
                 .await;
             let response = &mut partitions[index];
-            if deposed {
-                response.error_code = errors::NOT_LEADER_OR_FOLLOWER;
-                response.error_message = Some(str_bytes(
-                    "leadership moved before the in-sync replicas acknowledged the batch",
-                ));
-                response.base_offset = -1;
-            } else if !acknowledged {
-                response.error_code = errors::REQUEST_TIMED_OUT;
-                response.error_message = Some(str_bytes(
+            let failed = match state {
+                AckState::Acknowledged => None,
+                AckState::NotLeader => {
+                    response.base_offset = -1;
+                    Some((
+                        errors::NOT_LEADER_OR_FOLLOWER,
+                        "leadership moved before the in-sync replicas acknowledged the batch",
+                    ))
+                }
+                AckState::Waiting => Some((
+                    errors::REQUEST_TIMED_OUT,
                     "the in-sync replicas did not acknowledge within timeout_ms",
-                ));
-            } else if partition.state().isr.len() < min_insync {
-                // Written and replicated to the ISR, but the ISR shrank below the minimum.
-                response.error_code = errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND;
-                response.error_message = Some(str_bytes(
-                    "the ISR fell below min.insync.replicas during the append",
-                ));
+                )),
+                // Written and committed, but the ISR stayed below the minimum.
+                AckState::UnderMinIsr => Some((
+                    errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    "the ISR stayed below min.insync.replicas after the append",
+                )),
+            };
+            if let Some((code, message)) = failed {
+                response.error_code = code;
+                response.error_message = Some(str_bytes(message));
             }
         }
         topics.push(

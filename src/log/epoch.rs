@@ -118,6 +118,13 @@ impl LeaderEpochCache {
         }
     }
 
+    /// The epoch the record at `offset` was written under: the latest entry starting at or
+    /// before it. `None` before the first entry. The caller bounds `offset` by the log end.
+    pub fn epoch_at(&self, offset: u64) -> Option<i32> {
+        let after = self.entries.partition_point(|e| e.start_offset <= offset);
+        after.checked_sub(1).map(|i| self.entries[i].epoch)
+    }
+
     /// Drops entries that start at or after `end_offset` (the log was truncated there).
     pub fn truncate_from_end(&mut self, end_offset: u64) -> Result<()> {
         let before = self.entries.len();
@@ -194,6 +201,18 @@ mod tests {
         );
         assert_eq!(cache.end_offset_for(6, 30), None);
         assert_eq!(cache.end_offset_for(-1, 30), None);
+    }
+
+    #[test]
+    fn epoch_at_is_the_epoch_an_offset_was_written_under() {
+        let (_dir, cache) = cache(&[(1, 5), (3, 10), (5, 20)]);
+        assert_eq!(cache.epoch_at(4), None, "before the first entry");
+        assert_eq!(cache.epoch_at(5), Some(1));
+        assert_eq!(cache.epoch_at(9), Some(1));
+        assert_eq!(cache.epoch_at(10), Some(3));
+        assert_eq!(cache.epoch_at(19), Some(3));
+        assert_eq!(cache.epoch_at(20), Some(5));
+        assert_eq!(cache.epoch_at(1_000), Some(5));
     }
 
     #[test]

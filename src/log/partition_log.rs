@@ -359,6 +359,15 @@ impl Log {
     pub fn latest_epoch(&self) -> Option<i32> {
         self.read_state().epochs.latest().map(|e| e.epoch)
     }
+    /// The leader epoch the record at `offset` was written under; `None` when the offset is
+    /// outside the log (past its end, or before the first epoch it knows).
+    pub fn epoch_at(&self, offset: u64) -> Option<i32> {
+        let state = self.read_state();
+        if offset >= state.log_end_offset {
+            return None;
+        }
+        state.epochs.epoch_at(offset)
+    }
     /// OffsetForLeaderEpoch: the largest epoch `<= epoch` and where it ends.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, u64)> {
         let state = self.read_state();

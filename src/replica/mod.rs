@@ -22,7 +22,7 @@ use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
 use tokio::sync::watch;
 
 use crate::log::{LogConfig, LogManager, TopicPartition};
-pub use partition::{AppendError, Appended, Partition, PartitionState};
+pub use partition::{AckState, AppendError, Appended, Partition, PartitionState, PendingAck};
 
 /// Kafka's `partition.metadata` file: which topic id a partition directory belongs to, so a
 /// topic deleted and re-created under the same name while a broker was down is not mistaken

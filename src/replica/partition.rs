@@ -34,9 +34,38 @@ pub struct Appended {
     /// The batch was a producer's retry of one already appended: nothing was written and
     /// `info` gives the offsets it first got.
     pub duplicate: bool,
-    /// The leader epoch it was appended (or found) under: an acknowledgement waiting for the
-    /// high watermark is only valid while this replica still leads at this epoch.
-    pub leader_epoch: i32,
+    /// What an `acks=all` answer waits for: the high watermark passing these records while
+    /// they are still the ones this append wrote (or found).
+    pub pending: PendingAck,
+}
+
+/// An `acks=all` append waiting for the high watermark: its last offset, and the leader epoch
+/// the log says that record was written under (`None` when it is before the log start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingAck {
+    pub last_offset: u64,
+    pub records_epoch: Option<i32>,
+}
+
+/// Where an `acks=all` append stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckState {
+    /// The high watermark passed the records, and they are still in the log as written:
+    /// every in-sync replica has them.
+    Acknowledged,
+    /// Leading (or offline, with no leader), the records are in the log, the high watermark
+    /// is still below them.
+    Waiting,
+    /// The high watermark passed them, but the ISR is smaller than `min.insync.replicas`
+    /// (it shrank while waiting, or a new leadership has not re-admitted its followers yet).
+    /// Still waiting: failing now (NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka does at once)
+    /// has the producer re-send records already in the log, which is safe only as long as the
+    /// producer does not bump its epoch meanwhile. It is the answer at the deadline.
+    UnderMinIsr,
+    /// Another broker leads before they were acknowledged, or the records were truncated
+    /// away (and their offsets possibly reused). The producer retries, and the new leader's
+    /// producer state recognises a batch it already has.
+    NotLeader,
 }
 
 /// Why an append was refused: a Kafka error code, a message, and for INVALID_RECORD the index
@@ -61,6 +90,9 @@ const PENDING_ISR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most bytes read at once while replaying the log into producer state.
 const REPLAY_READ_BYTES: u64 = 1 << 20;
+
+/// Debug builds check a reload of producer state against a full rebuild up to this log size.
+const DEBUG_REBUILD_CHECK_BYTES: u64 = 16 << 20;
 
 pub struct Partition {
     pub topic_partition: TopicPartition,
@@ -307,22 +339,80 @@ impl Partition {
         Ok(Some(info))
     }
 
-    /// After a truncation: producer state is rebuilt from the snapshot and the log.
+    /// After a truncation: producer state is rebuilt from the snapshot and the log. It must
+    /// equal a rebuild from the remaining log alone (checked in debug builds on small logs): a
+    /// follower promoted later deduplicates from it.
     pub fn reload_producer_state(&self) -> Result<(), LogError> {
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
         *producers = load_producer_state(&self.log)?;
+        if cfg!(debug_assertions) && self.log.size_bytes() <= DEBUG_REBUILD_CHECK_BYTES {
+            debug_assert_eq!(
+                *producers,
+                rebuild_producer_state(&self.log)?,
+                "{}: producer state from snapshot and log differs from the log's",
+                self.topic_partition
+            );
+        }
         Ok(())
+    }
+
+    #[cfg(test)]
+    fn producer_state(&self) -> ProducerStateManager {
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn is_leader(&self) -> bool {
         self.state.read().unwrap_or_else(|p| p.into_inner()).leader == self.broker_id
     }
 
-    /// Whether this replica leads at `leader_epoch` (epochs only grow: still true now means
-    /// true all along since that epoch began).
-    pub fn leads_at(&self, leader_epoch: i32) -> bool {
+    /// Where an `acks=all` append stands. A change of leader epoch alone does not fail it:
+    /// this broker may lead again at a newer epoch with the records still in its log (the
+    /// controller moved leadership away and back, or took the partition offline and gave it
+    /// back), and they are acknowledged once the high watermark passes them. Answering
+    /// NOT_LEADER_OR_FOLLOWER there made librdkafka re-send records already in the log; after a
+    /// local epoch bump (its other messages had timed out) the re-send carried a new producer
+    /// epoch and sequence, so no broker could recognise it, and the records were stored twice
+    /// (a 300 s five-node jepsen run).
+    ///
+    /// The records are still the ones appended when the log says the last of them was written
+    /// under the same leader epoch: a truncation that removed them and records appended again
+    /// at those offsets carry a newer epoch (an epoch has one leader, and a leader never
+    /// truncates its own epoch). The high watermark is read first; the records intact after it
+    /// means they were intact when it was read (an epoch, once replaced at an offset, never
+    /// comes back).
+    pub fn ack_state(&self, pending: &PendingAck, min_insync_replicas: usize) -> AckState {
+        let high_watermark = self.log.high_watermark();
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-        state.leader == self.broker_id && state.leader_epoch == leader_epoch
+        let intact = pending.last_offset < self.log.log_start_offset()
+            || self.log.epoch_at(pending.last_offset) == pending.records_epoch;
+        // Offline (no leader) is not deposed: the ISR keeps its last member, and this broker
+        // leads again once it is back.
+        let led_elsewhere = state.leader >= 0 && state.leader != self.broker_id;
+        if !intact {
+            AckState::NotLeader
+        } else if high_watermark > pending.last_offset {
+            if led_elsewhere || state.isr.len() >= min_insync_replicas {
+                // A follower's high watermark is its leader's: committed there.
+                AckState::Acknowledged
+            } else {
+                AckState::UnderMinIsr
+            }
+        } else if led_elsewhere {
+            AckState::NotLeader
+        } else {
+            AckState::Waiting
+        }
+    }
+
+    /// What an `acks=all` answer for records ending at `last_offset` waits for.
+    fn pending_ack(&self, last_offset: u64) -> PendingAck {
+        PendingAck {
+            last_offset,
+            records_epoch: self.log.epoch_at(last_offset),
+        }
     }
 
     /// The leader's high watermark: the smallest log end offset in the ISR (followers' from
@@ -392,6 +482,7 @@ impl Partition {
             match producers.check(batch) {
                 Ok(Check::Append) => {}
                 Ok(Check::Duplicate(original)) => {
+                    let pending = self.pending_ack(original.last_offset as u64);
                     return Ok(Appended {
                         info: AppendInfo {
                             first_offset: original.first_offset as u64,
@@ -403,7 +494,7 @@ impl Partition {
                             bytes: 0,
                         },
                         duplicate: true,
-                        leader_epoch,
+                        pending,
                     });
                 }
                 Err(code) => {
@@ -439,13 +530,15 @@ impl Partition {
             }
         }
         self.maybe_snapshot(&producers);
+        let pending = self.pending_ack(info.last_offset);
+        debug_assert_eq!(pending.records_epoch, Some(leader_epoch));
         drop(producers);
         drop(state);
         self.maybe_advance_high_watermark();
         Ok(Appended {
             info,
             duplicate: false,
-            leader_epoch,
+            pending,
         })
     }
 
@@ -541,8 +634,22 @@ fn record_batch(producers: &mut ProducerStateManager, header: &BatchHeader) {
 
 /// The newest snapshot, then the log after it, replayed batch by batch (headers only).
 fn load_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
+    let (state, from) = ProducerStateManager::load_snapshot(log.dir(), log.log_end_offset());
+    replay(log, state, from)
+}
+
+/// Producer state from the log alone, replayed from its start (no snapshot).
+fn rebuild_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
+    replay(log, ProducerStateManager::default(), None)
+}
+
+/// `state` with the log's batches from `from` (default: the log start) to its end recorded.
+fn replay(
+    log: &Log,
+    mut state: ProducerStateManager,
+    from: Option<u64>,
+) -> Result<ProducerStateManager, LogError> {
     let log_end_offset = log.log_end_offset();
-    let (mut state, from) = ProducerStateManager::load_snapshot(log.dir(), log_end_offset);
     let mut offset = from
         .unwrap_or_else(|| log.log_start_offset())
         .max(log.log_start_offset());
@@ -570,3 +677,6 @@ fn load_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
     }
     Ok(state)
 }
+
+#[cfg(test)]
+mod tests;
