@@ -13,21 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use sluice::log::batch::BatchBuilder;
 use support::SingleNode;
-use support::raw::Client;
-
-fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Vec<u8> {
-    let mut builder =
-        BatchBuilder::new(0, 1_700_000_000_000).producer(producer_id, epoch, sequence);
-    for i in 0..count {
-        builder.push(
-            1_700_000_000_000,
-            None,
-            Some(format!("{epoch}-{}", sequence as usize + i).as_bytes()),
-            &[],
-        );
-    }
-    builder.build()
-}
+use support::raw::{Client, idempotent_batch};
 
 #[test]
 fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {

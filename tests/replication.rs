@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::raw::{Client, idempotent_batch};
 use support::{Cluster, clients_dir, confluent_cluster};
 
 /// (partition, leader, isr) of each partition of `topic`.
@@ -690,5 +691,86 @@ fn logs_of_topics_deleted_while_a_broker_was_down_are_removed_when_it_returns() 
     assert!(
         text.contains("new9") && !text.contains("d99"),
         "node 3's doomed-0 is not the new topic's"
+    );
+}
+
+/// A partition leader killed -9 and restarted at once, well inside its broker session (the
+/// issue behind the seed-4242 jepsen duplicates): its registration moves the leadership to
+/// another in-sync replica at a new leader epoch, in the same commit; the restarted process
+/// never opens the partition as leader from the metadata it replays from disk, follows,
+/// and rejoins the ISR. A producer's retry of a batch acknowledged before the kill is
+/// answered by the new leader as a duplicate with its original offset, and nothing is
+/// appended twice.
+#[test]
+fn a_leader_restarted_at_once_gives_up_its_leadership_and_retries_stay_single() {
+    let mut cluster = Cluster::start(
+        3,
+        // Sessions far longer than the test: only the registration can move the leadership.
+        &["min.insync.replicas=2", "broker.session.timeout.ms=60000"],
+    );
+    confluent_cluster(&cluster, "create", &["restart", "1", "3"]);
+    cluster.wait_until("a full ISR", Duration::from_secs(30), |c| {
+        leaders(c, "restart")[0].2.len() == 3
+    });
+    let port = |c: &Cluster, broker: i32| c.nodes[(broker - 1) as usize].kafka_port;
+    let (leader, epoch, _) = Client::connect(port(&cluster, 1)).partition_leader("restart", 0);
+    let mut client = Client::connect(port(&cluster, leader));
+    let producer_id = client.init_producer_id();
+    assert_eq!(
+        client.produce("restart", 0, idempotent_batch(producer_id, 0, 0, 5)),
+        (0, 0)
+    );
+    let retried = idempotent_batch(producer_id, 0, 5, 5);
+    assert_eq!(client.produce("restart", 0, retried.clone()), (0, 5));
+
+    let victim = (leader - 1) as usize;
+    cluster.kill9(victim);
+    cluster.start_node(victim);
+    let started = Instant::now();
+    let mut moved = (leader, epoch);
+    cluster.wait_until(
+        "every broker to name a new leader at a newer epoch",
+        Duration::from_secs(30),
+        |c| {
+            (1..=3).all(|b| {
+                let Some(mut client) = Client::try_connect(port(c, b)) else {
+                    return false;
+                };
+                let (now, now_epoch, _) = client.partition_leader("restart", 0);
+                moved = (now, now_epoch);
+                now != leader && now >= 0 && now_epoch > epoch
+            })
+        },
+    );
+    println!(
+        "leadership moved from {leader} (epoch {epoch}) to {} (epoch {}) {} ms after the restart",
+        moved.0,
+        moved.1,
+        started.elapsed().as_millis()
+    );
+    let restarted_log =
+        std::fs::read_to_string(cluster.dir.path().join(format!("node-{leader}-run-2.log")))
+            .expect("restarted node's log");
+    assert!(
+        !restarted_log.contains("topic_partition=restart-0 leader=true"),
+        "the restarted broker opened the partition as leader:\n{}",
+        support::tail(&restarted_log, 40)
+    );
+
+    let mut new_leader = Client::connect(port(&cluster, moved.0));
+    assert_eq!(
+        new_leader.produce("restart", 0, retried),
+        (0, 5),
+        "the retry is a duplicate answered with its original offset"
+    );
+    assert_eq!(new_leader.latest_offset("restart", 0), 10);
+    assert_eq!(
+        new_leader.produce("restart", 0, idempotent_batch(producer_id, 0, 10, 5)),
+        (0, 10)
+    );
+    cluster.wait_until(
+        "the restarted broker back in the ISR",
+        Duration::from_secs(60),
+        |c| leaders(c, "restart")[0].2.len() == 3,
     );
 }

@@ -442,7 +442,11 @@ fn without_broker(
     if isr != current.isr {
         change.isr = Some(isr);
     }
-    Some(change)
+    if change.leader == Some(current.leader) {
+        // Already leaderless (offline): nothing moves.
+        change.leader = None;
+    }
+    (change.leader.is_some() || change.isr.is_some()).then_some(change)
 }
 
 /// A broker missed its heartbeats (or shut down): fence it and move its leaderships.
@@ -485,15 +489,32 @@ pub fn fence_broker(
 }
 
 /// A broker registers (start-up): it is fenced until it has caught up with the metadata log.
-pub fn register_broker(image: &MetadataImage, registration: RegisterBroker) -> Vec<MetadataRecord> {
+///
+/// A registration that replaces an earlier one ends that incarnation first, as fencing does
+/// (Kafka's unclean-shutdown handling, KIP-966): its leaderships move to other live ISR
+/// members and it leaves the ISRs, all in the same commit. The process that registers has
+/// just restarted: whatever its log holds was not seen by the controller, and while it led
+/// under the old leader epoch it could serve from a log cut short by the crash. It comes back
+/// as a follower, rejoins the ISRs as it catches up, and leads only through a new election
+/// (at a new leader epoch). A broker that shut down cleanly was fenced already: nothing moves.
+pub fn register_broker(
+    image: &MetadataImage,
+    registration: RegisterBroker,
+    defaults: &Defaults,
+) -> Vec<MetadataRecord> {
     let mut registration = registration;
     registration.fenced = true;
+    let mut records = Vec::new();
     if let Some(previous) = image.brokers.get(&registration.broker_id) {
         registration.broker_epoch = registration
             .broker_epoch
             .max(previous.registration.broker_epoch + 1);
+        if let Ok(mut fenced) = fence_broker(image, registration.broker_id, defaults) {
+            records.append(&mut fenced);
+        }
     }
-    vec![MetadataRecord::RegisterBroker(registration)]
+    records.push(MetadataRecord::RegisterBroker(registration));
+    records
 }
 
 /// The broker caught up: unfence it, and give offline partitions whose ISR it is in a leader.
@@ -987,7 +1008,7 @@ mod tests {
                 rack: None,
                 fenced: true,
             };
-            image = apply(&image, register_broker(&image, registration));
+            image = apply(&image, register_broker(&image, registration, &DEFAULTS));
             image = apply(&image, unfence_broker(&image, id, 10).unwrap());
         }
         image
@@ -1123,6 +1144,81 @@ mod tests {
         let last = image.partition(Uuid(1), 0).unwrap().isr[0];
         let image = apply(&image, unfence_broker(&image, last, 10).unwrap());
         assert_eq!(image.partition(Uuid(1), 0).unwrap().leader, last);
+    }
+
+    /// A broker that restarts (kill -9) and registers again never keeps the leaderships of its
+    /// earlier incarnation: in the same commit as its registration they move to live ISR
+    /// members and it leaves the ISRs; where it is the last ISR member the partition waits
+    /// offline and it leads again, at a new leader epoch, once unfenced.
+    #[test]
+    fn a_restarted_broker_registering_again_gives_up_its_leaderships() {
+        let image = cluster(3);
+        let image = apply(
+            &image,
+            create_topic(&image, &topic("orders"), Uuid(1), &DEFAULTS).unwrap(),
+        );
+        let mut single = topic("single");
+        single.replication_factor = 1;
+        let image = apply(
+            &image,
+            create_topic(&image, &single, Uuid(2), &DEFAULTS).unwrap(),
+        );
+        let before = image.clone();
+        let again = RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid(99),
+            broker_epoch: 20,
+            endpoints: before.brokers[&1].registration.endpoints.clone(),
+            rack: None,
+            fenced: true,
+        };
+        let image = apply(&image, register_broker(&image, again, &DEFAULTS));
+        assert!(image.brokers[&1].fenced);
+        assert_eq!(image.brokers[&1].registration.broker_epoch, 20);
+        for (number, partition) in &image.topic_by_name("orders").unwrap().partitions {
+            let was = before.partition(Uuid(1), *number).unwrap();
+            assert_ne!(partition.leader, 1, "partition {number}");
+            assert!(!partition.isr.contains(&1));
+            if was.leader == 1 {
+                assert!(partition.leader_epoch > was.leader_epoch);
+            }
+        }
+        let single_led_by_1: Vec<i32> = before
+            .topic_by_name("single")
+            .unwrap()
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.leader == 1)
+            .map(|(n, _)| *n)
+            .collect();
+        assert!(!single_led_by_1.is_empty());
+        for number in &single_led_by_1 {
+            let partition = image.partition(Uuid(2), *number).unwrap();
+            assert_eq!(
+                (partition.leader, partition.isr.clone()),
+                (NO_LEADER, vec![1])
+            );
+        }
+        // Caught up and unfenced: it leads its single-replica partitions again, at new epochs.
+        let image = apply(&image, unfence_broker(&image, 1, 20).unwrap());
+        for number in &single_led_by_1 {
+            let was = before.partition(Uuid(2), *number).unwrap();
+            let partition = image.partition(Uuid(2), *number).unwrap();
+            assert_eq!(partition.leader, 1);
+            assert!(partition.leader_epoch > was.leader_epoch);
+        }
+        // Registering again at once (a retried registration) moves nothing more.
+        let retry = RegisterBroker {
+            broker_id: 2,
+            incarnation_id: Uuid(98),
+            broker_epoch: 30,
+            endpoints: before.brokers[&2].registration.endpoints.clone(),
+            rack: None,
+            fenced: true,
+        };
+        let image = apply(&image, register_broker(&image, retry.clone(), &DEFAULTS));
+        let records = register_broker(&image, retry, &DEFAULTS);
+        assert_eq!(records.len(), 1, "{records:?}");
     }
 
     #[test]

@@ -391,11 +391,17 @@ impl ControllerService {
             ControllerRequest::RegisterBroker(mut registration) => {
                 // The epoch only grows: past any this broker had, and past the log's end.
                 registration.broker_epoch = metrics.last_log_index.unwrap_or(0) as i64 + 1;
-                let records = super::register_broker(&image, registration.clone());
-                let epoch = match records.first() {
+                let records = super::register_broker(&image, registration.clone(), &self.defaults);
+                let epoch = match records.last() {
                     Some(MetadataRecord::RegisterBroker(r)) => r.broker_epoch,
                     _ => registration.broker_epoch,
                 };
+                if records.len() > 1 {
+                    tracing::info!(
+                        broker_id = registration.broker_id,
+                        "a restarted broker registered: its earlier incarnation's leaderships move and it leaves the ISRs"
+                    );
+                }
                 self.sessions(metrics.current_term)
                     .last_heard
                     .insert(registration.broker_id, Instant::now());
@@ -496,9 +502,18 @@ impl ControllerService {
     }
 
     /// On the leader: fences brokers whose session expired. Runs until the quorum is gone.
+    ///
+    /// Sessions are judged only while this controller can confirm its leadership with a
+    /// quorum. A controller cut off from its quorum (a partition, or a stop) reads no
+    /// heartbeats and commits nothing; judging sessions after it is back would fence every
+    /// broker, itself included, as if they had died (a five-node jepsen run did: the leader
+    /// went offline and came back at a new epoch on the same broker). After such a gap, as
+    /// after a stall of the timer itself, every session starts afresh.
     pub async fn run_session_timer(self: Arc<Self>) {
         let tick = (self.session_timeout / 4).max(Duration::from_millis(100));
         let mut last_tick = Instant::now();
+        // Since when this leader could not confirm its leadership with a quorum.
+        let mut unconfirmed_since: Option<Instant> = None;
         loop {
             tokio::time::sleep(tick).await;
             let stalled = last_tick.elapsed().saturating_sub(tick);
@@ -508,20 +523,37 @@ impl ControllerService {
             };
             let metrics = quorum.metrics();
             if metrics.current_leader != Some(quorum.node_id()) {
+                unconfirmed_since = None;
                 continue;
             }
+            let confirmed = tokio::time::timeout(tick, quorum.raft().ensure_linearizable())
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if !confirmed {
+                if unconfirmed_since.is_none() {
+                    tracing::warn!(
+                        "the controller cannot confirm its leadership with a quorum: broker sessions are not judged until it can"
+                    );
+                }
+                unconfirmed_since.get_or_insert(last_tick);
+                continue;
+            }
+            let unconfirmed = unconfirmed_since
+                .take()
+                .map_or(Duration::ZERO, |since| since.elapsed());
             let image = quorum.image();
             let expired: Vec<BrokerId> = {
                 let mut sessions = self.sessions(metrics.current_term);
                 let now = Instant::now();
-                if stalled > self.session_timeout / 2 {
-                    // This controller was stopped or starved (SIGSTOP, a VM pause): the
-                    // heartbeats brokers sent meanwhile are still queued, unread. Judging
-                    // sessions now would fence every broker, itself included; they get a
-                    // full session from now instead.
+                if stalled > self.session_timeout / 2 || unconfirmed > self.session_timeout / 2 {
+                    // This controller was stopped or starved (SIGSTOP, a VM pause), or cut off
+                    // from its quorum: the heartbeats brokers sent meanwhile are unread or
+                    // were refused. Judging sessions now would fence every broker, itself
+                    // included; they get a full session from now instead.
                     tracing::warn!(
                         stalled_ms = stalled.as_millis() as u64,
-                        "the controller was stalled: broker sessions restart"
+                        without_quorum_ms = unconfirmed.as_millis() as u64,
+                        "the controller was stalled or without a quorum: broker sessions restart"
                     );
                     for heard in sessions.last_heard.values_mut() {
                         *heard = now;

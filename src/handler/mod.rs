@@ -310,13 +310,16 @@ pub async fn dispatch(
     let version = context.api_version;
     if matches!(
         request,
-        RequestKind::Produce(_)
+        RequestKind::Metadata(_)
+            | RequestKind::Produce(_)
             | RequestKind::Fetch(_)
             | RequestKind::ListOffsets(_)
             | RequestKind::DeleteRecords(_)
             | RequestKind::OffsetForLeaderEpoch(_)
     ) {
-        // Serve data requests on replicas at least as new as the image this node has.
+        // Serve data requests, and Metadata that sends clients to leaders, on replicas at
+        // least as new as the image this node has (after a restart: once caught up to its
+        // registration, bounded).
         let index = broker.quorum.image().index;
         broker
             .replicas

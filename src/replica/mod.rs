@@ -1,9 +1,8 @@
 //! The replica manager: the partition replicas this broker holds, kept in step with the
 //! committed metadata image (create logs, take or give up leadership, delete the logs of
-//! deleted topics), and the append and read paths over them.
-//!
-//! Followers and their fetch loops come with replication; today a leader's ISR holds only
-//! replicas it need not wait for, and its high watermark follows its log end.
+//! deleted topics) once that image holds this process's registration, and the append and read
+//! paths over them. Followers fetch from their leaders (`fetcher`); leaders keep the ISR
+//! (`isr`).
 
 pub mod compression;
 pub mod fetcher;
@@ -44,8 +43,11 @@ pub struct ReplicaManager {
     pub isr_expands: AtomicU64,
     /// The broker epoch this process registered with (-1 before registering).
     registered_epoch: Arc<AtomicI64>,
-    /// Whether logs of partitions this broker no longer hosts were looked for since start.
-    strays_swept: AtomicBool,
+    /// Whether an image holding this process's registration was applied. Until then no image
+    /// is: the local image may be older than the quorum's committed state (the metadata log
+    /// replayed from disk after a restart), and serving from it could lead a partition at an
+    /// epoch the controller has since given to another broker.
+    caught_up: AtomicBool,
 }
 
 impl ReplicaManager {
@@ -57,7 +59,7 @@ impl ReplicaManager {
     ) -> ReplicaManager {
         ReplicaManager {
             registered_epoch,
-            strays_swept: AtomicBool::new(false),
+            caught_up: AtomicBool::new(false),
             broker_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
@@ -162,8 +164,44 @@ impl ReplicaManager {
             .unwrap_or_else(|| "producer".to_owned())
     }
 
-    /// Brings the replicas in line with a committed image. Runs on every new image.
+    /// Whether the replicas follow the committed metadata (an image holding this process's
+    /// registration has been applied).
+    pub fn is_caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// Whether `image` holds this process's own registration: it is then current up to a
+    /// point after this process registered, so nothing committed before that is missing from
+    /// it (Kafka's brokers likewise act on metadata only once caught up to the offset of
+    /// their registration).
+    fn holds_registration(&self, image: &MetadataImage) -> bool {
+        let epoch = self.registered_epoch.load(Ordering::Acquire);
+        epoch >= 0
+            && image
+                .brokers
+                .get(&self.broker_id)
+                .is_some_and(|b| b.registration.broker_epoch == epoch)
+    }
+
+    /// Brings the replicas in line with a committed image. Runs on every new image, from the
+    /// first that holds this process's registration on: an earlier one may name this broker
+    /// leader at an epoch it no longer has (the registration itself moved its leaderships).
     pub fn apply_image(&self, image: &MetadataImage) {
+        if !self.is_caught_up() {
+            if !self.holds_registration(image) {
+                tracing::debug!(
+                    index = image.index,
+                    "not applying a metadata image older than this broker's registration"
+                );
+                return;
+            }
+            tracing::info!(
+                index = image.index,
+                "caught up with the metadata log: serving replicas"
+            );
+            self.sweep_stray_logs(image);
+            self.caught_up.store(true, Ordering::Release);
+        }
         let mut wanted: HashMap<TopicPartition, (String, PartitionState)> = HashMap::new();
         for topic in image.topics.values() {
             for (index, registration) in &topic.partitions {
@@ -201,9 +239,6 @@ impl ReplicaManager {
             if !keep {
                 self.remove(tp);
             }
-        }
-        if !self.strays_swept.load(Ordering::Relaxed) {
-            self.sweep_stray_logs(image, &wanted);
         }
         let mut changed = false;
         for (tp, (topic, state)) in wanted {
@@ -257,27 +292,17 @@ impl ReplicaManager {
 
     /// Deletes the logs of partitions this broker does not host in `image` (their topic was
     /// deleted, or re-created under a new id, or the replica moved away, while this broker was
-    /// down), once the image holds this process's own registration: the image is then current
-    /// up to a point after this process started, so nothing it lacks can still be coming.
-    fn sweep_stray_logs(
-        &self,
-        image: &MetadataImage,
-        wanted: &HashMap<TopicPartition, (String, PartitionState)>,
-    ) {
-        let epoch = self.registered_epoch.load(Ordering::Relaxed);
-        let current = epoch >= 0
-            && image
-                .brokers
-                .get(&self.broker_id)
-                .is_some_and(|b| b.registration.broker_epoch == epoch);
-        if !current {
-            return;
-        }
-        self.strays_swept.store(true, Ordering::Relaxed);
+    /// down). Runs once, on the first image holding this process's registration: nothing it
+    /// lacks can still be coming.
+    fn sweep_stray_logs(&self, image: &MetadataImage) {
         for log in self.logs.all() {
             let tp = log.topic_partition().clone();
-            let hosted = wanted.get(&tp).is_some_and(|(_, state)| {
-                read_topic_id(log.dir()).is_none_or(|id| id == state.topic_id)
+            let hosted = image.topic_by_name(&tp.topic).is_some_and(|topic| {
+                topic
+                    .partitions
+                    .get(&tp.partition)
+                    .is_some_and(|p| p.replicas.contains(&self.broker_id))
+                    && read_topic_id(log.dir()).is_none_or(|id| id == topic.id)
             });
             if hosted {
                 continue;
@@ -349,8 +374,18 @@ impl ReplicaManager {
             if let Err(error) = applied {
                 tracing::error!(%error, "applying a metadata image failed");
             }
-            if images.changed().await.is_err() {
-                return;
+            if self.is_caught_up() {
+                if images.changed().await.is_err() {
+                    return;
+                }
+            } else {
+                // The registration may land in the image before the broker epoch is known
+                // here: look again soon even without a new image.
+                let changed =
+                    tokio::time::timeout(Duration::from_millis(100), images.changed()).await;
+                if let Ok(Err(_)) = changed {
+                    return;
+                }
             }
         }
     }

@@ -8,12 +8,30 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sluice::log::batch::BatchBuilder;
+
+/// An idempotent batch of `count` records from `sequence` on, valued `<epoch>-<sequence>`.
+pub fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usize) -> Vec<u8> {
+    let mut builder =
+        BatchBuilder::new(0, 1_700_000_000_000).producer(producer_id, epoch, sequence);
+    for i in 0..count {
+        builder.push(
+            1_700_000_000_000,
+            None,
+            Some(format!("{epoch}-{}", sequence as usize + i).as_bytes()),
+            &[],
+        );
+    }
+    builder.build()
+}
 
 pub struct Client {
     stream: TcpStream,
@@ -21,6 +39,12 @@ pub struct Client {
 }
 
 impl Client {
+    /// A connection, or `None` when nothing listens on `port` (a node restarting).
+    pub fn try_connect(port: u16) -> Option<Client> {
+        TcpStream::connect(("127.0.0.1", port)).ok()?;
+        Some(Client::connect(port))
+    }
+
     pub fn connect(port: u16) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
         stream
@@ -110,5 +134,39 @@ impl Client {
             ]);
         let response: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 5, &request);
         response.topics[0].partitions[0].offset
+    }
+
+    /// A new idempotent producer id (InitProducerId without a transactional id).
+    pub fn init_producer_id(&mut self) -> i64 {
+        let init: InitProducerIdResponse = self.call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1),
+        );
+        assert_eq!(init.error_code, 0, "{init:?}");
+        init.producer_id.0
+    }
+
+    /// (leader, leader epoch, isr) of a partition, as this broker's Metadata says.
+    pub fn partition_leader(&mut self, topic: &str, partition: i32) -> (i32, i32, Vec<i32>) {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]));
+        let response: MetadataResponse = self.call(ApiKey::Metadata, 12, &request);
+        let found = response.topics[0]
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)
+            .unwrap_or_else(|| panic!("no partition {partition} in {response:?}"));
+        (
+            found.leader_id.0,
+            found.leader_epoch,
+            found.isr_nodes.iter().map(|b| b.0).collect(),
+        )
     }
 }
