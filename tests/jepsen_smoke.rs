@@ -13,6 +13,11 @@ use std::process::Command;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn smoke(nemesis: &str) {
+    smoke_on(nemesis, &["--interval", "2"]);
+}
+
+/// A run with `extra` arguments for `jepsen/run` (node count, partitions, fault interval).
+fn smoke_on(nemesis: &str, extra: &[&str]) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let store = tempfile::tempdir().expect("tempdir");
     let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("jepsen/run");
@@ -21,8 +26,6 @@ fn smoke(nemesis: &str) {
         .args([
             "--time",
             "12",
-            "--interval",
-            "2",
             "--recovery",
             "6",
             "--nemesis",
@@ -30,6 +33,7 @@ fn smoke(nemesis: &str) {
             "--seed",
             "7",
         ])
+        .args(extra)
         .arg("--sluice")
         .arg(env!("CARGO_BIN_EXE_sluice"))
         .arg("--store")
@@ -79,4 +83,15 @@ fn queue_workload_survives_a_slow_and_lossy_network() {
 #[test]
 fn queue_workload_survives_crashes_that_lose_unsynced_writes() {
     smoke("crash-unsynced");
+}
+
+/// Five nodes, six partitions, a kill -9 every 1.5 s (random nodes, partition leaders, the
+/// quorum leader, often the same node again right after its restart): the shape of the run
+/// that stored records twice when a restarted broker came back leading from its old image.
+#[test]
+fn queue_workload_survives_kill_9_on_five_nodes() {
+    smoke_on(
+        "kill",
+        &["--nodes", "5", "--partitions", "6", "--interval", "1.5"],
+    );
 }

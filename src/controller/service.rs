@@ -511,36 +511,38 @@ impl ControllerService {
     /// after a stall of the timer itself, every session starts afresh.
     pub async fn run_session_timer(self: Arc<Self>) {
         let tick = (self.session_timeout / 4).max(Duration::from_millis(100));
-        let mut last_tick = Instant::now();
-        // Since when this leader could not confirm its leadership with a quorum.
-        let mut unconfirmed_since: Option<Instant> = None;
+        // When this leader last confirmed its leadership with a quorum.
+        let mut confirmed_at = Instant::now();
+        let mut unconfirmed_warned = false;
         loop {
+            let slept_from = Instant::now();
             tokio::time::sleep(tick).await;
-            let stalled = last_tick.elapsed().saturating_sub(tick);
-            last_tick = Instant::now();
+            let stalled = slept_from.elapsed().saturating_sub(tick);
             let Some(quorum) = self.quorum.upgrade() else {
                 return;
             };
             let metrics = quorum.metrics();
             if metrics.current_leader != Some(quorum.node_id()) {
-                unconfirmed_since = None;
+                confirmed_at = Instant::now();
                 continue;
             }
-            let confirmed = tokio::time::timeout(tick, quorum.raft().ensure_linearizable())
-                .await
-                .is_ok_and(|r| r.is_ok());
+            let confirmed =
+                tokio::time::timeout(self.session_timeout, quorum.raft().ensure_linearizable())
+                    .await
+                    .is_ok_and(|r| r.is_ok());
             if !confirmed {
-                if unconfirmed_since.is_none() {
+                if !unconfirmed_warned {
+                    unconfirmed_warned = true;
                     tracing::warn!(
                         "the controller cannot confirm its leadership with a quorum: broker sessions are not judged until it can"
                     );
                 }
-                unconfirmed_since.get_or_insert(last_tick);
                 continue;
             }
-            let unconfirmed = unconfirmed_since
-                .take()
-                .map_or(Duration::ZERO, |since| since.elapsed());
+            unconfirmed_warned = false;
+            // Normally a tick and one heartbeat round since the last confirmation.
+            let unconfirmed = confirmed_at.elapsed().saturating_sub(tick);
+            confirmed_at = Instant::now();
             let image = quorum.image();
             let expired: Vec<BrokerId> = {
                 let mut sessions = self.sessions(metrics.current_term);
@@ -575,6 +577,7 @@ impl ControllerService {
                 if quorum.raft().ensure_linearizable().await.is_err() {
                     break;
                 }
+                confirmed_at = Instant::now();
                 let image = quorum.image();
                 if image.brokers.get(&broker).is_none_or(|b| b.fenced) {
                     continue;
