@@ -9,9 +9,11 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, MetadataRequest,
+    MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use sluice::client::Connection;
@@ -140,11 +142,30 @@ async fn reassign(
             .flat_map(|t| t.partitions.iter())
             .find(|p| p.partition_index == partition);
         let Some(state) = state else {
-            println!(
-                "{topic}-{partition}: done after {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
+            // No move listed: done once the broker's metadata shows the target replicas, all
+            // in the ISR (the list can be empty before this broker's image holds the move,
+            // and "done" must mean committed and visible).
+            let settled = match &target {
+                None => true,
+                Some(target) => partition_metadata(&mut connection, &name, partition)
+                    .await?
+                    .is_some_and(|(replicas, isr)| {
+                        replicas == *target && target.iter().all(|r| isr.contains(r))
+                    }),
+            };
+            if settled {
+                println!(
+                    "{topic}-{partition}: done after {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(());
+            }
+            if started.elapsed() > wait {
+                println!("{topic}-{partition}: still moving; it goes on without this command");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
         };
         let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
         let line = format!(
@@ -163,4 +184,30 @@ async fn reassign(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// A partition's replicas and ISR as the broker's Metadata shows them (`None`: not listed).
+async fn partition_metadata(
+    connection: &mut Connection,
+    topic: &TopicName,
+    partition: i32,
+) -> anyhow::Result<Option<(Vec<i32>, Vec<i32>)>> {
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(topic.clone())),
+    ]));
+    let response: MetadataResponse = connection
+        .call(ApiKey::Metadata, 12, &request)
+        .await
+        .context("Metadata")?;
+    Ok(response
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .map(|p| {
+            (
+                p.replica_nodes.iter().map(|b| b.0).collect(),
+                p.isr_nodes.iter().map(|b| b.0).collect(),
+            )
+        }))
 }

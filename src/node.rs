@@ -270,12 +270,14 @@ impl Node {
         if let Some(server) = self.server {
             server.shutdown(SHUTDOWN_GRACE).await;
         }
-        tokio::task::block_in_place(|| self.replicas.snapshot_producer_state());
-        drop(self.replicas);
+        // Background tasks first (replica fetchers with their supervisor, ISR and controller
+        // timers, HTTP): nothing appends once producer state is snapshotted and logs close.
         for task in self.tasks {
             task.abort();
             let _ = task.await;
         }
+        tokio::task::block_in_place(|| self.replicas.snapshot_producer_state());
+        drop(self.replicas);
         match Arc::try_unwrap(self.quorum) {
             Ok(quorum) => quorum.shutdown().await,
             Err(_) => tracing::warn!("quorum still referenced at shutdown"),

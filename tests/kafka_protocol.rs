@@ -20,17 +20,7 @@ fn idempotent_producer_dedupes_orders_and_fences_across_restarts() {
     let mut node = SingleNode::start(&[]);
     let mut client = Client::connect(node.kafka_port);
     client.create_topic("idem", 1);
-    let init: InitProducerIdResponse = client.call(
-        ApiKey::InitProducerId,
-        4,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(None)
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id((-1).into())
-            .with_producer_epoch(-1),
-    );
-    assert_eq!(init.error_code, 0);
-    let pid = init.producer_id.0;
+    let pid = client.init_producer_id();
     assert!(pid >= 0);
     // Producer ids are unique: a second InitProducerId gets another.
     let again: InitProducerIdResponse = client.call(

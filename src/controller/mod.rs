@@ -1014,6 +1014,18 @@ mod tests {
         image
     }
 
+    /// The partitions of `topic` that `broker` leads.
+    fn led_by(image: &MetadataImage, topic: &str, broker: BrokerId) -> Vec<i32> {
+        image
+            .topic_by_name(topic)
+            .unwrap()
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.leader == broker)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
     fn topic(name: &str) -> NewTopic {
         NewTopic {
             name: name.into(),
@@ -1101,14 +1113,7 @@ mod tests {
             &image,
             create_topic(&image, &topic("orders"), Uuid(1), &DEFAULTS).unwrap(),
         );
-        let led_by_1: Vec<i32> = image
-            .topic_by_name("orders")
-            .unwrap()
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.leader == 1)
-            .map(|(n, _)| *n)
-            .collect();
+        let led_by_1 = led_by(&image, "orders", 1);
         assert!(!led_by_1.is_empty());
         let image = apply(&image, fence_broker(&image, 1, &DEFAULTS).unwrap());
         for partition in image.topic_by_name("orders").unwrap().partitions.values() {
@@ -1183,14 +1188,7 @@ mod tests {
                 assert!(partition.leader_epoch > was.leader_epoch);
             }
         }
-        let single_led_by_1: Vec<i32> = before
-            .topic_by_name("single")
-            .unwrap()
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.leader == 1)
-            .map(|(n, _)| *n)
-            .collect();
+        let single_led_by_1 = led_by(&before, "single", 1);
         assert!(!single_led_by_1.is_empty());
         for number in &single_led_by_1 {
             let partition = image.partition(Uuid(2), *number).unwrap();

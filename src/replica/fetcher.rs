@@ -41,12 +41,27 @@ pub struct FetcherSettings {
     pub backoff_ms: u64,
 }
 
-/// Runs the fetchers of this broker until the task is dropped.
+/// The fetcher tasks of the supervisor, aborted with it: a detached fetcher outlived the node
+/// at shutdown and, entering `block_in_place` while the runtime was shutting down, panicked
+/// after "node stopped" (1 of 5 SIGTERMs under load).
+#[derive(Default)]
+struct Fetchers(HashMap<BrokerId, tokio::task::JoinHandle<()>>);
+
+impl Drop for Fetchers {
+    fn drop(&mut self) {
+        for task in self.0.values() {
+            task.abort();
+        }
+    }
+}
+
+/// Runs the fetchers of this broker until the task is dropped (aborting them).
 pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: FetcherSettings) {
     let settings = Arc::new(settings);
-    let mut fetchers: HashMap<BrokerId, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut fetchers = Fetchers::default();
     let mut changes = replicas.data_changes();
     loop {
+        let fetchers = &mut fetchers.0;
         fetchers.retain(|_, task| !task.is_finished());
         let me = replicas.broker_id();
         let mut leaders: Vec<BrokerId> = replicas

@@ -322,8 +322,12 @@ def case_auto_create():
 def case_produce_acked():
     """Produces idempotently until killed, printing each acknowledged record's value."""
     topic = sys.argv[3]
+    # message.timeout.ms well past any failover: when a queued message times out, librdkafka
+    # bumps its producer epoch locally and re-sends records it had sent and got a retriable
+    # error for under new sequence numbers, which stores them twice whatever the broker does
+    # (librdkafka issue #4953). A 5 s timeout did so under a loaded CI machine.
     producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
-                         "linger.ms": 2, "message.timeout.ms": 5000})
+                         "linger.ms": 2, "message.timeout.ms": 60000})
 
     def delivered(err, msg):
         if err is None:
