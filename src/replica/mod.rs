@@ -187,20 +187,13 @@ impl ReplicaManager {
     /// first that holds this process's registration on: an earlier one may name this broker
     /// leader at an epoch it no longer has (the registration itself moved its leaderships).
     pub fn apply_image(&self, image: &MetadataImage) {
-        if !self.is_caught_up() {
-            if !self.holds_registration(image) {
-                tracing::debug!(
-                    index = image.index,
-                    "not applying a metadata image older than this broker's registration"
-                );
-                return;
-            }
-            tracing::info!(
+        let first = !self.is_caught_up();
+        if first && !self.holds_registration(image) {
+            tracing::debug!(
                 index = image.index,
-                "caught up with the metadata log: serving replicas"
+                "not applying a metadata image older than this broker's registration"
             );
-            self.sweep_stray_logs(image);
-            self.caught_up.store(true, Ordering::Release);
+            return;
         }
         let mut wanted: HashMap<TopicPartition, (String, PartitionState)> = HashMap::new();
         for topic in image.topics.values() {
@@ -239,6 +232,14 @@ impl ReplicaManager {
             if !keep {
                 self.remove(tp);
             }
+        }
+        if first {
+            tracing::info!(
+                index = image.index,
+                "caught up with the metadata log: serving replicas"
+            );
+            self.sweep_stray_logs(&wanted);
+            self.caught_up.store(true, Ordering::Release);
         }
         let mut changed = false;
         for (tp, (topic, state)) in wanted {
@@ -290,19 +291,15 @@ impl ReplicaManager {
         self.applied_index.send_replace(image.index);
     }
 
-    /// Deletes the logs of partitions this broker does not host in `image` (their topic was
-    /// deleted, or re-created under a new id, or the replica moved away, while this broker was
-    /// down). Runs once, on the first image holding this process's registration: nothing it
-    /// lacks can still be coming.
-    fn sweep_stray_logs(&self, image: &MetadataImage) {
+    /// Deletes the logs of partitions this broker does not host (`wanted`: the image's
+    /// partitions with a replica here): their topic was deleted, or re-created under a new id,
+    /// or the replica moved away, while this broker was down. Runs once, on the first image
+    /// holding this process's registration: nothing it lacks can still be coming.
+    fn sweep_stray_logs(&self, wanted: &HashMap<TopicPartition, (String, PartitionState)>) {
         for log in self.logs.all() {
             let tp = log.topic_partition().clone();
-            let hosted = image.topic_by_name(&tp.topic).is_some_and(|topic| {
-                topic
-                    .partitions
-                    .get(&tp.partition)
-                    .is_some_and(|p| p.replicas.contains(&self.broker_id))
-                    && read_topic_id(log.dir()).is_none_or(|id| id == topic.id)
+            let hosted = wanted.get(&tp).is_some_and(|(_, state)| {
+                read_topic_id(log.dir()).is_none_or(|id| id == state.topic_id)
             });
             if hosted {
                 continue;

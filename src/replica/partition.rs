@@ -407,7 +407,8 @@ impl Partition {
         }
     }
 
-    /// What an `acks=all` answer for records ending at `last_offset` waits for.
+    /// What an `acks=all` answer for records already in the log, ending at `last_offset`,
+    /// waits for (a duplicate's original batch).
     fn pending_ack(&self, last_offset: u64) -> PendingAck {
         PendingAck {
             last_offset,
@@ -530,8 +531,12 @@ impl Partition {
             }
         }
         self.maybe_snapshot(&producers);
-        let pending = self.pending_ack(info.last_offset);
-        debug_assert_eq!(pending.records_epoch, Some(leader_epoch));
+        // The log just stamped the batches with this epoch (no lookup on the append path).
+        let pending = PendingAck {
+            last_offset: info.last_offset,
+            records_epoch: Some(leader_epoch),
+        };
+        debug_assert_eq!(self.log.epoch_at(info.last_offset), Some(leader_epoch));
         drop(producers);
         drop(state);
         self.maybe_advance_high_watermark();
