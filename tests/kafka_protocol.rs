@@ -217,12 +217,13 @@ fn incremental_fetch_sessions_send_only_what_changed() {
 /// batch the follower holds has `last_fetched_epoch`.
 fn replica_fetch(
     client: &mut Client,
+    replica_id: i32,
     topic: &str,
     offset: i64,
     last_fetched_epoch: i32,
 ) -> kafka_protocol::messages::fetch_response::PartitionData {
     let request = FetchRequest::default()
-        .with_replica_id(BrokerId(7))
+        .with_replica_id(BrokerId(replica_id))
         .with_max_wait_ms(0)
         .with_min_bytes(1)
         .with_max_bytes(1 << 20)
@@ -241,23 +242,42 @@ fn replica_fetch(
     response.responses[0].partitions[0].clone()
 }
 
+/// KIP-320 on the leader, with fetches in the name of its real follower (broker 2), and a
+/// fetch naming a broker that is no replica of the partition: refused, as Kafka does, with
+/// NOT_LEADER_OR_FOLLOWER, and its offset never counts toward the high watermark.
 #[test]
 fn a_follower_whose_last_fetched_epoch_ends_earlier_is_told_where_logs_diverge() {
-    let node = SingleNode::start(&[]);
-    let mut client = Client::connect(node.kafka_port);
-    client.create_topic("div", 1);
+    let cluster = support::Cluster::start(2, &[]);
+    let mut client = Client::connect(cluster.nodes[0].kafka_port);
+    client.create_topic_assigned("div", &[vec![1, 2]]);
+    let mut produced = 0;
     for value in ["a", "b", "c"] {
-        assert_eq!(client.produce("div", 0, plain_batch(value)).0, 0);
+        // Retried while the follower joins the ISR at the start.
+        loop {
+            if client.produce("div", 0, plain_batch(value)).0 == 0 {
+                break;
+            }
+            produced += 1;
+            assert!(produced < 100, "produce keeps failing");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
+    // Not a replica: refused, with no records (the unit tests show it changes no state).
+    let stranger = replica_fetch(&mut client, 7, "div", 3, -1);
+    assert_eq!(
+        stranger.error_code, 6,
+        "NOT_LEADER_OR_FOLLOWER: {stranger:?}"
+    );
+    assert!(stranger.records.is_none_or(|r| r.is_empty()));
     // The leader's epoch, from the first batch's header (partition leader epoch field).
-    let consumer_view = replica_fetch(&mut client, "div", 0, -1);
+    let consumer_view = replica_fetch(&mut client, 2, "div", 0, -1);
     let records = consumer_view.records.expect("records");
     let epoch = i32::from_be_bytes(records[12..16].try_into().expect("4 bytes"));
     // Consistent: the follower's last epoch ends at or after its fetch offset.
-    let fine = replica_fetch(&mut client, "div", 3, epoch);
+    let fine = replica_fetch(&mut client, 2, "div", 3, epoch);
     assert_eq!((fine.error_code, fine.diverging_epoch.epoch), (0, -1));
     // Records past our log end under our own epoch: they diverge at our log end.
-    let ahead = replica_fetch(&mut client, "div", 5, epoch);
+    let ahead = replica_fetch(&mut client, 2, "div", 5, epoch);
     assert_eq!(ahead.error_code, 0);
     assert_eq!(
         (
@@ -269,7 +289,7 @@ fn a_follower_whose_last_fetched_epoch_ends_earlier_is_told_where_logs_diverge()
     assert!(ahead.records.is_none_or(|r| r.is_empty()));
     // An epoch later than any this leader knows: undefined, as Kafka answers; the follower
     // then asks OffsetForLeaderEpoch and keeps what was committed.
-    let unknown = replica_fetch(&mut client, "div", 2, epoch + 3);
+    let unknown = replica_fetch(&mut client, 2, "div", 2, epoch + 3);
     assert_eq!(
         (
             unknown.diverging_epoch.epoch,

@@ -237,6 +237,76 @@ fn isr_shrinks_when_a_follower_is_paused_and_expands_after() {
     });
 }
 
+/// One deadline per request (the purgatory): an acks=all Produce for eight partitions, four of
+/// them replicated to a paused follower that stays in the ISR, answers once, after about its
+/// `timeout_ms`, with REQUEST_TIMED_OUT for the four stuck partitions and success for the
+/// others. Each partition used to wait a full timeout in turn (4 x timeout_ms here). Once the
+/// follower resumes, the stuck records are committed.
+#[test]
+fn an_acks_all_produce_for_many_partitions_answers_within_its_timeout() {
+    const TIMEOUT_MS: i32 = 3_000;
+    let cluster = Cluster::start(
+        3,
+        // The paused follower stays in the ISR and registered for the whole test.
+        &[
+            "replica.lag.time.max.ms=60000",
+            "broker.session.timeout.ms=60000",
+        ],
+    );
+    let port = |broker: i32| cluster.nodes[(broker - 1) as usize].kafka_port;
+    let mut client = Client::connect(port(1));
+    // Partitions 0..4 on brokers 1 and 3 (stuck once 3 pauses), 4..8 on brokers 1 and 2.
+    let assignments: Vec<Vec<i32>> = (0..8)
+        .map(|p| if p < 4 { vec![1, 3] } else { vec![1, 2] })
+        .collect();
+    client.create_topic_assigned("deadline", &assignments);
+    cluster.wait_until("full ISRs led by broker 1", Duration::from_secs(30), |_| {
+        let mut client = Client::connect(port(1));
+        (0..8).all(|p| {
+            let (leader, _, isr) = client.partition_leader("deadline", p);
+            leader == 1 && isr.len() == 2
+        })
+    });
+    let batches = |sequence: i32| {
+        (0..8)
+            .map(|p| (p, idempotent_batch(-1, -1, sequence, 3)))
+            .collect::<Vec<_>>()
+    };
+    let warm = client.produce_many("deadline", batches(0), TIMEOUT_MS);
+    assert!(warm.iter().all(|(_, code)| *code == 0), "{warm:?}");
+
+    cluster.signal(2, libc::SIGSTOP);
+    let started = Instant::now();
+    let answers = client.produce_many("deadline", batches(0), TIMEOUT_MS);
+    let elapsed = started.elapsed();
+    cluster.signal(2, libc::SIGCONT);
+    println!(
+        "eight partitions, four stuck: answered in {} ms: {answers:?}",
+        elapsed.as_millis()
+    );
+    for (partition, code) in &answers {
+        let expected = if *partition < 4 { 7 } else { 0 }; // REQUEST_TIMED_OUT, NONE
+        assert_eq!(*code, expected, "partition {partition}: {answers:?}");
+    }
+    assert!(
+        elapsed >= Duration::from_millis(TIMEOUT_MS as u64 - 100),
+        "answered before the stuck partitions' timeout: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(2 * TIMEOUT_MS as u64),
+        "one request, one deadline: answered after {elapsed:?}, timeout_ms is {TIMEOUT_MS}"
+    );
+    // The resumed follower catches up: the timed-out records were written and get committed.
+    cluster.wait_until(
+        "the stuck records committed",
+        Duration::from_secs(30),
+        |_| {
+            let mut client = Client::connect(port(1));
+            (0..4).all(|p| client.latest_offset("deadline", p) == 6)
+        },
+    );
+}
+
 #[test]
 fn controlled_shutdown_moves_leaders_first() {
     let mut cluster = Cluster::start(3, &["replica.lag.time.max.ms=2000"]);

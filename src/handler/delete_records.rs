@@ -7,13 +7,8 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::{Broker, RequestContext, led_partition};
-use crate::log::TopicPartition;
-use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
-
-/// `offset` -1: up to the high watermark.
-const HIGH_WATERMARK: i64 = -1;
 
 pub fn handle(
     broker: &Broker,
@@ -33,25 +28,17 @@ pub fn handle(
                     let response = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
-                    let tp = TopicPartition::new(name.clone(), p.partition_index);
                     let (partition, _) =
                         match led_partition(broker, &image, &name, p.partition_index, -1) {
                             Ok(found) => found,
                             Err(code) => return response.with_error_code(code),
                         };
-                    let log = &partition.log;
-                    let high_watermark = log.high_watermark();
-                    let target = match p.offset {
-                        HIGH_WATERMARK => high_watermark,
-                        offset if offset >= 0 && offset as u64 <= high_watermark => offset as u64,
-                        _ => return response.with_error_code(errors::OFFSET_OUT_OF_RANGE),
-                    };
                     let result = tokio::task::block_in_place(|| {
-                        broker.replicas.advance_log_start_offset(&tp, target)
+                        broker.replicas.delete_records(&partition, p.offset)
                     });
                     match result {
                         Ok(low_watermark) => response.with_low_watermark(low_watermark as i64),
-                        Err(error) => response.with_error_code(error.kafka_error_code()),
+                        Err(code) => response.with_error_code(code),
                     }
                 })
                 .collect();
@@ -60,6 +47,5 @@ pub fn handle(
                 .with_partitions(partitions)
         })
         .collect();
-    broker.replicas.notify_data_changed();
     DeleteRecordsResponse::default().with_topics(topics)
 }

@@ -13,9 +13,10 @@ use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
 use super::{Broker, RequestContext, led_partition, our_uuid};
-use crate::log::{FileSlice, LogError};
+use crate::log::{FileSlice, LogError, TopicPartition};
 use crate::protocol::errors;
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
+use crate::replica::{Delayed, FollowerFetch, ReadBound};
 
 pub const VERSIONS: (i16, i16) = (4, 17);
 
@@ -207,20 +208,28 @@ pub async fn handle(
     };
     // A follower's fetch names it (v15+ in replica_state); consumers send -1.
     let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
-    let mut changes = broker.replicas.data_changes();
+    let wanted: Vec<(Wanted, Option<Reported>)> = match mode {
+        Mode::Incremental(id) => broker
+            .fetch_sessions
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|s| s.partitions.clone())
+            .unwrap_or_default(),
+        _ => requested.iter().map(|w| (w.clone(), None)).collect(),
+    };
+    // In the purgatory until enough bytes arrive: woken by the named partitions only.
+    let watched: Vec<_> = wanted
+        .iter()
+        .filter_map(|(w, _)| {
+            broker
+                .replicas
+                .partition(&TopicPartition::new(w.topic.clone(), w.partition))
+        })
+        .collect();
+    let delayed = Delayed::new(deadline, watched.iter().map(|p| p.watchers()));
     loop {
-        changes.borrow_and_update();
-        let wanted: Vec<(Wanted, Option<Reported>)> = match mode {
-            Mode::Incremental(id) => broker
-                .fetch_sessions
-                .sessions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&id)
-                .map(|s| s.partitions.clone())
-                .unwrap_or_default(),
-            _ => requested.iter().map(|w| (w.clone(), None)).collect(),
-        };
         let (results, bytes, errored) = read_all(
             broker,
             &image,
@@ -237,13 +246,8 @@ pub async fn handle(
                 .fetch_add(bytes as u64, Ordering::Relaxed);
             return respond(broker, version, session_id, &mode, results);
         }
-        if tokio::time::timeout_at(deadline, changes.changed())
-            .await
-            .is_err()
-        {
-            // Deadline: answer with what is there now.
-            continue;
-        }
+        // At the deadline the next round answers with what is there.
+        delayed.woken().await;
     }
 }
 
@@ -341,22 +345,16 @@ fn read_partition(
             Ok((partition, _)) => partition,
             Err(code) => return (data.with_error_code(code), None, None),
         };
-    if follower && w.fetch_offset >= 0 && w.last_fetched_epoch >= 0 {
-        // KIP-320: a follower whose last fetched epoch ends earlier in our log than its fetch
-        // offset holds records we do not (a deposed leader's). It learns where to truncate
-        // and its fetch offset does not count toward the high watermark.
-        let ours = partition.log.end_offset_for_epoch(w.last_fetched_epoch);
-        let diverging = match ours {
-            Some((epoch, end)) if epoch == w.last_fetched_epoch && end >= w.fetch_offset as u64 => {
-                None
-            }
-            Some((epoch, end)) => Some((epoch, end as i64)),
-            None => Some((-1, -1)),
-        };
-        if let Some((epoch, end_offset)) = diverging {
+    if follower {
+        let fetched =
+            match partition.follower_fetch(replica_id, w.fetch_offset, w.last_fetched_epoch) {
+                Ok(fetched) => fetched,
+                Err(code) => return (data.with_error_code(code), None, None),
+            };
+        if let FollowerFetch::Diverging { epoch, end_offset } = fetched {
             let reported = Reported {
-                high_watermark: partition.log.high_watermark() as i64,
-                log_start_offset: partition.log.log_start_offset() as i64,
+                high_watermark: partition.high_watermark() as i64,
+                log_start_offset: partition.log_start_offset() as i64,
             };
             let data = data
                 .with_high_watermark(reported.high_watermark)
@@ -370,15 +368,8 @@ fn read_partition(
             return (data, None, Some(reported));
         }
     }
-    if follower && w.fetch_offset >= 0 {
-        // The follower holds everything below its fetch offset: the HW may move.
-        if partition.update_follower(replica_id, w.fetch_offset as u64) {
-            broker.replicas.notify_data_changed();
-        }
-    }
-    let log = &partition.log;
-    let high_watermark = log.high_watermark() as i64;
-    let log_start_offset = log.log_start_offset() as i64;
+    let high_watermark = partition.high_watermark() as i64;
+    let log_start_offset = partition.log_start_offset() as i64;
     let data = data
         .with_high_watermark(high_watermark)
         .with_last_stable_offset(high_watermark)
@@ -401,9 +392,13 @@ fn read_partition(
     }
     let limit = (w.partition_max_bytes.max(0) as usize).min(budget.max(1));
     // Consumers read committed data only: below the high watermark.
-    let bound = (!follower).then_some(high_watermark as u64);
-    match log.read(w.fetch_offset as u64, limit as u64, bound) {
-        Ok(read) => (data, read.slice, reported),
+    let bound = if follower {
+        ReadBound::LogEnd
+    } else {
+        ReadBound::HighWatermark(high_watermark as u64)
+    };
+    match partition.read(w.fetch_offset as u64, limit as u64, bound) {
+        Ok(slice) => (data, slice, reported),
         Err(LogError::OffsetOutOfRange { .. }) => (
             data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
             None,

@@ -47,7 +47,6 @@ pub fn handle(
                         Ok(found) => found,
                         Err(code) => return response.with_error_code(code),
                     };
-                    let log = &partition.log;
                     // The leader epoch is in responses from v4 on.
                     let epoch = if context.api_version >= 4 {
                         state.leader_epoch
@@ -63,15 +62,15 @@ pub fn handle(
                     // Without transactions the last stable offset is the high watermark.
                     let _ = request.isolation_level == READ_COMMITTED;
                     let found = match p.timestamp {
-                        LATEST => Ok(Some(at(log.high_watermark()))),
-                        EARLIEST | EARLIEST_LOCAL => Ok(Some(at(log.log_start_offset()))),
+                        LATEST => Ok(Some(at(partition.high_watermark()))),
+                        EARLIEST | EARLIEST_LOCAL => Ok(Some(at(partition.log_start_offset()))),
                         LATEST_TIERED => {
                             Ok(Some(response.clone().with_offset(-1).with_leader_epoch(-1)))
                         }
-                        MAX_TIMESTAMP => log
+                        MAX_TIMESTAMP => partition
                             .max_timestamp_offset()
                             .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
-                        timestamp if timestamp >= 0 => log
+                        timestamp if timestamp >= 0 => partition
                             .offset_for_timestamp(timestamp)
                             .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
                         _ => {
@@ -81,7 +80,6 @@ pub fn handle(
                     match found {
                         // Nothing at or after the timestamp: offset -1, timestamp -1.
                         Ok(None) => response,
-                        Ok(Some(found)) if found.offset > log.high_watermark() as i64 => response,
                         Ok(Some(found)) => found,
                         Err(error) => response.with_error_code(error.kafka_error_code()),
                     }

@@ -39,7 +39,7 @@ pub fn handle(
                         Ok(found) => found,
                         Err(code) => return response.with_error_code(code),
                     };
-                    match partition.log.end_offset_for_epoch(p.leader_epoch) {
+                    match partition.end_offset_for_epoch(p.leader_epoch) {
                         Some((epoch, end_offset)) => response
                             .with_leader_epoch(epoch)
                             .with_end_offset(end_offset as i64),

@@ -1,7 +1,9 @@
 //! Produce: appends each partition's batches on its leader (this broker), then answers per
 //! partition. `acks=0` gets no response; `acks=all` waits until the high watermark passes the
 //! batches (or `timeout_ms`), answering NOT_LEADER_OR_FOLLOWER if this broker stops leading
-//! the partition or the batches leave its log first (`Partition::ack_state`).
+//! the partition or the batches leave its log first (`Partition::ack_state`). The waits sit in
+//! the purgatory together, under the request's one deadline: a request for N partitions
+//! answers within `timeout_ms`, REQUEST_TIMED_OUT on those still waiting.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::{Broker, RequestContext, str_bytes};
 use crate::log::TopicPartition;
 use crate::protocol::errors;
-use crate::replica::{AckState, PendingAck, compression};
+use crate::replica::{AckState, Delayed, PendingAck, compression};
 
 pub const VERSIONS: (i16, i16) = (3, 12);
 
@@ -31,6 +33,8 @@ pub async fn handle(
     request: ProduceRequest,
 ) -> Option<Result<ProduceResponse, ()>> {
     let acks = request.acks;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     let image = broker.image();
     let mut waits = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
@@ -122,7 +126,6 @@ pub async fn handle(
         }
         responses.push((name, partitions, waits.split_off(0)));
     }
-    broker.replicas.notify_data_changed();
     if acks == 0 {
         // No response goes back; as Kafka does, an error closes the connection so the
         // producer notices and refreshes its metadata.
@@ -132,25 +135,36 @@ pub async fn handle(
             .any(|p| p.error_code != errors::NONE);
         return if failed { Some(Err(())) } else { None };
     }
-    let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64);
+    // Every acks=all partition waits in the purgatory at once, until the request's deadline.
+    let mut states: Vec<Vec<AckState>> = responses
+        .iter()
+        .map(|(_, _, waits)| vec![AckState::Waiting; waits.len()])
+        .collect();
+    let delayed = Delayed::new(
+        deadline,
+        responses
+            .iter()
+            .flat_map(|(_, _, waits)| waits.iter().map(|w| w.partition.watchers())),
+    );
+    delayed
+        .until(|| {
+            let mut complete = true;
+            for ((_, _, waits), states) in responses.iter().zip(states.iter_mut()) {
+                for (wait, state) in waits.iter().zip(states.iter_mut()) {
+                    if matches!(state, AckState::Acknowledged | AckState::NotLeader) {
+                        continue;
+                    }
+                    *state = wait.partition.ack_state(&wait.pending, wait.min_insync);
+                    complete &= matches!(state, AckState::Acknowledged | AckState::NotLeader);
+                }
+            }
+            complete
+        })
+        .await;
     let mut topics = Vec::with_capacity(responses.len());
-    for (name, mut partitions, waits) in responses {
-        for wait in waits {
-            let Wait {
-                partition,
-                pending,
-                index,
-                min_insync,
-            } = wait;
-            let mut state = AckState::Waiting;
-            broker
-                .replicas
-                .wait_for_data(timeout, || {
-                    state = partition.ack_state(&pending, min_insync);
-                    matches!(state, AckState::Acknowledged | AckState::NotLeader)
-                })
-                .await;
-            let response = &mut partitions[index];
+    for ((name, mut partitions, waits), states) in responses.into_iter().zip(states) {
+        for (wait, state) in waits.into_iter().zip(states) {
+            let response = &mut partitions[wait.index];
             let failed = match state {
                 AckState::Acknowledged => None,
                 AckState::NotLeader => {

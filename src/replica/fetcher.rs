@@ -59,7 +59,7 @@ impl Drop for Fetchers {
 pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: FetcherSettings) {
     let settings = Arc::new(settings);
     let mut fetchers = Fetchers::default();
-    let mut changes = replicas.data_changes();
+    let mut changes = replicas.leadership_changes();
     loop {
         let fetchers = &mut fetchers.0;
         fetchers.retain(|_, task| !task.is_finished());
@@ -83,8 +83,8 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: F
                 ))
             });
         }
-        // Re-check on data or metadata changes, at least every second.
-        let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+        // Re-check on leadership changes (a lag too: it rescans anyway), at least every second.
+        let _ = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
     }
 }
 
@@ -191,9 +191,9 @@ async fn fetch_once(
             FetchPartition::default()
                 .with_partition(tp.partition)
                 .with_current_leader_epoch(state.leader_epoch)
-                .with_fetch_offset(partition.log.log_end_offset() as i64)
-                .with_last_fetched_epoch(partition.log.latest_epoch().unwrap_or(-1))
-                .with_log_start_offset(partition.log.log_start_offset() as i64)
+                .with_fetch_offset(partition.log_end_offset() as i64)
+                .with_last_fetched_epoch(partition.latest_epoch().unwrap_or(-1))
+                .with_log_start_offset(partition.log_start_offset() as i64)
                 .with_partition_max_bytes(settings.fetch_max_bytes),
         );
         by_key.insert(
@@ -225,7 +225,6 @@ async fn fetch_once(
     let response: FetchResponse = conn.call(ApiKey::Fetch, 12, &request).await?;
     tracing::trace!(?response, "replica fetch response");
     let mut progress = false;
-    let mut appended = false;
     for topic in response.responses {
         for data in topic.partitions {
             let key = (topic.topic.to_string(), data.partition_index);
@@ -239,44 +238,25 @@ async fn fetch_once(
                 })
             });
             match outcome {
-                Some(Fetched {
-                    progress: p,
-                    appended: a,
-                }) => {
-                    progress |= p;
-                    appended |= a;
-                }
+                Some(answered) => progress |= answered,
                 None => {
                     tracing::debug!(topic_partition = %partition.topic_partition, leader, leader_epoch, "dropping a fetch answer from before a leadership change")
                 }
             }
         }
     }
-    if appended {
-        replicas.notify_data_changed();
-    }
     Ok(progress)
-}
-
-struct Fetched {
-    /// The partition answered without an error.
-    progress: bool,
-    /// Records were appended or the high watermark moved.
-    appended: bool,
 }
 
 /// Applies one partition's fetch answer: appends its records, takes the leader's high
 /// watermark, or starts a truncation. Runs while the partition still follows the leader the
-/// request went to, at the same epoch.
+/// request went to, at the same epoch. Returns whether the partition answered without an
+/// error. The partition wakes its own waiting requests (the purgatory).
 fn apply_fetched(
     replicas: &ReplicaManager,
     partition: &Arc<Partition>,
     data: kafka_protocol::messages::fetch_response::PartitionData,
-) -> Fetched {
-    let mut fetched = Fetched {
-        progress: false,
-        appended: false,
-    };
+) -> bool {
     match data.error_code {
         errors::NONE if data.diverging_epoch.epoch >= 0 => {
             // KIP-320: our log holds records the leader's does not; find where they part.
@@ -284,28 +264,18 @@ fn apply_fetched(
             partition.request_truncation();
         }
         errors::NONE => {
-            fetched.progress = true;
             let records = data.records.unwrap_or_default();
-            if !records.is_empty() {
-                match partition.append_as_follower(&records) {
-                    Ok(_) => fetched.appended = true,
-                    Err(error) => {
-                        tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
-                        partition.request_truncation();
-                        return fetched;
-                    }
-                }
+            if let Err(error) = partition.append_as_follower(&records) {
+                tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
+                partition.request_truncation();
+                return true;
             }
-            let high_watermark =
-                (data.high_watermark.max(0) as u64).min(partition.log.log_end_offset());
-            if high_watermark > partition.log.high_watermark() {
-                partition.log.set_high_watermark(high_watermark);
-                fetched.appended = true;
-            }
+            partition.follow_high_watermark(data.high_watermark);
+            return true;
         }
         errors::OFFSET_OUT_OF_RANGE => {
             let leader_start = data.log_start_offset.max(0) as u64;
-            if partition.log.log_end_offset() < leader_start {
+            if partition.log_end_offset() < leader_start {
                 // Behind the leader's log start: start over from there.
                 let tp = partition.topic_partition.clone();
                 if let Err(error) = replicas.truncate_fully_and_start_at(&tp, leader_start) {
@@ -319,7 +289,7 @@ fn apply_fetched(
             tracing::debug!(topic_partition = %partition.topic_partition, code, "replica fetch error");
         }
     }
-    fetched
+    false
 }
 
 /// KIP-101/279: for each partition, the leader's end offset for our latest epoch; truncate to
@@ -338,7 +308,7 @@ async fn truncate_diverged(
         if state.leader != leader {
             continue;
         }
-        let Some(latest) = partition.log.latest_epoch() else {
+        let Some(latest) = partition.latest_epoch() else {
             // No epochs: nothing of a former leader's to take back.
             partition.while_following(leader, state.leader_epoch, || partition.truncation_done());
             continue;
@@ -405,14 +375,13 @@ fn truncate_to_divergence(
     partition: &Arc<Partition>,
     answer: &kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset,
 ) {
-    let log = &partition.log;
-    let log_end = log.log_end_offset();
+    let log_end = partition.log_end_offset();
     let target = if answer.leader_epoch < 0 || answer.end_offset < 0 {
         // The leader knows no epoch this old: keep only what was committed.
-        log.high_watermark()
+        partition.high_watermark()
     } else {
         // Our own end of the epoch the leader answered for bounds it too.
-        let ours = log
+        let ours = partition
             .end_offset_for_epoch(answer.leader_epoch)
             .filter(|(epoch, _)| *epoch == answer.leader_epoch)
             .map_or(log_end, |(_, end)| end);

@@ -2,12 +2,16 @@
 //! committed metadata image (create logs, take or give up leadership, delete the logs of
 //! deleted topics) once that image holds this process's registration, and the append and read
 //! paths over them. Followers fetch from their leaders (`fetcher`); leaders keep the ISR
-//! (`isr`).
+//! (`isr`); requests waiting for partitions to move sit in the purgatory (`purgatory`).
+//!
+//! Handlers never touch a log: they ask a `Partition` in Kafka's terms (high watermark, reads
+//! bounded for consumers or followers, offsets by timestamp or epoch).
 
 pub mod compression;
 pub mod fetcher;
 pub mod isr;
 pub mod partition;
+pub mod purgatory;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -18,10 +22,36 @@ use std::time::Duration;
 
 use sluice_raft::image::MetadataImage;
 use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::log::{LogConfig, LogManager, TopicPartition};
-pub use partition::{AckState, AppendError, Appended, Partition, PartitionState, PendingAck};
+pub use partition::{
+    AckState, AppendError, Appended, FollowerFetch, Partition, PartitionState, PendingAck,
+    ReadBound,
+};
+pub use purgatory::Delayed;
+
+/// Leadership changes queued for a subscriber that has not read them yet; one that falls
+/// further behind is told it lagged and rescans the partitions.
+const LEADERSHIP_EVENTS_QUEUED: usize = 4096;
+
+/// This broker's role for a partition changed (a committed image said so).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeadershipChange {
+    pub topic_partition: TopicPartition,
+    pub leader_epoch: i32,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// This broker became the leader at the event's epoch: a coordinator loads its state.
+    Leader,
+    /// Another broker (or none, -1) leads: a coordinator that led here unloads.
+    Follower { leader: BrokerId },
+    /// The replica left this broker (topic deleted, replica moved away).
+    Removed,
+}
 
 /// Kafka's `partition.metadata` file: which topic id a partition directory belongs to, so a
 /// topic deleted and re-created under the same name while a broker was down is not mistaken
@@ -34,8 +64,8 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     /// Broker properties from `server.properties` (log defaults and `min.insync.replicas`).
     static_properties: BTreeMap<String, String>,
-    /// Bumped whenever a log end or high watermark moves: long-polling fetches wait on it.
-    data_version: watch::Sender<u64>,
+    /// Became leader / resigned, per partition: fetchers and coordinators follow them.
+    leadership: broadcast::Sender<LeadershipChange>,
     /// The index of the last metadata image applied to the replicas.
     applied_index: watch::Sender<u64>,
     /// ISR changes this broker got committed as a leader.
@@ -64,7 +94,7 @@ impl ReplicaManager {
             logs,
             partitions: RwLock::new(HashMap::new()),
             static_properties,
-            data_version: watch::channel(0).0,
+            leadership: broadcast::channel(LEADERSHIP_EVENTS_QUEUED).0,
             applied_index: watch::channel(0).0,
             isr_shrinks: AtomicU64::new(0),
             isr_expands: AtomicU64::new(0),
@@ -92,13 +122,26 @@ impl ReplicaManager {
             .collect()
     }
 
-    /// A receiver that sees every change of data (appends, high watermarks).
-    pub fn data_changes(&self) -> watch::Receiver<u64> {
-        self.data_version.subscribe()
+    /// Every change of this broker's role for a partition from now on. A subscriber that
+    /// lags gets `RecvError::Lagged` and should rescan `partitions()`.
+    pub fn leadership_changes(&self) -> broadcast::Receiver<LeadershipChange> {
+        self.leadership.subscribe()
     }
 
-    pub fn notify_data_changed(&self) {
-        self.data_version.send_modify(|v| *v = v.wrapping_add(1));
+    fn announce(&self, topic_partition: &TopicPartition, state: &PartitionState) {
+        let role = if state.leader == self.broker_id {
+            Role::Leader
+        } else {
+            Role::Follower {
+                leader: state.leader,
+            }
+        };
+        // No subscriber is not an error.
+        let _ = self.leadership.send(LeadershipChange {
+            topic_partition: topic_partition.clone(),
+            leader_epoch: state.leader_epoch,
+            role,
+        });
     }
 
     /// Broker properties as they stand: static ones overlaid with the dynamic cluster-wide
@@ -241,12 +284,11 @@ impl ReplicaManager {
             self.sweep_stray_logs(&wanted);
             self.caught_up.store(true, Ordering::Release);
         }
-        let mut changed = false;
         for (tp, (topic, state)) in wanted {
             let config = self.topic_log_config(image, &topic);
             if let Some(partition) = self.partition(&tp) {
-                if *partition.log.config() != config {
-                    partition.log.update_config(config);
+                if *partition.config() != config {
+                    partition.log().update_config(config);
                 }
                 let before = partition.state();
                 if before != state {
@@ -264,29 +306,30 @@ impl ReplicaManager {
                         }
                     }
                     let became_leader = state.leader == self.broker_id && !partition.is_leader();
+                    let new_leadership =
+                        before.leader != state.leader || before.leader_epoch != state.leader_epoch;
                     partition.set_state(state.clone());
                     if became_leader {
                         tracing::info!(topic_partition = %tp, leader_epoch = state.leader_epoch, "became leader");
                     }
-                    changed = true;
+                    if new_leadership {
+                        self.announce(&tp, &state);
+                    }
                 }
                 continue;
             }
-            match self.open_partition(&tp, config, state) {
+            match self.open_partition(&tp, config, state.clone()) {
                 Ok(partition) => {
                     self.partitions
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(tp, partition);
-                    changed = true;
+                        .insert(tp.clone(), partition);
+                    self.announce(&tp, &state);
                 }
                 Err(error) => {
                     tracing::error!(topic_partition = %tp, %error, "cannot open the partition log")
                 }
             }
-        }
-        if changed {
-            self.notify_data_changed();
         }
         self.applied_index.send_replace(image.index);
     }
@@ -342,7 +385,7 @@ impl ReplicaManager {
         let leader = state.leader == self.broker_id;
         let partition = Arc::new(Partition::open(tp.clone(), log, self.broker_id, state)?);
         partition.maybe_advance_high_watermark();
-        tracing::info!(topic_partition = %tp, leader, log_end_offset = partition.log.log_end_offset(), "replica opened");
+        tracing::info!(topic_partition = %tp, leader, log_end_offset = partition.log_end_offset(), "replica opened");
         Ok(partition)
     }
 
@@ -352,7 +395,15 @@ impl ReplicaManager {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(tp);
-        if removed.is_some() {
+        if let Some(partition) = removed {
+            let _ = self.leadership.send(LeadershipChange {
+                topic_partition: tp.clone(),
+                leader_epoch: partition.state().leader_epoch,
+                role: Role::Removed,
+            });
+            // Requests waiting on it answer now (the partition is gone).
+            partition.log_moved();
+            drop(partition);
             match self.logs.delete(tp) {
                 Ok(_) => tracing::info!(topic_partition = %tp, "replica deleted"),
                 Err(error) => {
@@ -387,28 +438,16 @@ impl ReplicaManager {
         }
     }
 
-    /// Waits until `until` holds or `timeout` passes; re-checked on every data change.
-    pub async fn wait_for_data(&self, timeout: Duration, mut until: impl FnMut() -> bool) -> bool {
-        let mut changes = self.data_changes();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if until() {
-                return true;
-            }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                _ => return until(),
-            }
-        }
-    }
-
-    /// DeleteRecords: moves the log start offset (checkpointed); the new log start.
-    pub fn advance_log_start_offset(
-        &self,
-        tp: &TopicPartition,
-        offset: u64,
-    ) -> Result<u64, crate::log::LogError> {
-        self.logs.advance_log_start_offset(tp, offset)
+    /// DeleteRecords on a partition led here: moves its log start to `before` (-1: the high
+    /// watermark), checkpointed; the new log start, or the Kafka error code.
+    pub fn delete_records(&self, partition: &Partition, before: i64) -> Result<u64, i16> {
+        let target = partition.delete_records_target(before)?;
+        let moved = self
+            .logs
+            .advance_log_start_offset(&partition.topic_partition, target)
+            .map_err(|error| error.kafka_error_code());
+        partition.log_moved();
+        moved
     }
 
     /// Truncates a follower's log (checkpointed) and rebuilds its producer state.
@@ -419,9 +458,9 @@ impl ReplicaManager {
     ) -> Result<u64, crate::log::LogError> {
         let end = self.logs.truncate_to(tp, offset)?;
         if let Some(partition) = self.partition(tp) {
+            partition.log_moved();
             partition.reload_producer_state()?;
         }
-        self.notify_data_changed();
         Ok(end)
     }
 
@@ -433,9 +472,9 @@ impl ReplicaManager {
     ) -> Result<(), crate::log::LogError> {
         self.logs.truncate_fully_and_start_at(tp, offset)?;
         if let Some(partition) = self.partition(tp) {
+            partition.log_moved();
             partition.reload_producer_state()?;
         }
-        self.notify_data_changed();
         Ok(())
     }
 
@@ -458,7 +497,7 @@ impl ReplicaManager {
             if state.isr.len() < 2 && state.replicas.len() > 1 {
                 under_min_isr += 1;
             }
-            let log_end = partition.log.log_end_offset();
+            let log_end = partition.log_end_offset();
             for follower in partition.followers().values() {
                 let lag = log_end.saturating_sub(follower.log_end_offset.unwrap_or(0));
                 follower_lag_max = follower_lag_max.max(lag);

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use sluice_raft::records::{BrokerId, Uuid};
 
+use super::purgatory::Watchers;
 use crate::log::batch::{BatchHeader, BatchIter};
-use crate::log::{AppendInfo, AppendOrigin, Log, LogError, TopicPartition, ValidatedBatches};
+use crate::log::{
+    AppendInfo, AppendOrigin, FileSlice, Log, LogConfig, LogError, TopicPartition, ValidatedBatches,
+};
 use crate::protocol::errors;
 use crate::txn::producer_state::{
     BatchMetadata, Check, ProducerBatch, ProducerStateManager, SnapshotError,
@@ -68,6 +71,26 @@ pub enum AckState {
     NotLeader,
 }
 
+/// How far a read may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBound {
+    /// Consumers: committed records only, below the high watermark their response reports
+    /// (read once for the answer; it is never passed).
+    HighWatermark(u64),
+    /// Followers: everything the leader has.
+    LogEnd,
+}
+
+/// What a follower's fetch gets before any records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerFetch {
+    /// Read from the fetch offset.
+    Read,
+    /// KIP-320: its log diverges from ours; it truncates to `end_offset` of `epoch` first
+    /// (-1, -1 when we know no epoch that old).
+    Diverging { epoch: i32, end_offset: i64 },
+}
+
 /// Why an append was refused: a Kafka error code, a message, and for INVALID_RECORD the index
 /// of the batch at fault.
 #[derive(Debug, Clone)]
@@ -96,7 +119,10 @@ const DEBUG_REBUILD_CHECK_BYTES: u64 = 16 << 20;
 
 pub struct Partition {
     pub topic_partition: TopicPartition,
-    pub log: Arc<Log>,
+    /// Private to the replica layer: handlers ask the partition in Kafka's terms.
+    log: Arc<Log>,
+    /// Requests waiting for this partition to move (the purgatory).
+    watchers: Watchers,
     broker_id: BrokerId,
     state: RwLock<PartitionState>,
     /// Serializes leader appends, so producer checks and the append they allow are atomic.
@@ -151,6 +177,7 @@ impl Partition {
         Ok(Partition {
             topic_partition,
             log,
+            watchers: Watchers::default(),
             broker_id,
             state: RwLock::new(state),
             producers: Mutex::new(producers),
@@ -196,6 +223,8 @@ impl Partition {
         *current = state;
         drop(current);
         self.maybe_advance_high_watermark();
+        // Waiting requests re-check: a produce whose leadership moved, a fetch now refused.
+        self.watchers.wake();
     }
 
     pub fn broker_id(&self) -> BrokerId {
@@ -235,16 +264,58 @@ impl Partition {
         self.needs_truncation.store(false, Ordering::Release);
     }
 
+    /// As leader, a follower's fetch from `fetch_offset` whose last fetched batch was written
+    /// under `last_fetched_epoch` (-1 when unknown). Refused with NOT_LEADER_OR_FOLLOWER when
+    /// `replica` is not one of this partition's followers (Kafka's answer), changing nothing.
+    /// KIP-320: when the follower's last epoch ends earlier in our log than its fetch offset,
+    /// it holds records we do not (a deposed leader's): the answer is where to truncate, and
+    /// its fetch offset does not count toward the high watermark. Otherwise the follower holds
+    /// everything below its fetch offset, and the high watermark may move.
+    pub fn follower_fetch(
+        &self,
+        replica: BrokerId,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+    ) -> Result<FollowerFetch, i16> {
+        {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            if state.leader != self.broker_id
+                || replica == self.broker_id
+                || !state.replicas.contains(&replica)
+            {
+                return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            }
+        }
+        if fetch_offset < 0 {
+            return Ok(FollowerFetch::Read);
+        }
+        if last_fetched_epoch >= 0 {
+            let diverging = match self.log.end_offset_for_epoch(last_fetched_epoch) {
+                Some((epoch, end)) if epoch == last_fetched_epoch && end >= fetch_offset as u64 => {
+                    None
+                }
+                Some((epoch, end)) => Some((epoch, end as i64)),
+                None => Some((-1, -1)),
+            };
+            if let Some((epoch, end_offset)) = diverging {
+                return Ok(FollowerFetch::Diverging { epoch, end_offset });
+            }
+        }
+        self.update_follower(replica, fetch_offset as u64);
+        Ok(FollowerFetch::Read)
+    }
+
     /// As leader: a follower fetched from `fetch_offset` (so holds everything below it).
-    /// Returns whether the high watermark moved.
-    pub fn update_follower(&self, replica: BrokerId, fetch_offset: u64) -> bool {
+    /// Returns whether the high watermark moved. Offsets of brokers that are not followers of
+    /// this partition are ignored.
+    fn update_follower(&self, replica: BrokerId, fetch_offset: u64) -> bool {
         let now = Instant::now();
         let leader_log_end = self.log.log_end_offset();
         {
             let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
-            let follower = followers
-                .entry(replica)
-                .or_insert_with(|| FollowerState::new(now));
+            let Some(follower) = followers.get_mut(&replica) else {
+                return false;
+            };
             follower.log_end_offset = Some(fetch_offset.min(leader_log_end));
             // Kafka's rule: caught up now if it fetched our log end; caught up as of its
             // previous fetch if it fetched what our log end was then.
@@ -336,7 +407,24 @@ impl Partition {
             record_batch(&mut producers, &header);
         }
         self.maybe_snapshot(&producers);
+        drop(producers);
+        self.watchers.wake();
         Ok(Some(info))
+    }
+
+    /// As follower: takes the leader's high watermark, bounded by our log end; it only moves
+    /// forward. Returns whether it moved.
+    pub fn follow_high_watermark(&self, leader_high_watermark: i64) -> bool {
+        let high_watermark = (leader_high_watermark.max(0) as u64).min(self.log.log_end_offset());
+        let before = self.log.high_watermark();
+        if high_watermark <= before {
+            return false;
+        }
+        let moved = self.log.set_high_watermark(high_watermark) > before;
+        if moved {
+            self.watchers.wake();
+        }
+        moved
     }
 
     /// After a truncation: producer state is rebuilt from the snapshot and the log. It must
@@ -439,7 +527,11 @@ impl Partition {
         if candidate <= before {
             return false;
         }
-        self.log.set_high_watermark(candidate) > before
+        let moved = self.log.set_high_watermark(candidate) > before;
+        if moved {
+            self.watchers.wake();
+        }
+        moved
     }
 
     /// Appends a producer's batches as leader. `min_insync_replicas` applies to `acks=all`.
@@ -539,12 +631,103 @@ impl Partition {
         debug_assert_eq!(self.log.epoch_at(info.last_offset), Some(leader_epoch));
         drop(producers);
         drop(state);
-        self.maybe_advance_high_watermark();
+        if !self.maybe_advance_high_watermark() {
+            // The log end moved: followers' long polls read it.
+            self.watchers.wake();
+        }
         Ok(Appended {
             info,
             duplicate: false,
             pending,
         })
+    }
+
+    /// Requests waiting on this partition (the purgatory).
+    pub fn watchers(&self) -> &Watchers {
+        &self.watchers
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.log.high_watermark()
+    }
+
+    pub fn log_end_offset(&self) -> u64 {
+        self.log.log_end_offset()
+    }
+
+    pub fn log_start_offset(&self) -> u64 {
+        self.log.log_start_offset()
+    }
+
+    /// The epoch of the last batch in the log (a follower's `last_fetched_epoch`).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.log.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at most `leader_epoch` this log knows, and the
+    /// offset where it ends (the next epoch's start, or the log end).
+    pub fn end_offset_for_epoch(&self, leader_epoch: i32) -> Option<(i32, u64)> {
+        self.log.end_offset_for_epoch(leader_epoch)
+    }
+
+    /// Whole batches from `fetch_offset`, at most `max_bytes` (the first batch always, when
+    /// anything is there). Consumers read below the high watermark only; followers to the log
+    /// end.
+    pub fn read(
+        &self,
+        fetch_offset: u64,
+        max_bytes: u64,
+        isolation: ReadBound,
+    ) -> Result<Option<FileSlice>, LogError> {
+        let bound = match isolation {
+            ReadBound::HighWatermark(reported) => Some(reported.min(self.log.high_watermark())),
+            ReadBound::LogEnd => None,
+        };
+        Ok(self.log.read(fetch_offset, max_bytes, bound)?.slice)
+    }
+
+    /// ListOffsets by timestamp: the first offset whose timestamp is at or after `timestamp`,
+    /// with that timestamp, among committed records.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(u64, i64)>, LogError> {
+        let high_watermark = self.log.high_watermark();
+        Ok(self
+            .log
+            .offset_for_timestamp(timestamp)?
+            .filter(|(offset, _)| *offset < high_watermark))
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the offset of the record with the largest timestamp, among
+    /// committed records.
+    pub fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>, LogError> {
+        let high_watermark = self.log.high_watermark();
+        Ok(self
+            .log
+            .max_timestamp_offset()?
+            .filter(|(offset, _)| *offset < high_watermark))
+    }
+
+    /// DeleteRecords' target: `before` (-1 for the high watermark), refused with
+    /// OFFSET_OUT_OF_RANGE past the high watermark.
+    pub fn delete_records_target(&self, before: i64) -> Result<u64, i16> {
+        let high_watermark = self.log.high_watermark();
+        match before {
+            -1 => Ok(high_watermark),
+            offset if offset >= 0 && offset as u64 <= high_watermark => Ok(offset as u64),
+            _ => Err(errors::OFFSET_OUT_OF_RANGE),
+        }
+    }
+
+    pub(super) fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    pub(super) fn config(&self) -> Arc<LogConfig> {
+        self.log.config()
+    }
+
+    /// After the log end or start moved outside an append (truncation, DeleteRecords).
+    pub(super) fn log_moved(&self) {
+        self.watchers.wake();
     }
 
     /// After a segment roll, snapshots producer state at the log end, so a restart replays

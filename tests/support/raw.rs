@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -99,6 +99,66 @@ impl Client {
             .with_timeout_ms(10_000);
         let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 5, &request);
         assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+    }
+
+    /// A topic whose partition `i` has the replicas `assignments[i]` (the first leads).
+    pub fn create_topic_assigned(&mut self, name: &str, assignments: &[Vec<i32>]) {
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(
+                        assignments
+                            .iter()
+                            .enumerate()
+                            .map(|(index, replicas)| {
+                                CreatableReplicaAssignment::default()
+                                    .with_partition_index(index as i32)
+                                    .with_broker_ids(
+                                        replicas.iter().map(|b| BrokerId(*b)).collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+            ])
+            .with_timeout_ms(10_000);
+        let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 5, &request);
+        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+    }
+
+    /// One acks=all Produce to several partitions of `topic`, waiting at most `timeout_ms`:
+    /// each partition's (index, error code).
+    pub fn produce_many(
+        &mut self,
+        topic: &str,
+        batches: Vec<(i32, Vec<u8>)>,
+        timeout_ms: i32,
+    ) -> Vec<(i32, i16)> {
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(timeout_ms)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(
+                        batches
+                            .into_iter()
+                            .map(|(index, records)| {
+                                PartitionProduceData::default()
+                                    .with_index(index)
+                                    .with_records(Some(Bytes::from(records)))
+                            })
+                            .collect(),
+                    ),
+            ]);
+        let response: ProduceResponse = self.call(ApiKey::Produce, 8, &request);
+        response.responses[0]
+            .partition_responses
+            .iter()
+            .map(|p| (p.index, p.error_code))
+            .collect()
     }
 
     /// Produces `records` to one partition (acks=all): (error code, base offset).

@@ -305,3 +305,72 @@ fn producer_state_after_truncation_equals_a_rebuild_from_the_log() {
         );
     }
 }
+
+/// A fetch naming a broker that is not a follower of the partition (Kafka's answer:
+/// NOT_LEADER_OR_FOLLOWER) changes nothing: the high watermark does not move on its offset and
+/// it gains no follower state; a follower's fetch moves the high watermark.
+#[test]
+fn a_fetch_from_a_broker_that_is_not_a_follower_is_refused_and_changes_nothing() {
+    let leader = replica(ME, state(ME, 5, &[1, 2]), 1 << 30);
+    let partition = &leader.partition;
+    append(partition, batch(PRODUCER, 0, 0, 10));
+    assert_eq!(partition.high_watermark(), 0, "follower 2 has not fetched");
+    let before = partition.followers();
+
+    for stranger in [9, ME] {
+        assert_eq!(
+            partition.follower_fetch(stranger, 10, 5),
+            Err(errors::NOT_LEADER_OR_FOLLOWER),
+            "broker {stranger}"
+        );
+    }
+    assert_eq!(partition.high_watermark(), 0);
+    assert_eq!(partition.followers().len(), before.len());
+    assert!(!partition.followers().contains_key(&9));
+
+    // Broker 3 is a replica outside the ISR: its fetch is served, the HW waits for 2 still.
+    assert_eq!(partition.follower_fetch(3, 10, 5), Ok(FollowerFetch::Read));
+    assert_eq!(partition.high_watermark(), 0);
+    assert_eq!(partition.follower_fetch(2, 10, 5), Ok(FollowerFetch::Read));
+    assert_eq!(partition.high_watermark(), 10);
+
+    // A follower claiming records of an epoch older than this log's first learns where to
+    // truncate (Kafka's answer: that epoch, ending where the log's first epoch starts), and
+    // its offset does not count.
+    assert_eq!(
+        partition.follower_fetch(2, 12, 4),
+        Ok(FollowerFetch::Diverging {
+            epoch: 4,
+            end_offset: 0
+        })
+    );
+    assert_eq!(partition.followers()[&2].log_end_offset, Some(10));
+
+    // Not leading any more: every follower fetch is refused.
+    partition.set_state(state(2, 6, &[2]));
+    assert_eq!(
+        partition.follower_fetch(2, 10, 5),
+        Err(errors::NOT_LEADER_OR_FOLLOWER)
+    );
+}
+
+/// The high watermark never moves back on a leader, even when a follower's fetch offset does
+/// (a follower truncated, or a stale fetch arrived late), and never passes the log end.
+#[test]
+fn the_high_watermark_never_moves_back_nor_past_the_log_end() {
+    let leader = replica(ME, state(ME, 5, &[1, 2]), 1 << 30);
+    let partition = &leader.partition;
+    append(partition, batch(PRODUCER, 0, 0, 10));
+    assert_eq!(partition.follower_fetch(2, 8, 5), Ok(FollowerFetch::Read));
+    assert_eq!(partition.high_watermark(), 8);
+    assert_eq!(partition.follower_fetch(2, 3, 5), Ok(FollowerFetch::Read));
+    assert_eq!(partition.high_watermark(), 8);
+    // An offset past our log end with no epoch known counts as our log end.
+    assert_eq!(partition.follower_fetch(2, 50, -1), Ok(FollowerFetch::Read));
+    assert_eq!(partition.high_watermark(), 10);
+    assert_eq!(partition.followers()[&2].log_end_offset, Some(10));
+
+    let follower = replica(2, state(ME, 5, &[1, 2]), 1 << 30);
+    assert!(!follower.partition.follow_high_watermark(7), "empty log");
+    assert_eq!(follower.partition.high_watermark(), 0);
+}
