@@ -38,6 +38,9 @@ pub enum Target {
     /// Produce to a running broker through its Kafka port with our client: prebuilt batches,
     /// several connections; records/s, MB/s, request latency.
     Produce(crate::perf_kafka::ProduceArgs),
+    /// One producer beside many idle long-polling consumers (one connection and one empty
+    /// partition each): produce latency and broker CPU, beside TCP loopback round trips.
+    IdleConsumers(crate::perf_kafka::IdleConsumersArgs),
     /// Fetch a topic from offset 0 to its high watermark with our client (records counted,
     /// not decoded); records/s, MB/s.
     Consume(crate::perf_kafka::ConsumeArgs),
@@ -130,6 +133,7 @@ pub fn run(target: Target) -> anyhow::Result<()> {
         Target::Log(args) => perf_log(&args),
         Target::Produce(args) => crate::perf_kafka::produce(args),
         Target::Consume(args) => crate::perf_kafka::consume(args),
+        Target::IdleConsumers(args) => crate::perf_kafka::idle_consumers(args),
         Target::Raw { dir, total_bytes } => {
             fs::create_dir_all(&dir)?;
             let path = dir.join("raw-write");

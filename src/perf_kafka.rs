@@ -274,3 +274,209 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+#[derive(Args)]
+pub struct IdleConsumersArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap_server: String,
+    /// A topic with at least `consumers + 1` partitions: the producer writes partition 0,
+    /// consumer i long-polls partition i + 1 (which stays empty).
+    #[arg(long)]
+    topic: String,
+    #[arg(long, default_value_t = 1000)]
+    consumers: usize,
+    /// How long each idle fetch waits for records (`fetch.max.wait.ms`).
+    #[arg(long, default_value_t = 500)]
+    max_wait_ms: i32,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 100)]
+    record_bytes: usize,
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    acks: i16,
+    /// The broker's process id, to measure its CPU time over the run (/proc/<pid>/stat).
+    #[arg(long)]
+    broker_pid: Option<u32>,
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("unexpected /proc stat format")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: f64 = fields
+        .get(11..13)
+        .context("short /proc stat line")?
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0))
+        .sum();
+    // SAFETY: sysconf reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(ticks / per_second)
+}
+
+/// The raw limit a small request's latency compares with: round trips of `bytes` over a TCP
+/// loopback connection (p50, p99 in ms).
+fn loopback_round_trips(bytes: usize, count: usize) -> anyhow::Result<(f64, f64)> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut buffer = vec![0u8; bytes];
+        loop {
+            if stream.read_exact(&mut buffer).is_err() {
+                return Ok(());
+            }
+            stream.write_all(&buffer)?;
+        }
+    });
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let (message, mut answer) = (vec![0x5au8; bytes], vec![0u8; bytes]);
+    let mut latencies = Vec::with_capacity(count);
+    for _ in 0..count {
+        let sent = Instant::now();
+        stream.write_all(&message)?;
+        stream.read_exact(&mut answer)?;
+        latencies.push(sent.elapsed());
+    }
+    drop(stream);
+    let _ = echo.join();
+    latencies.sort();
+    Ok((percentile(&latencies, 0.5), percentile(&latencies, 0.99)))
+}
+
+/// One producer beside `consumers` idle long-polling consumers (one connection each, each on
+/// its own empty partition): the producer's request latency and the broker's CPU must not grow
+/// with the number of idle consumers (the purgatory wakes only the partition written).
+pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
+    let (loopback_p50, loopback_p99) = loopback_round_trips(args.record_bytes + 100, 5_000)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let needed = args.consumers as i32 + 1;
+        let leaders = partition_leaders(&args.bootstrap_server, &args.topic, needed).await?;
+        let server = leaders
+            .get(&0)
+            .cloned()
+            .unwrap_or_else(|| args.bootstrap_server.clone());
+        let fetches = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut consumers = Vec::with_capacity(args.consumers);
+        for index in 0..args.consumers {
+            let partition = index as i32 + 1;
+            let server = leaders.get(&partition).cloned().unwrap_or(server.clone());
+            let (topic, fetches, stop) =
+                (args.topic.clone(), Arc::clone(&fetches), Arc::clone(&stop));
+            let max_wait_ms = args.max_wait_ms;
+            consumers.push(tokio::spawn(async move {
+                let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+                while !stop.load(Ordering::Relaxed) {
+                    let request = FetchRequest::default()
+                        .with_replica_id(BrokerId(-1))
+                        .with_max_wait_ms(max_wait_ms)
+                        .with_min_bytes(1)
+                        .with_max_bytes(1 << 20)
+                        .with_topics(vec![
+                            FetchTopic::default()
+                                .with_topic(topic_name(&topic))
+                                .with_partitions(vec![
+                                    FetchPartition::default()
+                                        .with_partition(partition)
+                                        .with_fetch_offset(0)
+                                        .with_partition_max_bytes(1 << 20),
+                                ]),
+                        ]);
+                    let response: FetchResponse =
+                        connection.call(ApiKey::Fetch, 12, &request).await?;
+                    for p in response.responses.iter().flat_map(|t| &t.partitions) {
+                        if p.error_code != 0 {
+                            bail!("partition {} error {}", p.partition_index, p.error_code);
+                        }
+                    }
+                    fetches.fetch_add(1, Ordering::Relaxed);
+                }
+                anyhow::Ok(())
+            }));
+        }
+        // Every consumer connected and waiting before the measurement starts.
+        tokio::time::sleep(Duration::from_millis(
+            args.max_wait_ms.max(0) as u64 * 2 + 1000,
+        ))
+        .await;
+        let value = vec![0x61u8; args.record_bytes];
+        let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+        let cpu_before = args.broker_pid.map(cpu_seconds).transpose()?;
+        let fetches_before = fetches.load(Ordering::Relaxed);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs_f64(args.seconds);
+        let mut latencies = Vec::new();
+        while Instant::now() < deadline {
+            let mut builder = BatchBuilder::new(0, 0);
+            builder.push(0, None, Some(&value), &[]);
+            let request = ProduceRequest::default()
+                .with_acks(args.acks)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![
+                    TopicProduceData::default()
+                        .with_name(topic_name(&args.topic))
+                        .with_partition_data(vec![
+                            PartitionProduceData::default()
+                                .with_index(0)
+                                .with_records(Some(Bytes::from(builder.build()))),
+                        ]),
+                ]);
+            let sent = Instant::now();
+            let response: ProduceResponse = connection.call(ApiKey::Produce, 8, &request).await?;
+            latencies.push(sent.elapsed());
+            for p in response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partition_responses)
+            {
+                if p.error_code != 0 {
+                    bail!("partition {} error {}", p.index, p.error_code);
+                }
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let cpu = match (args.broker_pid, cpu_before) {
+            (Some(pid), Some(before)) => Some(cpu_seconds(pid)? - before),
+            _ => None,
+        };
+        let fetched = fetches.load(Ordering::Relaxed) - fetches_before;
+        stop.store(true, Ordering::Relaxed);
+        for consumer in consumers {
+            consumer.abort();
+            if let Ok(Err(error)) = consumer.await {
+                bail!("an idle consumer failed: {error:#}");
+            }
+        }
+        latencies.sort();
+        let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+        println!("idle_consumers {}", args.consumers);
+        println!("produce_requests {}", latencies.len());
+        println!("produce_request_p50_ms {p50:.3}");
+        println!("produce_request_p99_ms {p99:.3}");
+        println!("loopback_round_trip_p50_ms {loopback_p50:.3}");
+        println!("loopback_round_trip_p99_ms {loopback_p99:.3}");
+        println!("produce_p99_over_loopback_p99 {:.1}", p99 / loopback_p99);
+        println!("idle_fetches_answered_s {:.0}", fetched as f64 / elapsed);
+        if let Some(cpu) = cpu {
+            println!("broker_cpu_percent {:.1}", cpu / elapsed * 100.0);
+            println!(
+                "broker_cpu_us_per_produce {:.1}",
+                cpu * 1e6 / latencies.len().max(1) as f64
+            );
+        }
+        Ok(())
+    })
+}
