@@ -10,7 +10,8 @@ broker's CPU time over the run. With the purgatory neither should grow with the 
 an append wakes only the requests waiting on its partition, and an idle consumer costs the
 broker two fetches a second.
 
-usage: benches/idle_consumers.py [--sluice PATH] [--seconds N]
+usage: benches/idle_consumers.py [--sluice PATH] [--broker PATH] [--seconds N]
+(--broker: another build to run as the broker, to compare it with; default --sluice)
 """
 import argparse
 import os
@@ -40,10 +41,11 @@ def figures(text):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
+    parser.add_argument("--broker")
     parser.add_argument("--seconds", type=float, default=20)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-idle-")
-    broker = Broker(args.sluice, work)
+    broker = Broker(args.broker or args.sluice, work)
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic("idle", PARTITIONS, 1)])["idle"].result(60)
