@@ -15,6 +15,8 @@
 //! `metadata`), the Kafka protocol server (`server`, `protocol`, `handler`), replication
 //! (`replica`), groups, and the client SDK.
 
+#[cfg(feature = "broker")]
+pub mod broker;
 #[cfg(any(feature = "broker", feature = "client"))]
 pub mod client;
 #[cfg(feature = "broker")]

@@ -12,12 +12,12 @@ use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::broker::{Broker, FetchSessionCache};
 use crate::config::ServerConfig;
 use crate::controller::Defaults;
 use crate::controller::service::{
     ControllerRequest, ControllerResponse, ControllerService, call_controller,
 };
-use crate::handler::{Broker, FetchSessionCache};
 use crate::log::{LogManager, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
 use crate::metrics::Metrics;

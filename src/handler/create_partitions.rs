@@ -6,7 +6,8 @@ use std::time::Duration;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors;
 

@@ -10,7 +10,8 @@ use kafka_protocol::messages::create_topics_response::{
 };
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
-use super::{Broker, RequestContext, kafka_uuid, str_bytes, topic_config_entries};
+use super::{RequestContext, kafka_uuid, str_bytes, topic_config_entries};
+use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::controller::{Defaults, NewTopic};
 use crate::protocol::errors;

@@ -6,7 +6,8 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::{Broker, RequestContext, led_partition};
+use super::RequestContext;
+use crate::broker::Broker;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -29,7 +30,7 @@ pub fn handle(
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
                     let (partition, _) =
-                        match led_partition(broker, &image, &name, p.partition_index, -1) {
+                        match broker.led_partition(&image, &name, p.partition_index, -1) {
                             Ok(found) => found,
                             Err(code) => return response.with_error_code(code),
                         };

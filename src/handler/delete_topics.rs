@@ -6,7 +6,8 @@ use std::time::Duration;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 
-use super::{Broker, RequestContext, kafka_uuid, our_uuid, str_bytes};
+use super::{RequestContext, kafka_uuid, our_uuid, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors;
 

@@ -3,7 +3,8 @@
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
-use super::{Broker, RequestContext, listener_endpoint, str_bytes};
+use super::{RequestContext, listener_endpoint, str_bytes};
+use crate::broker::Broker;
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 2);

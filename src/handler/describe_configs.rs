@@ -10,7 +10,8 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use sluice_raft::image::MetadataImage;
 use sluice_raft::records::ConfigResource;
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::log::LogConfig;
 use crate::protocol::errors;
 

@@ -8,7 +8,8 @@ use kafka_protocol::messages::describe_quorum_response::{
 };
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::errors;
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 
 pub const VERSIONS: (i16, i16) = (0, 2);

@@ -2,8 +2,6 @@
 //! with long polling (`max_wait_ms` / `min_bytes`), the response-wide `max_bytes` and the
 //! per-partition limit, and incremental fetch sessions (KIP-227).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -12,7 +10,9 @@ use kafka_protocol::messages::fetch_response::{EpochEndOffset, PartitionData};
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
-use super::{Broker, RequestContext, led_partition, our_uuid};
+use super::{RequestContext, our_uuid};
+use crate::broker::Broker;
+use crate::broker::{Reported, Wanted};
 use crate::log::{FileSlice, LogError, TopicPartition};
 use crate::protocol::errors;
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
@@ -23,64 +23,7 @@ pub const VERSIONS: (i16, i16) = (4, 17);
 /// KIP-227 session epochs.
 const INITIAL_EPOCH: i32 = 0;
 const FINAL_EPOCH: i32 = -1;
-/// `max.incremental.fetch.session.cache.slots`
-const SESSIONS_MAX: usize = 1000;
-/// Sessions unused this long may be evicted for new ones.
-const SESSION_IDLE_EVICT: Duration = Duration::from_secs(120);
 const READ_COMMITTED: i8 = 1;
-
-/// A partition a fetch names, with what the client asked of it.
-#[derive(Debug, Clone)]
-struct Wanted {
-    topic: String,
-    topic_id: KafkaUuid,
-    partition: i32,
-    fetch_offset: i64,
-    partition_max_bytes: i32,
-    current_leader_epoch: i32,
-    /// A follower's epoch of its last fetched batch (v12+; -1 when unknown).
-    last_fetched_epoch: i32,
-}
-
-/// What a session last told the client of a partition.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Reported {
-    high_watermark: i64,
-    log_start_offset: i64,
-}
-
-#[derive(Debug)]
-struct Session {
-    next_epoch: i32,
-    /// In the order the client added them (the response order).
-    partitions: Vec<(Wanted, Option<Reported>)>,
-    last_used: Instant,
-}
-
-#[derive(Debug, Default)]
-pub struct FetchSessionCache {
-    sessions: Mutex<HashMap<i32, Session>>,
-    next_id: Mutex<i32>,
-}
-
-impl FetchSessionCache {
-    fn new_id(&self) -> i32 {
-        let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
-        *next = if *next >= i32::MAX - 1 { 1 } else { *next + 1 };
-        *next
-    }
-
-    pub fn len(&self) -> usize {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// How the request relates to a session.
 enum Mode {
@@ -138,62 +81,35 @@ pub async fn handle(
         .collect();
 
     // Session bookkeeping (KIP-227).
-    let mode = match (request.session_id, request.session_epoch) {
-        (0, INITIAL_EPOCH) => Mode::New,
-        (0, _) => Mode::Sessionless,
+    let sessions = &broker.fetch_sessions;
+    let (mode, wanted) = match (request.session_id, request.session_epoch) {
+        (0, INITIAL_EPOCH) => (Mode::New, unreported(&requested)),
+        (0, _) => (Mode::Sessionless, unreported(&requested)),
         (id, FINAL_EPOCH) => {
-            broker
-                .fetch_sessions
-                .sessions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            Mode::Sessionless
+            sessions.close(id);
+            (Mode::Sessionless, unreported(&requested))
         }
         (id, epoch) => {
-            let mut sessions = broker
-                .fetch_sessions
-                .sessions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let Some(session) = sessions.get_mut(&id) else {
-                return FetchAnswer {
-                    error_code: errors::FETCH_SESSION_ID_NOT_FOUND,
-                    ..FetchAnswer::default()
-                };
-            };
-            if session.next_epoch != epoch {
-                return FetchAnswer {
-                    error_code: errors::INVALID_FETCH_SESSION_EPOCH,
-                    ..FetchAnswer::default()
-                };
-            }
-            for (topic, topic_id, partition) in &forgotten {
-                session.partitions.retain(|(w, _)| {
-                    !(w.partition == *partition
-                        && if version >= 13 {
-                            w.topic_id == *topic_id
-                        } else {
-                            w.topic == *topic
-                        })
-                });
-            }
-            for wanted in &requested {
-                match session
-                    .partitions
-                    .iter_mut()
-                    .find(|(w, _)| w.partition == wanted.partition && w.topic == wanted.topic)
-                {
-                    Some((w, _)) => *w = wanted.clone(),
-                    None => session.partitions.push((wanted.clone(), None)),
+            match sessions.update(
+                id,
+                epoch,
+                &forgotten,
+                &requested,
+                version >= 13,
+                Instant::now(),
+            ) {
+                Ok(partitions) => (Mode::Incremental(id), partitions),
+                Err(error_code) => {
+                    return FetchAnswer {
+                        error_code,
+                        ..FetchAnswer::default()
+                    };
                 }
             }
-            session.last_used = Instant::now();
-            Mode::Incremental(id)
         }
     };
     let session_id = match mode {
-        Mode::New => create_session(broker, &requested),
+        Mode::New => sessions.create(&requested, Instant::now()),
         Mode::Incremental(id) => id,
         Mode::Sessionless => 0,
     };
@@ -208,17 +124,6 @@ pub async fn handle(
     };
     // A follower's fetch names it (v15+ in replica_state); consumers send -1.
     let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
-    let wanted: Vec<(Wanted, Option<Reported>)> = match mode {
-        Mode::Incremental(id) => broker
-            .fetch_sessions
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .map(|s| s.partitions.clone())
-            .unwrap_or_default(),
-        _ => requested.iter().map(|w| (w.clone(), None)).collect(),
-    };
     // In the purgatory until enough bytes arrive: woken by the named partitions only.
     let watched: Vec<_> = wanted
         .iter()
@@ -251,33 +156,9 @@ pub async fn handle(
     }
 }
 
-fn create_session(broker: &Broker, requested: &[Wanted]) -> i32 {
-    let cache = &broker.fetch_sessions;
-    let mut sessions = cache.sessions.lock().unwrap_or_else(|p| p.into_inner());
-    if sessions.len() >= SESSIONS_MAX {
-        let evict = sessions
-            .iter()
-            .filter(|(_, s)| s.last_used.elapsed() > SESSION_IDLE_EVICT)
-            .min_by_key(|(_, s)| s.last_used)
-            .map(|(id, _)| *id);
-        match evict {
-            Some(id) => {
-                sessions.remove(&id);
-            }
-            // Full of live sessions: serve this fetch without one (session id 0).
-            None => return 0,
-        }
-    }
-    let id = cache.new_id();
-    sessions.insert(
-        id,
-        Session {
-            next_epoch: 1,
-            partitions: requested.iter().map(|w| (w.clone(), None)).collect(),
-            last_used: Instant::now(),
-        },
-    );
-    id
+/// Partitions never reported to the client (a new session's, or a fetch without one).
+fn unreported(requested: &[Wanted]) -> Vec<(Wanted, Option<Reported>)> {
+    requested.iter().map(|w| (w.clone(), None)).collect()
 }
 
 /// A partition's answer: its fields, its records (a slice of a segment, sent as is), and
@@ -340,11 +221,11 @@ fn read_partition(
     if w.topic.is_empty() {
         return (data.with_error_code(errors::UNKNOWN_TOPIC_ID), None, None);
     }
-    let partition =
-        match led_partition(broker, image, &w.topic, w.partition, w.current_leader_epoch) {
-            Ok((partition, _)) => partition,
-            Err(code) => return (data.with_error_code(code), None, None),
-        };
+    let partition = match broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
+    {
+        Ok((partition, _)) => partition,
+        Err(code) => return (data.with_error_code(code), None, None),
+    };
     if follower {
         let fetched =
             match partition.follower_fetch(replica_id, w.fetch_offset, w.last_fetched_epoch) {
@@ -421,28 +302,14 @@ fn respond(
 ) -> FetchAnswer {
     let incremental = matches!(mode, Mode::Incremental(_));
     if session_id != 0 {
-        let mut sessions = broker
-            .fetch_sessions
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(session) = sessions.get_mut(&session_id) {
-            if incremental {
-                session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
-            }
-            for (w, _, _, changed) in &results {
-                if let Some(now) = changed {
-                    if let Some((_, reported)) = session
-                        .partitions
-                        .iter_mut()
-                        .find(|(s, _)| s.partition == w.partition && s.topic == w.topic)
-                    {
-                        *reported = Some(now.clone());
-                    }
-                }
-            }
-            session.last_used = Instant::now();
-        }
+        broker.fetch_sessions.answered(
+            session_id,
+            incremental,
+            results
+                .iter()
+                .filter_map(|(w, _, _, changed)| changed.as_ref().map(|c| (w, c))),
+            Instant::now(),
+        );
     }
     let mut topics: Vec<FetchTopicAnswer> = Vec::new();
     for (w, data, slice, changed) in results {

@@ -9,7 +9,8 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use sluice_raft::records::ConfigResource;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors;
 

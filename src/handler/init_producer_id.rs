@@ -3,7 +3,8 @@
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::{Broker, RequestContext};
+use super::RequestContext;
+use crate::broker::Broker;
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 5);

@@ -6,7 +6,8 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::{Broker, RequestContext, led_partition};
+use super::RequestContext;
+use crate::broker::Broker;
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (1, 10);
@@ -37,8 +38,7 @@ pub fn handle(
                 .map(|p| {
                     let response = ListOffsetsPartitionResponse::default()
                         .with_partition_index(p.partition_index);
-                    let (partition, state) = match led_partition(
-                        broker,
+                    let (partition, state) = match broker.led_partition(
                         &image,
                         &name,
                         p.partition_index,

@@ -11,7 +11,8 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use sluice_raft::image::{MetadataImage, TopicImage};
 use sluice_raft::records::NO_LEADER;
 
-use super::{Broker, RequestContext, kafka_uuid, listener_endpoint, our_uuid, str_bytes};
+use super::{RequestContext, kafka_uuid, listener_endpoint, our_uuid, str_bytes};
+use crate::broker::Broker;
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
 use crate::log::topic_partition::validate_topic_name;

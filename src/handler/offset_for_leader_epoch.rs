@@ -6,7 +6,8 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use super::{Broker, RequestContext, led_partition};
+use super::RequestContext;
+use crate::broker::Broker;
 
 pub const VERSIONS: (i16, i16) = (2, 4);
 
@@ -29,8 +30,7 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(-1);
-                    let (partition, _) = match led_partition(
-                        broker,
+                    let (partition, _) = match broker.led_partition(
                         &image,
                         &name,
                         p.partition,

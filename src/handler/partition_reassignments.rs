@@ -16,7 +16,8 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
 };
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::errors;
 

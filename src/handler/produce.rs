@@ -11,7 +11,8 @@ use std::time::Duration;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
-use super::{Broker, RequestContext, str_bytes};
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
 use crate::log::TopicPartition;
 use crate::protocol::errors;
 use crate::replica::{AckState, Delayed, PendingAck, compression};

@@ -22,7 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::handler::{self, Answer, Broker, RequestContext};
+use crate::broker::Broker;
+use crate::handler::{self, Answer, RequestContext};
 use crate::log::FileSlice;
 use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};

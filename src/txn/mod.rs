@@ -9,8 +9,8 @@ pub mod producer_state;
 
 use std::time::Duration;
 
+use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
-use crate::handler::Broker;
 use crate::protocol::errors;
 
 #[derive(Debug, Default)]
