@@ -24,6 +24,8 @@ pub mod config;
 #[cfg(feature = "broker")]
 pub mod controller;
 #[cfg(feature = "broker")]
+pub mod file_slice;
+#[cfg(feature = "broker")]
 pub mod handler;
 #[cfg(feature = "broker")]
 pub mod lazy_alloc;

@@ -3,11 +3,7 @@
 #[global_allocator]
 static ALLOCATOR: sluice::lazy_alloc::LazyHugeAlloc = sluice::lazy_alloc::LazyHugeAlloc;
 
-mod cli_cluster;
-mod cli_topics;
-mod perf;
-mod perf_kafka;
-mod perf_quorum;
+mod cli;
 
 use clap::{Parser, Subcommand};
 
@@ -27,12 +23,12 @@ enum Command {
     /// The metadata quorum: status, adding and removing voters.
     Cluster {
         #[command(subcommand)]
-        command: cli_cluster::ClusterCommand,
+        command: cli::cluster::ClusterCommand,
     },
     /// Topics through a broker's Kafka port: `reassign` moves a partition's replicas.
     Topics {
         #[command(subcommand)]
-        command: cli_topics::TopicsCommand,
+        command: cli::topics::TopicsCommand,
     },
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
@@ -47,7 +43,7 @@ enum Command {
     /// Benchmarks, reported beside the raw limits of this machine measured in the same run.
     Perf {
         #[command(subcommand)]
-        target: perf::Target,
+        target: cli::perf::Target,
     },
 }
 
@@ -77,9 +73,9 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Perf { target } => perf::run(target),
-        Command::Cluster { command } => cli_cluster::run(command),
-        Command::Topics { command } => cli_topics::run(command),
+        Command::Perf { target } => cli::perf::run(target),
+        Command::Cluster { command } => cli::cluster::run(command),
+        Command::Topics { command } => cli::topics::run(command),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
 }

@@ -21,6 +21,7 @@ use crate::controller::service::{
 use crate::log::{LogManager, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
 use crate::metrics::Metrics;
+use crate::protocol::errors;
 use crate::replica::ReplicaManager;
 use crate::server::{ListenerSettings, Server};
 use crate::txn::ProducerIdManager;
@@ -487,8 +488,11 @@ async fn broker_lifecycle(
                     fenced = now_fenced;
                     current_fenced.store(now_fenced, Ordering::Relaxed);
                 }
-                // STALE_BROKER_EPOCH: the controller no longer knows this registration.
-                Ok(ControllerResponse::Error { code: 77, message }) => {
+                // The controller no longer knows this registration.
+                Ok(ControllerResponse::Error {
+                    code: errors::STALE_BROKER_EPOCH,
+                    message,
+                }) => {
                     tracing::warn!(%message, "stale broker epoch: registering again");
                     continue 'register;
                 }

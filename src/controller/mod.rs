@@ -25,6 +25,11 @@ use sluice_raft::records::{
 };
 
 use crate::log::topic_partition::validate_topic_name;
+use crate::protocol::errors;
+use crate::protocol::errors::{
+    ELECTION_NOT_NEEDED, ELIGIBLE_LEADERS_NOT_AVAILABLE, NO_REASSIGNMENT_IN_PROGRESS,
+    PREFERRED_LEADER_NOT_AVAILABLE,
+};
 use placement::Candidate;
 
 /// Errors a client sees, with Kafka's codes.
@@ -59,18 +64,18 @@ pub enum ControllerError {
 impl ControllerError {
     pub fn kafka_error_code(&self) -> i16 {
         match self {
-            ControllerError::TopicAlreadyExists(_) => 36,
-            ControllerError::InvalidTopic(_) => 17,
-            ControllerError::InvalidPartitions(_) => 37,
-            ControllerError::InvalidReplicationFactor(_) => 38,
-            ControllerError::InvalidReplicaAssignment(_) => 39,
-            ControllerError::InvalidConfig(_) => 40,
-            ControllerError::UnknownTopicOrPartition(_) => 3,
-            ControllerError::NotLeaderOrFollower(_) => 6,
-            ControllerError::FencedLeaderEpoch { .. } => 74,
-            ControllerError::InvalidUpdateVersion { .. } => 95,
-            ControllerError::IneligibleReplica(_) => 107,
-            ControllerError::StaleBrokerEpoch(_) => 77,
+            ControllerError::TopicAlreadyExists(_) => errors::TOPIC_ALREADY_EXISTS,
+            ControllerError::InvalidTopic(_) => errors::INVALID_TOPIC_EXCEPTION,
+            ControllerError::InvalidPartitions(_) => errors::INVALID_PARTITIONS,
+            ControllerError::InvalidReplicationFactor(_) => errors::INVALID_REPLICATION_FACTOR,
+            ControllerError::InvalidReplicaAssignment(_) => errors::INVALID_REPLICA_ASSIGNMENT,
+            ControllerError::InvalidConfig(_) => errors::INVALID_CONFIG,
+            ControllerError::UnknownTopicOrPartition(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+            ControllerError::NotLeaderOrFollower(_) => errors::NOT_LEADER_OR_FOLLOWER,
+            ControllerError::FencedLeaderEpoch { .. } => errors::FENCED_LEADER_EPOCH,
+            ControllerError::InvalidUpdateVersion { .. } => errors::INVALID_UPDATE_VERSION,
+            ControllerError::IneligibleReplica(_) => errors::INELIGIBLE_REPLICA,
+            ControllerError::StaleBrokerEpoch(_) => errors::STALE_BROKER_EPOCH,
         }
     }
 }
@@ -555,10 +560,6 @@ pub fn unfence_broker(
 /// Kafka's ElectLeaders election types.
 pub const ELECTION_PREFERRED: i8 = 0;
 pub const ELECTION_UNCLEAN: i8 = 1;
-/// ElectLeaders per-partition errors.
-pub const ELECTION_NOT_NEEDED: i16 = 84;
-pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
-pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 
 /// ElectLeaders for one partition: preferred (its first replica, when alive and in the ISR)
 /// or unclean (an offline partition gets any live replica). The change, or the error code.
@@ -616,9 +617,6 @@ pub fn preferred_leader_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
         .map(MetadataRecord::PartitionChange)
         .collect()
 }
-
-/// NO_REASSIGNMENT_IN_PROGRESS: a cancel for a partition that is not moving.
-pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 
 /// AlterPartitionReassignments for one partition: `Some(target)` starts (or redirects) a move
 /// to those replicas: they are added to the replica set now and follow the leader; once all

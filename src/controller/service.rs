@@ -21,6 +21,7 @@ use sluice_raft::records::{BrokerId, MetadataRecord, RegisterBroker, Uuid};
 use sluice_raft::{ProposeError, Quorum};
 
 use super::{ControllerError, Defaults, NewTopic};
+use crate::protocol::errors;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerRequest {
@@ -152,14 +153,11 @@ async fn commit(quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<(), Con
                 ControllerResponse::NotController { leader_addr }
             }
             other => ControllerResponse::Error {
-                code: REQUEST_TIMED_OUT,
+                code: errors::REQUEST_TIMED_OUT,
                 message: other.to_string(),
             },
         })
 }
-
-/// REQUEST_TIMED_OUT, for proposals that did not commit.
-const REQUEST_TIMED_OUT: i16 = 7;
 
 pub struct ControllerService {
     quorum: Weak<Quorum>,
@@ -474,7 +472,7 @@ impl ControllerService {
                     let node = sluice_raft::NodeInfo { addr };
                     if let Err(error) = quorum.raft().add_learner(node_id, node, false).await {
                         return ControllerResponse::Error {
-                            code: REQUEST_TIMED_OUT,
+                            code: errors::REQUEST_TIMED_OUT,
                             message: error.to_string(),
                         };
                     }
@@ -605,9 +603,8 @@ impl CallHandler for ControllerService {
         Box::pin(async move {
             let response = match bincode::deserialize::<ControllerRequest>(&payload) {
                 Ok(request) => self.handle_request(request).await,
-                // INVALID_REQUEST
                 Err(error) => ControllerResponse::Error {
-                    code: 42,
+                    code: errors::INVALID_REQUEST,
                     message: format!("undecodable controller request: {error}"),
                 },
             };
@@ -635,7 +632,7 @@ async fn change_voters(
         (true, false) => openraft::ChangeMembers::AddVoterIds([node_id].into()),
         (false, true) if voters.len() == 1 => {
             return ControllerResponse::Error {
-                code: 42,
+                code: errors::INVALID_REQUEST,
                 message: "cannot remove the last voter".into(),
             };
         }
@@ -646,9 +643,9 @@ async fn change_voters(
             tracing::info!(node_id, adding, "changed the quorum's voters");
             ok
         }
-        // INVALID_REQUEST, with openraft's reason (e.g. the node is not a learner yet).
+        // With openraft's reason (e.g. the node is not a learner yet).
         Err(error) => ControllerResponse::Error {
-            code: 42,
+            code: errors::INVALID_REQUEST,
             message: error.to_string(),
         },
     }

@@ -9,15 +9,8 @@
 use std::io;
 use std::path::PathBuf;
 
-/// Kafka error codes the storage engine can produce (values from Kafka's `Errors` enum).
-pub mod code {
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-    pub const INVALID_RECORD: i16 = 87;
-}
+/// Kafka error codes the storage engine can produce.
+pub use crate::protocol::errors as code;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {

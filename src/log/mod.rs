@@ -33,7 +33,6 @@ pub use config::{
 pub use error::LogError;
 pub use manager::{LogManager, LogManagerConfig};
 pub use partition_log::{AppendInfo, AppendOrigin, LoadState, Log, ReadInfo, ValidatedBatches};
-pub use segment::FileSlice;
 pub use topic_partition::TopicPartition;
 
 #[cfg(test)]

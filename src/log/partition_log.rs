@@ -23,12 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::file_slice::FileSlice;
+
 use super::batch::{self, BatchHeader, BatchIter, RecordIter};
 use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::segment::{
-    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, FileSlice, LOG_SUFFIX, SWAP_SUFFIX, Segment,
+    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment,
     parse_base_offset, segment_path, sync_all,
 };
 use super::topic_partition::TopicPartition;

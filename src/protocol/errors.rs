@@ -1,38 +1,82 @@
-//! Kafka's error codes we answer with (`org.apache.kafka.common.protocol.Errors`).
+//! Kafka's error codes, declared once (`org.apache.kafka.common.protocol.Errors`): every code
+//! the broker, the controller, the storage engine and the CLI use comes from here, with its
+//! name for messages (`name`).
 
-pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-pub const NONE: i16 = 0;
-pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-pub const CORRUPT_MESSAGE: i16 = 2;
-pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-pub const LEADER_NOT_AVAILABLE: i16 = 5;
-pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-pub const REQUEST_TIMED_OUT: i16 = 7;
-pub const MESSAGE_TOO_LARGE: i16 = 10;
-pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-pub const INVALID_REQUIRED_ACKS: i16 = 21;
-pub const UNSUPPORTED_VERSION: i16 = 35;
-pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-pub const INVALID_PARTITIONS: i16 = 37;
-pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-pub const INVALID_CONFIG: i16 = 40;
-pub const NOT_CONTROLLER: i16 = 41;
-pub const INVALID_REQUEST: i16 = 42;
-pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
-pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-pub const KAFKA_STORAGE_ERROR: i16 = 56;
-pub const UNKNOWN_PRODUCER_ID: i16 = 59;
-pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-pub const FENCED_LEADER_EPOCH: i16 = 74;
-pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
-pub const OFFSET_NOT_AVAILABLE: i16 = 78;
-pub const INVALID_RECORD: i16 = 87;
-pub const UNKNOWN_TOPIC_ID: i16 = 100;
-pub const INCONSISTENT_TOPIC_ID: i16 = 103;
-pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 120;
-pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+macro_rules! kafka_errors {
+    ($( $name:ident = $code:expr, )*) => {
+        $( pub const $name: i16 = $code; )*
+
+        /// Kafka's name of an error code (`UNKNOWN(<code>)` for one not declared here).
+        pub fn name(code: i16) -> std::borrow::Cow<'static, str> {
+            match code {
+                $( $code => std::borrow::Cow::Borrowed(stringify!($name)), )*
+                other => std::borrow::Cow::Owned(format!("UNKNOWN({other})")),
+            }
+        }
+    };
+}
+
+kafka_errors! {
+    UNKNOWN_SERVER_ERROR = -1,
+    NONE = 0,
+    OFFSET_OUT_OF_RANGE = 1,
+    CORRUPT_MESSAGE = 2,
+    UNKNOWN_TOPIC_OR_PARTITION = 3,
+    LEADER_NOT_AVAILABLE = 5,
+    NOT_LEADER_OR_FOLLOWER = 6,
+    REQUEST_TIMED_OUT = 7,
+    MESSAGE_TOO_LARGE = 10,
+    COORDINATOR_NOT_AVAILABLE = 15,
+    INVALID_TOPIC_EXCEPTION = 17,
+    NOT_ENOUGH_REPLICAS = 19,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20,
+    INVALID_REQUIRED_ACKS = 21,
+    UNSUPPORTED_VERSION = 35,
+    TOPIC_ALREADY_EXISTS = 36,
+    INVALID_PARTITIONS = 37,
+    INVALID_REPLICATION_FACTOR = 38,
+    INVALID_REPLICA_ASSIGNMENT = 39,
+    INVALID_CONFIG = 40,
+    NOT_CONTROLLER = 41,
+    INVALID_REQUEST = 42,
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45,
+    DUPLICATE_SEQUENCE_NUMBER = 46,
+    INVALID_PRODUCER_EPOCH = 47,
+    KAFKA_STORAGE_ERROR = 56,
+    UNKNOWN_PRODUCER_ID = 59,
+    FETCH_SESSION_ID_NOT_FOUND = 70,
+    INVALID_FETCH_SESSION_EPOCH = 71,
+    FENCED_LEADER_EPOCH = 74,
+    UNKNOWN_LEADER_EPOCH = 75,
+    STALE_BROKER_EPOCH = 77,
+    OFFSET_NOT_AVAILABLE = 78,
+    PREFERRED_LEADER_NOT_AVAILABLE = 80,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83,
+    ELECTION_NOT_NEEDED = 84,
+    NO_REASSIGNMENT_IN_PROGRESS = 85,
+    INVALID_RECORD = 87,
+    INVALID_UPDATE_VERSION = 95,
+    UNKNOWN_TOPIC_ID = 100,
+    INCONSISTENT_TOPIC_ID = 103,
+    INELIGIBLE_REPLICA = 107,
+    UNSUPPORTED_ENDPOINT_TYPE = 120,
+}
+
+/// `NAME (code)`, as messages show an error.
+pub fn describe(code: i16) -> String {
+    format!("{} ({code})", name(code))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn codes_have_their_kafka_names() {
+        assert_eq!(
+            super::name(super::NOT_LEADER_OR_FOLLOWER),
+            "NOT_LEADER_OR_FOLLOWER"
+        );
+        assert_eq!(super::name(-1), "UNKNOWN_SERVER_ERROR");
+        assert_eq!(super::name(9999), "UNKNOWN(9999)");
+        assert_eq!(super::describe(7), "REQUEST_TIMED_OUT (7)");
+    }
+}

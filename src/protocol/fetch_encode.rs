@@ -15,7 +15,7 @@ use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
 use super::FrameError;
-use crate::log::FileSlice;
+use crate::file_slice::FileSlice;
 
 /// One piece of an encoded response.
 #[derive(Debug)]

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use sluice_raft::records::{BrokerId, Uuid};
 
 use super::purgatory::Watchers;
+use crate::file_slice::FileSlice;
 use crate::log::batch::{BatchHeader, BatchIter};
 use crate::log::{
-    AppendInfo, AppendOrigin, FileSlice, Log, LogConfig, LogError, TopicPartition, ValidatedBatches,
+    AppendInfo, AppendOrigin, Log, LogConfig, LogError, TopicPartition, ValidatedBatches,
 };
 use crate::protocol::errors;
 use crate::txn::producer_state::{

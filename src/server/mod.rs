@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::broker::Broker;
+use crate::file_slice::FileSlice;
 use crate::handler::{self, Answer, RequestContext};
-use crate::log::FileSlice;
 use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;

@@ -37,13 +37,13 @@ pub enum Target {
     Log(LogArgs),
     /// Produce to a running broker through its Kafka port with our client: prebuilt batches,
     /// several connections; records/s, MB/s, request latency.
-    Produce(crate::perf_kafka::ProduceArgs),
+    Produce(super::perf_kafka::ProduceArgs),
     /// One producer beside many idle long-polling consumers (one connection and one empty
     /// partition each): produce latency and broker CPU, beside TCP loopback round trips.
-    IdleConsumers(crate::perf_kafka::IdleConsumersArgs),
+    IdleConsumers(super::perf_kafka::IdleConsumersArgs),
     /// Fetch a topic from offset 0 to its high watermark with our client (records counted,
     /// not decoded); records/s, MB/s.
-    Consume(crate::perf_kafka::ConsumeArgs),
+    Consume(super::perf_kafka::ConsumeArgs),
     /// The raw limits other benchmarks compare with, as `name value` lines: disk write
     /// bandwidth (pwrite + fdatasync) in DIR and TCP loopback copy bandwidth.
     Raw {
@@ -131,9 +131,9 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
-        Target::Produce(args) => crate::perf_kafka::produce(args),
-        Target::Consume(args) => crate::perf_kafka::consume(args),
-        Target::IdleConsumers(args) => crate::perf_kafka::idle_consumers(args),
+        Target::Produce(args) => super::perf_kafka::produce(args),
+        Target::Consume(args) => super::perf_kafka::consume(args),
+        Target::IdleConsumers(args) => super::perf_kafka::idle_consumers(args),
         Target::Raw { dir, total_bytes } => {
             fs::create_dir_all(&dir)?;
             let path = dir.join("raw-write");
@@ -145,7 +145,7 @@ pub fn run(target: Target) -> anyhow::Result<()> {
             Ok(())
         }
         Target::Quorum(args) => {
-            crate::perf_quorum::run(&args.dir, args.topics, args.partitions, args.concurrency)
+            super::perf_quorum::run(&args.dir, args.topics, args.partitions, args.concurrency)
         }
         Target::LogWriter {
             dir,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use sluice::controller::service::{ControllerRequest, ControllerResponse, call_at};
+use sluice::protocol::errors;
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
@@ -114,7 +115,9 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 println!("done");
                 Ok(())
             }
-            ControllerResponse::Error { code, message } => bail!("error {code}: {message}"),
+            ControllerResponse::Error { code, message } => {
+                bail!("{}: {message}", errors::name(code))
+            }
             ControllerResponse::NotController { .. } => bail!("no quorum leader could be reached"),
             other => bail!("unexpected answer: {other:?}"),
         }
@@ -145,8 +148,8 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
         .context("DescribeQuorum")?;
     if quorum.error_code != 0 {
         bail!(
-            "DescribeQuorum error {}: {}",
-            quorum.error_code,
+            "DescribeQuorum: {}: {}",
+            errors::name(quorum.error_code),
             quorum.error_message.as_deref().unwrap_or("")
         );
     }

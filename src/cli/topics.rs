@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use sluice::client::Connection;
+use sluice::protocol::errors;
 
 #[derive(Subcommand)]
 pub enum TopicsCommand {
@@ -100,8 +101,8 @@ async fn reassign(
         .context("AlterPartitionReassignments")?;
     if response.error_code != 0 {
         bail!(
-            "error {}: {}",
-            response.error_code,
+            "{}: {}",
+            errors::name(response.error_code),
             response.error_message.as_deref().unwrap_or("")
         );
     }
@@ -109,10 +110,10 @@ async fn reassign(
         for p in &t.partitions {
             if p.error_code != 0 {
                 bail!(
-                    "{}-{}: error {}: {}",
+                    "{}-{}: {}: {}",
                     t.name.0,
                     p.partition_index,
-                    p.error_code,
+                    errors::name(p.error_code),
                     p.error_message.as_deref().unwrap_or("")
                 );
             }

@@ -1,0 +1,8 @@
+//! The command line's own code (binary only): administration through a broker's Kafka port or
+//! the quorum (`cluster`, `topics`) and the benchmarks (`perf*`).
+
+pub mod cluster;
+pub mod perf;
+pub mod perf_kafka;
+pub mod perf_quorum;
+pub mod topics;
