@@ -2,18 +2,29 @@
 //!
 //! A Kafka-compatible distributed commit log in one binary.
 //!
-//! ## Layout
-//! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
-//! - `controller`: the active controller's decisions (placement, elections, fencing,
-//!   AlterPartition) as pure functions from an image to records or a Kafka error.
-//! - `meta_properties`: which cluster and node a data directory belongs to.
-//! - `node`: a running node (`sluice server`): data dirs, log manager, quorum member, HTTP.
+//! ## Layout (data flows socket -> server -> handler -> replica -> log)
+//! - `server`: the Kafka listener: framing, connection limits, request order, responses (Fetch
+//!   records by sendfile).
+//! - `protocol`: request headers, response framing, Kafka's error codes (`protocol::errors`).
+//! - `handler`: one file per Kafka API, registered in one list; translates requests into calls on
+//!   the broker context, the replica layer and the controller.
+//! - `broker`: the broker's shared context (image, controller calls, replicas, producer ids,
+//!   fetch sessions, metrics), for handlers and coordinators alike.
+//! - `replica`: partition replicas (leader and follower paths, ISR, fetchers) and the purgatory
+//!   where requests wait for partitions to move; leadership change events.
 //! - `log`: the storage engine: segmented partition logs in Kafka's on-disk format, with crash
 //!   recovery, retention and compaction. Knows batches and offsets, not sockets.
+//! - `file_slice`: byte ranges of segment files, passed from the log to the socket.
+//! - `controller`: the active controller's decisions (placement, elections, fencing,
+//!   AlterPartition, configs) as pure functions from an image to records or a Kafka error, and
+//!   the service that proposes them.
+//! - `txn`: producer ids and idempotent producer state (transactions to come).
+//! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
+//! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
+//! - `meta_properties`: which cluster and node a data directory belongs to.
+//! - `client`: a minimal Kafka client (replica fetchers, CLI, benchmarks).
 //!
-//! Still to come (see the project's issues): the metadata quorum (`raft/`, `controller`,
-//! `metadata`), the Kafka protocol server (`server`, `protocol`, `handler`), replication
-//! (`replica`), groups, and the client SDK.
+//! The metadata quorum (openraft over RocksDB) is the `sluice-raft` crate (`raft/`).
 
 #[cfg(feature = "broker")]
 pub mod broker;

@@ -1,0 +1,555 @@
+//! The controller's rules on plain images.
+
+use sluice_raft::MetadataDelta;
+use sluice_raft::records::{Endpoint, MetadataRequest};
+
+use super::*;
+
+const DEFAULTS: Defaults = Defaults {
+    partitions: 3,
+    replication_factor: 3,
+    unclean_leader_election: false,
+};
+
+fn apply(image: &MetadataImage, records: Vec<MetadataRecord>) -> MetadataImage {
+    let mut delta = MetadataDelta::new(image);
+    delta
+        .replay_all(&MetadataRequest::new(records).records)
+        .expect("controller records replay");
+    delta.apply(image.index + 1)
+}
+
+fn cluster(brokers: i32) -> MetadataImage {
+    let mut image = MetadataImage::default();
+    for id in 1..=brokers {
+        let registration = RegisterBroker {
+            broker_id: id,
+            incarnation_id: Uuid(id as u128),
+            broker_epoch: 10,
+            endpoints: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+                security_protocol: "PLAINTEXT".into(),
+            }],
+            rack: None,
+            fenced: true,
+        };
+        image = apply(&image, register_broker(&image, registration, &DEFAULTS));
+        image = apply(&image, unfence_broker(&image, id, 10).unwrap());
+    }
+    image
+}
+
+/// The partitions of `topic` that `broker` leads.
+fn led_by(image: &MetadataImage, topic: &str, broker: BrokerId) -> Vec<i32> {
+    image
+        .topic_by_name(topic)
+        .unwrap()
+        .partitions
+        .iter()
+        .filter(|(_, p)| p.leader == broker)
+        .map(|(n, _)| *n)
+        .collect()
+}
+
+fn topic(name: &str) -> NewTopic {
+    NewTopic {
+        name: name.into(),
+        partitions: -1,
+        replication_factor: -1,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn create_topic_validates_like_kafka() {
+    let image = cluster(3);
+    let image = apply(
+        &image,
+        create_topic(&image, &topic("orders"), Uuid(1), &DEFAULTS).unwrap(),
+    );
+    let orders = image.topic_by_name("orders").unwrap();
+    assert_eq!(orders.partitions.len(), 3);
+    assert!(
+        orders
+            .partitions
+            .values()
+            .all(|p| p.replicas.len() == 3 && p.isr == p.replicas && p.leader == p.replicas[0])
+    );
+    let code = |t: &NewTopic| {
+        create_topic(&image, t, Uuid(2), &DEFAULTS)
+            .unwrap_err()
+            .kafka_error_code()
+    };
+    assert_eq!(code(&topic("orders")), 36, "TOPIC_ALREADY_EXISTS");
+    assert_eq!(
+        code(&NewTopic {
+            partitions: 0,
+            ..topic("a")
+        }),
+        37,
+        "INVALID_PARTITIONS"
+    );
+    assert_eq!(
+        code(&NewTopic {
+            replication_factor: 4,
+            ..topic("a")
+        }),
+        38,
+        "INVALID_REPLICATION_FACTOR"
+    );
+    assert_eq!(
+        code(&NewTopic {
+            replication_factor: 0,
+            ..topic("a")
+        }),
+        38
+    );
+    assert_eq!(code(&topic("bad name")), 17, "INVALID_TOPIC_EXCEPTION");
+    let bad_assignment = NewTopic {
+        assignments: [(0, vec![1, 1])].into(),
+        ..topic("a")
+    };
+    assert_eq!(code(&bad_assignment), 39, "INVALID_REPLICA_ASSIGNMENT");
+    let bad_config = NewTopic {
+        configs: [("retention.ms".into(), "soon".into())].into(),
+        ..topic("a")
+    };
+    assert_eq!(code(&bad_config), 40, "INVALID_CONFIG");
+    let unknown_config = NewTopic {
+        configs: [("retention.forever".into(), "1".into())].into(),
+        ..topic("a")
+    };
+    assert_eq!(code(&unknown_config), 40, "INVALID_CONFIG");
+    let fine = NewTopic {
+        configs: [
+            ("min.insync.replicas".into(), "2".into()),
+            ("cleanup.policy".into(), "compact".into()),
+        ]
+        .into(),
+        ..topic("a")
+    };
+    assert!(create_topic(&image, &fine, Uuid(3), &DEFAULTS).is_ok());
+}
+
+#[test]
+fn fencing_moves_leaderships_to_the_isr_and_never_empties_it() {
+    let image = cluster(3);
+    let image = apply(
+        &image,
+        create_topic(&image, &topic("orders"), Uuid(1), &DEFAULTS).unwrap(),
+    );
+    let led_by_1 = led_by(&image, "orders", 1);
+    assert!(!led_by_1.is_empty());
+    let image = apply(&image, fence_broker(&image, 1, &DEFAULTS).unwrap());
+    for partition in image.topic_by_name("orders").unwrap().partitions.values() {
+        assert_ne!(partition.leader, 1);
+        assert!(!partition.isr.contains(&1));
+        assert!(partition.isr.contains(&partition.leader));
+    }
+    for number in led_by_1 {
+        assert_eq!(
+            image.partition(Uuid(1), number).unwrap().leader_epoch,
+            1,
+            "a new leader bumps the epoch"
+        );
+    }
+    // Fence the other two: the ISR keeps its last member and the partition goes offline.
+    let image = apply(&image, fence_broker(&image, 2, &DEFAULTS).unwrap());
+    let image = apply(&image, fence_broker(&image, 3, &DEFAULTS).unwrap());
+    for partition in image.topic_by_name("orders").unwrap().partitions.values() {
+        assert_eq!(partition.leader, NO_LEADER);
+        assert_eq!(partition.isr.len(), 1, "the last ISR member stays");
+    }
+    // Broker 1 comes back: it is not in any ISR, so without unclean election nothing changes.
+    let image = apply(&image, unfence_broker(&image, 1, 10).unwrap());
+    assert!(
+        image
+            .topic_by_name("orders")
+            .unwrap()
+            .partitions
+            .values()
+            .all(|p| p.leader == NO_LEADER)
+    );
+    // The last ISR member comes back: it leads again.
+    let last = image.partition(Uuid(1), 0).unwrap().isr[0];
+    let image = apply(&image, unfence_broker(&image, last, 10).unwrap());
+    assert_eq!(image.partition(Uuid(1), 0).unwrap().leader, last);
+}
+
+/// A broker that restarts (kill -9) and registers again never keeps the leaderships of its
+/// earlier incarnation: in the same commit as its registration they move to live ISR
+/// members and it leaves the ISRs; where it is the last ISR member the partition waits
+/// offline and it leads again, at a new leader epoch, once unfenced.
+#[test]
+fn a_restarted_broker_registering_again_gives_up_its_leaderships() {
+    let image = cluster(3);
+    let image = apply(
+        &image,
+        create_topic(&image, &topic("orders"), Uuid(1), &DEFAULTS).unwrap(),
+    );
+    let mut single = topic("single");
+    single.replication_factor = 1;
+    let image = apply(
+        &image,
+        create_topic(&image, &single, Uuid(2), &DEFAULTS).unwrap(),
+    );
+    let before = image.clone();
+    let again = RegisterBroker {
+        broker_id: 1,
+        incarnation_id: Uuid(99),
+        broker_epoch: 20,
+        endpoints: before.brokers[&1].registration.endpoints.clone(),
+        rack: None,
+        fenced: true,
+    };
+    let image = apply(&image, register_broker(&image, again, &DEFAULTS));
+    assert!(image.brokers[&1].fenced);
+    assert_eq!(image.brokers[&1].registration.broker_epoch, 20);
+    for (number, partition) in &image.topic_by_name("orders").unwrap().partitions {
+        let was = before.partition(Uuid(1), *number).unwrap();
+        assert_ne!(partition.leader, 1, "partition {number}");
+        assert!(!partition.isr.contains(&1));
+        if was.leader == 1 {
+            assert!(partition.leader_epoch > was.leader_epoch);
+        }
+    }
+    let single_led_by_1 = led_by(&before, "single", 1);
+    assert!(!single_led_by_1.is_empty());
+    for number in &single_led_by_1 {
+        let partition = image.partition(Uuid(2), *number).unwrap();
+        assert_eq!(
+            (partition.leader, partition.isr.clone()),
+            (NO_LEADER, vec![1])
+        );
+    }
+    // Caught up and unfenced: it leads its single-replica partitions again, at new epochs.
+    let image = apply(&image, unfence_broker(&image, 1, 20).unwrap());
+    for number in &single_led_by_1 {
+        let was = before.partition(Uuid(2), *number).unwrap();
+        let partition = image.partition(Uuid(2), *number).unwrap();
+        assert_eq!(partition.leader, 1);
+        assert!(partition.leader_epoch > was.leader_epoch);
+    }
+    // Registering again at once (a retried registration) moves nothing more.
+    let retry = RegisterBroker {
+        broker_id: 2,
+        incarnation_id: Uuid(98),
+        broker_epoch: 30,
+        endpoints: before.brokers[&2].registration.endpoints.clone(),
+        rack: None,
+        fenced: true,
+    };
+    let image = apply(&image, register_broker(&image, retry.clone(), &DEFAULTS));
+    let records = register_broker(&image, retry, &DEFAULTS);
+    assert_eq!(records.len(), 1, "{records:?}");
+}
+
+#[test]
+fn unclean_election_only_when_the_topic_allows_it() {
+    let replicas = [1, 2, 3];
+    assert_eq!(
+        elect_leader(&replicas, &[3], |b| b != 3, false),
+        Election::None
+    );
+    assert_eq!(
+        elect_leader(&replicas, &[3], |b| b != 3, true),
+        Election::Unclean(1)
+    );
+    assert_eq!(
+        elect_leader(&replicas, &[2, 3], |_| true, false),
+        Election::Clean(2)
+    );
+
+    let image = cluster(2);
+    let mut spec = NewTopic {
+        replication_factor: 2,
+        partitions: 1,
+        ..topic("t")
+    };
+    spec.configs
+        .insert("unclean.leader.election.enable".into(), "true".into());
+    let image = apply(
+        &image,
+        create_topic(&image, &spec, Uuid(5), &DEFAULTS).unwrap(),
+    );
+    let leader = image.partition(Uuid(5), 0).unwrap().leader;
+    let follower = 3 - leader;
+    // The follower drops out of the ISR, then the leader is fenced: only unclean election
+    // gives the partition a leader again.
+    let current = image.partition(Uuid(5), 0).unwrap().clone();
+    let shrink = AlterPartition {
+        broker: leader,
+        topic_id: Uuid(5),
+        partition: 0,
+        leader_epoch: current.leader_epoch,
+        partition_epoch: current.partition_epoch,
+        new_isr: vec![leader],
+    };
+    let image = apply(&image, alter_partition(&image, &shrink).unwrap());
+    let image = apply(&image, fence_broker(&image, leader, &DEFAULTS).unwrap());
+    let partition = image.partition(Uuid(5), 0).unwrap();
+    assert_eq!(
+        (partition.leader, partition.isr.clone()),
+        (follower, vec![follower])
+    );
+}
+
+#[test]
+fn alter_partition_checks_epochs_and_eligibility() {
+    let image = cluster(3);
+    let spec = NewTopic {
+        partitions: 1,
+        ..topic("t")
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &spec, Uuid(9), &DEFAULTS).unwrap(),
+    );
+    let current = image.partition(Uuid(9), 0).unwrap().clone();
+    let leader = current.leader;
+    let others: Vec<i32> = current
+        .replicas
+        .iter()
+        .copied()
+        .filter(|b| *b != leader)
+        .collect();
+    let request = AlterPartition {
+        broker: leader,
+        topic_id: Uuid(9),
+        partition: 0,
+        leader_epoch: current.leader_epoch,
+        partition_epoch: current.partition_epoch,
+        new_isr: vec![leader, others[0]],
+    };
+    let code = |r: &AlterPartition| alter_partition(&image, r).unwrap_err().kafka_error_code();
+    assert_eq!(
+        code(&AlterPartition {
+            broker: others[0],
+            ..request.clone()
+        }),
+        6,
+        "NOT_LEADER_OR_FOLLOWER"
+    );
+    assert_eq!(
+        code(&AlterPartition {
+            leader_epoch: 7,
+            ..request.clone()
+        }),
+        74,
+        "FENCED_LEADER_EPOCH"
+    );
+    assert_eq!(
+        code(&AlterPartition {
+            partition_epoch: 7,
+            ..request.clone()
+        }),
+        95,
+        "INVALID_UPDATE_VERSION"
+    );
+    assert_eq!(
+        code(&AlterPartition {
+            new_isr: vec![others[0]],
+            ..request.clone()
+        }),
+        107,
+        "leader must stay"
+    );
+    assert_eq!(
+        code(&AlterPartition {
+            new_isr: vec![leader, 42],
+            ..request.clone()
+        }),
+        107,
+        "not a replica"
+    );
+    let shrunk = apply(&image, alter_partition(&image, &request).unwrap());
+    let after = shrunk.partition(Uuid(9), 0).unwrap();
+    assert_eq!(after.isr, vec![leader, others[0]]);
+    assert_eq!(
+        (after.leader_epoch, after.partition_epoch),
+        (current.leader_epoch, current.partition_epoch + 1)
+    );
+    // The same request again is stale now.
+    assert_eq!(
+        alter_partition(&shrunk, &request)
+            .unwrap_err()
+            .kafka_error_code(),
+        95
+    );
+    // A fenced replica may not join.
+    let fenced = apply(
+        &shrunk,
+        vec![MetadataRecord::FenceBroker {
+            broker_id: others[1],
+            broker_epoch: 10,
+        }],
+    );
+    let after = fenced.partition(Uuid(9), 0).unwrap();
+    let join = AlterPartition {
+        leader_epoch: after.leader_epoch,
+        partition_epoch: after.partition_epoch,
+        new_isr: vec![leader, others[0], others[1]],
+        ..request
+    };
+    assert_eq!(
+        alter_partition(&fenced, &join)
+            .unwrap_err()
+            .kafka_error_code(),
+        107
+    );
+}
+
+#[test]
+fn partitions_are_added_and_topics_deleted() {
+    let image = cluster(3);
+    let image = apply(
+        &image,
+        create_topic(
+            &image,
+            &NewTopic {
+                partitions: 2,
+                replication_factor: 2,
+                ..topic("t")
+            },
+            Uuid(3),
+            &DEFAULTS,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        create_partitions(&image, "t", 2)
+            .unwrap_err()
+            .kafka_error_code(),
+        37
+    );
+    assert_eq!(
+        create_partitions(&image, "nope", 5)
+            .unwrap_err()
+            .kafka_error_code(),
+        3
+    );
+    let image = apply(&image, create_partitions(&image, "t", 5).unwrap());
+    let topic = image.topic_by_name("t").unwrap();
+    assert_eq!(
+        topic.partitions.keys().copied().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert!(topic.partitions.values().all(|p| p.replicas.len() == 2));
+    let image = apply(&image, delete_topic(&image, "t").unwrap());
+    assert!(image.topic_by_name("t").is_none());
+    assert_eq!(delete_topic(&image, "t").unwrap_err().kafka_error_code(), 3);
+}
+
+#[test]
+fn duplicate_isr_members_and_unservable_assignments_are_refused() {
+    let image = cluster(3);
+    let spec = NewTopic {
+        partitions: 1,
+        ..topic("t")
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &spec, Uuid(4), &DEFAULTS).unwrap(),
+    );
+    let current = image.partition(Uuid(4), 0).unwrap().clone();
+    let other = *current
+        .replicas
+        .iter()
+        .find(|b| **b != current.leader)
+        .unwrap();
+    let duplicate = AlterPartition {
+        broker: current.leader,
+        topic_id: Uuid(4),
+        partition: 0,
+        leader_epoch: current.leader_epoch,
+        partition_epoch: current.partition_epoch,
+        new_isr: vec![current.leader, other, other],
+    };
+    assert_eq!(
+        alter_partition(&image, &duplicate)
+            .unwrap_err()
+            .kafka_error_code(),
+        107
+    );
+    // Replay refuses a duplicate ISR whatever proposes it.
+    let mut delta = sluice_raft::MetadataDelta::new(&image);
+    let change = MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: Uuid(4),
+        partition: 0,
+        isr: Some(vec![current.leader, current.leader]),
+        ..Default::default()
+    });
+    assert!(delta.replay(&change).is_err());
+    // Explicit assignments with no unfenced replica would never come online.
+    let fenced = apply(
+        &image,
+        vec![MetadataRecord::FenceBroker {
+            broker_id: 3,
+            broker_epoch: 10,
+        }],
+    );
+    let offline = NewTopic {
+        assignments: [(0, vec![3])].into(),
+        ..topic("u")
+    };
+    assert_eq!(
+        create_topic(&fenced, &offline, Uuid(5), &DEFAULTS)
+            .unwrap_err()
+            .kafka_error_code(),
+        39
+    );
+}
+
+#[test]
+fn reassignments_elect_the_first_live_in_sync_target_in_replica_order() {
+    let image = cluster(5);
+    let image = apply(
+        &image,
+        create_topic(&image, &topic("moving"), Uuid(9), &DEFAULTS).unwrap(),
+    );
+    let start = image.partition(Uuid(9), 0).unwrap().clone();
+    let outside: Vec<BrokerId> = (1..=5).filter(|b| !start.replicas.contains(b)).collect();
+    // Move to the two brokers outside the set plus one follower; the leader leaves.
+    let follower = *start.replicas.iter().find(|b| **b != start.leader).unwrap();
+    let target = vec![outside[1], outside[0], follower];
+    let image = apply(
+        &image,
+        reassign(&image, "moving", 0, Some(target.clone())).unwrap(),
+    );
+    // Every replica caught up: the ISR lists them in another order than the target.
+    let mut everyone = image.partition(Uuid(9), 0).unwrap().replicas.clone();
+    everyone.sort_unstable();
+    let caught_up = MetadataRecord::PartitionChange(PartitionChange {
+        topic_id: Uuid(9),
+        partition: 0,
+        isr: Some(everyone),
+        ..Default::default()
+    });
+    let image = apply(&image, vec![caught_up]);
+    let done = apply(&image, complete_reassignments(&image));
+    let moved = done.partition(Uuid(9), 0).unwrap();
+    assert_eq!(moved.replicas, target);
+    // The preferred (first) target replica leads, not the lowest id in the ISR.
+    assert_eq!(moved.leader, outside[1]);
+
+    // Cancelling instead goes back to the original replicas; when the leader is not among
+    // them, the first original replica in the ISR and alive leads.
+    let led_by_newcomer = apply(
+        &image,
+        vec![MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: Uuid(9),
+            partition: 0,
+            leader: Some(outside[0]),
+            ..Default::default()
+        })],
+    );
+    let cancelled = apply(
+        &led_by_newcomer,
+        reassign(&led_by_newcomer, "moving", 0, None).unwrap(),
+    );
+    let back = cancelled.partition(Uuid(9), 0).unwrap();
+    assert_eq!(back.replicas, start.replicas);
+    assert_eq!(back.leader, start.replicas[0]);
+}

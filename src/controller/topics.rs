@@ -1,0 +1,193 @@
+//! Topics: creation (validation, placement), deletion, partitions added.
+
+use super::*;
+
+/// The most partitions one request may create: bounds the records a single proposal makes.
+pub const PARTITIONS_PER_REQUEST_MAX: i32 = 100_000;
+
+/// CreateTopics: the records that create `topic` with id `topic_id`.
+pub fn create_topic(
+    image: &MetadataImage,
+    topic: &NewTopic,
+    topic_id: Uuid,
+    defaults: &Defaults,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    validate_topic_name(&topic.name).map_err(ControllerError::InvalidTopic)?;
+    if image.topic_by_name(&topic.name).is_some() {
+        return Err(ControllerError::TopicAlreadyExists(topic.name.clone()));
+    }
+    let assignment = if topic.assignments.is_empty() {
+        let partitions = if topic.partitions == -1 {
+            defaults.partitions
+        } else {
+            topic.partitions
+        };
+        if partitions <= 0 || partitions > PARTITIONS_PER_REQUEST_MAX {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "{partitions} partitions; must be in [1, {PARTITIONS_PER_REQUEST_MAX}]"
+            )));
+        }
+        let factor = if topic.replication_factor == -1 {
+            defaults.replication_factor
+        } else {
+            topic.replication_factor
+        };
+        let candidates = candidates(image);
+        if factor <= 0 || factor as usize > candidates.len() {
+            return Err(ControllerError::InvalidReplicationFactor(format!(
+                "replication factor {factor} with {} available brokers",
+                candidates.len()
+            )));
+        }
+        placement::assign(
+            &candidates,
+            0,
+            partitions,
+            factor as usize,
+            (topic_id.0 % 1_000_003) as usize,
+        )
+    } else {
+        if topic.assignments.len() > PARTITIONS_PER_REQUEST_MAX as usize {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "at most {PARTITIONS_PER_REQUEST_MAX} partitions at once"
+            )));
+        }
+        validate_assignments(image, &topic.assignments, 0)?;
+        if let Some((partition, _)) = topic
+            .assignments
+            .iter()
+            .find(|(_, r)| !r.iter().any(|b| alive(image, *b)))
+        {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "partition {partition}: no assigned replica is an unfenced broker"
+            )));
+        }
+        topic.assignments.clone()
+    };
+    let mut records = vec![MetadataRecord::Topic {
+        topic_id,
+        name: topic.name.clone(),
+    }];
+    for (name, value) in &topic.configs {
+        validate_topic_config(name, value)?;
+        records.push(MetadataRecord::Config {
+            resource: ConfigResource::Topic(topic.name.clone()),
+            name: name.clone(),
+            value: Some(value.clone()),
+        });
+    }
+    for (partition, replicas) in assignment {
+        let isr: Vec<BrokerId> = replicas
+            .iter()
+            .copied()
+            .filter(|b| alive(image, *b))
+            .collect();
+        let leader = isr.first().copied().unwrap_or(NO_LEADER);
+        records.push(MetadataRecord::Partition(PartitionRecord {
+            topic_id,
+            partition,
+            replicas,
+            isr: if isr.is_empty() { vec![] } else { isr },
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }));
+    }
+    Ok(records)
+}
+
+pub(super) fn validate_assignments(
+    image: &MetadataImage,
+    assignments: &BTreeMap<i32, Vec<BrokerId>>,
+    first: i32,
+) -> Result<(), ControllerError> {
+    let expected: Vec<i32> = (first..first + assignments.len() as i32).collect();
+    if assignments.keys().copied().collect::<Vec<_>>() != expected {
+        return Err(ControllerError::InvalidReplicaAssignment(format!(
+            "partitions must be numbered {first}.. without gaps"
+        )));
+    }
+    let factor = assignments.values().next().map_or(0, Vec::len);
+    for (partition, replicas) in assignments {
+        let mut sorted = replicas.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if replicas.is_empty() || sorted.len() != replicas.len() || replicas.len() != factor {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "partition {partition}: {replicas:?}"
+            )));
+        }
+        if let Some(unknown) = replicas.iter().find(|b| !image.brokers.contains_key(b)) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "broker {unknown} is not registered"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// DeleteTopics.
+pub fn delete_topic(
+    image: &MetadataImage,
+    name: &str,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let topic = image
+        .topic_by_name(name)
+        .ok_or_else(|| ControllerError::UnknownTopicOrPartition(name.to_owned()))?;
+    Ok(vec![MetadataRecord::RemoveTopic { topic_id: topic.id }])
+}
+
+/// CreatePartitions: grow `name` to `total` partitions.
+pub fn create_partitions(
+    image: &MetadataImage,
+    name: &str,
+    total: i32,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let topic = image
+        .topic_by_name(name)
+        .ok_or_else(|| ControllerError::UnknownTopicOrPartition(name.to_owned()))?;
+    let current = topic.partitions.len() as i32;
+    if total <= current {
+        return Err(ControllerError::InvalidPartitions(format!(
+            "topic has {current} partitions; {total} would not add any"
+        )));
+    }
+    if total - current > PARTITIONS_PER_REQUEST_MAX {
+        return Err(ControllerError::InvalidPartitions(format!(
+            "at most {PARTITIONS_PER_REQUEST_MAX} partitions at once"
+        )));
+    }
+    let factor = topic
+        .partitions
+        .values()
+        .next()
+        .map_or(1, |p| p.replicas.len());
+    let candidates = candidates(image);
+    if factor > candidates.len() {
+        return Err(ControllerError::InvalidReplicationFactor(format!(
+            "replication factor {factor} with {} available brokers",
+            candidates.len()
+        )));
+    }
+    let assignment = placement::assign(
+        &candidates,
+        current,
+        total - current,
+        factor,
+        (topic.id.0 % 1_000_003) as usize,
+    );
+    Ok(assignment
+        .into_iter()
+        .map(|(partition, replicas)| {
+            MetadataRecord::Partition(PartitionRecord {
+                topic_id: topic.id,
+                partition,
+                leader: replicas[0],
+                isr: replicas.clone(),
+                replicas,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,164 @@
+//! The HTTP listener: `/health` and `/metrics` (Prometheus text).
+
+use super::*;
+
+/// The largest HTTP request head the listener reads.
+const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
+
+pub(super) async fn serve_http(
+    listener: TcpListener,
+    quorum: Arc<Quorum>,
+    logs: Arc<LogManager>,
+    broker_metrics: Arc<Metrics>,
+    replicas: Arc<ReplicaManager>,
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let quorum = Arc::clone(&quorum);
+        let logs = Arc::clone(&logs);
+        let broker_metrics = Arc::clone(&broker_metrics);
+        let replicas = Arc::clone(&replicas);
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut buffer = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n")
+                    && head.len() < HTTP_REQUEST_BYTES_MAX
+                {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let request_line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let path = request_line.split_whitespace().nth(1).unwrap_or("");
+            let (status, content_type, body) = match path {
+                "/health" => ("200 OK", "text/plain", health(&quorum)),
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
+                    let mut text = metrics(&quorum, &logs);
+                    broker_metrics.render(&mut text);
+                    replicas.render_metrics(&mut text);
+                    text
+                }),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+fn health(quorum: &Quorum) -> String {
+    let metrics = quorum.metrics();
+    format!(
+        "ok node={} state={:?} leader={} term={}\n",
+        quorum.node_id(),
+        metrics.state,
+        metrics
+            .current_leader
+            .map_or("none".to_owned(), |l| l.to_string()),
+        metrics.current_term
+    )
+}
+
+/// Prometheus text exposition of what operators watch.
+fn metrics(quorum: &Quorum, logs: &LogManager) -> String {
+    let m = quorum.metrics();
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    };
+    gauge(
+        "sluice_quorum_current_term",
+        "Raft term of the metadata quorum as this node sees it.",
+        m.current_term.to_string(),
+    );
+    gauge(
+        "sluice_quorum_current_leader",
+        "Node id of the quorum leader, -1 when unknown.",
+        m.current_leader.map_or(-1, |l| l as i64).to_string(),
+    );
+    gauge(
+        "sluice_quorum_is_leader",
+        "1 when this node leads the metadata quorum.",
+        u8::from(m.current_leader == Some(quorum.node_id())).to_string(),
+    );
+    gauge(
+        "sluice_quorum_last_log_index",
+        "Index of the last entry in this node's metadata log.",
+        m.last_log_index.unwrap_or(0).to_string(),
+    );
+    gauge(
+        "sluice_quorum_last_applied_index",
+        "Index of the last committed entry applied here (the metadata image's index).",
+        m.last_applied.map_or(0, |l| l.index).to_string(),
+    );
+    gauge(
+        "sluice_quorum_voters",
+        "Voters in the quorum's membership.",
+        m.membership_config.voter_ids().count().to_string(),
+    );
+    let image = quorum.image();
+    gauge(
+        "sluice_brokers_registered",
+        "Brokers registered in the metadata image.",
+        image.brokers.len().to_string(),
+    );
+    gauge(
+        "sluice_brokers_unfenced",
+        "Registered brokers not fenced.",
+        image.unfenced_brokers().count().to_string(),
+    );
+    gauge(
+        "sluice_topics",
+        "Topics in the metadata image.",
+        image.topics.len().to_string(),
+    );
+    let offline = image
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.values())
+        .filter(|p| p.leader == sluice_raft::records::NO_LEADER)
+        .count();
+    gauge(
+        "sluice_partitions_offline",
+        "Partitions without a leader.",
+        offline.to_string(),
+    );
+    let all = logs.all();
+    gauge(
+        "sluice_log_partitions",
+        "Partition logs on this node.",
+        all.len().to_string(),
+    );
+    gauge(
+        "sluice_log_size_bytes",
+        "Bytes in all partition logs on this node.",
+        all.iter().map(|l| l.size_bytes()).sum::<u64>().to_string(),
+    );
+    gauge(
+        "sluice_log_offline_partitions",
+        "Partition logs taken offline by a storage error.",
+        all.iter().filter(|l| l.is_offline()).count().to_string(),
+    );
+    out
+}

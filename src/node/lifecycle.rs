@@ -1,0 +1,223 @@
+//! The broker's lifecycle with the controller: registration, heartbeats (fenced / unfenced,
+//! registering again when the controller no longer knows this incarnation), and controlled
+//! shutdown (leaderships moved away before the listener closes).
+
+use super::*;
+
+/// Kafka's controlled shutdown: the controller fences this broker (moving its leaderships to
+/// other ISR members) and the broker waits until its image shows it leads nothing, so clients
+/// switch to the new leaders before this broker stops answering. Retried
+/// `controlled.shutdown.max.retries` times; if the controller cannot be reached, the broker
+/// stops anyway (its session will expire).
+pub(super) async fn controlled_shutdown(
+    quorum: &Arc<Quorum>,
+    config: &ServerConfig,
+    broker_epoch: i64,
+) {
+    if broker_epoch < 0 {
+        return;
+    }
+    let broker_id = config.node_id as i32;
+    let leads_replicated = |image: &sluice_raft::MetadataImage| {
+        image.topics.values().any(|t| {
+            t.partitions
+                .values()
+                .any(|p| p.leader == broker_id && p.isr.len() > 1)
+        })
+    };
+    if !leads_replicated(&quorum.image()) {
+        // Nothing another broker could take over.
+        return;
+    }
+    let voters: Vec<String> = config
+        .voters
+        .iter()
+        .map(|v| format!("{}:{}", v.host, v.port))
+        .collect();
+    let request = ControllerRequest::ControlledShutdown {
+        broker_id,
+        broker_epoch,
+    };
+    let started = std::time::Instant::now();
+    for attempt in 0..=config.controlled_shutdown_max_retries {
+        match call_controller(quorum, &voters, &request, Duration::from_secs(5)).await {
+            Ok(ControllerResponse::Ok { .. }) => {
+                let mut images = quorum.images();
+                let moved = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    images.wait_for(|image| {
+                        image.brokers.get(&broker_id).is_none_or(|b| b.fenced)
+                            && !image.topics.values().any(|t| {
+                                t.partitions.values().any(|p| {
+                                    p.leader == broker_id && p.replicas.len() > 1 && p.isr.len() > 1
+                                })
+                            })
+                    }),
+                )
+                .await;
+                match moved {
+                    Ok(Ok(_)) => tracing::info!(
+                        broker_id,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "controlled shutdown: leaderships moved"
+                    ),
+                    _ => {
+                        tracing::warn!(broker_id, "controlled shutdown: leaderships not all moved")
+                    }
+                }
+                return;
+            }
+            Ok(other) => {
+                tracing::warn!(attempt, ?other, "controlled shutdown refused");
+            }
+            Err(error) => tracing::warn!(attempt, %error, "controlled shutdown failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(
+            config.controlled_shutdown_retry_backoff_ms,
+        ))
+        .await;
+    }
+    tracing::warn!(broker_id, "controlled shutdown gave up: stopping anyway");
+}
+
+/// The broker's side of its registration: register with the active controller, then
+/// heartbeat; report caught up (to be unfenced) once this node has applied its own
+/// registration, i.e. its metadata image is current up to it. Re-registers after a stale
+/// epoch (the controller lost track of it).
+pub(super) async fn broker_lifecycle(
+    quorum: Arc<Quorum>,
+    config: ServerConfig,
+    current_epoch: Arc<AtomicI64>,
+    current_fenced: Arc<AtomicBool>,
+) {
+    let broker_id = config.node_id as i32;
+    let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
+    let endpoints = config
+        .advertised_listeners
+        .iter()
+        .filter(|l| l.name != config.controller_listener_name)
+        .map(|l| sluice_raft::records::Endpoint {
+            name: l.name.clone(),
+            host: l.host.clone(),
+            port: l.port,
+            security_protocol: "PLAINTEXT".into(),
+        })
+        .collect::<Vec<_>>();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let incarnation = sluice_raft::records::Uuid(started ^ u128::from(config.node_id));
+    let voters: Vec<String> = config
+        .voters
+        .iter()
+        .map(|v| format!("{}:{}", v.host, v.port))
+        .collect();
+    if !config.voters.iter().any(|v| v.node_id == config.node_id) {
+        // Not a voter: follow the metadata log as a learner first.
+        let addr = match config.controller_listener().socket_addr() {
+            Ok(addr) => addr.to_string(),
+            Err(error) => {
+                tracing::error!(%error, "no internal address to join the quorum with");
+                return;
+            }
+        };
+        let join = ControllerRequest::AddLearner {
+            node_id: config.node_id,
+            addr,
+        };
+        loop {
+            match call_controller(&quorum, &voters, &join, Duration::from_secs(30)).await {
+                Ok(ControllerResponse::Ok { .. }) => break,
+                Ok(other) => tracing::warn!(
+                    ?other,
+                    "joining the quorum as a learner was refused; retrying"
+                ),
+                Err(error) => {
+                    tracing::warn!(%error, "joining the quorum as a learner failed; retrying")
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+        tracing::info!(
+            node_id = config.node_id,
+            "following the metadata quorum as a learner"
+        );
+    }
+    'register: loop {
+        let registration = sluice_raft::records::RegisterBroker {
+            broker_id,
+            incarnation_id: incarnation,
+            broker_epoch: 0,
+            endpoints: endpoints.clone(),
+            rack: config.broker_rack.clone(),
+            fenced: true,
+        };
+        let request = ControllerRequest::RegisterBroker(registration);
+        let epoch = match call_controller(&quorum, &voters, &request, Duration::from_secs(30)).await
+        {
+            Ok(ControllerResponse::Ok {
+                broker_epoch: Some(epoch),
+                ..
+            }) => epoch,
+            Ok(other) => {
+                tracing::warn!(?other, "broker registration refused; retrying");
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "broker registration failed; retrying");
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+        };
+        tracing::info!(
+            broker_id,
+            broker_epoch = epoch,
+            "registered with the controller"
+        );
+        current_epoch.store(epoch, Ordering::Relaxed);
+        let mut fenced = true;
+        loop {
+            let caught_up = quorum
+                .image()
+                .brokers
+                .get(&broker_id)
+                .is_some_and(|b| b.registration.broker_epoch == epoch);
+            let heartbeat = ControllerRequest::Heartbeat {
+                broker_id,
+                broker_epoch: epoch,
+                caught_up,
+            };
+            match call_controller(
+                &quorum,
+                &voters,
+                &heartbeat,
+                interval.max(Duration::from_secs(2)),
+            )
+            .await
+            {
+                Ok(ControllerResponse::Ok {
+                    fenced: Some(now_fenced),
+                    ..
+                }) => {
+                    if fenced && !now_fenced {
+                        tracing::info!(broker_id, "unfenced: serving as a broker");
+                    }
+                    fenced = now_fenced;
+                    current_fenced.store(now_fenced, Ordering::Relaxed);
+                }
+                // The controller no longer knows this registration.
+                Ok(ControllerResponse::Error {
+                    code: errors::STALE_BROKER_EPOCH,
+                    message,
+                }) => {
+                    tracing::warn!(%message, "stale broker epoch: registering again");
+                    continue 'register;
+                }
+                Ok(other) => tracing::debug!(?other, "heartbeat answer"),
+                Err(error) => tracing::debug!(%error, "heartbeat failed"),
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! A running node: what `sluice server` starts, wired here in order: the data directories
+//! (checked against `meta.properties`), the log manager, the metadata quorum member with the
+//! controller service, and for a broker the replica manager (image follower, replica fetchers,
+//! ISR upkeep), the broker lifecycle (`lifecycle`) and the Kafka listener; the HTTP listener
+//! (`http`) on every node. Shutdown stops them in the reverse order.
+
+mod http;
+mod lifecycle;
+
+use http::serve_http;
+use lifecycle::{broker_lifecycle, controlled_shutdown};
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::broker::{Broker, FetchSessionCache};
+use crate::config::ServerConfig;
+use crate::controller::Defaults;
+use crate::controller::service::{
+    ControllerRequest, ControllerResponse, ControllerService, call_controller,
+};
+use crate::log::{LogManager, SystemClock};
+use crate::meta_properties::{self, MetaProperties};
+use crate::metrics::Metrics;
+use crate::protocol::errors;
+use crate::replica::ReplicaManager;
+use crate::server::{ListenerSettings, Server};
+use crate::txn::ProducerIdManager;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// The quorum's RocksDB lives here, inside `metadata.log.dir`. The name has no `-<n>`
+/// suffix, so the log manager never mistakes it for a partition.
+pub const METADATA_DIR_NAME: &str = "__cluster_metadata";
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    MetaProperties(#[from] meta_properties::MetaPropertiesError),
+    #[error("log manager: {0}")]
+    Log(#[from] crate::log::LogError),
+    #[error("metadata quorum: {0}")]
+    Quorum(#[from] sluice_raft::QuorumError),
+    #[error("{0}")]
+    Config(String),
+    #[error("binding the Kafka listener {addr}: {source}")]
+    Kafka {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("binding the HTTP listener {addr}: {source}")]
+    Http {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+pub struct Node {
+    config: ServerConfig,
+    logs: Arc<LogManager>,
+    quorum: Arc<Quorum>,
+    replicas: Arc<ReplicaManager>,
+    server: Option<Server>,
+    /// Registration and heartbeats; stopped first at a controlled shutdown.
+    lifecycle: Option<tokio::task::JoinHandle<()>>,
+    broker_epoch: Arc<AtomicI64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// How long shutdown waits for requests already read to be answered.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+impl Node {
+    pub async fn start(config: ServerConfig) -> Result<Node, NodeError> {
+        let identity = MetaProperties {
+            cluster_id: config.cluster_id.clone(),
+            node_id: config.node_id,
+        };
+        let mut dirs = config.log_dirs.clone();
+        if !dirs.contains(&config.metadata_log_dir) {
+            dirs.push(config.metadata_log_dir.clone());
+        }
+        for dir in &dirs {
+            if meta_properties::ensure(dir, &identity)? {
+                tracing::info!(dir = %dir.display(), cluster_id = %identity.cluster_id, node_id = identity.node_id, "formatted data directory");
+            }
+        }
+        let log_config = config.log_manager.clone();
+        let logs = Arc::new(tokio::task::block_in_place(|| {
+            LogManager::open(log_config, Arc::new(SystemClock))
+        })?);
+        logs.start_background()?;
+
+        let voters: BTreeMap<u64, NodeInfo> = config
+            .voters
+            .iter()
+            .map(|v| {
+                (
+                    v.node_id,
+                    NodeInfo {
+                        addr: format!("{}:{}", v.host, v.port),
+                    },
+                )
+            })
+            .collect();
+        let listen = config
+            .controller_listener()
+            .socket_addr()
+            .map_err(NodeError::Config)?;
+        let election_ms = config.quorum_election_timeout_ms;
+        let mut quorum_config = QuorumConfig::new(
+            config.node_id,
+            config.metadata_log_dir.join(METADATA_DIR_NAME),
+            listen,
+            if config.roles.controller {
+                voters
+            } else {
+                BTreeMap::new()
+            },
+        );
+        quorum_config.election_timeout_min_ms = election_ms;
+        quorum_config.election_timeout_max_ms = election_ms * 2;
+        quorum_config.heartbeat_interval_ms = (election_ms / 5).max(5);
+        let quorum = Arc::new(Quorum::start(quorum_config).await?);
+        let defaults = Defaults {
+            partitions: config.num_partitions,
+            replication_factor: config.default_replication_factor,
+            unclean_leader_election: config.unclean_leader_election_enable,
+        };
+        let session_timeout = Duration::from_millis(config.broker_session_timeout_ms);
+        let controller = ControllerService::new(&quorum, defaults, session_timeout);
+        quorum.set_call_handler(controller.clone());
+        let mut tasks = vec![
+            tokio::spawn(Arc::clone(&controller).run_session_timer()),
+            tokio::spawn(Arc::clone(&controller).run_reassignments()),
+        ];
+        if config.auto_leader_rebalance_enable {
+            controller.enable_leader_rebalance(Duration::from_secs(
+                config.leader_imbalance_check_interval_seconds,
+            ));
+            tasks.push(tokio::spawn(Arc::clone(&controller).run_leader_rebalance()));
+        }
+        let broker_epoch = Arc::new(AtomicI64::new(-1));
+        let fenced = Arc::new(AtomicBool::new(true));
+        let lifecycle = config.roles.broker.then(|| {
+            tokio::spawn(broker_lifecycle(
+                Arc::clone(&quorum),
+                config.clone(),
+                Arc::clone(&broker_epoch),
+                Arc::clone(&fenced),
+            ))
+        });
+        let broker_id = config.node_id as i32;
+        let replicas = Arc::new(ReplicaManager::new(
+            broker_id,
+            Arc::clone(&logs),
+            config.properties.clone(),
+            Arc::clone(&broker_epoch),
+        ));
+        let metrics = Arc::new(Metrics::default());
+        let mut server = None;
+        if config.roles.broker {
+            tasks.push(tokio::spawn(
+                Arc::clone(&replicas).follow_images(quorum.images()),
+            ));
+            let client_listener = config
+                .listeners
+                .iter()
+                .find(|l| l.name != config.controller_listener_name)
+                .map_or_else(|| "PLAINTEXT".to_owned(), |l| l.name.clone());
+            tasks.push(tokio::spawn(crate::replica::fetcher::run(
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+                crate::replica::fetcher::FetcherSettings {
+                    listener_name: client_listener,
+                    fetch_max_bytes: config.replica_fetch_max_bytes,
+                    response_max_bytes: config.replica_fetch_response_max_bytes,
+                    wait_max_ms: config.replica_fetch_wait_max_ms,
+                    backoff_ms: config.replica_fetch_backoff_ms,
+                },
+            )));
+            tasks.push(tokio::spawn(crate::replica::isr::run(
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+                config
+                    .voters
+                    .iter()
+                    .map(|v| format!("{}:{}", v.host, v.port))
+                    .collect(),
+                Duration::from_millis(config.replica_lag_time_max_ms),
+            )));
+            let listener_config = config
+                .listeners
+                .iter()
+                .find(|l| l.name != config.controller_listener_name)
+                .ok_or_else(|| NodeError::Config("no client listener".into()))?
+                .clone();
+            let addr = listener_config.socket_addr().map_err(NodeError::Config)?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeError::Kafka { addr, source })?;
+            let broker = Arc::new(Broker {
+                config: config.clone(),
+                broker_id,
+                quorum: Arc::clone(&quorum),
+                replicas: Arc::clone(&replicas),
+                metrics: Arc::clone(&metrics),
+                producer_ids: ProducerIdManager::default(),
+                fetch_sessions: FetchSessionCache::default(),
+                broker_epoch: Arc::clone(&broker_epoch),
+                fenced,
+            });
+            let settings = ListenerSettings {
+                name: listener_config.name.clone(),
+                request_bytes_max: config.socket_request_max_bytes,
+                connections_max: config.max_connections,
+                queued_requests_max: config.queued_max_requests,
+                idle_ms: config.connections_max_idle_ms,
+            };
+            let started = Server::start(listener, settings, broker);
+            tracing::info!(listener = %listener_config.name, addr = %started.local_addr(), "Kafka listener started");
+            server = Some(started);
+        }
+
+        let http_listener = TcpListener::bind(config.http_listener)
+            .await
+            .map_err(|source| NodeError::Http {
+                addr: config.http_listener,
+                source,
+            })?;
+        tasks.push(tokio::spawn(serve_http(
+            http_listener,
+            Arc::clone(&quorum),
+            Arc::clone(&logs),
+            Arc::clone(&metrics),
+            Arc::clone(&replicas),
+        )));
+        tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
+        Ok(Node {
+            config,
+            logs,
+            quorum,
+            replicas,
+            server,
+            lifecycle,
+            broker_epoch,
+            tasks,
+        })
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Stops the node: the Kafka listener (requests already read are answered), the quorum
+    /// member, then the logs (producer state snapshotted, flushed, checkpointed, marked clean).
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(lifecycle) = self.lifecycle {
+            // No more heartbeats: they would unfence the broker again.
+            lifecycle.abort();
+            let _ = lifecycle.await;
+            if self.config.controlled_shutdown_enable {
+                controlled_shutdown(
+                    &self.quorum,
+                    &self.config,
+                    self.broker_epoch.load(Ordering::Relaxed),
+                )
+                .await;
+            }
+        }
+        if let Some(server) = self.server {
+            server.shutdown(SHUTDOWN_GRACE).await;
+        }
+        // Background tasks first (replica fetchers with their supervisor, ISR and controller
+        // timers, HTTP): nothing appends once producer state is snapshotted and logs close.
+        for task in self.tasks {
+            task.abort();
+            let _ = task.await;
+        }
+        tokio::task::block_in_place(|| self.replicas.snapshot_producer_state());
+        drop(self.replicas);
+        match Arc::try_unwrap(self.quorum) {
+            Ok(quorum) => quorum.shutdown().await,
+            Err(_) => tracing::warn!("quorum still referenced at shutdown"),
+        }
+        let logs = self.logs;
+        tokio::task::block_in_place(|| logs.shutdown())?;
+        tracing::info!("node stopped");
+        Ok(())
+    }
+}
