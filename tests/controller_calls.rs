@@ -137,6 +137,7 @@ async fn controller_requests_commit_or_answer_kafka_errors() {
     let grow = ControllerRequest::CreatePartitions {
         topic: "orders".into(),
         total: 4,
+        assignments: Vec::new(),
     };
     assert!(matches!(
         ask(&addr, grow).await,

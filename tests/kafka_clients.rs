@@ -50,6 +50,12 @@ fn confluent_sees_message_too_large_and_nothing_is_written() {
 }
 
 #[test]
+fn confluent_sees_keyless_records_refused_one_by_one_in_every_codec() {
+    let node = SingleNode::start(&[]);
+    confluent(&node, "record-errors", &[]);
+}
+
+#[test]
 fn auto_create_follows_the_broker_setting() {
     let node = SingleNode::start(&[]);
     confluent(&node, "auto-create", &[]);

@@ -7,6 +7,7 @@
 //! follow `replicas.leadership_changes()`: became leader at epoch E (load), follower or
 //! removed (unload).
 
+pub mod authorizer;
 mod fetch_sessions;
 
 pub use fetch_sessions::FetchSessionCache;

@@ -37,6 +37,8 @@ pub enum ControllerRequest {
     CreatePartitions {
         topic: String,
         total: i32,
+        /// Replicas of each new partition, in order; empty: the controller places them.
+        assignments: Vec<Vec<BrokerId>>,
     },
     /// AlterPartition from a partition leader (an ISR change).
     AlterPartition(super::AlterPartition),
@@ -430,9 +432,12 @@ impl ControllerService {
             ControllerRequest::DeleteTopic(name) => {
                 super::delete_topic(&image, &name).map(|r| (r, None, None))
             }
-            ControllerRequest::CreatePartitions { topic, total } => {
-                super::create_partitions(&image, &topic, total).map(|r| (r, None, None))
-            }
+            ControllerRequest::CreatePartitions {
+                topic,
+                total,
+                assignments,
+            } => super::create_partitions(&image, &topic, total, &assignments)
+                .map(|r| (r, None, None)),
             ControllerRequest::AlterPartition(change) => {
                 super::alter_partition(&image, &change).map(|r| (r, None, None))
             }

@@ -419,24 +419,52 @@ fn partitions_are_added_and_topics_deleted() {
         .unwrap(),
     );
     assert_eq!(
-        create_partitions(&image, "t", 2)
+        create_partitions(&image, "t", 2, &[])
             .unwrap_err()
             .kafka_error_code(),
         37
     );
     assert_eq!(
-        create_partitions(&image, "nope", 5)
+        create_partitions(&image, "nope", 5, &[])
             .unwrap_err()
             .kafka_error_code(),
         3
     );
-    let image = apply(&image, create_partitions(&image, "t", 5).unwrap());
+    let image = apply(&image, create_partitions(&image, "t", 5, &[]).unwrap());
     let topic = image.topic_by_name("t").unwrap();
     assert_eq!(
         topic.partitions.keys().copied().collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4]
     );
     assert!(topic.partitions.values().all(|p| p.replicas.len() == 2));
+
+    // Explicit assignments, one per new partition, with the topic's replication factor and
+    // registered brokers only (INVALID_REPLICA_ASSIGNMENT otherwise).
+    for bad in [
+        vec![vec![3, 1]],
+        vec![vec![3, 1], vec![2]],
+        vec![vec![3, 1], vec![2, 9]],
+        vec![vec![3, 3], vec![1, 2]],
+    ] {
+        assert_eq!(
+            create_partitions(&image, "t", 7, &bad)
+                .unwrap_err()
+                .kafka_error_code(),
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            "{bad:?}"
+        );
+    }
+    let image = apply(
+        &image,
+        create_partitions(&image, "t", 7, &[vec![3, 1], vec![2, 3]]).unwrap(),
+    );
+    let topic = image.topic_by_name("t").unwrap();
+    assert_eq!(topic.partitions[&5].replicas, vec![3, 1]);
+    assert_eq!(
+        (topic.partitions[&5].leader, topic.partitions[&6].leader),
+        (3, 2)
+    );
+    assert_eq!(topic.partitions[&6].isr, vec![2, 3]);
     let image = apply(&image, delete_topic(&image, "t").unwrap());
     assert!(image.topic_by_name("t").is_none());
     assert_eq!(delete_topic(&image, "t").unwrap_err().kafka_error_code(), 3);

@@ -53,15 +53,6 @@ pub fn create_topic(
             )));
         }
         validate_assignments(image, &topic.assignments, 0)?;
-        if let Some((partition, _)) = topic
-            .assignments
-            .iter()
-            .find(|(_, r)| !r.iter().any(|b| alive(image, *b)))
-        {
-            return Err(ControllerError::InvalidReplicaAssignment(format!(
-                "partition {partition}: no assigned replica is an unfenced broker"
-            )));
-        }
         topic.assignments.clone()
     };
     let mut records = vec![MetadataRecord::Topic {
@@ -76,24 +67,33 @@ pub fn create_topic(
             value: Some(value.clone()),
         });
     }
-    for (partition, replicas) in assignment {
+    records.extend(partition_records(image, topic_id, assignment));
+    Ok(records)
+}
+
+/// New partitions on their replicas: the ISR is the live replicas, the first of them leads.
+fn partition_records(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    assignment: impl IntoIterator<Item = (i32, Vec<BrokerId>)>,
+) -> impl Iterator<Item = MetadataRecord> {
+    assignment.into_iter().map(move |(partition, replicas)| {
         let isr: Vec<BrokerId> = replicas
             .iter()
             .copied()
             .filter(|b| alive(image, *b))
             .collect();
         let leader = isr.first().copied().unwrap_or(NO_LEADER);
-        records.push(MetadataRecord::Partition(PartitionRecord {
+        MetadataRecord::Partition(PartitionRecord {
             topic_id,
             partition,
             replicas,
-            isr: if isr.is_empty() { vec![] } else { isr },
+            isr,
             leader,
             leader_epoch: 0,
             partition_epoch: 0,
-        }));
-    }
-    Ok(records)
+        })
+    })
 }
 
 pub(super) fn validate_assignments(
@@ -122,6 +122,11 @@ pub(super) fn validate_assignments(
                 "broker {unknown} is not registered"
             )));
         }
+        if !replicas.iter().any(|b| alive(image, *b)) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "partition {partition}: no assigned replica is an unfenced broker"
+            )));
+        }
     }
     Ok(())
 }
@@ -138,10 +143,14 @@ pub fn delete_topic(
 }
 
 /// CreatePartitions: grow `name` to `total` partitions.
+/// CreatePartitions: grows `name` to `total` partitions, placed by the controller or, when
+/// `assignments` is not empty, on the replicas it lists for each new partition in order
+/// (validated like CreateTopics' assignments, with the topic's replication factor).
 pub fn create_partitions(
     image: &MetadataImage,
     name: &str,
     total: i32,
+    assignments: &[Vec<BrokerId>],
 ) -> Result<Vec<MetadataRecord>, ControllerError> {
     let topic = image
         .topic_by_name(name)
@@ -162,6 +171,25 @@ pub fn create_partitions(
         .values()
         .next()
         .map_or(1, |p| p.replicas.len());
+    if !assignments.is_empty() {
+        if assignments.len() as i32 != total - current {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "increasing the number of partitions by {} but {} assignments provided",
+                total - current,
+                assignments.len()
+            )));
+        }
+        if let Some(other) = assignments.iter().find(|r| r.len() != factor) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "inconsistent replication factor between partitions: {} replicas {other:?} where the topic has {factor}",
+                other.len()
+            )));
+        }
+        let assigned: BTreeMap<i32, Vec<BrokerId>> =
+            (current..).zip(assignments.iter().cloned()).collect();
+        validate_assignments(image, &assigned, current)?;
+        return Ok(partition_records(image, topic.id, assigned).collect());
+    }
     let candidates = candidates(image);
     if factor > candidates.len() {
         return Err(ControllerError::InvalidReplicationFactor(format!(
@@ -176,18 +204,5 @@ pub fn create_partitions(
         factor,
         (topic.id.0 % 1_000_003) as usize,
     );
-    Ok(assignment
-        .into_iter()
-        .map(|(partition, replicas)| {
-            MetadataRecord::Partition(PartitionRecord {
-                topic_id: topic.id,
-                partition,
-                leader: replicas[0],
-                isr: replicas.clone(),
-                replicas,
-                leader_epoch: 0,
-                partition_epoch: 0,
-            })
-        })
-        .collect())
+    Ok(partition_records(image, topic.id, assignment).collect())
 }

@@ -9,7 +9,6 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
-use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 3);
 
@@ -29,24 +28,21 @@ pub async fn handle(
     for topic in request.topics {
         let name = topic.name.to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            results.push(
-                result
-                    .with_error_code(errors::INVALID_REPLICA_ASSIGNMENT)
-                    .with_error_message(Some(str_bytes(
-                        "explicit replica assignments for new partitions are not supported yet; let the controller place them",
-                    ))),
-            );
-            continue;
-        }
+        let assignments: Vec<Vec<i32>> = topic
+            .assignments
+            .iter()
+            .flatten()
+            .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+            .collect();
         let outcome = if request.validate_only {
-            crate::controller::create_partitions(&broker.image(), &name, topic.count)
+            crate::controller::create_partitions(&broker.image(), &name, topic.count, &assignments)
                 .map(|_| ())
                 .map_err(|e| (e.kafka_error_code(), e.to_string()))
         } else {
             let request = ControllerRequest::CreatePartitions {
                 topic: name.clone(),
                 total: topic.count,
+                assignments,
             };
             match broker.call_controller(request, timeout).await {
                 Ok(_) => {

@@ -5,6 +5,7 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
+use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
@@ -27,6 +28,9 @@ pub fn handle(
             .with_error_message(Some(str_bytes(
                 "this listener describes brokers only (endpoint_type 1)",
             )));
+    }
+    if request.include_cluster_authorized_operations {
+        response.cluster_authorized_operations = authorized_operations(Resource::Cluster);
     }
     let image = broker.image();
     response.brokers = image

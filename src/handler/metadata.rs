@@ -13,6 +13,7 @@ use sluice_raft::records::NO_LEADER;
 
 use super::{RequestContext, kafka_uuid, listener_endpoint, our_uuid, str_bytes};
 use crate::broker::Broker;
+use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
 use crate::log::topic_partition::validate_topic_name;
@@ -100,6 +101,20 @@ pub async fn handle(
             })
             .collect(),
     };
+    // Metadata v8-v10 carry the cluster's operations; v8 on the topics'.
+    if request.include_cluster_authorized_operations && context.api_version <= 10 {
+        response.cluster_authorized_operations = authorized_operations(Resource::Cluster);
+    }
+    if request.include_topic_authorized_operations {
+        let operations = authorized_operations(Resource::Topic);
+        for topic in response
+            .topics
+            .iter_mut()
+            .filter(|t| t.error_code == errors::NONE)
+        {
+            topic.topic_authorized_operations = operations;
+        }
+    }
     response
 }
 

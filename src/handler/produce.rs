@@ -8,7 +8,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::{RequestContext, str_bytes};
@@ -30,7 +32,7 @@ struct Wait {
 
 pub async fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: ProduceRequest,
 ) -> Option<Result<ProduceResponse, ()>> {
     let acks = request.acks;
@@ -117,11 +119,23 @@ pub async fn handle(
                 }
                 Err(error) => {
                     tracing::debug!(topic_partition = %tp, code = error.code, message = %error.message, "produce refused");
-                    partitions.push(
-                        response
-                            .with_error_code(error.code)
-                            .with_error_message(Some(str_bytes(error.message))),
-                    );
+                    let mut response = response
+                        .with_error_code(error.code)
+                        .with_error_message(Some(str_bytes(error.message)));
+                    if context.api_version >= 8 {
+                        // The client fails these records with the error and the rest of the
+                        // batch as not at fault (librdkafka: INVALID_DIFFERENT_RECORD).
+                        response.record_errors = error
+                            .record_errors
+                            .into_iter()
+                            .map(|(index, message)| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(index)
+                                    .with_batch_index_error_message(Some(str_bytes(message)))
+                            })
+                            .collect();
+                    }
+                    partitions.push(response);
                 }
             }
         }

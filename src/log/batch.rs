@@ -223,28 +223,38 @@ pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Re
     if header.is_compressed() {
         return Ok(None);
     }
+    check_records(position, header, RecordIter::new(header, batch)).map(Some)
+}
+
+/// Every record's framing, offset deltas in order from 0 and the count against the header;
+/// the largest record timestamp. For an uncompressed batch's records or a compressed batch's,
+/// decompressed.
+pub fn check_records(
+    position: usize,
+    header: &BatchHeader,
+    records: RecordIter<'_>,
+) -> Result<i64> {
+    let invalid = |reason: String| LogError::InvalidRecord { position, reason };
     let mut max_timestamp = i64::MIN;
-    {
-        let mut expected_delta = 0i32;
-        for record in RecordIter::new(header, batch) {
-            let record = record.map_err(|reason| invalid(reason.to_string()))?;
-            max_timestamp = max_timestamp.max(record.timestamp(header));
-            if record.offset_delta != expected_delta {
-                return Err(invalid(format!(
-                    "record offset delta {} where {} was expected",
-                    record.offset_delta, expected_delta
-                )));
-            }
-            expected_delta += 1;
-        }
-        if expected_delta != header.records_count {
+    let mut expected_delta = 0i32;
+    for record in records {
+        let record = record.map_err(|reason| invalid(reason.to_string()))?;
+        max_timestamp = max_timestamp.max(record.timestamp(header));
+        if record.offset_delta != expected_delta {
             return Err(invalid(format!(
-                "batch holds {expected_delta} records, header says {}",
-                header.records_count
+                "record offset delta {} where {} was expected",
+                record.offset_delta, expected_delta
             )));
         }
+        expected_delta += 1;
     }
-    Ok(Some(max_timestamp))
+    if expected_delta != header.records_count {
+        return Err(invalid(format!(
+            "batch holds {expected_delta} records, header says {}",
+            header.records_count
+        )));
+    }
+    Ok(max_timestamp)
 }
 
 /// Writes the leader-assigned fields, which the CRC does not cover.
@@ -307,6 +317,15 @@ impl<'a> RecordIter<'a> {
         debug_assert!(!header.is_compressed());
         RecordIter {
             rest: &batch[BATCH_HEADER_BYTES.min(batch.len())..],
+            remaining: header.records_count,
+            failed: false,
+        }
+    }
+
+    /// The records of a compressed batch's records section, decompressed.
+    pub fn decompressed(header: &BatchHeader, section: &'a [u8]) -> Self {
+        RecordIter {
+            rest: section,
             remaining: header.records_count,
             failed: false,
         }

@@ -27,6 +27,14 @@ pub enum LogError {
     #[error("invalid record batch at byte {position}: {reason}")]
     InvalidRecord { position: usize, reason: String },
 
+    /// Records a leader refuses one by one (Kafka's RecordValidationException): each as its
+    /// index among the request's records for the partition, with why.
+    #[error("{message}")]
+    RecordErrors {
+        errors: Vec<(i32, String)>,
+        message: String,
+    },
+
     /// The follower path got batches whose offsets do not continue the log.
     #[error("offsets out of order: {0}")]
     OffsetsOutOfOrder(String),
@@ -66,7 +74,7 @@ impl LogError {
         match self {
             LogError::Corrupt { .. } => code::CORRUPT_MESSAGE,
             LogError::TooLarge { .. } => code::MESSAGE_TOO_LARGE,
-            LogError::InvalidRecord { .. } => code::INVALID_RECORD,
+            LogError::InvalidRecord { .. } | LogError::RecordErrors { .. } => code::INVALID_RECORD,
             LogError::OffsetsOutOfOrder(_) => code::CORRUPT_MESSAGE,
             LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
             LogError::InvalidArgument(_) => code::INVALID_REQUEST,

@@ -16,6 +16,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod codec;
 pub mod config;
 pub mod epoch;
 pub mod error;

@@ -25,7 +25,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLock
 
 use crate::file_slice::FileSlice;
 
-use super::batch::{self, BatchHeader, BatchIter, RecordIter};
+use super::batch::{self, BATCH_HEADER_BYTES, BatchHeader, BatchIter, RecordIter};
+use super::codec;
 use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
@@ -1103,6 +1104,10 @@ fn validate_leader_batches(
     origin: AppendOrigin,
 ) -> Result<Vec<(usize, BatchHeader, Option<i64>)>> {
     let mut headers = Vec::new();
+    let mut record_errors: Vec<(i32, String)> = Vec::new();
+    // Records are numbered across the request's batches for the partition (one batch, as
+    // clients send, numbers them as Kafka does: within the batch).
+    let mut record_index = 0i32;
     for item in BatchIter::new(records) {
         let (position, header, bytes) = item?;
         if bytes.len() > config.max_message_bytes {
@@ -1125,15 +1130,53 @@ fn validate_leader_batches(
         if header.is_transactional() && header.producer_id < 0 {
             return Err(invalid("transactional batch without a producer id"));
         }
-        if config.cleanup_policy.compact && !header.is_compressed() && !header.is_control() {
-            let keyless = RecordIter::new(&header, bytes).any(|r| r.is_ok_and(|r| r.key.is_none()));
-            if keyless {
-                return Err(invalid(
-                    "compacted topic cannot accept a record without a key",
-                ));
+        // Kafka's LogValidator checks the records of compressed batches too: decompressed.
+        let decompressed = if header.is_compressed() {
+            let section = bytes::Bytes::copy_from_slice(&bytes[BATCH_HEADER_BYTES..]);
+            let plain =
+                codec::decompress(i16::from(header.compression()), section).map_err(|e| {
+                    LogError::Corrupt {
+                        position,
+                        reason: format!("records do not decompress: {e}"),
+                    }
+                })?;
+            batch::check_records(position, &header, RecordIter::decompressed(&header, &plain))?;
+            Some(plain)
+        } else {
+            None
+        };
+        let records = match &decompressed {
+            Some(plain) => RecordIter::decompressed(&header, plain),
+            None => RecordIter::new(&header, bytes),
+        };
+        if config.cleanup_policy.compact && !header.is_control() {
+            for (index, record) in records.enumerate() {
+                if record.is_ok_and(|r| r.key.is_none()) {
+                    record_errors.push((
+                        record_index + index as i32,
+                        "Compacted topic cannot accept message without key.".to_owned(),
+                    ));
+                }
             }
         }
+        record_index = record_index.saturating_add(header.records_count);
         headers.push((position, header, record_max_timestamp));
+    }
+    if !record_errors.is_empty() {
+        // Kafka's message, naming at most three.
+        let shown: Vec<String> = record_errors
+            .iter()
+            .take(3)
+            .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
+            .collect();
+        return Err(LogError::RecordErrors {
+            message: format!(
+                "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+                record_errors.len(),
+                shown.join(", ")
+            ),
+            errors: record_errors,
+        });
     }
     if headers.is_empty() {
         return Err(LogError::InvalidRecord {

@@ -3,16 +3,11 @@
 //! appended. Only the records section changes codec: records, headers (duplicates included),
 //! producer fields and timestamps stay byte for byte.
 
-use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use bytes::{Bytes, BytesMut};
 
 use crate::log::LogError;
 use crate::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchIter, compute_crc};
-
-/// Kafka's codec ids (the low three bits of a batch's attributes).
-const CODEC_MASK: i16 = 0x07;
-/// The most a batch may grow to when decompressed: a bound against compression bombs.
-pub const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+use crate::log::codec::{CODEC_MASK, compress, decompress};
 
 /// A topic's `compression.type`, parsed: `None` keeps the producer's codec.
 pub fn target_codec(compression_type: &str) -> Option<i16> {
@@ -30,42 +25,6 @@ fn invalid(position: usize, reason: impl Into<String>) -> LogError {
     LogError::Corrupt {
         position,
         reason: reason.into(),
-    }
-}
-
-fn decompress(codec: i16, input: Bytes) -> anyhow::Result<Bytes> {
-    fn take(b: &mut Bytes) -> anyhow::Result<Bytes> {
-        if b.remaining() > DECOMPRESSED_BYTES_MAX {
-            anyhow::bail!("decompressed records exceed {DECOMPRESSED_BYTES_MAX} bytes");
-        }
-        Ok(b.copy_to_bytes(b.remaining()))
-    }
-    let mut input = input;
-    match codec {
-        0 => Ok(input),
-        1 => Gzip::decompress(&mut input, take),
-        2 => Snappy::decompress(&mut input, take),
-        3 => Lz4::decompress(&mut input, take),
-        4 => Zstd::decompress(&mut input, take),
-        other => anyhow::bail!("unknown compression codec {other}"),
-    }
-}
-
-fn compress(codec: i16, records: &[u8], out: &mut BytesMut) -> anyhow::Result<()> {
-    let fill = |b: &mut BytesMut| -> anyhow::Result<()> {
-        b.extend_from_slice(records);
-        Ok(())
-    };
-    match codec {
-        0 => {
-            out.extend_from_slice(records);
-            Ok(())
-        }
-        1 => Gzip::compress(out, fill),
-        2 => Snappy::compress(out, fill),
-        3 => Lz4::compress(out, fill),
-        4 => Zstd::compress(out, fill),
-        other => anyhow::bail!("unknown compression codec {other}"),
     }
 }
 

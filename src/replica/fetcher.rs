@@ -277,9 +277,8 @@ fn apply_fetched(
             let leader_start = data.log_start_offset.max(0) as u64;
             if partition.log_end_offset() < leader_start {
                 // Behind the leader's log start: start over from there.
-                let tp = partition.topic_partition.clone();
-                if let Err(error) = replicas.truncate_fully_and_start_at(&tp, leader_start) {
-                    tracing::error!(topic_partition = %tp, %error, "resetting the follower log failed");
+                if let Err(error) = replicas.truncate_fully_and_start_at(partition, leader_start) {
+                    tracing::error!(topic_partition = %partition.topic_partition, %error, "resetting the follower log failed");
                 }
             } else {
                 partition.request_truncation();
@@ -390,7 +389,7 @@ fn truncate_to_divergence(
     if target < log_end {
         let tp = partition.topic_partition.clone();
         tracing::info!(topic_partition = %tp, from = log_end, to = target, leader_epoch = answer.leader_epoch, "truncating a diverged follower log");
-        if let Err(error) = replicas.truncate_to(&tp, target) {
+        if let Err(error) = replicas.truncate_to(partition, target) {
             tracing::error!(topic_partition = %tp, %error, "follower truncation failed");
             return;
         }

@@ -450,32 +450,26 @@ impl ReplicaManager {
         moved
     }
 
-    /// Truncates a follower's log (checkpointed) and rebuilds its producer state.
+    /// Truncates a follower's log (checkpointed) and rebuilds its producer state, as one step
+    /// for anyone snapshotting producer state.
     pub fn truncate_to(
         &self,
-        tp: &TopicPartition,
+        partition: &Partition,
         offset: u64,
     ) -> Result<u64, crate::log::LogError> {
-        let end = self.logs.truncate_to(tp, offset)?;
-        if let Some(partition) = self.partition(tp) {
-            partition.log_moved();
-            partition.reload_producer_state()?;
-        }
-        Ok(end)
+        partition.truncate_with(|| self.logs.truncate_to(&partition.topic_partition, offset))
     }
 
     /// Empties a follower's log and restarts it at `offset` (the leader's log start).
     pub fn truncate_fully_and_start_at(
         &self,
-        tp: &TopicPartition,
+        partition: &Partition,
         offset: u64,
     ) -> Result<(), crate::log::LogError> {
-        self.logs.truncate_fully_and_start_at(tp, offset)?;
-        if let Some(partition) = self.partition(tp) {
-            partition.log_moved();
-            partition.reload_producer_state()?;
-        }
-        Ok(())
+        partition.truncate_with(|| {
+            self.logs
+                .truncate_fully_and_start_at(&partition.topic_partition, offset)
+        })
     }
 
     /// Prometheus text: what operators watch about replication.

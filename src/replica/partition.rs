@@ -92,19 +92,35 @@ pub enum FollowerFetch {
     Diverging { epoch: i32, end_offset: i64 },
 }
 
-/// Why an append was refused: a Kafka error code, a message, and for INVALID_RECORD the index
-/// of the batch at fault.
+/// Why an append was refused: a Kafka error code, a message, and for records refused one by
+/// one (INVALID_RECORD) each record's index and why (Produce's `record_errors`).
 #[derive(Debug, Clone)]
 pub struct AppendError {
     pub code: i16,
     pub message: String,
+    pub record_errors: Vec<(i32, String)>,
+}
+
+impl AppendError {
+    fn new(code: i16, message: String) -> Self {
+        AppendError {
+            code,
+            message,
+            record_errors: Vec::new(),
+        }
+    }
 }
 
 impl From<LogError> for AppendError {
     fn from(error: LogError) -> Self {
-        AppendError {
-            code: error.kafka_error_code(),
-            message: error.to_string(),
+        let code = error.kafka_error_code();
+        match error {
+            LogError::RecordErrors { errors, message } => AppendError {
+                code,
+                message,
+                record_errors: errors,
+            },
+            other => AppendError::new(code, other.to_string()),
         }
     }
 }
@@ -428,11 +444,30 @@ impl Partition {
         moved
     }
 
+    /// Truncates the log with `truncate` and rebuilds producer state from the snapshot and
+    /// what is left, holding producer state throughout: a snapshot written meanwhile (at a
+    /// segment roll, at shutdown) would otherwise store state from before the truncation
+    /// under an offset after it, and a restarted broker would then answer a retry of a
+    /// truncated batch as a duplicate, losing it (a SIGTERM racing a follower's truncation).
+    pub fn truncate_with<T>(
+        &self,
+        truncate: impl FnOnce() -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        let truncated = truncate();
+        // Reloaded even when the truncation failed part way: state follows the log as it is.
+        let reloaded = self.reload_locked(&mut producers);
+        drop(producers);
+        self.watchers.wake();
+        let truncated = truncated?;
+        reloaded?;
+        Ok(truncated)
+    }
+
     /// After a truncation: producer state is rebuilt from the snapshot and the log. It must
     /// equal a rebuild from the remaining log alone (checked in debug builds on small logs): a
     /// follower promoted later deduplicates from it.
-    pub fn reload_producer_state(&self) -> Result<(), LogError> {
-        let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+    fn reload_locked(&self, producers: &mut ProducerStateManager) -> Result<(), LogError> {
         *producers = load_producer_state(&self.log)?;
         if cfg!(debug_assertions) && self.log.size_bytes() <= DEBUG_REBUILD_CHECK_BYTES {
             debug_assert_eq!(
@@ -548,22 +583,22 @@ impl Partition {
         // which reads the state again.
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         if state.leader != self.broker_id {
-            return Err(AppendError {
-                code: errors::NOT_LEADER_OR_FOLLOWER,
-                message: format!(
+            return Err(AppendError::new(
+                errors::NOT_LEADER_OR_FOLLOWER,
+                format!(
                     "broker {} is not the leader of {}",
                     self.broker_id, self.topic_partition
                 ),
-            });
+            ));
         }
         let (leader_epoch, isr_size) = (state.leader_epoch, state.isr.len());
         if acks == -1 && isr_size < min_insync_replicas {
-            return Err(AppendError {
-                code: errors::NOT_ENOUGH_REPLICAS,
-                message: format!(
+            return Err(AppendError::new(
+                errors::NOT_ENOUGH_REPLICAS,
+                format!(
                     "the ISR has {isr_size} replicas, min.insync.replicas is {min_insync_replicas}"
                 ),
-            });
+            ));
         }
         // Checked once, CRC included, before the producer fields are trusted.
         let validated = self
@@ -592,13 +627,13 @@ impl Partition {
                     });
                 }
                 Err(code) => {
-                    return Err(AppendError {
+                    return Err(AppendError::new(
                         code,
-                        message: format!(
+                        format!(
                             "producer {} epoch {} sequence {}: refused",
                             batch.producer_id, batch.epoch, batch.first_sequence
                         ),
-                    });
+                    ));
                 }
             }
         }

@@ -8,7 +8,7 @@ import sys
 import time
 
 from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+                             TopicCollection, TopicPartition)
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                    ConfigResource, ConfigSource, NewPartitions,
                                    NewTopic)
@@ -85,6 +85,20 @@ def case_admin():
     check(len(md.topics["admin-topic"].partitions) == 5, f"partitions after grow: {md.topics['admin-topic'].partitions}")
     code = error_code(client.create_partitions([NewPartitions("admin-topic", 2)])["admin-topic"])
     check(code == KafkaError.INVALID_PARTITIONS, f"shrink gave {code}")
+    # With explicit replicas for the new partitions: validated like CreateTopics' assignments.
+    code = error_code(client.create_partitions(
+        [NewPartitions("admin-topic", 7, replica_assignment=[[1], [9]])])["admin-topic"])
+    check(code == KafkaError.INVALID_REPLICA_ASSIGNMENT, f"unknown broker gave {code}")
+    code = error_code(client.create_partitions(
+        [NewPartitions("admin-topic", 7, replica_assignment=[[1]])])["admin-topic"])
+    check(code == KafkaError.INVALID_REPLICA_ASSIGNMENT, f"one assignment for two gave {code}")
+    check(error_code(client.create_partitions(
+        [NewPartitions("admin-topic", 7, replica_assignment=[[1], [1]])])["admin-topic"]) is None,
+        "grow to 7 on assigned replicas")
+    md = client.list_topics("admin-topic", timeout=10)
+    check(sorted(md.topics["admin-topic"].partitions) == list(range(7)),
+          f"partitions after the assigned grow: {md.topics['admin-topic'].partitions}")
+    check(md.topics["admin-topic"].partitions[6].replicas == [1], "partition 6 replicas")
 
     # DescribeConfigs: the topic's own value, a broker default, Kafka's default.
     resource = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic")
@@ -134,6 +148,18 @@ def case_admin():
     check([n.id for n in cluster.nodes] == [1], f"cluster nodes {cluster.nodes}")
     check(cluster.cluster_id, "cluster id")
     check(cluster.controller is not None and cluster.controller.id == 1, f"controller {cluster.controller}")
+    # Authorized operations, when asked for: everything, until ACLs exist.
+    check(cluster.authorized_operations is None, "operations not asked for")
+    cluster = client.describe_cluster(include_authorized_operations=True, request_timeout=10).result()
+    operations = {op.name for op in cluster.authorized_operations or []}
+    check(operations == {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+                         "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}, f"cluster operations {operations}")
+    topics = client.describe_topics(TopicCollection(["admin-topic"]), include_authorized_operations=True,
+                                    request_timeout=10)
+    topic = topics["admin-topic"].result()
+    operations = {op.name for op in topic.authorized_operations or []}
+    check(operations == {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
+                         "ALTER_CONFIGS"}, f"topic operations {operations}")
     client.delete_topics(["after-default"], operation_timeout=10)["after-default"].result(timeout=20)
     check("after-default" not in client.list_topics(timeout=10).topics, "deleted topic still listed")
 
@@ -293,6 +319,51 @@ def case_errors():
     check(errors == [None], f"small record gave {errors}")
     got = consume_all("small", 1, 1, timeout=20)
     check([m.value() for m in got] == [b"fits"], f"small holds {[m.value() for m in got]}")
+
+
+def case_record_errors():
+    """A compacted topic refuses keyless records one by one, in every codec: librdkafka fails
+    exactly those with INVALID_RECORD and the rest of their batch as not at fault
+    (_INVALID_DIFFERENT_RECORD), as against Kafka; keyed batches are stored."""
+    client = admin()
+    check(error_code(create(client, "compacted", 1, {"cleanup.policy": "compact"})) is None,
+          "create compacted")
+    stored_values = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        producer = Producer({"bootstrap.servers": BOOTSTRAP, "compression.type": codec,
+                             "linger.ms": 1000, "batch.num.messages": 1000, "retries": 0,
+                             "enable.idempotence": False, "acks": "all"})
+        outcomes = {}
+
+        def report(err, msg):
+            outcomes[int(msg.value().decode())] = err.code() if err else None
+
+        for i in range(100):
+            key = None if i % 10 == 3 else f"k{i}".encode()
+            producer.produce("compacted", key=key, value=str(i).encode(), on_delivery=report)
+        producer.flush(30)
+        check(len(outcomes) == 100, f"{codec}: {len(outcomes)} delivery reports")
+        bad = sorted(i for i, code in outcomes.items() if code == KafkaError.INVALID_RECORD)
+        check(bad == list(range(3, 100, 10)), f"{codec}: INVALID_RECORD for {bad}")
+        # The valid records of a batch holding bad ones fail as not at fault; a batch that
+        # librdkafka happened to close before a bad record is stored.
+        others = [code for i, code in outcomes.items() if i % 10 != 3]
+        check(set(others) <= {KafkaError._INVALID_DIFFERENT_RECORD, None},
+              f"{codec}: the valid records got {set(others)}")
+        check(others.count(KafkaError._INVALID_DIFFERENT_RECORD) >= 80,
+              f"{codec}: {others.count(None)} valid records stored: not one batch")
+        stored_values.extend(str(i).encode() for i, code in outcomes.items() if code is None)
+        # A batch of keyed records alone is stored.
+        ok = []
+        for i in range(10):
+            producer.produce("compacted", key=f"k{i}".encode(), value=b"kept",
+                             on_delivery=lambda err, msg: ok.append(err))
+        producer.flush(30)
+        check(ok == [None] * 10, f"{codec}: keyed records gave {ok}")
+        stored_values.extend([b"kept"] * 10)
+    got = consume_all("compacted", 1, len(stored_values), timeout=30)
+    check(sorted(m.value() for m in got) == sorted(stored_values),
+          f"compacted holds {[m.value() for m in got][:20]}")
 
 
 def case_no_auto_create():

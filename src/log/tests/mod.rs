@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::batch::{BatchBuilder, BatchHeader, BatchIter, RecordIter};
 use super::config::{CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, TimestampType};
-use super::error::code;
+use super::error::{LogError, code};
 use super::partition_log::{AppendOrigin, LoadState, Log};
 use super::topic_partition::TopicPartition;
 
@@ -246,6 +246,48 @@ fn compacted_topics_refuse_records_without_keys() {
         .append_as_leader(&mut keyless, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+}
+
+/// Kafka's LogValidator checks every record, compressed or not: 10 keyless records among 100
+/// on a compacted topic are refused one by one (INVALID_RECORD with their indexes), whatever
+/// the batch's codec; they used to pass when compressed. Nothing is appended.
+#[test]
+fn keyless_records_are_refused_by_index_in_batches_of_every_codec() {
+    let fixture = Fixture::new();
+    let mut config = small_config();
+    config.cleanup_policy = CleanupPolicy::COMPACT;
+    config.max_message_bytes = 1 << 20;
+    let log = fixture.open(config, LoadState::default());
+    let mut builder = BatchBuilder::new(0, T0);
+    for i in 0..100u8 {
+        let key = [i];
+        builder.push(T0, (i % 10 != 3).then_some(&key[..]), Some(b"v"), &[]);
+    }
+    let plain = builder.build();
+    for codec in 0..=4 {
+        let mut batch = crate::replica::compression::recompress(&plain, codec)
+            .expect("compress")
+            .unwrap_or_else(|| plain.clone());
+        let error = log
+            .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+            .unwrap_err();
+        assert_eq!(
+            error.kafka_error_code(),
+            code::INVALID_RECORD,
+            "codec {codec}"
+        );
+        let LogError::RecordErrors { errors, message } = error else {
+            panic!("codec {codec}: {error}");
+        };
+        let indexes: Vec<i32> = errors.iter().map(|(i, _)| *i).collect();
+        assert_eq!(
+            indexes,
+            (0..10).map(|n| n * 10 + 3).collect::<Vec<_>>(),
+            "codec {codec}"
+        );
+        assert!(message.contains("10 record errors"), "{message}");
+    }
+    assert_eq!(log.log_end_offset(), 0);
 }
 
 #[test]
@@ -957,7 +999,8 @@ fn compaction_honours_dirty_ratio_and_compaction_lag() {
     assert!(plan.dirty_bytes > 0 && !plan.due, "{plan:?}");
 }
 
-/// A "compressed" batch (the log does not decompress) claiming `count` records.
+/// A "compressed" batch claiming `count` records (a follower appends it without decompressing;
+/// a leader would refuse it).
 fn compressed_batch_claiming(count: i32) -> Vec<u8> {
     let mut batch = make_batch(1, "c", T0);
     batch[21..23].copy_from_slice(&1i16.to_be_bytes()); // gzip
@@ -972,11 +1015,14 @@ fn compressed_batch_claiming(count: i32) -> Vec<u8> {
 fn appends_spanning_more_offsets_than_an_index_holds_roll_between_batches() {
     let fixture = Fixture::new();
     let log = fixture.open(LogConfig::default(), LoadState::default());
-    let one = compressed_batch_claiming(i32::MAX);
-    let mut three = [one.clone(), one.clone(), one].concat();
-    let info = log
-        .append_as_leader(&mut three, 0, AppendOrigin::Client)
-        .unwrap();
+    let batches: Vec<Vec<u8>> = (0..3)
+        .map(|n| {
+            let mut batch = compressed_batch_claiming(i32::MAX);
+            super::batch::set_base_offset_and_epoch(&mut batch, n * i64::from(i32::MAX), 0);
+            batch
+        })
+        .collect();
+    let info = log.append_as_follower(&batches.concat()).unwrap();
     assert_eq!(info.last_offset + 1, 3 * i32::MAX as u64);
     assert!(
         log.segment_count() >= 2,

@@ -193,8 +193,9 @@ fn records_truncated_away_are_not_acknowledged_when_leading_again() {
         "another broker leads before the records were acknowledged"
     );
     append(&new.partition, batch(99, 0, 0, 6));
-    old.partition.log.truncate_to(4).expect("truncate");
-    old.partition.reload_producer_state().expect("reload");
+    old.partition
+        .truncate_with(|| old.partition.log.truncate_to(4))
+        .expect("truncate");
     replicate(&new.partition, &old.partition);
     old.partition
         .log
@@ -295,8 +296,10 @@ fn producer_state_after_truncation_equals_a_rebuild_from_the_log() {
     let mut end = follower.partition.log.log_end_offset();
     for _ in 0..6 {
         let cut = next(end + 1);
-        follower.partition.log.truncate_to(cut).expect("truncate");
-        follower.partition.reload_producer_state().expect("reload");
+        follower
+            .partition
+            .truncate_with(|| follower.partition.log.truncate_to(cut))
+            .expect("truncate");
         end = follower.partition.log.log_end_offset();
         assert_eq!(
             follower.partition.producer_state(),
