@@ -25,6 +25,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
+    /// Configuration keys: `keys` lists every topic and broker key Sluice knows.
+    Configs {
+        #[command(subcommand)]
+        command: cli::configs::ConfigsCommand,
+    },
     /// Topics through a broker's Kafka port: `reassign` moves a partition's replicas.
     Topics {
         #[command(subcommand)]
@@ -63,7 +68,10 @@ fn run() -> anyhow::Result<()> {
     // A server narrates what it does; a benchmark prints its figures and only warnings.
     let default_level = match cli.command {
         Command::Server { .. } => "info,openraft=warn",
-        Command::Perf { .. } | Command::Cluster { .. } | Command::Topics { .. } => "warn",
+        Command::Perf { .. }
+        | Command::Cluster { .. }
+        | Command::Topics { .. }
+        | Command::Configs { .. } => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -76,6 +84,7 @@ fn run() -> anyhow::Result<()> {
         Command::Perf { target } => cli::perf::run(target),
         Command::Cluster { command } => cli::cluster::run(command),
         Command::Topics { command } => cli::topics::run(command),
+        Command::Configs { command } => cli::configs::run(command),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
 }

@@ -2,6 +2,7 @@
 //! the quorum (`cluster`, `topics`) and the benchmarks (`perf*`).
 
 pub mod cluster;
+pub mod configs;
 pub mod perf;
 pub mod perf_kafka;
 pub mod perf_quorum;

@@ -149,8 +149,9 @@ pub async fn handle(
                         .map(|e| {
                             CreatableTopicConfigs::default()
                                 .with_name(str_bytes(e.name))
-                                .with_value(Some(str_bytes(e.value)))
+                                .with_value(e.value.map(str_bytes))
                                 .with_read_only(false)
+                                .with_is_sensitive(e.key.sensitive)
                                 .with_config_source(e.source)
                         })
                         .collect();

@@ -12,7 +12,7 @@ use sluice_raft::records::ConfigResource;
 
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
-use crate::log::LogConfig;
+use crate::config::registry::{self, Key};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (1, 4);
@@ -27,101 +27,16 @@ pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 
-/// Topic configs: (topic key, the broker key that sets its default, Kafka's default).
-pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
-    ("cleanup.policy", "log.cleanup.policy", "delete"),
-    ("compression.type", "compression.type", "producer"),
-    (
-        "delete.retention.ms",
-        "log.cleaner.delete.retention.ms",
-        "86400000",
-    ),
-    (
-        "file.delete.delay.ms",
-        "log.segment.delete.delay.ms",
-        "60000",
-    ),
-    (
-        "flush.messages",
-        "log.flush.interval.messages",
-        "9223372036854775807",
-    ),
-    ("flush.ms", "log.flush.interval.ms", "9223372036854775807"),
-    ("flush.policy", "log.flush.policy", "interval"),
-    ("index.interval.bytes", "log.index.interval.bytes", "4096"),
-    (
-        "max.compaction.lag.ms",
-        "log.cleaner.max.compaction.lag.ms",
-        "9223372036854775807",
-    ),
-    ("max.message.bytes", "message.max.bytes", "1048588"),
-    (
-        "message.timestamp.type",
-        "log.message.timestamp.type",
-        "CreateTime",
-    ),
-    (
-        "min.cleanable.dirty.ratio",
-        "log.cleaner.min.cleanable.ratio",
-        "0.5",
-    ),
-    (
-        "min.compaction.lag.ms",
-        "log.cleaner.min.compaction.lag.ms",
-        "0",
-    ),
-    ("min.insync.replicas", "min.insync.replicas", "1"),
-    ("retention.bytes", "log.retention.bytes", "-1"),
-    ("retention.ms", "log.retention.ms", "604800000"),
-    ("segment.bytes", "log.segment.bytes", "1073741824"),
-    (
-        "segment.index.bytes",
-        "log.index.size.max.bytes",
-        "10485760",
-    ),
-    ("segment.ms", "log.roll.ms", "604800000"),
-    (
-        "unclean.leader.election.enable",
-        "unclean.leader.election.enable",
-        "false",
-    ),
-];
-
 /// One described config.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConfigEntry {
     pub name: String,
-    pub value: String,
+    /// `None`: no value (a key without a default nobody set, or a sensitive one).
+    pub value: Option<String>,
     pub source: i8,
     /// The layers below the one in effect (DescribeConfigs synonyms).
     pub synonyms: Vec<(String, String, i8)>,
-}
-
-/// A broker key's value in one layer of broker properties. `log.retention.ms` and
-/// `log.roll.ms` also come from their minutes/hours forms, as in Kafka.
-fn broker_layer_value(properties: &BTreeMap<String, String>, broker_key: &str) -> Option<String> {
-    let family: &[&str] = match broker_key {
-        "log.retention.ms" => &[
-            "log.retention.ms",
-            "log.retention.minutes",
-            "log.retention.hours",
-        ],
-        "log.roll.ms" => &["log.roll.ms", "log.roll.hours"],
-        _ => return properties.get(broker_key).cloned(),
-    };
-    let present: BTreeMap<String, String> = family
-        .iter()
-        .filter_map(|k| properties.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    if present.is_empty() {
-        return None;
-    }
-    let config = LogConfig::from_broker_properties(&present).ok()?;
-    Some(if broker_key == "log.retention.ms" {
-        config.retention_ms.to_string()
-    } else {
-        config.segment_ms.to_string()
-    })
+    pub key: &'static Key,
 }
 
 /// The broker layers, most specific first: this broker's dynamic configs, the cluster-wide
@@ -141,7 +56,46 @@ fn broker_layers(broker: &Broker, image: &MetadataImage) -> Vec<(BTreeMap<String
     ]
 }
 
-/// Every config of a topic, resolved.
+/// Where `broker_name` is set in the broker layers (unit synonyms resolved), then its default.
+fn broker_synonyms(
+    layers: &[(BTreeMap<String, String>, i8)],
+    broker_name: &str,
+    key: &Key,
+) -> Vec<(String, String, i8)> {
+    let mut found: Vec<(String, String, i8)> = layers
+        .iter()
+        .filter_map(|(properties, source)| {
+            // A value that does not parse never passed start-up or AlterConfigs.
+            let value = registry::broker_value(properties, broker_name).ok()??;
+            Some((broker_name.to_owned(), value, *source))
+        })
+        .collect();
+    if !key.default.is_empty() {
+        found.push((
+            broker_name.to_owned(),
+            key.default.to_owned(),
+            SOURCE_DEFAULT,
+        ));
+    }
+    found
+}
+
+fn entry(name: &str, key: &'static Key, found: Vec<(String, String, i8)>) -> ConfigEntry {
+    let (value, source) = match found.first() {
+        Some((_, value, source)) => (Some(value.clone()), *source),
+        None => (None, SOURCE_DEFAULT),
+    };
+    ConfigEntry {
+        name: name.to_owned(),
+        value: if key.sensitive { None } else { value },
+        source,
+        synonyms: found,
+        key,
+    }
+}
+
+/// Every config of a topic, resolved: the topic's own value, then the broker layers of the key
+/// it falls back to, then the default.
 pub fn topic_config_entries(
     broker: &Broker,
     image: &MetadataImage,
@@ -153,70 +107,26 @@ pub fn topic_config_entries(
         .cloned()
         .unwrap_or_default();
     let layers = broker_layers(broker, image);
-    TOPIC_CONFIGS
-        .iter()
-        .map(|(key, broker_key, default)| {
-            let mut found: Vec<(String, String, i8)> = Vec::new();
-            if let Some(value) = topic_configs.get(*key) {
-                found.push(((*key).to_owned(), value.clone(), SOURCE_DYNAMIC_TOPIC));
+    registry::topic_keys()
+        .map(|key| {
+            let mut found = Vec::new();
+            if let Some(value) = topic_configs.get(key.name) {
+                found.push((key.name.to_owned(), value.clone(), SOURCE_DYNAMIC_TOPIC));
             }
-            for (properties, source) in &layers {
-                if let Some(value) = broker_layer_value(properties, broker_key) {
-                    found.push(((*broker_key).to_owned(), value, *source));
-                }
-            }
-            found.push((
-                (*broker_key).to_owned(),
-                (*default).to_owned(),
-                SOURCE_DEFAULT,
-            ));
-            let (_, value, source) = found[0].clone();
-            ConfigEntry {
-                name: (*key).to_owned(),
-                value,
-                source,
-                synonyms: found,
-            }
+            found.extend(broker_synonyms(&layers, key.broker_name(), key));
+            entry(key.name, key, found)
         })
         .collect()
 }
 
-/// Every config of a broker we know: the topic defaults it sets and its own keys.
+/// Every config of a broker: each broker key the registry declares (topic defaults included).
 fn broker_config_entries(broker: &Broker, image: &MetadataImage) -> Vec<ConfigEntry> {
     let layers = broker_layers(broker, image);
-    let mut keys: BTreeMap<String, String> = TOPIC_CONFIGS
-        .iter()
-        .map(|(_, broker_key, default)| ((*broker_key).to_owned(), (*default).to_owned()))
+    let mut entries: Vec<ConfigEntry> = registry::broker_keys()
+        .map(|(name, key)| entry(name, key, broker_synonyms(&layers, name, key)))
         .collect();
-    for (properties, _) in &layers {
-        for key in properties.keys() {
-            keys.entry(key.clone()).or_default();
-        }
-    }
-    keys.into_iter()
-        .map(|(key, default)| {
-            let mut found: Vec<(String, String, i8)> = layers
-                .iter()
-                .filter_map(|(properties, source)| {
-                    broker_layer_value(properties, &key).map(|v| (key.clone(), v, *source))
-                })
-                .collect();
-            if !default.is_empty() {
-                found.push((key.clone(), default, SOURCE_DEFAULT));
-            }
-            let (_, value, source) =
-                found
-                    .first()
-                    .cloned()
-                    .unwrap_or((key.clone(), String::new(), SOURCE_DEFAULT));
-            ConfigEntry {
-                name: key,
-                value,
-                source,
-                synonyms: found,
-            }
-        })
-        .collect()
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    entries
 }
 
 pub fn handle(
@@ -272,12 +182,20 @@ pub fn handle(
                 .filter(|e| wanted.as_ref().is_none_or(|w| w.contains(&e.name)))
                 .map(|e| {
                     let read_only = resource.resource_type == RESOURCE_BROKER
-                        && !crate::controller::is_dynamic_broker_config(&e.name);
+                        && !registry::is_dynamic_broker_key(&e.name);
                     let mut entry = DescribeConfigsResourceResult::default()
                         .with_name(str_bytes(e.name))
-                        .with_value(Some(str_bytes(e.value)))
+                        .with_value(e.value.map(str_bytes))
                         .with_read_only(read_only)
+                        .with_is_sensitive(e.key.sensitive)
                         .with_config_source(e.source);
+                    if context.api_version >= 3 {
+                        entry.config_type = e.key.kind.kafka_type();
+                        if request.include_documentation {
+                            entry.documentation =
+                                Some(str_bytes(format!("{} ({})", e.key.doc, e.key.summary())));
+                        }
+                    }
                     if request.include_synonyms && context.api_version >= 1 {
                         entry.synonyms = e
                             .synonyms

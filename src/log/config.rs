@@ -4,14 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Configuration errors name the key, so start-up and AlterConfigs can say what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid value '{value}' for {key}: {reason}")]
-pub struct ConfigError {
-    pub key: String,
-    pub value: String,
-    pub reason: String,
-}
+use crate::config::registry;
+pub use crate::config::registry::ConfigError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CleanupPolicy {
@@ -85,179 +79,92 @@ pub struct LogConfig {
 }
 
 impl Default for LogConfig {
+    /// Every topic key's default, from the config registry.
     fn default() -> Self {
-        LogConfig {
-            segment_bytes: 1024 * 1024 * 1024,
-            segment_ms: 7 * 24 * 3_600_000,
-            segment_index_bytes: 10 * 1024 * 1024,
-            index_interval_bytes: 4096,
-            max_message_bytes: 1_048_588,
-            retention_ms: 7 * 24 * 3_600_000,
-            retention_bytes: -1,
+        let mut config = LogConfig {
+            segment_bytes: 0,
+            segment_ms: 0,
+            segment_index_bytes: 0,
+            index_interval_bytes: 0,
+            max_message_bytes: 0,
+            retention_ms: 0,
+            retention_bytes: 0,
             cleanup_policy: CleanupPolicy::DELETE,
-            delete_retention_ms: 24 * 3_600_000,
-            min_cleanable_dirty_ratio: 0.5,
+            delete_retention_ms: 0,
+            min_cleanable_dirty_ratio: 0.0,
             min_compaction_lag_ms: 0,
-            flush_messages: i64::MAX as u64,
-            flush_ms: i64::MAX,
+            flush_messages: 0,
+            flush_ms: 0,
             flush_policy: FlushPolicy::Interval,
-            file_delete_delay_ms: 60_000,
+            file_delete_delay_ms: 0,
             message_timestamp_type: TimestampType::CreateTime,
+        };
+        for key in registry::topic_keys() {
+            if let Err(error) = config.set(key.name, key.default) {
+                // The registry's tests check every default.
+                debug_assert!(false, "{error}");
+            }
         }
+        config
     }
 }
 
-/// The smallest segment Kafka accepts (`segment.bytes` has `atLeast(14)`); we ask for room for
-/// at least one header.
-const SEGMENT_BYTES_MIN: u64 = 64;
-/// Offsets and positions in index entries are 32-bit.
-const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
-const INDEX_BYTES_MIN: usize = 4 * 12;
-
 impl LogConfig {
-    /// Topic-level keys this config understands.
-    pub const TOPIC_KEYS: &'static [&'static str] = &[
-        "segment.bytes",
-        "segment.ms",
-        "segment.index.bytes",
-        "index.interval.bytes",
-        "max.message.bytes",
-        "retention.ms",
-        "retention.bytes",
-        "cleanup.policy",
-        "delete.retention.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-        "flush.messages",
-        "flush.ms",
-        "flush.policy",
-        "file.delete.delay.ms",
-        "message.timestamp.type",
-    ];
-
-    /// Sets one topic-level config by its Kafka name.
+    /// Sets one topic-level config by its Kafka name, checked against the config registry.
+    /// Topic keys the log does not use (`min.insync.replicas`, ...) are checked and ignored.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let error = |reason: &str| ConfigError {
-            key: key.into(),
-            value: value.into(),
-            reason: reason.into(),
-        };
-        let int = |min: i64| -> Result<i64, ConfigError> {
-            let v: i64 = value.trim().parse().map_err(|_| error("not an integer"))?;
-            if v < min {
-                Err(error(&format!("must be at least {min}")))
-            } else {
-                Ok(v)
-            }
-        };
+        let parsed = registry::validate_topic(key, value)?;
+        let number = parsed.as_i64();
         match key {
-            "segment.bytes" => {
-                let v = int(SEGMENT_BYTES_MIN as i64)? as u64;
-                if v > SEGMENT_BYTES_MAX {
-                    return Err(error("must be at most 2147483647"));
-                }
-                self.segment_bytes = v;
-            }
-            "segment.ms" => self.segment_ms = int(1)?,
-            "segment.index.bytes" => {
-                self.segment_index_bytes =
-                    int(INDEX_BYTES_MIN as i64)?.min(i32::MAX as i64) as usize
-            }
-            "index.interval.bytes" => self.index_interval_bytes = int(0)? as u64,
-            "max.message.bytes" => self.max_message_bytes = int(0)?.min(i32::MAX as i64) as usize,
-            "retention.ms" => self.retention_ms = int(-1)?,
-            "retention.bytes" => self.retention_bytes = int(-1)?,
+            "segment.bytes" => self.segment_bytes = number as u64,
+            "segment.ms" => self.segment_ms = number,
+            "segment.index.bytes" => self.segment_index_bytes = number as usize,
+            "index.interval.bytes" => self.index_interval_bytes = number as u64,
+            "max.message.bytes" => self.max_message_bytes = number as usize,
+            "retention.ms" => self.retention_ms = number,
+            "retention.bytes" => self.retention_bytes = number,
             "cleanup.policy" => {
-                let mut policy = CleanupPolicy::default();
-                for part in value.split(',').map(str::trim) {
-                    match part {
-                        "delete" => policy.delete = true,
-                        "compact" => policy.compact = true,
-                        _ => return Err(error("expected delete, compact or both")),
-                    }
-                }
-                self.cleanup_policy = policy;
+                let parts = parsed.as_list();
+                self.cleanup_policy = CleanupPolicy {
+                    delete: parts.iter().any(|p| p == "delete"),
+                    compact: parts.iter().any(|p| p == "compact"),
+                };
             }
-            "delete.retention.ms" => self.delete_retention_ms = int(0)?,
-            "min.cleanable.dirty.ratio" => {
-                let v: f64 = value.trim().parse().map_err(|_| error("not a number"))?;
-                if !(0.0..=1.0).contains(&v) {
-                    return Err(error("must be between 0 and 1"));
-                }
-                self.min_cleanable_dirty_ratio = v;
-            }
-            "min.compaction.lag.ms" => self.min_compaction_lag_ms = int(0)?,
-            "flush.messages" => self.flush_messages = int(1)? as u64,
-            "flush.ms" => self.flush_ms = int(0)?,
+            "delete.retention.ms" => self.delete_retention_ms = number,
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio = parsed.as_f64(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = number,
+            "flush.messages" => self.flush_messages = number as u64,
+            "flush.ms" => self.flush_ms = number,
             "flush.policy" => {
-                self.flush_policy = match value.trim() {
-                    "interval" => FlushPolicy::Interval,
+                self.flush_policy = match parsed.as_str() {
                     "always" => FlushPolicy::Always,
-                    _ => return Err(error("expected interval or always")),
+                    _ => FlushPolicy::Interval,
                 }
             }
-            "file.delete.delay.ms" => self.file_delete_delay_ms = int(0)?,
+            "file.delete.delay.ms" => self.file_delete_delay_ms = number,
             "message.timestamp.type" => {
-                self.message_timestamp_type = match value.trim() {
-                    "CreateTime" => TimestampType::CreateTime,
+                self.message_timestamp_type = match parsed.as_str() {
                     "LogAppendTime" => TimestampType::LogAppendTime,
-                    _ => return Err(error("expected CreateTime or LogAppendTime")),
+                    _ => TimestampType::CreateTime,
                 }
             }
-            _ => return Err(error("unknown topic config")),
+            _ => {}
         }
         Ok(())
     }
 
-    /// Builds the broker-wide defaults from server properties (`log.segment.bytes`, ...),
-    /// ignoring keys that are not about logs. `log.retention.ms` wins over `.minutes`, which
-    /// wins over `.hours`, as in Kafka; likewise `log.roll.ms` over `log.roll.hours`.
+    /// The broker-wide defaults from broker properties: each topic key's broker fallback
+    /// (`log.segment.bytes`, ...), unit synonyms resolved as Kafka does (`log.retention.ms`
+    /// over `.minutes` over `.hours`). Errors name the broker key.
     pub fn from_broker_properties(
         props: &BTreeMap<String, String>,
     ) -> Result<LogConfig, ConfigError> {
         let mut config = LogConfig::default();
-        let scaled = |key: &str, factor: i64| -> Result<Option<String>, ConfigError> {
-            let Some(value) = props.get(key) else {
-                return Ok(None);
-            };
-            let v: i64 = value.trim().parse().map_err(|_| ConfigError {
-                key: key.into(),
-                value: value.clone(),
-                reason: "not an integer".into(),
-            })?;
-            Ok(Some(if v < 0 {
-                "-1".into()
-            } else {
-                v.saturating_mul(factor).to_string()
-            }))
-        };
-        let retention = match props.get("log.retention.ms") {
-            Some(v) => Some(v.clone()),
-            None => match scaled("log.retention.minutes", 60_000)? {
-                Some(v) => Some(v),
-                None => scaled("log.retention.hours", 3_600_000)?,
-            },
-        };
-        if let Some(v) = retention {
-            config.set("retention.ms", &v).map_err(|e| ConfigError {
-                key: "log.retention.ms".into(),
-                ..e
-            })?;
-        }
-        let roll = match props.get("log.roll.ms") {
-            Some(v) => Some(v.clone()),
-            None => scaled("log.roll.hours", 3_600_000)?,
-        };
-        if let Some(v) = roll {
-            config.set("segment.ms", &v).map_err(|e| ConfigError {
-                key: "log.roll.ms".into(),
-                ..e
-            })?;
-        }
-        for (broker_key, topic_key) in BROKER_TO_TOPIC_KEYS {
-            if let Some(value) = props.get(*broker_key) {
-                config.set(topic_key, value).map_err(|e| ConfigError {
-                    key: (*broker_key).into(),
+        for key in registry::topic_keys() {
+            let broker_key = key.broker_name();
+            if let Some(value) = registry::broker_value(props, broker_key)? {
+                config.set(key.name, &value).map_err(|e| ConfigError {
+                    key: broker_key.into(),
                     ..e
                 })?;
             }
@@ -265,27 +172,6 @@ impl LogConfig {
         Ok(config)
     }
 }
-
-/// Broker keys that set a topic key's default directly.
-pub const BROKER_TO_TOPIC_KEYS: &[(&str, &str)] = &[
-    ("log.segment.bytes", "segment.bytes"),
-    ("log.index.size.max.bytes", "segment.index.bytes"),
-    ("log.index.interval.bytes", "index.interval.bytes"),
-    ("message.max.bytes", "max.message.bytes"),
-    ("log.retention.bytes", "retention.bytes"),
-    ("log.cleanup.policy", "cleanup.policy"),
-    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
-    (
-        "log.cleaner.min.cleanable.ratio",
-        "min.cleanable.dirty.ratio",
-    ),
-    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
-    ("log.flush.interval.messages", "flush.messages"),
-    ("log.flush.interval.ms", "flush.ms"),
-    ("log.flush.policy", "flush.policy"),
-    ("log.segment.delete.delay.ms", "file.delete.delay.ms"),
-    ("log.message.timestamp.type", "message.timestamp.type"),
-];
 
 /// Wall-clock milliseconds, behind a trait so tests can move time.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -344,11 +230,8 @@ mod tests {
         assert!(config.set("min.cleanable.dirty.ratio", "1.5").is_err());
         assert!(config.set("flush.policy", "sometimes").is_err());
         assert!(config.set("no.such.key", "1").is_err());
-        for key in LogConfig::TOPIC_KEYS {
-            assert!(
-                !matches!(config.set(key, "x"), Err(ConfigError { ref reason, .. }) if reason == "unknown topic config")
-            );
-        }
+        assert_eq!(LogConfig::default().segment_bytes, 1 << 30);
+        assert_eq!(LogConfig::default().flush_ms, i64::MAX);
     }
 
     #[test]

@@ -166,10 +166,8 @@ impl ReplicaManager {
             .unwrap_or_else(|_| self.logs.config().default_log_config.clone());
         if let Some(overrides) = image.configs.get(&ConfigResource::Topic(topic.to_owned())) {
             for (key, value) in overrides {
-                if LogConfig::TOPIC_KEYS.contains(&key.as_str()) {
-                    if let Err(error) = config.set(key, value) {
-                        tracing::warn!(topic, %error, "ignoring an invalid topic config");
-                    }
+                if let Err(error) = config.set(key, value) {
+                    tracing::warn!(topic, %error, "ignoring an invalid topic config");
                 }
             }
         }

@@ -133,6 +133,18 @@ def case_admin():
     broker = ConfigResource(ConfigResource.Type.BROKER, "1")
     configs = client.describe_configs([broker])[broker].result(timeout=10)
     check("log.segment.bytes" in configs, "broker configs list log.segment.bytes")
+    # Read-only and types come from the config registry: static keys are read-only.
+    check(configs["num.partitions"].is_read_only and not configs["log.retention.ms"].is_read_only,
+          "read-only flags of num.partitions / log.retention.ms")
+    check(configs["num.partitions"].value == "1" and not configs["num.partitions"].is_sensitive,
+          f"num.partitions {configs['num.partitions']}")
+    bad = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("num.partitions", "4", incremental_operation=AlterConfigOpType.SET)])
+    try:
+        client.incremental_alter_configs([bad])[bad].result(timeout=10)
+        raise AssertionError("a static broker config was changed")
+    except KafkaException as e:
+        check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"static broker key gave {e.args[0]}")
     default = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
         ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
     client.incremental_alter_configs([default])[default].result(timeout=10)

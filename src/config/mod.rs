@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
-use crate::log::config::{BROKER_TO_TOPIC_KEYS, ConfigError};
-use crate::log::{LogConfig, LogManagerConfig};
+pub mod registry;
 
+use crate::log::{LogConfig, LogManagerConfig};
+use registry::ConfigError;
 /// One `NAME://host:port` entry of `listeners`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
@@ -115,59 +116,6 @@ pub struct ServerConfig {
     /// Keys that were present and understood, with their values (for DescribeConfigs later).
     pub properties: BTreeMap<String, String>,
 }
-
-/// Keys this server understands beyond the `log.*` topic defaults.
-const SERVER_KEYS: &[&str] = &[
-    "node.id",
-    "broker.id",
-    "process.roles",
-    "listeners",
-    "advertised.listeners",
-    "controller.listener.names",
-    "controller.quorum.voters",
-    "cluster.id",
-    "log.dirs",
-    "log.dir",
-    "metadata.log.dir",
-    "http.listener",
-    "broker.rack",
-    "num.partitions",
-    "default.replication.factor",
-    "min.insync.replicas",
-    "auto.create.topics.enable",
-    "unclean.leader.election.enable",
-    "socket.request.max.bytes",
-    "max.connections",
-    "queued.max.requests",
-    "connections.max.idle.ms",
-    "compression.type",
-    "log.cleaner.max.compaction.lag.ms",
-    "replica.lag.time.max.ms",
-    "replica.fetch.max.bytes",
-    "replica.fetch.response.max.bytes",
-    "replica.fetch.wait.max.ms",
-    "replica.fetch.backoff.ms",
-    "num.replica.fetchers",
-    "controlled.shutdown.enable",
-    "auto.leader.rebalance.enable",
-    "leader.imbalance.check.interval.seconds",
-    "controlled.shutdown.max.retries",
-    "controlled.shutdown.retry.backoff.ms",
-    "broker.session.timeout.ms",
-    "broker.heartbeat.interval.ms",
-    "controller.quorum.election.timeout.ms",
-    "log.retention.ms",
-    "log.retention.minutes",
-    "log.retention.hours",
-    "log.roll.ms",
-    "log.roll.hours",
-    "log.cleaner.enable",
-    "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.backoff.ms",
-    "log.retention.check.interval.ms",
-    "log.flush.scheduler.interval.ms",
-    "log.flush.offset.checkpoint.interval.ms",
-];
 
 /// Parses Kafka's `.properties` text: `key=value` or `key: value` lines, `#`/`!` comments,
 /// surrounding blanks trimmed. (Line continuations and escapes are not used by Kafka configs.)
@@ -296,10 +244,11 @@ impl ServerConfig {
             properties.insert(key.clone(), value.clone());
         }
         let config = ServerConfig::from_properties(&properties).map_err(|e| e.to_string())?;
-        let known = |key: &str| {
-            SERVER_KEYS.contains(&key) || BROKER_TO_TOPIC_KEYS.iter().any(|(k, _)| *k == key)
-        };
-        let unknown = properties.keys().filter(|k| !known(k)).cloned().collect();
+        let unknown = properties
+            .keys()
+            .filter(|k| !registry::is_known_broker_key(k))
+            .cloned()
+            .collect();
         Ok((config, unknown))
     }
 
@@ -307,36 +256,24 @@ impl ServerConfig {
         properties: &BTreeMap<String, String>,
     ) -> Result<ServerConfig, ConfigError> {
         let get = |key: &str| properties.get(key).map(String::as_str);
-        let number = |key: &str, default: u64| -> Result<u64, ConfigError> {
-            match get(key) {
-                Some(value) => value
-                    .trim()
-                    .parse()
-                    .map_err(|_| error(key, value, "not a non-negative integer")),
-                None => Ok(default),
+        // Typed values come from the registry: its type, range and default for `key`.
+        let value = |key: &str| -> Result<registry::Value, ConfigError> {
+            let declared = registry::broker_key(key)
+                .ok_or_else(|| error(key, "", "not declared in the config registry"))?;
+            match registry::broker_value(properties, key)? {
+                Some(value) => declared.parse_as(key, &value),
+                None => declared.parse_as(key, declared.default),
             }
         };
-        let boolean = |key: &str, default: bool| -> Result<bool, ConfigError> {
-            match get(key) {
-                Some("true") => Ok(true),
-                Some("false") => Ok(false),
-                Some(value) => Err(error(key, value, "expected true or false")),
-                None => Ok(default),
-            }
-        };
+        let number = |key: &str| value(key).map(|v| v.as_i64());
+        let unsigned = |key: &str| number(key).map(|n| n.max(0) as u64);
+        let boolean = |key: &str| value(key).map(|v| v.as_bool());
+        let default = |key: &str| registry::broker_key(key).map_or("", |k| k.default);
         let node_id = match (get("node.id"), get("broker.id")) {
-            (Some(_), _) => number("node.id", 1)?,
-            (None, Some(_)) => number("broker.id", 1)?,
-            (None, None) => 1,
+            (None, Some(_)) => unsigned("broker.id")?,
+            _ => unsigned("node.id")?,
         };
-        if node_id > i32::MAX as u64 {
-            return Err(error(
-                "node.id",
-                &node_id.to_string(),
-                "must fit in an int32",
-            ));
-        }
-        let roles_text = get("process.roles").unwrap_or("broker,controller");
+        let roles_text = get("process.roles").unwrap_or(default("process.roles"));
         let mut roles = Roles {
             broker: false,
             controller: false,
@@ -355,11 +292,10 @@ impl ServerConfig {
             }
         }
         let controller_listener_name = get("controller.listener.names")
-            .unwrap_or("CONTROLLER")
+            .unwrap_or(default("controller.listener.names"))
             .trim()
             .to_owned();
-        let listeners_text =
-            get("listeners").unwrap_or("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093");
+        let listeners_text = get("listeners").unwrap_or(default("listeners"));
         let listeners = parse_listeners("listeners", listeners_text)?;
         if !listeners.iter().any(|l| l.name == controller_listener_name) {
             return Err(error(
@@ -404,7 +340,7 @@ impl ServerConfig {
         }
         let log_dirs: Vec<PathBuf> = get("log.dirs")
             .or(get("log.dir"))
-            .unwrap_or("./data")
+            .unwrap_or(default("log.dirs"))
             .split(',')
             .map(str::trim)
             .filter(|d| !d.is_empty())
@@ -420,24 +356,13 @@ impl ServerConfig {
         let metadata_log_dir = get("metadata.log.dir")
             .map(PathBuf::from)
             .unwrap_or_else(|| log_dirs[0].clone());
-        let http_text = get("http.listener").unwrap_or("127.0.0.1:9644");
+        let http_text = get("http.listener").unwrap_or(default("http.listener"));
         let http_listener = http_text
             .parse()
             .map_err(|_| error("http.listener", http_text, "expected host:port"))?;
         let cluster_id = get("cluster.id")
             .map(str::to_owned)
             .unwrap_or_else(|| derived_cluster_id(&voters));
-        let in_range = |key: &str, value: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
-            if (min..=max).contains(&value) {
-                Ok(value)
-            } else {
-                Err(error(
-                    key,
-                    &value.to_string(),
-                    format!("must be in [{min}, {max}]"),
-                ))
-            }
-        };
         let log = LogConfig::from_broker_properties(properties)?;
         let config = ServerConfig {
             node_id,
@@ -451,116 +376,42 @@ impl ServerConfig {
             metadata_log_dir,
             http_listener,
             broker_rack: get("broker.rack").map(str::to_owned),
-            num_partitions: in_range(
-                "num.partitions",
-                number("num.partitions", 1)?,
-                1,
-                i32::MAX as u64,
-            )? as i32,
-            default_replication_factor: in_range(
-                "default.replication.factor",
-                number("default.replication.factor", 1)?,
-                1,
-                i16::MAX as u64,
-            )? as i16,
-            min_insync_replicas: in_range(
-                "min.insync.replicas",
-                number("min.insync.replicas", 1)?,
-                1,
-                i32::MAX as u64,
-            )? as i32,
-            auto_create_topics_enable: boolean("auto.create.topics.enable", true)?,
-            unclean_leader_election_enable: boolean("unclean.leader.election.enable", false)?,
-            socket_request_max_bytes: in_range(
-                "socket.request.max.bytes",
-                number("socket.request.max.bytes", 104_857_600)?,
-                1024,
-                i32::MAX as u64,
-            )? as usize,
-            max_connections: in_range(
-                "max.connections",
-                number("max.connections", i32::MAX as u64)?,
-                1,
-                i32::MAX as u64,
-            )? as usize,
-            queued_max_requests: in_range(
-                "queued.max.requests",
-                number("queued.max.requests", 500)?,
-                1,
-                100_000,
-            )? as usize,
-            connections_max_idle_ms: in_range(
-                "connections.max.idle.ms",
-                number("connections.max.idle.ms", 600_000)?,
-                1,
-                i64::MAX as u64,
-            )?,
-            replica_lag_time_max_ms: number("replica.lag.time.max.ms", 30_000)?,
-            replica_fetch_max_bytes: in_range(
-                "replica.fetch.max.bytes",
-                number("replica.fetch.max.bytes", 1_048_576)?,
-                1024,
-                i32::MAX as u64,
-            )? as i32,
-            replica_fetch_response_max_bytes: in_range(
-                "replica.fetch.response.max.bytes",
-                number("replica.fetch.response.max.bytes", 10_485_760)?,
-                1024,
-                i32::MAX as u64,
-            )? as i32,
-            replica_fetch_wait_max_ms: in_range(
-                "replica.fetch.wait.max.ms",
-                number("replica.fetch.wait.max.ms", 500)?,
-                0,
-                i32::MAX as u64,
-            )? as i32,
-            replica_fetch_backoff_ms: number("replica.fetch.backoff.ms", 1_000)?,
-            controlled_shutdown_enable: boolean("controlled.shutdown.enable", true)?,
-            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable", true)?,
-            leader_imbalance_check_interval_seconds: in_range(
+            num_partitions: number("num.partitions")? as i32,
+            default_replication_factor: number("default.replication.factor")? as i16,
+            min_insync_replicas: number("min.insync.replicas")? as i32,
+            auto_create_topics_enable: boolean("auto.create.topics.enable")?,
+            unclean_leader_election_enable: boolean("unclean.leader.election.enable")?,
+            socket_request_max_bytes: unsigned("socket.request.max.bytes")? as usize,
+            max_connections: unsigned("max.connections")? as usize,
+            queued_max_requests: unsigned("queued.max.requests")? as usize,
+            connections_max_idle_ms: unsigned("connections.max.idle.ms")?,
+            replica_lag_time_max_ms: unsigned("replica.lag.time.max.ms")?,
+            replica_fetch_max_bytes: number("replica.fetch.max.bytes")? as i32,
+            replica_fetch_response_max_bytes: number("replica.fetch.response.max.bytes")? as i32,
+            replica_fetch_wait_max_ms: number("replica.fetch.wait.max.ms")? as i32,
+            replica_fetch_backoff_ms: unsigned("replica.fetch.backoff.ms")?,
+            controlled_shutdown_enable: boolean("controlled.shutdown.enable")?,
+            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable")?,
+            leader_imbalance_check_interval_seconds: unsigned(
                 "leader.imbalance.check.interval.seconds",
-                number("leader.imbalance.check.interval.seconds", 300)?,
-                1,
-                86_400,
             )?,
-            controlled_shutdown_max_retries: in_range(
-                "controlled.shutdown.max.retries",
-                number("controlled.shutdown.max.retries", 3)?,
-                0,
-                1000,
-            )? as u32,
-            controlled_shutdown_retry_backoff_ms: number(
-                "controlled.shutdown.retry.backoff.ms",
-                5_000,
-            )?,
-            broker_session_timeout_ms: number("broker.session.timeout.ms", 9_000)?,
-            broker_heartbeat_interval_ms: number("broker.heartbeat.interval.ms", 2_000)?,
-            quorum_election_timeout_ms: in_range(
-                "controller.quorum.election.timeout.ms",
-                number("controller.quorum.election.timeout.ms", 1_000)?,
-                10,
-                3_600_000,
-            )?,
+            controlled_shutdown_max_retries: unsigned("controlled.shutdown.max.retries")? as u32,
+            controlled_shutdown_retry_backoff_ms: unsigned("controlled.shutdown.retry.backoff.ms")?,
+            broker_session_timeout_ms: unsigned("broker.session.timeout.ms")?,
+            broker_heartbeat_interval_ms: unsigned("broker.heartbeat.interval.ms")?,
+            quorum_election_timeout_ms: unsigned("controller.quorum.election.timeout.ms")?,
             log_manager: LogManagerConfig {
                 log_dirs,
                 default_log_config: log,
-                cleaner_enable: boolean("log.cleaner.enable", true)?,
-                cleaner_dedupe_buffer_bytes: number("log.cleaner.dedupe.buffer.size", 134_217_728)?
-                    as usize,
-                cleaner_backoff_ms: number("log.cleaner.backoff.ms", 15_000)?,
-                retention_check_interval_ms: number("log.retention.check.interval.ms", 300_000)?,
-                flush_scheduler_interval_ms: number("log.flush.scheduler.interval.ms", 1_000)?,
-                checkpoint_interval_ms: number("log.flush.offset.checkpoint.interval.ms", 60_000)?,
+                cleaner_enable: boolean("log.cleaner.enable")?,
+                cleaner_dedupe_buffer_bytes: unsigned("log.cleaner.dedupe.buffer.size")? as usize,
+                cleaner_backoff_ms: unsigned("log.cleaner.backoff.ms")?,
+                retention_check_interval_ms: unsigned("log.retention.check.interval.ms")?,
+                flush_scheduler_interval_ms: unsigned("log.flush.scheduler.interval.ms")?,
+                checkpoint_interval_ms: unsigned("log.flush.offset.checkpoint.interval.ms")?,
             },
             properties: properties.clone(),
         };
-        if config.broker_heartbeat_interval_ms < 10 {
-            return Err(error(
-                "broker.heartbeat.interval.ms",
-                &config.broker_heartbeat_interval_ms.to_string(),
-                "must be at least 10",
-            ));
-        }
         if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
             return Err(error(
                 "broker.heartbeat.interval.ms",

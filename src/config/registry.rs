@@ -1,0 +1,892 @@
+//! Every configuration key, declared once: its name, type and range (or allowed values),
+//! default, whether it can change while running, the broker key a topic key falls back to,
+//! and a line of documentation. Parsing `server.properties`, topic and broker validation
+//! (CreateTopics, IncrementalAlterConfigs), the log's settings, DescribeConfigs (values,
+//! sources, synonyms, read-only, types, documentation) and `sluice configs keys` all read this
+//! table.
+//!
+//! Adding a key: one entry in [`KEYS`]; then read it where it takes effect
+//! (`ServerConfig::from_properties` for a broker key, `LogConfig::set` for a topic key the log
+//! uses).
+
+use std::collections::BTreeMap;
+
+/// A value's type and the values it may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    Bool,
+    /// A 32-bit integer (Kafka's INT) in `[min, max]`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// A 64-bit integer (Kafka's LONG) in `[min, max]`.
+    Long {
+        min: i64,
+        max: i64,
+    },
+    Double {
+        min: f64,
+        max: f64,
+    },
+    /// One of the values.
+    Enum(&'static [&'static str]),
+    /// A comma-separated, non-empty subset of the values.
+    List(&'static [&'static str]),
+    /// Free text (listeners, paths), checked where it is used.
+    Text,
+}
+
+impl Kind {
+    /// Kafka's `ConfigType` code in DescribeConfigs (v3+).
+    pub fn kafka_type(&self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Text | Kind::Enum(_) => 2,
+            Kind::Int { .. } => 3,
+            Kind::Long { .. } => 5,
+            Kind::Double { .. } => 6,
+            Kind::List(_) => 7,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Kind::Bool => "boolean".into(),
+            Kind::Int { min, max } | Kind::Long { min, max } => {
+                let name = if matches!(self, Kind::Int { .. }) {
+                    "int"
+                } else {
+                    "long"
+                };
+                match (*min, *max) {
+                    (i64::MIN, i64::MAX) => name.into(),
+                    (min, max) if max == i64::MAX || max == i64::from(i32::MAX) => {
+                        format!("{name} >= {min}")
+                    }
+                    (min, max) => format!("{name} in [{min}, {max}]"),
+                }
+            }
+            Kind::Double { min, max } => format!("double in [{min}, {max}]"),
+            Kind::Enum(values) => format!("one of {}", values.join(", ")),
+            Kind::List(values) => format!("list of {}", values.join(", ")),
+            Kind::Text => "string".into(),
+        }
+    }
+}
+
+/// Where a key applies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scope {
+    /// A broker key (`server.properties`, and dynamic broker configs when `dynamic`).
+    Broker,
+    /// A topic key whose default comes from the broker key `broker` (same type and default;
+    /// the broker key is dynamic, cluster-wide or per broker, when `dynamic`).
+    Topic { broker: &'static str },
+    /// Another unit of the broker key `of`: the value times `factor` (`log.retention.hours`
+    /// for `log.retention.ms`). `of` wins when both are set.
+    BrokerSynonym { of: &'static str, factor: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Key {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The value when nothing sets it ("" for none: derived at start-up).
+    pub default: &'static str,
+    pub scope: Scope,
+    /// Changeable while running (topic keys always are, at the topic level; for them this
+    /// says whether the broker key is).
+    pub dynamic: bool,
+    /// Passwords and keys: never shown (DescribeConfigs' `is_sensitive`).
+    pub sensitive: bool,
+    pub doc: &'static str,
+}
+
+const I32_MAX: i64 = i32::MAX as i64;
+const I64_MAX: i64 = i64::MAX;
+
+const fn int(min: i64, max: i64) -> Kind {
+    Kind::Int { min, max }
+}
+
+const fn long(min: i64) -> Kind {
+    Kind::Long { min, max: I64_MAX }
+}
+
+const fn topic(
+    name: &'static str,
+    broker: &'static str,
+    kind: Kind,
+    default: &'static str,
+    doc: &'static str,
+) -> Key {
+    Key {
+        name,
+        kind,
+        default,
+        scope: Scope::Topic { broker },
+        dynamic: true,
+        sensitive: false,
+        doc,
+    }
+}
+
+const fn broker(name: &'static str, kind: Kind, default: &'static str, doc: &'static str) -> Key {
+    Key {
+        name,
+        kind,
+        default,
+        scope: Scope::Broker,
+        dynamic: false,
+        sensitive: false,
+        doc,
+    }
+}
+
+const fn synonym(name: &'static str, of: &'static str, factor: i64, doc: &'static str) -> Key {
+    Key {
+        name,
+        kind: long(-1),
+        default: "",
+        scope: Scope::BrokerSynonym { of, factor },
+        dynamic: true,
+        sensitive: false,
+        doc,
+    }
+}
+
+/// Kafka's `compression.type` values.
+pub const COMPRESSION_TYPES: &[&str] =
+    &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
+
+/// Every key. Topic keys first (with their broker fallbacks), then broker keys.
+pub const KEYS: &[Key] = &[
+    topic(
+        "cleanup.policy",
+        "log.cleanup.policy",
+        Kind::List(&["delete", "compact"]),
+        "delete",
+        "delete old segments by retention, compact to the latest value per key, or both",
+    ),
+    topic(
+        "compression.type",
+        "compression.type",
+        Kind::Enum(COMPRESSION_TYPES),
+        "producer",
+        "the codec batches are stored in; producer keeps the producer's",
+    ),
+    topic(
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        long(0),
+        "86400000",
+        "how long tombstones stay readable after compaction first sees them",
+    ),
+    topic(
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        long(0),
+        "60000",
+        "how long a deleted segment's files stay, for readers still on them",
+    ),
+    topic(
+        "flush.messages",
+        "log.flush.interval.messages",
+        long(1),
+        "9223372036854775807",
+        "fsync after this many records (replication gives durability by default)",
+    ),
+    topic(
+        "flush.ms",
+        "log.flush.interval.ms",
+        long(0),
+        "9223372036854775807",
+        "fsync when the oldest unflushed record is this old",
+    ),
+    topic(
+        "flush.policy",
+        "log.flush.policy",
+        Kind::Enum(&["interval", "always"]),
+        "interval",
+        "Sluice: interval (flush.messages / flush.ms, as Kafka) or always (fdatasync before acknowledging, group commit)",
+    ),
+    topic(
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        int(0, I32_MAX),
+        "4096",
+        "bytes of records between offset index entries",
+    ),
+    topic(
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        long(1),
+        "9223372036854775807",
+        "the longest a record may stay uncompacted",
+    ),
+    topic(
+        "max.message.bytes",
+        "message.max.bytes",
+        int(0, I32_MAX),
+        "1048588",
+        "the largest record batch accepted",
+    ),
+    topic(
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        long(0),
+        "9223372036854775807",
+        "how far in the future a CreateTime timestamp may be",
+    ),
+    topic(
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        long(0),
+        "9223372036854775807",
+        "how far in the past a CreateTime timestamp may be",
+    ),
+    topic(
+        "message.timestamp.difference.max.ms",
+        "log.message.timestamp.difference.max.ms",
+        long(0),
+        "9223372036854775807",
+        "deprecated by Kafka: the before/after limits in one",
+    ),
+    topic(
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        Kind::Enum(&["CreateTime", "LogAppendTime"]),
+        "CreateTime",
+        "keep the producer's timestamps or stamp the broker's append time",
+    ),
+    topic(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        Kind::Double { min: 0.0, max: 1.0 },
+        "0.5",
+        "the share of uncompacted log that makes a partition worth compacting",
+    ),
+    topic(
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        long(0),
+        "0",
+        "the shortest a record stays uncompacted",
+    ),
+    topic(
+        "min.insync.replicas",
+        "min.insync.replicas",
+        int(1, I32_MAX),
+        "1",
+        "the in-sync replicas an acks=all write needs",
+    ),
+    topic(
+        "preallocate",
+        "log.preallocate",
+        Kind::Bool,
+        "false",
+        "accepted for Kafka compatibility; segments are not preallocated",
+    ),
+    topic(
+        "retention.bytes",
+        "log.retention.bytes",
+        long(-1),
+        "-1",
+        "the most bytes a partition keeps before deleting old segments (-1: no limit)",
+    ),
+    topic(
+        "retention.ms",
+        "log.retention.ms",
+        long(-1),
+        "604800000",
+        "how long records are kept (-1: forever)",
+    ),
+    topic(
+        "segment.bytes",
+        "log.segment.bytes",
+        int(64, I32_MAX),
+        "1073741824",
+        "the size at which a segment rolls",
+    ),
+    topic(
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        int(48, I32_MAX),
+        "10485760",
+        "the size of a segment's offset index",
+    ),
+    topic(
+        "segment.ms",
+        "log.roll.ms",
+        long(1),
+        "604800000",
+        "the age at which a segment rolls",
+    ),
+    topic(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        Kind::Bool,
+        "false",
+        "elect a leader outside the ISR when none is left (acknowledged records may be lost)",
+    ),
+    synonym(
+        "log.retention.minutes",
+        "log.retention.ms",
+        60_000,
+        "log.retention.ms in minutes",
+    ),
+    synonym(
+        "log.retention.hours",
+        "log.retention.ms",
+        3_600_000,
+        "log.retention.ms in hours",
+    ),
+    synonym(
+        "log.roll.hours",
+        "log.roll.ms",
+        3_600_000,
+        "log.roll.ms in hours",
+    ),
+    broker(
+        "node.id",
+        int(0, I32_MAX),
+        "1",
+        "this node's id, as a broker and as a quorum member",
+    ),
+    broker(
+        "broker.id",
+        int(0, I32_MAX),
+        "",
+        "the older name of node.id",
+    ),
+    broker(
+        "process.roles",
+        Kind::List(&["broker", "controller"]),
+        "broker,controller",
+        "broker, controller (a quorum voter) or both",
+    ),
+    broker(
+        "listeners",
+        Kind::Text,
+        "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        "NAME://host:port of the Kafka listener and the quorum's",
+    ),
+    broker(
+        "advertised.listeners",
+        Kind::Text,
+        "",
+        "what clients are told to connect to (default: listeners)",
+    ),
+    broker(
+        "controller.listener.names",
+        Kind::Text,
+        "CONTROLLER",
+        "the listener the quorum uses",
+    ),
+    broker(
+        "controller.quorum.voters",
+        Kind::Text,
+        "",
+        "id@host:port of every voter (default: this node alone)",
+    ),
+    broker(
+        "cluster.id",
+        Kind::Text,
+        "",
+        "Sluice: the cluster id (default: derived from the voters)",
+    ),
+    broker(
+        "log.dirs",
+        Kind::Text,
+        "./data",
+        "comma-separated data directories",
+    ),
+    broker("log.dir", Kind::Text, "", "the older name of log.dirs"),
+    broker(
+        "metadata.log.dir",
+        Kind::Text,
+        "",
+        "where the quorum's state lives (default: the first log dir)",
+    ),
+    broker(
+        "http.listener",
+        Kind::Text,
+        "127.0.0.1:9644",
+        "Sluice: host:port of /health and /metrics",
+    ),
+    broker(
+        "broker.rack",
+        Kind::Text,
+        "",
+        "the rack replicas are spread across",
+    ),
+    broker(
+        "num.partitions",
+        int(1, I32_MAX),
+        "1",
+        "partitions of a topic created without a count",
+    ),
+    broker(
+        "default.replication.factor",
+        int(1, i16::MAX as i64),
+        "1",
+        "replicas of a topic created without a replication factor",
+    ),
+    broker(
+        "auto.create.topics.enable",
+        Kind::Bool,
+        "true",
+        "create topics on first Metadata or Produce",
+    ),
+    broker(
+        "socket.request.max.bytes",
+        int(1024, I32_MAX),
+        "104857600",
+        "the largest request accepted",
+    ),
+    broker(
+        "max.connections",
+        int(1, I32_MAX),
+        "2147483647",
+        "connections the Kafka listener accepts",
+    ),
+    broker(
+        "queued.max.requests",
+        int(1, 100_000),
+        "500",
+        "requests read ahead per connection",
+    ),
+    broker(
+        "connections.max.idle.ms",
+        Kind::Long {
+            min: 1,
+            max: I64_MAX,
+        },
+        "600000",
+        "idle connections are closed after this long",
+    ),
+    broker(
+        "replica.lag.time.max.ms",
+        long(0),
+        "30000",
+        "a follower not caught up for this long leaves the ISR",
+    ),
+    broker(
+        "replica.fetch.max.bytes",
+        int(1024, I32_MAX),
+        "1048576",
+        "bytes per partition in a follower's fetch",
+    ),
+    broker(
+        "replica.fetch.response.max.bytes",
+        int(1024, I32_MAX),
+        "10485760",
+        "bytes in a follower's fetch response",
+    ),
+    broker(
+        "replica.fetch.wait.max.ms",
+        int(0, I32_MAX),
+        "500",
+        "how long a follower's fetch waits for records",
+    ),
+    broker(
+        "replica.fetch.backoff.ms",
+        long(0),
+        "1000",
+        "a follower's pause after a fetch error",
+    ),
+    broker(
+        "num.replica.fetchers",
+        int(1, I32_MAX),
+        "1",
+        "accepted for Kafka compatibility: one fetcher per leader",
+    ),
+    broker(
+        "controlled.shutdown.enable",
+        Kind::Bool,
+        "true",
+        "on SIGTERM, move leaderships away before stopping",
+    ),
+    broker(
+        "controlled.shutdown.max.retries",
+        int(0, 1000),
+        "3",
+        "attempts to move leaderships at shutdown",
+    ),
+    broker(
+        "controlled.shutdown.retry.backoff.ms",
+        long(0),
+        "5000",
+        "pause between those attempts",
+    ),
+    broker(
+        "auto.leader.rebalance.enable",
+        Kind::Bool,
+        "true",
+        "move leaderships back to preferred replicas",
+    ),
+    broker(
+        "leader.imbalance.check.interval.seconds",
+        Kind::Long {
+            min: 1,
+            max: 86_400,
+        },
+        "300",
+        "how often preferred leaders are checked",
+    ),
+    broker(
+        "broker.session.timeout.ms",
+        long(0),
+        "9000",
+        "a broker not heard from for this long is fenced",
+    ),
+    broker(
+        "broker.heartbeat.interval.ms",
+        long(10),
+        "2000",
+        "how often a broker heartbeats the controller",
+    ),
+    broker(
+        "controller.quorum.election.timeout.ms",
+        Kind::Long {
+            min: 10,
+            max: 3_600_000,
+        },
+        "1000",
+        "how long a quorum member waits for a leader before an election",
+    ),
+    broker(
+        "log.cleaner.enable",
+        Kind::Bool,
+        "true",
+        "run log compaction",
+    ),
+    broker(
+        "log.cleaner.dedupe.buffer.size",
+        long(0),
+        "134217728",
+        "memory for compaction's key map",
+    ),
+    broker(
+        "log.cleaner.backoff.ms",
+        long(0),
+        "15000",
+        "the cleaner's pause when nothing is cleanable",
+    ),
+    broker(
+        "log.retention.check.interval.ms",
+        long(0),
+        "300000",
+        "how often retention runs",
+    ),
+    broker(
+        "log.flush.scheduler.interval.ms",
+        long(0),
+        "1000",
+        "how often flush.ms is checked",
+    ),
+    broker(
+        "log.flush.offset.checkpoint.interval.ms",
+        long(0),
+        "60000",
+        "how often recovery points are checkpointed",
+    ),
+];
+
+/// A bad value: the key, the value, why. Start-up, CreateTopics and AlterConfigs say it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value '{value}' for {key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(key: &str, value: &str, reason: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A value, parsed and checked against its key's kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Bool(bool),
+    Number(i64),
+    Double(f64),
+    Text(String),
+    List(Vec<String>),
+}
+
+impl Value {
+    pub fn as_i64(&self) -> i64 {
+        match self {
+            Value::Number(n) => *n,
+            _ => 0,
+        }
+    }
+
+    pub fn as_bool(&self) -> bool {
+        matches!(self, Value::Bool(true))
+    }
+
+    pub fn as_f64(&self) -> f64 {
+        match self {
+            Value::Double(d) => *d,
+            Value::Number(n) => *n as f64,
+            _ => 0.0,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Value::Text(t) => t,
+            _ => "",
+        }
+    }
+
+    pub fn as_list(&self) -> &[String] {
+        match self {
+            Value::List(l) => l,
+            _ => &[],
+        }
+    }
+}
+
+impl Key {
+    /// `value` parsed and checked, or why not (errors name `as_name`: the key as written).
+    pub fn parse_as(&self, as_name: &str, value: &str) -> Result<Value, ConfigError> {
+        let error = |reason: String| ConfigError::new(as_name, value, reason);
+        let text = value.trim();
+        match self.kind {
+            Kind::Bool => match text {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                _ => Err(error("expected true or false".into())),
+            },
+            Kind::Int { min, max } | Kind::Long { min, max } => {
+                let n: i64 = text.parse().map_err(|_| error("not an integer".into()))?;
+                if n < min {
+                    Err(error(format!("must be at least {min}")))
+                } else if n > max {
+                    Err(error(format!("must be at most {max}")))
+                } else {
+                    Ok(Value::Number(n))
+                }
+            }
+            Kind::Double { min, max } => {
+                let d: f64 = text.parse().map_err(|_| error("not a number".into()))?;
+                if (min..=max).contains(&d) {
+                    Ok(Value::Double(d))
+                } else {
+                    Err(error(format!("must be between {min} and {max}")))
+                }
+            }
+            Kind::Enum(values) => values
+                .iter()
+                .find(|v| **v == text)
+                .map(|v| Value::Text((*v).to_owned()))
+                .ok_or_else(|| error(format!("expected {}", values.join(", ")))),
+            Kind::List(values) => {
+                let parts: Vec<String> = text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if parts.is_empty() || parts.iter().any(|p| !values.contains(&p.as_str())) {
+                    Err(error(format!("expected a list of {}", values.join(", "))))
+                } else {
+                    Ok(Value::List(parts))
+                }
+            }
+            Kind::Text => Ok(Value::Text(text.to_owned())),
+        }
+    }
+
+    pub fn parse(&self, value: &str) -> Result<Value, ConfigError> {
+        self.parse_as(self.name, value)
+    }
+
+    /// The broker key this topic key falls back to.
+    pub fn broker_name(&self) -> &'static str {
+        match self.scope {
+            Scope::Topic { broker } => broker,
+            _ => self.name,
+        }
+    }
+
+    /// Type, range and default, for help and docs.
+    pub fn summary(&self) -> String {
+        let default = if self.default.is_empty() {
+            String::new()
+        } else {
+            format!(", default {}", self.default)
+        };
+        format!("{}{default}", self.kind.describe())
+    }
+}
+
+/// The topic-level keys.
+pub fn topic_keys() -> impl Iterator<Item = &'static Key> {
+    KEYS.iter()
+        .filter(|k| matches!(k.scope, Scope::Topic { .. }))
+}
+
+/// A topic-level key by name.
+pub fn topic_key(name: &str) -> Option<&'static Key> {
+    topic_keys().find(|k| k.name == name)
+}
+
+/// A broker key by name: one declared as a broker key, a unit synonym, or the broker fallback
+/// of a topic key (which then describes it: same type and default).
+pub fn broker_key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| match k.scope {
+        Scope::Topic { broker } => broker == name,
+        _ => k.name == name,
+    })
+}
+
+/// Every broker key name with its declaration, topic fallbacks included, synonyms not.
+pub fn broker_keys() -> impl Iterator<Item = (&'static str, &'static Key)> {
+    KEYS.iter().filter_map(|k| match k.scope {
+        Scope::Topic { broker } => Some((broker, k)),
+        Scope::Broker => Some((k.name, k)),
+        Scope::BrokerSynonym { .. } => None,
+    })
+}
+
+/// Whether a broker key can be changed while running (IncrementalAlterConfigs on a broker).
+pub fn is_dynamic_broker_key(name: &str) -> bool {
+    broker_key(name).is_some_and(|k| k.dynamic)
+}
+
+/// A topic key's value checked (INVALID_CONFIG material).
+pub fn validate_topic(name: &str, value: &str) -> Result<Value, ConfigError> {
+    topic_key(name)
+        .ok_or_else(|| ConfigError::new(name, value, "unknown topic config"))?
+        .parse(value)
+}
+
+/// A broker key's value checked, by its broker name.
+pub fn validate_broker(name: &str, value: &str) -> Result<Value, ConfigError> {
+    broker_key(name)
+        .ok_or_else(|| ConfigError::new(name, value, "unknown broker config"))?
+        .parse_as(name, value)
+}
+
+/// The value a layer of broker properties gives `broker_name` (a broker key or a topic key's
+/// fallback), unit synonyms included (`log.retention.ms` wins over `.minutes`, which wins
+/// over `.hours`, as in Kafka), as text in the key's own unit.
+pub fn broker_value(
+    properties: &BTreeMap<String, String>,
+    broker_name: &str,
+) -> Result<Option<String>, ConfigError> {
+    if let Some(value) = properties.get(broker_name) {
+        return Ok(Some(value.clone()));
+    }
+    let mut synonyms: Vec<(&Key, i64)> = KEYS
+        .iter()
+        .filter_map(|k| match k.scope {
+            Scope::BrokerSynonym { of, factor } if of == broker_name => Some((k, factor)),
+            _ => None,
+        })
+        .collect();
+    // The finer unit wins.
+    synonyms.sort_by_key(|(_, factor)| *factor);
+    for (key, factor) in synonyms {
+        if let Some(value) = properties.get(key.name) {
+            let n = key.parse(value)?.as_i64();
+            return Ok(Some(if n < 0 {
+                "-1".into()
+            } else {
+                n.saturating_mul(factor).to_string()
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `name` is a key this server knows (for the unknown-key warning at start-up).
+pub fn is_known_broker_key(name: &str) -> bool {
+    broker_key(name).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_is_valid_and_every_name_declared_once() {
+        let mut names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        names.extend(KEYS.iter().filter_map(|k| match k.scope {
+            Scope::Topic { broker } if broker != k.name => Some(broker),
+            _ => None,
+        }));
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a key declared twice");
+        for key in KEYS {
+            if !key.default.is_empty() {
+                key.parse(key.default)
+                    .unwrap_or_else(|e| panic!("{}: default {e}", key.name));
+            }
+            assert!(!key.doc.is_empty(), "{} has no doc", key.name);
+        }
+    }
+
+    #[test]
+    fn values_are_checked_against_their_kind_and_errors_name_the_key() {
+        assert_eq!(
+            validate_topic("cleanup.policy", "compact, delete"),
+            Ok(Value::List(vec!["compact".into(), "delete".into()]))
+        );
+        assert!(validate_topic("cleanup.policy", "sometimes").is_err());
+        assert_eq!(
+            validate_topic("segment.bytes", "10").unwrap_err().key,
+            "segment.bytes"
+        );
+        assert!(validate_topic("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate_topic("no.such.key", "1").is_err());
+        assert_eq!(
+            validate_broker("log.segment.bytes", "12").unwrap_err().key,
+            "log.segment.bytes"
+        );
+        assert!(is_dynamic_broker_key("log.retention.ms"));
+        assert!(is_dynamic_broker_key("log.retention.hours"));
+        assert!(!is_dynamic_broker_key("num.partitions"));
+    }
+
+    #[test]
+    fn unit_synonyms_resolve_with_kafkas_precedence() {
+        let props = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let value = |pairs: &[(&str, &str)]| {
+            broker_value(&props(pairs), "log.retention.ms").expect("valid")
+        };
+        assert_eq!(
+            value(&[("log.retention.hours", "2")]),
+            Some("7200000".into())
+        );
+        assert_eq!(
+            value(&[("log.retention.hours", "2"), ("log.retention.minutes", "3")]),
+            Some("180000".into())
+        );
+        assert_eq!(
+            value(&[("log.retention.minutes", "3"), ("log.retention.ms", "5")]),
+            Some("5".into())
+        );
+        assert_eq!(value(&[("log.retention.hours", "-1")]), Some("-1".into()));
+        assert_eq!(value(&[]), None);
+    }
+}
