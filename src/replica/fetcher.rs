@@ -367,6 +367,26 @@ async fn truncate_diverged(
     Ok(())
 }
 
+/// KIP-101/279: where a follower's log must end, from the leader's answer (epoch, end offset)
+/// for our latest epoch and our own end of that epoch (`ours`: the largest epoch at most it in
+/// our log, with its end). An undefined answer (the leader knows no epoch this old) keeps only
+/// what was committed; otherwise the smaller of the leader's end and ours for that epoch,
+/// never past our log end.
+fn truncation_target(
+    log_end: u64,
+    high_watermark: u64,
+    (leader_epoch, leader_end): (i32, i64),
+    ours: Option<(i32, u64)>,
+) -> u64 {
+    if leader_epoch < 0 || leader_end < 0 {
+        return high_watermark.min(log_end);
+    }
+    let our_end = ours
+        .filter(|(epoch, _)| *epoch == leader_epoch)
+        .map_or(log_end, |(_, end)| end);
+    (leader_end as u64).min(our_end).min(log_end)
+}
+
 /// Truncates a follower's log to where it parts from the leader's (the leader's answer for our
 /// latest epoch), then marks the partition ready to fetch.
 fn truncate_to_divergence(
@@ -375,17 +395,15 @@ fn truncate_to_divergence(
     answer: &kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset,
 ) {
     let log_end = partition.log_end_offset();
-    let target = if answer.leader_epoch < 0 || answer.end_offset < 0 {
-        // The leader knows no epoch this old: keep only what was committed.
-        partition.high_watermark()
-    } else {
-        // Our own end of the epoch the leader answered for bounds it too.
-        let ours = partition
-            .end_offset_for_epoch(answer.leader_epoch)
-            .filter(|(epoch, _)| *epoch == answer.leader_epoch)
-            .map_or(log_end, |(_, end)| end);
-        (answer.end_offset as u64).min(ours)
-    };
+    let ours = (answer.leader_epoch >= 0)
+        .then(|| partition.end_offset_for_epoch(answer.leader_epoch))
+        .flatten();
+    let target = truncation_target(
+        log_end,
+        partition.high_watermark(),
+        (answer.leader_epoch, answer.end_offset),
+        ours,
+    );
     if target < log_end {
         let tp = partition.topic_partition.clone();
         tracing::info!(topic_partition = %tp, from = log_end, to = target, leader_epoch = answer.leader_epoch, "truncating a diverged follower log");
@@ -395,4 +413,30 @@ fn truncate_to_divergence(
         }
     }
     partition.truncation_done();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncation_target;
+
+    #[test]
+    fn truncation_keeps_what_both_logs_share() {
+        // Our log ends at 100 (HW 60); our latest epoch is 5.
+        // The leader's epoch 5 ends at 80: records 80.. are a deposed leader's.
+        assert_eq!(truncation_target(100, 60, (5, 80), Some((5, 100))), 80);
+        // Same end: nothing to take back.
+        assert_eq!(truncation_target(100, 60, (5, 100), Some((5, 100))), 100);
+        // The leader holds more of epoch 5 than we do: keep ours.
+        assert_eq!(truncation_target(100, 60, (5, 150), Some((5, 100))), 100);
+        // The leader answers an older epoch (it never had our epoch 5): our end of that epoch
+        // bounds the cut too (KIP-279).
+        assert_eq!(truncation_target(100, 60, (3, 90), Some((3, 70))), 70);
+        assert_eq!(truncation_target(100, 60, (3, 50), Some((3, 70))), 50);
+        // We never had the epoch the leader answered: its end, bounded by our log.
+        assert_eq!(truncation_target(100, 60, (4, 90), Some((3, 70))), 90);
+        // Undefined answer: keep only what was committed.
+        assert_eq!(truncation_target(100, 60, (-1, -1), Some((5, 100))), 60);
+        // Never past our own log end.
+        assert_eq!(truncation_target(40, 60, (-1, -1), None), 40);
+    }
 }

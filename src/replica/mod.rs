@@ -7,6 +7,7 @@
 //! Handlers never touch a log: they ask a `Partition` in Kafka's terms (high watermark, reads
 //! bounded for consumers or followers, offsets by timestamp or epoch).
 
+pub mod clock;
 pub mod compression;
 pub mod fetcher;
 pub mod isr;
@@ -381,7 +382,13 @@ impl ReplicaManager {
             write_topic_id(log.dir(), state.topic_id);
         }
         let leader = state.leader == self.broker_id;
-        let partition = Arc::new(Partition::open(tp.clone(), log, self.broker_id, state)?);
+        let partition = Arc::new(Partition::open(
+            tp.clone(),
+            log,
+            self.broker_id,
+            state,
+            Arc::new(clock::SystemClock),
+        )?);
         partition.maybe_advance_high_watermark();
         tracing::info!(topic_partition = %tp, leader, log_end_offset = partition.log_end_offset(), "replica opened");
         Ok(partition)

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use sluice_raft::records::{BrokerId, Uuid};
 
+use super::clock::Clock;
 use super::purgatory::Watchers;
 use crate::file_slice::FileSlice;
 use crate::log::batch::{BatchHeader, BatchIter};
@@ -153,6 +154,9 @@ pub struct Partition {
     needs_truncation: AtomicBool,
     /// An ISR change sent to the controller and not yet seen committed: (ISR, when sent).
     pending_isr: Mutex<Option<(Vec<BrokerId>, Instant)>>,
+    clock: Arc<dyn Clock>,
+    /// Debug builds: (leader epoch, high watermark) last seen as leader, for the invariants.
+    leader_high_watermark: Mutex<(i32, u64)>,
 }
 
 /// A follower as its leader sees it.
@@ -183,11 +187,12 @@ impl Partition {
         log: Arc<Log>,
         broker_id: BrokerId,
         state: PartitionState,
+        clock: Arc<dyn Clock>,
     ) -> Result<Partition, LogError> {
         let producers = load_producer_state(&log)?;
         let segments = log.segment_count();
         let followers = if state.leader == broker_id {
-            fresh_followers(&state, broker_id)
+            fresh_followers(&state, broker_id, clock.now())
         } else {
             HashMap::new()
         };
@@ -202,6 +207,8 @@ impl Partition {
             followers: Mutex::new(followers),
             needs_truncation: AtomicBool::new(true),
             pending_isr: Mutex::new(None),
+            clock,
+            leader_high_watermark: Mutex::new((-1, 0)),
         })
     }
 
@@ -213,12 +220,20 @@ impl Partition {
     /// (followers unknown, caught up as of now) or, as follower, asks for a truncation check.
     pub fn set_state(&self, state: PartitionState) {
         let mut current = self.state.write().unwrap_or_else(|p| p.into_inner());
+        // Images are applied in order and a replica re-created gets a new Partition.
+        debug_assert!(
+            state.leader_epoch >= current.leader_epoch,
+            "{}: leader epoch went back from {} to {}",
+            self.topic_partition,
+            current.leader_epoch,
+            state.leader_epoch
+        );
         let new_epoch =
             current.leader_epoch != state.leader_epoch || current.leader != state.leader;
         if new_epoch {
             if state.leader == self.broker_id {
                 *self.followers.lock().unwrap_or_else(|p| p.into_inner()) =
-                    fresh_followers(&state, self.broker_id);
+                    fresh_followers(&state, self.broker_id, self.clock.now());
             } else {
                 self.needs_truncation.store(true, Ordering::Release);
             }
@@ -232,7 +247,7 @@ impl Partition {
             // Still waiting for our change, unless the image moved on or it is too old.
             if state.isr != isr
                 && current.partition_epoch == state.partition_epoch
-                && sent.elapsed() < PENDING_ISR_TIMEOUT
+                && self.clock.now().saturating_duration_since(sent) < PENDING_ISR_TIMEOUT
             {
                 *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, sent));
             }
@@ -242,6 +257,50 @@ impl Partition {
         self.maybe_advance_high_watermark();
         // Waiting requests re-check: a produce whose leadership moved, a fetch now refused.
         self.watchers.wake();
+        self.check_invariants();
+    }
+
+    /// What must always hold, checked in debug builds after every change: the high watermark
+    /// never passes the log end, and as leader it never moves back within a leader epoch, and
+    /// no follower's recorded log end passes ours.
+    fn check_invariants(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let (high_watermark, log_end) = (self.log.high_watermark(), self.log.log_end_offset());
+        assert!(
+            high_watermark <= log_end,
+            "{}: high watermark {high_watermark} past the log end {log_end}",
+            self.topic_partition
+        );
+        if state.leader != self.broker_id {
+            return;
+        }
+        let mut seen = self
+            .leader_high_watermark
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if seen.0 == state.leader_epoch {
+            assert!(
+                high_watermark >= seen.1,
+                "{}: the leader's high watermark moved back from {} to {high_watermark} at epoch {}",
+                self.topic_partition,
+                seen.1,
+                state.leader_epoch
+            );
+        }
+        *seen = (state.leader_epoch, high_watermark);
+        drop(seen);
+        for (replica, follower) in self.followers() {
+            if let Some(follower_end) = follower.log_end_offset {
+                assert!(
+                    follower_end <= log_end,
+                    "{}: follower {replica} recorded at {follower_end}, past the leader's log end {log_end}",
+                    self.topic_partition
+                );
+            }
+        }
     }
 
     pub fn broker_id(&self) -> BrokerId {
@@ -319,6 +378,7 @@ impl Partition {
             }
         }
         self.update_follower(replica, fetch_offset as u64);
+        self.check_invariants();
         Ok(FollowerFetch::Read)
     }
 
@@ -326,7 +386,7 @@ impl Partition {
     /// Returns whether the high watermark moved. Offsets of brokers that are not followers of
     /// this partition are ignored.
     fn update_follower(&self, replica: BrokerId, fetch_offset: u64) -> bool {
-        let now = Instant::now();
+        let now = self.clock.now();
         let leader_log_end = self.log.log_end_offset();
         {
             let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
@@ -367,13 +427,15 @@ impl Partition {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .is_some_and(|(_, sent)| sent.elapsed() < PENDING_ISR_TIMEOUT)
+            .is_some_and(|(_, sent)| {
+                self.clock.now().saturating_duration_since(*sent) < PENDING_ISR_TIMEOUT
+            })
         {
             return None;
         }
         let followers = self.followers();
         let high_watermark = self.log.high_watermark();
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut isr: Vec<BrokerId> = state
             .isr
             .iter()
@@ -405,7 +467,7 @@ impl Partition {
     }
 
     pub fn isr_change_sent(&self, isr: Vec<BrokerId>) {
-        *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, Instant::now()));
+        *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, self.clock.now()));
     }
 
     pub fn isr_change_failed(&self) {
@@ -426,6 +488,7 @@ impl Partition {
         self.maybe_snapshot(&producers);
         drop(producers);
         self.watchers.wake();
+        self.check_invariants();
         Ok(Some(info))
     }
 
@@ -441,6 +504,7 @@ impl Partition {
         if moved {
             self.watchers.wake();
         }
+        self.check_invariants();
         moved
     }
 
@@ -459,6 +523,7 @@ impl Partition {
         let reloaded = self.reload_locked(&mut producers);
         drop(producers);
         self.watchers.wake();
+        self.check_invariants();
         let truncated = truncated?;
         reloaded?;
         Ok(truncated)
@@ -671,6 +736,7 @@ impl Partition {
             // The log end moved: followers' long polls read it.
             self.watchers.wake();
         }
+        self.check_invariants();
         Ok(Appended {
             info,
             duplicate: false,
@@ -795,8 +861,11 @@ impl Partition {
 
 /// A new leadership's view of its followers: offsets unknown, caught up as of now (so none is
 /// dropped from the ISR before it had the time to fetch).
-fn fresh_followers(state: &PartitionState, me: BrokerId) -> HashMap<BrokerId, FollowerState> {
-    let now = Instant::now();
+fn fresh_followers(
+    state: &PartitionState,
+    me: BrokerId,
+    now: Instant,
+) -> HashMap<BrokerId, FollowerState> {
     state
         .replicas
         .iter()

@@ -8,6 +8,7 @@ use super::*;
 use crate::log::batch::BatchBuilder;
 use crate::log::config::ManualClock;
 use crate::log::{LoadState, LogConfig};
+use crate::replica::clock::{ManualClock as ManualInstantClock, SystemClock};
 
 const ME: BrokerId = 1;
 const PRODUCER: i64 = 7;
@@ -29,6 +30,15 @@ fn state(leader: BrokerId, leader_epoch: i32, isr: &[BrokerId]) -> PartitionStat
 }
 
 fn replica(broker_id: BrokerId, initial: PartitionState, segment_bytes: u64) -> Replica {
+    replica_with_clock(broker_id, initial, segment_bytes, Arc::new(SystemClock))
+}
+
+fn replica_with_clock(
+    broker_id: BrokerId,
+    initial: PartitionState,
+    segment_bytes: u64,
+    clock: Arc<dyn crate::replica::clock::Clock>,
+) -> Replica {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = LogConfig {
         segment_bytes,
@@ -47,6 +57,7 @@ fn replica(broker_id: BrokerId, initial: PartitionState, segment_bytes: u64) -> 
         Arc::new(log),
         broker_id,
         initial,
+        clock,
     )
     .expect("open partition");
     Replica {
@@ -376,4 +387,73 @@ fn the_high_watermark_never_moves_back_nor_past_the_log_end() {
     let follower = replica(2, state(ME, 5, &[1, 2]), 1 << 30);
     assert!(!follower.partition.follow_high_watermark(7), "empty log");
     assert_eq!(follower.partition.high_watermark(), 0);
+}
+
+/// Kafka's ISR rules on the leader, with time moved by hand: a follower not caught up for
+/// longer than replica.lag.time.max.ms leaves; one that reaches the high watermark and is
+/// caught up joins; a change waits for its commit (or a timeout) before another is asked for.
+#[test]
+fn followers_leave_and_join_the_isr_by_lag_time() {
+    let lag = std::time::Duration::from_secs(10);
+    let second = std::time::Duration::from_secs(1);
+    let clock = Arc::new(ManualInstantClock::default());
+    let leader = replica_with_clock(ME, state(ME, 5, &[1, 2, 3]), 1 << 30, clock.clone());
+    let partition = &leader.partition;
+    assert!(
+        partition.wanted_isr(lag).is_none(),
+        "a new leadership drops nobody at once"
+    );
+
+    append(partition, batch(PRODUCER, 0, 0, 10));
+    clock.advance(5 * second);
+    assert_eq!(partition.follower_fetch(2, 10, 5), Ok(FollowerFetch::Read));
+    clock.advance(6 * second);
+    // 11 s without broker 3 caught up; broker 2 was 6 s ago.
+    let (_, wanted) = partition.wanted_isr(lag).expect("a shrink");
+    assert_eq!(wanted, vec![1, 2]);
+    partition.isr_change_sent(wanted.clone());
+    assert!(partition.wanted_isr(lag).is_none(), "one change at a time");
+    partition.set_state(state(ME, 5, &[1, 2]));
+    assert!(partition.wanted_isr(lag).is_none());
+
+    // Broker 3 fetches behind the log end: not caught up, not back yet.
+    assert_eq!(partition.follower_fetch(3, 4, 5), Ok(FollowerFetch::Read));
+    assert!(partition.wanted_isr(lag).is_none());
+    // At the log end: caught up and past the high watermark, it rejoins.
+    assert_eq!(partition.follower_fetch(3, 10, 5), Ok(FollowerFetch::Read));
+    let (_, wanted) = partition.wanted_isr(lag).expect("an expansion");
+    assert_eq!(wanted, vec![1, 2, 3]);
+    partition.isr_change_sent(wanted);
+    // Unanswered for longer than the pending timeout: asked again.
+    clock.advance(PENDING_ISR_TIMEOUT + second);
+    assert!(partition.wanted_isr(lag).is_some());
+}
+
+/// A follower that keeps up with a leader taking writes stays caught up although each fetch
+/// is behind the log end by then (Kafka: caught up to the log end of its previous fetch).
+#[test]
+fn a_follower_keeping_up_with_writes_stays_in_the_isr() {
+    let lag = std::time::Duration::from_secs(10);
+    let clock = Arc::new(ManualInstantClock::default());
+    let leader = replica_with_clock(ME, state(ME, 5, &[1, 2]), 1 << 30, clock.clone());
+    let partition = &leader.partition;
+    let mut end = 0;
+    for sequence in 0..30 {
+        append(partition, batch(PRODUCER, 0, sequence * 2, 2));
+        // It fetches what the log end was at its previous fetch, never the current end.
+        assert_eq!(partition.follower_fetch(2, end, 5), Ok(FollowerFetch::Read));
+        end = partition.log_end_offset() as i64;
+        clock.advance(std::time::Duration::from_secs(1));
+        assert!(partition.wanted_isr(lag).is_none(), "after {sequence} s");
+    }
+}
+
+/// The invariants are checked where they live: a leader epoch going back is a bug that stops
+/// a debug build at once.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "leader epoch went back")]
+fn a_leader_epoch_going_back_trips_the_invariant() {
+    let follower = replica(2, state(ME, 5, &[1, 2]), 1 << 30);
+    follower.partition.set_state(state(ME, 4, &[1, 2]));
 }
