@@ -157,6 +157,10 @@ pub struct Partition {
     clock: Arc<dyn Clock>,
     /// Debug builds: (leader epoch, high watermark) last seen as leader, for the invariants.
     leader_high_watermark: Mutex<(i32, u64)>,
+    /// The leader epoch while this broker leads, -1 otherwise: a copy of the state the
+    /// invariant checks read without the state lock (they run under it, in `while_following`,
+    /// and a second read lock can deadlock behind a waiting writer).
+    leading_epoch: std::sync::atomic::AtomicI64,
 }
 
 /// A follower as its leader sees it.
@@ -196,6 +200,11 @@ impl Partition {
         } else {
             HashMap::new()
         };
+        let leading_epoch = if state.leader == broker_id {
+            i64::from(state.leader_epoch)
+        } else {
+            -1
+        };
         Ok(Partition {
             topic_partition,
             log,
@@ -209,6 +218,7 @@ impl Partition {
             pending_isr: Mutex::new(None),
             clock,
             leader_high_watermark: Mutex::new((-1, 0)),
+            leading_epoch: std::sync::atomic::AtomicI64::new(leading_epoch),
         })
     }
 
@@ -252,6 +262,14 @@ impl Partition {
                 *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, sent));
             }
         }
+        self.leading_epoch.store(
+            if state.leader == self.broker_id {
+                i64::from(state.leader_epoch)
+            } else {
+                -1
+            },
+            Ordering::Release,
+        );
         *current = state;
         drop(current);
         self.maybe_advance_high_watermark();
@@ -262,35 +280,37 @@ impl Partition {
 
     /// What must always hold, checked in debug builds after every change: the high watermark
     /// never passes the log end, and as leader it never moves back within a leader epoch, and
-    /// no follower's recorded log end passes ours.
+    /// no follower's recorded log end passes ours. Takes no state lock (callers may hold it).
     fn check_invariants(&self) {
         if !cfg!(debug_assertions) {
             return;
         }
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let leading_epoch = self.leading_epoch.load(Ordering::Acquire);
         let (high_watermark, log_end) = (self.log.high_watermark(), self.log.log_end_offset());
         assert!(
             high_watermark <= log_end,
             "{}: high watermark {high_watermark} past the log end {log_end}",
             self.topic_partition
         );
-        if state.leader != self.broker_id {
+        let Ok(leader_epoch) = i32::try_from(leading_epoch) else {
+            return;
+        };
+        if leader_epoch < 0 {
             return;
         }
         let mut seen = self
             .leader_high_watermark
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if seen.0 == state.leader_epoch {
+        if seen.0 == leader_epoch {
             assert!(
                 high_watermark >= seen.1,
-                "{}: the leader's high watermark moved back from {} to {high_watermark} at epoch {}",
+                "{}: the leader's high watermark moved back from {} to {high_watermark} at epoch {leader_epoch}",
                 self.topic_partition,
                 seen.1,
-                state.leader_epoch
             );
         }
-        *seen = (state.leader_epoch, high_watermark);
+        *seen = (leader_epoch, high_watermark);
         drop(seen);
         for (replica, follower) in self.followers() {
             if let Some(follower_end) = follower.log_end_offset {
