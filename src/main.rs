@@ -45,6 +45,10 @@ enum Command {
         #[arg(long = "override", value_parser = parse_override)]
         overrides: Vec<(String, String)>,
     },
+    /// Random and mutated requests through the request path of an in-process single-node
+    /// broker: crashes, slow inputs, peak memory.
+    #[command(hide = true)]
+    Fuzz(cli::fuzz::FuzzArgs),
     /// Benchmarks, reported beside the raw limits of this machine measured in the same run.
     Perf {
         #[command(subcommand)]
@@ -72,6 +76,8 @@ fn run() -> anyhow::Result<()> {
         | Command::Cluster { .. }
         | Command::Topics { .. }
         | Command::Configs { .. } => "warn",
+        // Refused requests are the point: only errors.
+        Command::Fuzz(_) => "error",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -85,6 +91,7 @@ fn run() -> anyhow::Result<()> {
         Command::Cluster { command } => cli::cluster::run(command),
         Command::Topics { command } => cli::topics::run(command),
         Command::Configs { command } => cli::configs::run(command),
+        Command::Fuzz(args) => cli::fuzz::run(args),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod configs;
+pub mod fuzz;
 pub mod perf;
 pub mod perf_kafka;
 pub mod perf_quorum;

@@ -65,6 +65,8 @@ pub struct Node {
     quorum: Arc<Quorum>,
     replicas: Arc<ReplicaManager>,
     server: Option<Server>,
+    /// The broker context the Kafka listener serves with (`None` on a controller-only node).
+    broker: Option<Arc<Broker>>,
     /// Registration and heartbeats; stopped first at a controlled shutdown.
     lifecycle: Option<tokio::task::JoinHandle<()>>,
     broker_epoch: Arc<AtomicI64>,
@@ -163,6 +165,7 @@ impl Node {
         ));
         let metrics = Arc::new(Metrics::default());
         let mut server = None;
+        let mut broker_context = None;
         if config.roles.broker {
             tasks.push(tokio::spawn(
                 Arc::clone(&replicas).follow_images(quorum.images()),
@@ -221,9 +224,10 @@ impl Node {
                 queued_requests_max: config.queued_max_requests,
                 idle_ms: config.connections_max_idle_ms,
             };
-            let started = Server::start(listener, settings, broker);
+            let started = Server::start(listener, settings, Arc::clone(&broker));
             tracing::info!(listener = %listener_config.name, addr = %started.local_addr(), "Kafka listener started");
             server = Some(started);
+            broker_context = Some(broker);
         }
 
         let http_listener = TcpListener::bind(config.http_listener)
@@ -246,6 +250,7 @@ impl Node {
             quorum,
             replicas,
             server,
+            broker: broker_context,
             lifecycle,
             broker_epoch,
             tasks,
@@ -254,6 +259,11 @@ impl Node {
 
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    /// The broker context requests are served with (`None` on a controller-only node).
+    pub fn broker(&self) -> Option<&Arc<Broker>> {
+        self.broker.as_ref()
     }
 
     /// Stops the node: the Kafka listener (requests already read are answered), the quorum

@@ -131,9 +131,9 @@ async fn accept_loop(
 }
 
 /// A request frame as read, with when it arrived.
-struct Frame {
-    bytes: Bytes,
-    received: Instant,
+pub struct Frame {
+    pub bytes: Bytes,
+    pub received: Instant,
 }
 
 async fn serve_connection(
@@ -237,8 +237,10 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }))
 }
 
-/// Answers one frame: `Ok(None)` when no response is due (acks=0), `Err` to close.
-async fn process_frame(
+/// Answers one frame (a request without its size prefix), as a connection does: header and
+/// body decoded, dispatched, the response encoded. `Ok(None)` when no response is due
+/// (acks=0), `Err` to close the connection. Public for the request fuzzer (`sluice fuzz`).
+pub async fn process_frame(
     broker: &Arc<Broker>,
     listener_name: &str,
     peer: SocketAddr,

@@ -1,0 +1,602 @@
+//! `sluice fuzz`: random and mutated request frames through the real request path of a
+//! single-node broker started in this process (header and body decoding, dispatch, the
+//! handlers, the replica layer and the log, response encoding; `server::process_frame`, what
+//! every connection runs). Seeds are valid requests of every served API and version; each
+//! input stacks a few mutations (bit flips, interesting integers, cuts, inserts, splices) or is
+//! random bytes.
+//!
+//! It reports crashes (any panic, in the request path or in a broker task: must be 0), the
+//! peak RSS, and inputs slower than 100 ms that did not ask to wait (a Fetch's `max_wait_ms`,
+//! an acks=all Produce's `timeout_ms`, a controller round trip). Requests that would change
+//! the cluster beyond the fuzzed topic (CreateTopics, CreatePartitions and
+//! IncrementalAlterConfigs unless `validate_only`, DeleteTopics, reassignments) are decoded
+//! but not dispatched. cargo-fuzz needs a nightly toolchain this project does not use; this
+//! runs on stable, and in release for long runs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::{Bytes, BytesMut};
+use clap::Args;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
+    RequestHeader, RequestKind, TopicName,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use sluice::broker::Broker;
+use sluice::config::ServerConfig;
+use sluice::handler::SUPPORTED_APIS;
+use sluice::log::batch::BatchBuilder;
+use sluice::protocol;
+use sluice::server::{Frame, process_frame};
+
+#[derive(Args)]
+pub struct FuzzArgs {
+    /// Inputs to run.
+    #[arg(long, default_value_t = 100_000)]
+    inputs: u64,
+    /// The random seed (printed; a run is repeated with the same seed and inputs).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where the broker keeps its data (a fresh temporary directory by default).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Inputs in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Where crashing and slow inputs are written (hex), if any.
+    #[arg(long, default_value = "fuzz-findings")]
+    findings: PathBuf,
+}
+
+/// Inputs slower than this that did not ask to wait are reported.
+const SLOW: Duration = Duration::from_millis(100);
+/// An input still running after this is abandoned (and reported).
+const INPUT_TIMEOUT: Duration = Duration::from_secs(10);
+const TOPIC: &str = "fuzz";
+
+/// xorshift64*: small, fast, seedable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+pub fn run(args: FuzzArgs) -> anyhow::Result<()> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1
+    });
+    println!("seed {seed}");
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        default_hook(info);
+    }));
+    let temporary;
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile_dir()?;
+            temporary.clone()
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(fuzz(&args, seed, &dir));
+    if args.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("sluice-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Result<()> {
+    let (kafka, quorum, http) = (free_port()?, free_port()?, free_port()?);
+    let overrides: Vec<(String, String)> = [
+        (
+            "listeners",
+            format!("PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"),
+        ),
+        ("http.listener", format!("127.0.0.1:{http}")),
+        ("log.dirs", dir.join("data").display().to_string()),
+        ("auto.create.topics.enable", "false".into()),
+        // Bounded disk: mutated batches that pass validation are appended.
+        ("log.segment.bytes", (16 << 20).to_string()),
+        ("log.retention.bytes", (64 << 20).to_string()),
+        ("log.retention.check.interval.ms", "1000".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let (config, _) = ServerConfig::load(None, &overrides).map_err(anyhow::Error::msg)?;
+    let node = sluice::node::Node::start(config).await?;
+    let broker = Arc::clone(node.broker().context("the node runs no broker")?);
+    create_topic(&broker).await?;
+    let seeds = seeds(&broker);
+    println!("seeds {} (every served API and version)", seeds.len());
+
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let peer: SocketAddr = "127.0.0.1:1".parse()?;
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: HashMap<tokio::task::Id, Vec<u8>> = HashMap::new();
+    let (mut crashes, mut timed_out, mut slow_unexplained, mut slow_waiting, mut skipped) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut slowest = Duration::ZERO;
+    let mut findings = 0usize;
+    let mut save = |kind: &str, input: &[u8]| {
+        if findings < 50 {
+            findings += 1;
+            let _ = std::fs::create_dir_all(&args.findings);
+            let path = args.findings.join(format!("{kind}-{findings}.hex"));
+            let hex: String = input.iter().map(|b| format!("{b:02x}")).collect();
+            let _ = std::fs::write(path, hex);
+        }
+    };
+    let mut sent = 0u64;
+    let report_every = (args.inputs / 10).max(1);
+    while sent < args.inputs || !tasks.is_empty() {
+        while sent < args.inputs && tasks.len() < args.concurrency.max(1) {
+            let input = mutate(&seeds, &mut rng);
+            sent += 1;
+            if sent % report_every == 0 {
+                println!(
+                    "progress {sent}/{} inputs, {:.0} inputs/s",
+                    args.inputs,
+                    sent as f64 / started.elapsed().as_secs_f64()
+                );
+            }
+            let plan = plan(&input);
+            if plan.skip {
+                skipped += 1;
+                continue;
+            }
+            let broker = Arc::clone(&broker);
+            let frame_input = input.clone();
+            let handle = tasks.spawn(async move {
+                let begun = Instant::now();
+                let frame = Frame {
+                    bytes: Bytes::from(frame_input),
+                    received: begun,
+                };
+                let answered = tokio::time::timeout(
+                    INPUT_TIMEOUT,
+                    process_frame(&broker, "PLAINTEXT", peer, frame),
+                )
+                .await;
+                (begun.elapsed(), answered.is_err(), plan.may_wait)
+            });
+            running.insert(handle.id(), input);
+        }
+        let Some(done) = tasks.join_next_with_id().await else {
+            continue;
+        };
+        match done {
+            Ok((id, (elapsed, abandoned, may_wait))) => {
+                let input = running.remove(&id).unwrap_or_default();
+                slowest = slowest.max(elapsed);
+                if abandoned {
+                    timed_out += 1;
+                    if may_wait < INPUT_TIMEOUT {
+                        save("timeout", &input);
+                    }
+                } else if elapsed > SLOW {
+                    if elapsed <= may_wait + SLOW {
+                        slow_waiting += 1;
+                    } else {
+                        slow_unexplained += 1;
+                        save("slow", &input);
+                    }
+                }
+            }
+            Err(error) => {
+                let input = running.remove(&error.id()).unwrap_or_default();
+                if error.is_panic() {
+                    crashes += 1;
+                    save("crash", &input);
+                }
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    drop(broker);
+    node.shutdown().await?;
+    let panics = PANICS.load(Ordering::SeqCst);
+    println!("inputs {sent}");
+    println!("seconds {:.1}", elapsed.as_secs_f64());
+    println!("inputs_per_s {:.0}", sent as f64 / elapsed.as_secs_f64());
+    println!("decoded_not_dispatched {skipped}");
+    println!("crashes {}", crashes.max(panics));
+    println!("slow_over_100ms_unexplained {slow_unexplained}");
+    println!("slow_over_100ms_waiting_as_asked {slow_waiting}");
+    println!("abandoned_after_10s {timed_out}");
+    println!("slowest_ms {}", slowest.as_millis());
+    println!("peak_rss_kib {}", peak_rss_kib());
+    if findings > 0 {
+        println!("findings written to {}", args.findings.display());
+    }
+    anyhow::ensure!(
+        crashes == 0 && panics == 0,
+        "{} crash(es): inputs in {}",
+        crashes.max(panics),
+        args.findings.display()
+    );
+    Ok(())
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next().map(str::to_owned))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn create_topic(broker: &Broker) -> anyhow::Result<()> {
+    use sluice::controller::NewTopic;
+    use sluice::controller::service::ControllerRequest;
+    let topic = NewTopic {
+        name: TOPIC.into(),
+        partitions: 2,
+        replication_factor: 1,
+        ..Default::default()
+    };
+    // The broker registers and is unfenced a moment after start.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let request = ControllerRequest::CreateTopic(topic.clone());
+        match broker
+            .call_controller(request, Duration::from_secs(10))
+            .await
+        {
+            Ok(_) => break,
+            Err((code, message)) if Instant::now() > deadline => anyhow::bail!(
+                "creating {TOPIC}: {}: {message}",
+                protocol::errors::name(code)
+            ),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    anyhow::ensure!(
+        broker
+            .wait_for_image(Duration::from_secs(30), |i| i
+                .topic_by_name(TOPIC)
+                .is_some())
+            .await,
+        "{TOPIC} never appeared"
+    );
+    Ok(())
+}
+
+/// What the fuzzer does with an input: dispatch it or only decode it, and how long it may
+/// rightly wait.
+struct Plan {
+    skip: bool,
+    may_wait: Duration,
+}
+
+fn plan(input: &[u8]) -> Plan {
+    let run = Plan {
+        skip: false,
+        may_wait: Duration::ZERO,
+    };
+    let Ok(start) = protocol::peek_start(input) else {
+        return run;
+    };
+    let Ok(api_key) = ApiKey::try_from(start.api_key) else {
+        return run;
+    };
+    let mut bytes = Bytes::copy_from_slice(input);
+    let Ok(header) = protocol::decode_header(api_key, &mut bytes) else {
+        return run;
+    };
+    let Ok(request) = protocol::decode_body(api_key, header.request_api_version, &mut bytes) else {
+        return run;
+    };
+    let millis = |ms: i32| Duration::from_millis(ms.max(0) as u64);
+    // Controller round trips (and their image waits) take their own time on a loaded machine.
+    let controller = Duration::from_secs(2);
+    match request {
+        RequestKind::CreateTopics(r) => Plan {
+            skip: !r.validate_only,
+            may_wait: controller,
+        },
+        RequestKind::CreatePartitions(r) => Plan {
+            skip: !r.validate_only,
+            may_wait: controller,
+        },
+        RequestKind::IncrementalAlterConfigs(r) => Plan {
+            skip: !r.validate_only,
+            may_wait: controller,
+        },
+        RequestKind::DeleteTopics(_) | RequestKind::AlterPartitionReassignments(_) => Plan {
+            skip: true,
+            may_wait: controller,
+        },
+        RequestKind::Fetch(r) => Plan {
+            skip: false,
+            may_wait: millis(r.max_wait_ms),
+        },
+        RequestKind::Produce(r) => Plan {
+            skip: false,
+            may_wait: if r.acks == -1 {
+                millis(r.timeout_ms)
+            } else {
+                Duration::ZERO
+            },
+        },
+        RequestKind::ElectLeaders(_)
+        | RequestKind::InitProducerId(_)
+        | RequestKind::DescribeQuorum(_) => Plan {
+            skip: false,
+            may_wait: controller,
+        },
+        _ => run,
+    }
+}
+
+/// A request frame (header and body, no size prefix).
+fn frame(api_key: ApiKey, version: i16, body: &RequestKind) -> Option<Vec<u8>> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("fuzz")));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, api_key.request_header_version(version))
+        .ok()?;
+    body.encode(&mut out, version).ok()?;
+    Some(out.to_vec())
+}
+
+fn empty_request(api_key: ApiKey) -> Option<RequestKind> {
+    use kafka_protocol::messages::*;
+    Some(match api_key {
+        ApiKey::Produce => ProduceRequest::default().into(),
+        ApiKey::Fetch => FetchRequest::default().into(),
+        ApiKey::ListOffsets => ListOffsetsRequest::default().into(),
+        ApiKey::Metadata => MetadataRequest::default().into(),
+        ApiKey::ApiVersions => ApiVersionsRequest::default().into(),
+        ApiKey::CreateTopics => CreateTopicsRequest::default().into(),
+        ApiKey::DeleteTopics => DeleteTopicsRequest::default().into(),
+        ApiKey::DeleteRecords => DeleteRecordsRequest::default().into(),
+        ApiKey::InitProducerId => InitProducerIdRequest::default().into(),
+        ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::default().into(),
+        ApiKey::DescribeConfigs => DescribeConfigsRequest::default().into(),
+        ApiKey::CreatePartitions => CreatePartitionsRequest::default().into(),
+        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::default().into(),
+        ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
+        ApiKey::DescribeQuorum => DescribeQuorumRequest::default().into(),
+        ApiKey::ElectLeaders => ElectLeadersRequest::default().into(),
+        ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::default().into(),
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        ApiKey::FindCoordinator => FindCoordinatorRequest::default().into(),
+        _ => return None,
+    })
+}
+
+/// Valid requests of every served API and version (empty ones), and requests with content
+/// for the data path (Produce, Fetch, ListOffsets, Metadata on the fuzzed topic).
+fn seeds(broker: &Broker) -> Vec<Vec<u8>> {
+    let topic_id = broker
+        .image()
+        .topic_by_name(TOPIC)
+        .map_or(uuid::Uuid::nil(), |t| uuid::Uuid::from_u128(t.id.0));
+    let name = TopicName(StrBytes::from_static_str(TOPIC));
+    let mut builder = BatchBuilder::new(0, 1_700_000_000_000);
+    for i in 0..3u8 {
+        builder.push(
+            1_700_000_000_000,
+            Some(&[i]),
+            Some(b"value"),
+            &[(b"h", Some(b"v"))],
+        );
+    }
+    let batch = Bytes::from(builder.build());
+    let mut seeds = Vec::new();
+    for (api_key, min, max) in SUPPORTED_APIS {
+        for version in *min..=*max {
+            let mut bodies: Vec<RequestKind> = empty_request(*api_key).into_iter().collect();
+            match api_key {
+                ApiKey::Produce => {
+                    for acks in [1, -1, 0] {
+                        bodies.push(
+                            ProduceRequest::default()
+                                .with_acks(acks)
+                                .with_timeout_ms(50)
+                                .with_topic_data(vec![
+                                    TopicProduceData::default()
+                                        .with_name(name.clone())
+                                        .with_partition_data(vec![
+                                            PartitionProduceData::default()
+                                                .with_index(0)
+                                                .with_records(Some(batch.clone())),
+                                        ]),
+                                ])
+                                .into(),
+                        );
+                    }
+                }
+                ApiKey::Fetch => bodies.push(
+                    FetchRequest::default()
+                        .with_replica_id(BrokerId(-1))
+                        .with_max_wait_ms(20)
+                        .with_min_bytes(1)
+                        .with_max_bytes(1 << 20)
+                        .with_session_epoch(if version >= 7 { 0 } else { -1 })
+                        .with_topics(vec![
+                            FetchTopic::default()
+                                .with_topic(name.clone())
+                                .with_topic_id(topic_id)
+                                .with_partitions(vec![
+                                    FetchPartition::default()
+                                        .with_partition(0)
+                                        .with_fetch_offset(0)
+                                        .with_partition_max_bytes(1 << 20),
+                                ]),
+                        ])
+                        .into(),
+                ),
+                ApiKey::ListOffsets => bodies.push(
+                    ListOffsetsRequest::default()
+                        .with_replica_id(BrokerId(-1))
+                        .with_topics(vec![
+                            ListOffsetsTopic::default()
+                                .with_name(name.clone())
+                                .with_partitions(vec![
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(0)
+                                        .with_timestamp(-1),
+                                ]),
+                        ])
+                        .into(),
+                ),
+                ApiKey::Metadata => bodies.push(
+                    MetadataRequest::default()
+                        .with_topics(Some(vec![
+                            MetadataRequestTopic::default()
+                                .with_name(Some(name.clone()))
+                                .with_topic_id(topic_id),
+                        ]))
+                        .into(),
+                ),
+                _ => {}
+            }
+            for body in &bodies {
+                if let Some(frame) = frame(*api_key, version, body) {
+                    seeds.push(frame);
+                }
+            }
+        }
+    }
+    seeds
+}
+
+const INTERESTING_8: &[u8] = &[0, 1, 0x7f, 0x80, 0xff];
+const INTERESTING_32: &[i32] = &[
+    0,
+    1,
+    -1,
+    2,
+    0x7f,
+    0x7fff,
+    0xffff,
+    i32::MAX,
+    i32::MIN,
+    1 << 20,
+];
+
+/// A seed with one to four mutations, or (rarely) random bytes after a real header start.
+fn mutate(seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
+    let seed = &seeds[rng.below(seeds.len())];
+    if rng.chance(3) {
+        let mut input = seed[..8.min(seed.len())].to_vec();
+        let extra = rng.below(256);
+        input.extend((0..extra).map(|_| rng.next() as u8));
+        return input;
+    }
+    let mut input = seed.clone();
+    for _ in 0..1 + rng.below(4) {
+        // The first 8 bytes (key, version, correlation id) stay most of the time, so inputs
+        // reach the decoders of served APIs instead of the version check.
+        let from = if rng.chance(90) {
+            8.min(input.len())
+        } else {
+            0
+        };
+        if input.len() <= from {
+            input.extend((0..1 + rng.below(16)).map(|_| rng.next() as u8));
+            continue;
+        }
+        let at = from + rng.below(input.len() - from);
+        match rng.below(8) {
+            0 => {
+                let bit = rng.below(8);
+                input[at] ^= 1 << bit;
+            }
+            1 => input[at] = INTERESTING_8[rng.below(INTERESTING_8.len())],
+            2 => {
+                let value = INTERESTING_32[rng.below(INTERESTING_32.len())];
+                let bytes: Vec<u8> = if rng.chance(50) {
+                    value.to_be_bytes().to_vec()
+                } else {
+                    (value as i16).to_be_bytes().to_vec()
+                };
+                for (i, b) in bytes.iter().enumerate() {
+                    if let Some(slot) = input.get_mut(at + i) {
+                        *slot = *b;
+                    }
+                }
+            }
+            3 => {
+                let len = 1 + rng.below((input.len() - at).min(32));
+                input.drain(at..at + len);
+            }
+            4 => {
+                let len = 1 + rng.below(32);
+                let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                input.splice(at..at, bytes);
+            }
+            5 => input.truncate(at),
+            6 => {
+                let len = 1 + rng.below((input.len() - at).min(64));
+                let chunk = input[at..at + len].to_vec();
+                input.splice(at..at, chunk);
+            }
+            _ => {
+                let other = &seeds[rng.below(seeds.len())];
+                let tail = rng.below(other.len());
+                input.truncate(at);
+                input.extend_from_slice(&other[tail..]);
+            }
+        }
+    }
+    input
+}
