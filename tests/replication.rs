@@ -604,6 +604,18 @@ fn preferred_leaders_come_back_by_request_and_by_rebalance() {
     }
 }
 
+/// `sluice topics reassign` of partition 0 of `topic` to `replicas`, through the broker on
+/// `port`, waiting up to 60 s.
+fn reassign(port: u16, topic: &str, replicas: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["topics", "reassign", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--topic", topic, "--partition", "0", "--replicas", replicas])
+        .args(["--wait-seconds", "60"])
+        .output()
+        .expect("sluice topics reassign")
+}
+
 /// `sluice topics reassign` moves a partition from brokers 1,2,3 to 4,2,3 under acks=all load:
 /// broker 4 joins and catches up, broker 1 leaves and drops its copy, nothing is lost.
 #[test]
@@ -621,21 +633,7 @@ fn reassignment_moves_replicas_without_loss() {
     cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
         producer.count() >= 5_000
     });
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["topics", "reassign", "--bootstrap-server"])
-        .arg(format!("127.0.0.1:{}", cluster.nodes[1].kafka_port))
-        .args([
-            "--topic",
-            "moved",
-            "--partition",
-            "0",
-            "--replicas",
-            "4,2,3",
-            "--wait-seconds",
-            "60",
-        ])
-        .output()
-        .expect("sluice topics reassign");
+    let output = reassign(cluster.nodes[1].kafka_port, "moved", "4,2,3");
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success() && printed.contains("done after"),
@@ -679,21 +677,7 @@ fn reassignment_moves_replicas_without_loss() {
     // empty because that broker's image did not hold the move yet.)
     confluent_cluster(&cluster, "create-assigned", &["widened", "3"]);
     let asked = cluster.nodes[1].kafka_port;
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["topics", "reassign", "--bootstrap-server"])
-        .arg(format!("127.0.0.1:{asked}"))
-        .args([
-            "--topic",
-            "widened",
-            "--partition",
-            "0",
-            "--replicas",
-            "2,3,1",
-            "--wait-seconds",
-            "60",
-        ])
-        .output()
-        .expect("sluice topics reassign");
+    let output = reassign(asked, "widened", "2,3,1");
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success() && printed.contains("done after"),
