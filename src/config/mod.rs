@@ -138,32 +138,24 @@ pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, String> 
     Ok(properties)
 }
 
-fn error(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
 fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
     let mut listeners = Vec::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, address) = entry
-            .split_once("://")
-            .ok_or_else(|| error(key, value, format!("'{entry}' is not NAME://host:port")))?;
+        let (name, address) = entry.split_once("://").ok_or_else(|| {
+            ConfigError::new(key, value, format!("'{entry}' is not NAME://host:port"))
+        })?;
         let (host, port) = address
             .rsplit_once(':')
-            .ok_or_else(|| error(key, value, format!("'{entry}' has no port")))?;
+            .ok_or_else(|| ConfigError::new(key, value, format!("'{entry}' has no port")))?;
         let port = port
             .parse()
-            .map_err(|_| error(key, value, format!("'{port}' is not a port")))?;
+            .map_err(|_| ConfigError::new(key, value, format!("'{port}' is not a port")))?;
         let host = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
         if listeners.iter().any(|l: &Listener| l.name == name) {
-            return Err(error(
+            return Err(ConfigError::new(
                 key,
                 value,
                 format!("listener name {name} appears twice"),
@@ -182,7 +174,7 @@ fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
     let key = "controller.quorum.voters";
     let mut voters = Vec::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let bad = || error(key, value, format!("'{entry}' is not id@host:port"));
+        let bad = || ConfigError::new(key, value, format!("'{entry}' is not id@host:port"));
         let (id, address) = entry.split_once('@').ok_or_else(bad)?;
         let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
         let voter = Voter {
@@ -191,7 +183,7 @@ fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
             port: port.parse().map_err(|_| bad())?,
         };
         if voters.iter().any(|v: &Voter| v.node_id == voter.node_id) {
-            return Err(error(
+            return Err(ConfigError::new(
                 key,
                 value,
                 format!("node {} appears twice", voter.node_id),
@@ -200,7 +192,7 @@ fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
         voters.push(voter);
     }
     if voters.is_empty() {
-        return Err(error(key, value, "no voters"));
+        return Err(ConfigError::new(key, value, "no voters"));
     }
     Ok(voters)
 }
@@ -246,7 +238,7 @@ impl ServerConfig {
         let config = ServerConfig::from_properties(&properties).map_err(|e| e.to_string())?;
         let unknown = properties
             .keys()
-            .filter(|k| !registry::is_known_broker_key(k))
+            .filter(|k| registry::broker_key(k).is_none())
             .cloned()
             .collect();
         Ok((config, unknown))
@@ -259,7 +251,7 @@ impl ServerConfig {
         // Typed values come from the registry: its type, range and default for `key`.
         let value = |key: &str| -> Result<registry::Value, ConfigError> {
             let declared = registry::broker_key(key)
-                .ok_or_else(|| error(key, "", "not declared in the config registry"))?;
+                .ok_or_else(|| ConfigError::new(key, "", "not declared in the config registry"))?;
             match registry::broker_value(properties, key)? {
                 Some(value) => declared.parse_as(key, &value),
                 None => declared.parse_as(key, declared.default),
@@ -283,7 +275,7 @@ impl ServerConfig {
                 "broker" => roles.broker = true,
                 "controller" => roles.controller = true,
                 _ => {
-                    return Err(error(
+                    return Err(ConfigError::new(
                         "process.roles",
                         roles_text,
                         "expected broker, controller or both",
@@ -298,14 +290,14 @@ impl ServerConfig {
         let listeners_text = get("listeners").unwrap_or(default("listeners"));
         let listeners = parse_listeners("listeners", listeners_text)?;
         if !listeners.iter().any(|l| l.name == controller_listener_name) {
-            return Err(error(
+            return Err(ConfigError::new(
                 "listeners",
                 listeners_text,
                 format!("no {controller_listener_name} listener (the quorum's internal listener)"),
             ));
         }
         if roles.broker && !listeners.iter().any(|l| l.name != controller_listener_name) {
-            return Err(error(
+            return Err(ConfigError::new(
                 "listeners",
                 listeners_text,
                 "a broker needs a client listener besides the controller one",
@@ -330,7 +322,7 @@ impl ServerConfig {
         );
         let voters = parse_voters(get("controller.quorum.voters").unwrap_or(&default_voters))?;
         if roles.controller && !voters.iter().any(|v| v.node_id == node_id) {
-            return Err(error(
+            return Err(ConfigError::new(
                 "process.roles",
                 roles_text,
                 format!(
@@ -347,7 +339,7 @@ impl ServerConfig {
             .map(PathBuf::from)
             .collect();
         if log_dirs.is_empty() {
-            return Err(error(
+            return Err(ConfigError::new(
                 "log.dirs",
                 get("log.dirs").unwrap_or(""),
                 "no directory",
@@ -359,7 +351,7 @@ impl ServerConfig {
         let http_text = get("http.listener").unwrap_or(default("http.listener"));
         let http_listener = http_text
             .parse()
-            .map_err(|_| error("http.listener", http_text, "expected host:port"))?;
+            .map_err(|_| ConfigError::new("http.listener", http_text, "expected host:port"))?;
         let cluster_id = get("cluster.id")
             .map(str::to_owned)
             .unwrap_or_else(|| derived_cluster_id(&voters));
@@ -413,7 +405,7 @@ impl ServerConfig {
             properties: properties.clone(),
         };
         if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
-            return Err(error(
+            return Err(ConfigError::new(
                 "broker.heartbeat.interval.ms",
                 &config.broker_heartbeat_interval_ms.to_string(),
                 "must be smaller than broker.session.timeout.ms",

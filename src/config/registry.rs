@@ -812,11 +812,6 @@ pub fn broker_value(
     Ok(None)
 }
 
-/// Whether `name` is a key this server knows (for the unknown-key warning at start-up).
-pub fn is_known_broker_key(name: &str) -> bool {
-    broker_key(name).is_some()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

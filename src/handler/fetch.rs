@@ -125,16 +125,9 @@ pub async fn handle(
     };
     // A follower's fetch names it (v15+ in replica_state); consumers send -1.
     let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
-    // In the purgatory until enough bytes arrive: woken by the named partitions only.
-    let watched: Vec<_> = wanted
-        .iter()
-        .filter_map(|(w, _)| {
-            broker
-                .replicas
-                .partition(&TopicPartition::new(w.topic.clone(), w.partition))
-        })
-        .collect();
-    let delayed = Delayed::new(deadline, watched.iter().map(|p| p.watchers()));
+    // Into the purgatory only when the first read falls short: woken by the named partitions
+    // only. Registered before the next read, so no change in between goes unseen.
+    let mut delayed: Option<Delayed> = None;
     loop {
         let (results, bytes, errored) = read_all(
             broker,
@@ -152,9 +145,31 @@ pub async fn handle(
                 .fetch_add(bytes as u64, Ordering::Relaxed);
             return respond(broker, version, session_id, &mode, results);
         }
-        // At the deadline the next round answers with what is there.
-        delayed.woken().await;
+        match &delayed {
+            // At the deadline the next round answers with what is there.
+            Some(delayed) => {
+                delayed.woken().await;
+            }
+            None => delayed = Some(watch(broker, &wanted, deadline)),
+        }
     }
+}
+
+/// A fetch waiting on the partitions it names (those hosted here).
+fn watch(
+    broker: &Broker,
+    wanted: &[(Wanted, Option<Reported>)],
+    deadline: tokio::time::Instant,
+) -> Delayed {
+    let watched: Vec<_> = wanted
+        .iter()
+        .filter_map(|(w, _)| {
+            broker
+                .replicas
+                .partition(&TopicPartition::new(w.topic.clone(), w.partition))
+        })
+        .collect();
+    Delayed::new(deadline, watched.iter().map(|p| p.watchers()))
 }
 
 /// Partitions never reported to the client (a new session's, or a fetch without one).

@@ -28,6 +28,14 @@ struct Wait {
     /// Where its response sits in the topic's partition responses.
     index: usize,
     min_insync: usize,
+    state: AckState,
+}
+
+impl Wait {
+    /// Acknowledged, or led elsewhere: nothing more to wait for.
+    fn settled(&self) -> bool {
+        matches!(self.state, AckState::Acknowledged | AckState::NotLeader)
+    }
 }
 
 pub async fn handle(
@@ -108,6 +116,7 @@ pub async fn handle(
                             pending: appended.pending,
                             index: partitions.len(),
                             min_insync,
+                            state: AckState::Waiting,
                         });
                     }
                     partitions.push(
@@ -151,34 +160,33 @@ pub async fn handle(
         return if failed { Some(Err(())) } else { None };
     }
     // Every acks=all partition waits in the purgatory at once, until the request's deadline.
-    let mut states: Vec<Vec<AckState>> = responses
-        .iter()
-        .map(|(_, _, waits)| vec![AckState::Waiting; waits.len()])
-        .collect();
-    let delayed = Delayed::new(
-        deadline,
-        responses
-            .iter()
-            .flat_map(|(_, _, waits)| waits.iter().map(|w| w.partition.watchers())),
-    );
-    delayed
-        .until(|| {
-            let mut complete = true;
-            for ((_, _, waits), states) in responses.iter().zip(states.iter_mut()) {
-                for (wait, state) in waits.iter().zip(states.iter_mut()) {
-                    if matches!(state, AckState::Acknowledged | AckState::NotLeader) {
-                        continue;
+    if responses.iter().any(|(_, _, waits)| !waits.is_empty()) {
+        let delayed = Delayed::new(
+            deadline,
+            responses
+                .iter()
+                .flat_map(|(_, _, waits)| waits.iter().map(|w| w.partition.watchers())),
+        );
+        delayed
+            .until(|| {
+                let mut complete = true;
+                for wait in responses
+                    .iter_mut()
+                    .flat_map(|(_, _, waits)| waits.iter_mut())
+                {
+                    if !wait.settled() {
+                        wait.state = wait.partition.ack_state(&wait.pending, wait.min_insync);
+                        complete &= wait.settled();
                     }
-                    *state = wait.partition.ack_state(&wait.pending, wait.min_insync);
-                    complete &= matches!(state, AckState::Acknowledged | AckState::NotLeader);
                 }
-            }
-            complete
-        })
-        .await;
+                complete
+            })
+            .await;
+    }
     let mut topics = Vec::with_capacity(responses.len());
-    for ((name, mut partitions, waits), states) in responses.into_iter().zip(states) {
-        for (wait, state) in waits.into_iter().zip(states) {
+    for (name, mut partitions, waits) in responses {
+        for wait in waits {
+            let state = wait.state;
             let response = &mut partitions[wait.index];
             let failed = match state {
                 AckState::Acknowledged => None,

@@ -286,9 +286,7 @@ impl ReplicaManager {
         for (tp, (topic, state)) in wanted {
             let config = self.topic_log_config(image, &topic);
             if let Some(partition) = self.partition(&tp) {
-                if *partition.config() != config {
-                    partition.log().update_config(config);
-                }
+                partition.update_config(config);
                 let before = partition.state();
                 if before != state {
                     if before.leader == self.broker_id

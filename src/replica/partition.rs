@@ -200,11 +200,7 @@ impl Partition {
         } else {
             HashMap::new()
         };
-        let leading_epoch = if state.leader == broker_id {
-            i64::from(state.leader_epoch)
-        } else {
-            -1
-        };
+        let leading_epoch = leading_epoch(&state, broker_id);
         Ok(Partition {
             topic_partition,
             log,
@@ -262,14 +258,8 @@ impl Partition {
                 *self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()) = Some((isr, sent));
             }
         }
-        self.leading_epoch.store(
-            if state.leader == self.broker_id {
-                i64::from(state.leader_epoch)
-            } else {
-                -1
-            },
-            Ordering::Release,
-        );
+        self.leading_epoch
+            .store(leading_epoch(&state, self.broker_id), Ordering::Release);
         *current = state;
         drop(current);
         self.maybe_advance_high_watermark();
@@ -516,15 +506,22 @@ impl Partition {
     /// forward. Returns whether it moved.
     pub fn follow_high_watermark(&self, leader_high_watermark: i64) -> bool {
         let high_watermark = (leader_high_watermark.max(0) as u64).min(self.log.log_end_offset());
+        let moved = self.raise_high_watermark(high_watermark);
+        self.check_invariants();
+        moved
+    }
+
+    /// Moves the high watermark up to `candidate` (never down), waking waiting requests;
+    /// whether it moved.
+    fn raise_high_watermark(&self, candidate: u64) -> bool {
         let before = self.log.high_watermark();
-        if high_watermark <= before {
+        if candidate <= before {
             return false;
         }
-        let moved = self.log.set_high_watermark(high_watermark) > before;
+        let moved = self.log.set_high_watermark(candidate) > before;
         if moved {
             self.watchers.wake();
         }
-        self.check_invariants();
         moved
     }
 
@@ -644,15 +641,7 @@ impl Partition {
             }
         }
         drop(state);
-        let before = self.log.high_watermark();
-        if candidate <= before {
-            return false;
-        }
-        let moved = self.log.set_high_watermark(candidate) > before;
-        if moved {
-            self.watchers.wake();
-        }
-        moved
+        self.raise_high_watermark(candidate)
     }
 
     /// Appends a producer's batches as leader. `min_insync_replicas` applies to `acks=all`.
@@ -839,12 +828,11 @@ impl Partition {
         }
     }
 
-    pub(super) fn log(&self) -> &Arc<Log> {
-        &self.log
-    }
-
-    pub(super) fn config(&self) -> Arc<LogConfig> {
-        self.log.config()
+    /// Applies a topic's config (from a new image) when it changed.
+    pub(super) fn update_config(&self, config: LogConfig) {
+        if *self.log.config() != config {
+            self.log.update_config(config);
+        }
     }
 
     /// After the log end or start moved outside an append (truncation, DeleteRecords).
@@ -876,6 +864,15 @@ impl Partition {
             return Ok(());
         }
         producers.write_snapshot(self.log.dir(), self.log.log_end_offset())
+    }
+}
+
+/// The leader epoch when `me` leads, -1 otherwise.
+fn leading_epoch(state: &PartitionState, me: BrokerId) -> i64 {
+    if state.leader == me {
+        i64::from(state.leader_epoch)
+    } else {
+        -1
     }
 }
 
