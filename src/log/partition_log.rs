@@ -1132,7 +1132,7 @@ fn validate_leader_batches(
         }
         // Kafka's LogValidator checks the records of compressed batches too: decompressed.
         let decompressed = if header.is_compressed() {
-            let section = bytes::Bytes::copy_from_slice(&bytes[BATCH_HEADER_BYTES..]);
+            let section = &bytes[BATCH_HEADER_BYTES..];
             let plain =
                 codec::decompress(i16::from(header.compression()), section).map_err(|e| {
                     LogError::Corrupt {

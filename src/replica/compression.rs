@@ -3,7 +3,7 @@
 //! appended. Only the records section changes codec: records, headers (duplicates included),
 //! producer fields and timestamps stay byte for byte.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 use crate::log::LogError;
 use crate::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchIter, compute_crc};
@@ -63,8 +63,7 @@ fn rewrite(
     codec: i16,
     out: &mut Vec<u8>,
 ) -> Result<(), LogError> {
-    let section = Bytes::copy_from_slice(&batch[BATCH_HEADER_BYTES..]);
-    let plain = decompress(header.attributes & CODEC_MASK, section)
+    let plain = decompress(header.attributes & CODEC_MASK, &batch[BATCH_HEADER_BYTES..])
         .map_err(|e| invalid(position, format!("records do not decompress: {e}")))?;
     let mut compressed = BytesMut::with_capacity(plain.len() / 2 + 64);
     compress(codec, &plain, &mut compressed)
