@@ -19,6 +19,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use sluice::client::Connection;
 use sluice::log::batch::{BatchBuilder, BatchIter};
+use sluice::protocol::errors;
 
 #[derive(Args)]
 pub struct ProduceArgs {
@@ -148,7 +149,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
                     for topic in &response.responses {
                         for p in &topic.partition_responses {
                             if p.error_code != 0 {
-                                bail!("partition {} error {}", p.index, p.error_code);
+                                bail!("partition {}: {}", p.index, errors::name(p.error_code));
                             }
                         }
                     }
@@ -252,7 +253,11 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
             for topic in &response.responses {
                 for p in &topic.partitions {
                     if p.error_code != 0 {
-                        bail!("partition {} error {}", p.partition_index, p.error_code);
+                        bail!(
+                            "partition {}: {}",
+                            p.partition_index,
+                            errors::name(p.error_code)
+                        );
                     }
                     let index = p.partition_index as usize;
                     ends[index] = p.high_watermark;
@@ -399,7 +404,11 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
                         connection.call(ApiKey::Fetch, 12, &request).await?;
                     for p in response.responses.iter().flat_map(|t| &t.partitions) {
                         if p.error_code != 0 {
-                            bail!("partition {} error {}", p.partition_index, p.error_code);
+                            bail!(
+                                "partition {}: {}",
+                                p.partition_index,
+                                errors::name(p.error_code)
+                            );
                         }
                     }
                     fetches.fetch_add(1, Ordering::Relaxed);
@@ -443,7 +452,7 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
                 .flat_map(|t| &t.partition_responses)
             {
                 if p.error_code != 0 {
-                    bail!("partition {} error {}", p.index, p.error_code);
+                    bail!("partition {}: {}", p.index, errors::name(p.error_code));
                 }
             }
         }
