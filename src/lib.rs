@@ -37,6 +37,8 @@ pub mod controller;
 #[cfg(feature = "broker")]
 pub mod file_slice;
 #[cfg(feature = "broker")]
+pub mod group;
+#[cfg(feature = "broker")]
 pub mod handler;
 #[cfg(feature = "broker")]
 pub mod lazy_alloc;

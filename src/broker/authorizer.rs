@@ -1,5 +1,5 @@
 //! What a principal may do with a resource, as Kafka's authorizer answers it
-//! (`authorized_operations` in Metadata and DescribeCluster). There are no ACLs yet (the
+//! (`authorized_operations` in Metadata, DescribeCluster and DescribeGroups). There are no ACLs yet (the
 //! security work adds them), so every principal may perform every operation a resource type
 //! supports; the answer is Kafka's bit field: bit `n` set for the AclOperation with code `n`.
 
@@ -22,6 +22,7 @@ pub mod operation {
 pub enum Resource {
     Cluster,
     Topic,
+    Group,
 }
 
 /// The operations a resource type supports (Kafka's `AclEntry.supportedOperations`).
@@ -37,6 +38,7 @@ fn supported(resource: Resource) -> &'static [u8] {
             ALTER,
             DESCRIBE,
         ],
+        Resource::Group => &[READ, DESCRIBE, DELETE],
         Resource::Topic => &[
             READ,
             WRITE,
@@ -66,5 +68,6 @@ mod tests {
         // The values a Java broker without an authorizer answers.
         assert_eq!(authorized_operations(Resource::Topic), 0b1101_1111_1000);
         assert_eq!(authorized_operations(Resource::Cluster), 0b1_1111_1010_0000);
+        assert_eq!(authorized_operations(Resource::Group), 0b1_0100_1000);
     }
 }

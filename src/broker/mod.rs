@@ -37,6 +37,8 @@ pub struct Broker {
     pub metrics: Arc<Metrics>,
     pub producer_ids: ProducerIdManager,
     pub fetch_sessions: FetchSessionCache,
+    /// The group coordinator (`__consumer_offsets` partitions this broker leads).
+    pub groups: Arc<crate::group::GroupCoordinator>,
     /// This broker's registration epoch (-1 until registered) and fenced state, kept by the
     /// broker lifecycle.
     pub broker_epoch: Arc<AtomicI64>,

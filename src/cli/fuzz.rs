@@ -371,7 +371,25 @@ fn plan(input: &[u8]) -> Plan {
                 Duration::ZERO
             },
         },
+        // A join waits for the rebalance (bounded by the group's rebalance timeouts), a sync
+        // for the leader's assignment.
+        RequestKind::JoinGroup(r) => Plan {
+            skip: false,
+            may_wait: controller + millis(r.rebalance_timeout_ms.max(r.session_timeout_ms)),
+        },
+        RequestKind::SyncGroup(_) => Plan {
+            skip: false,
+            may_wait: Duration::from_secs(3600),
+        },
+        // Coordinator writes wait for the offsets topic's in-sync replicas.
+        RequestKind::OffsetCommit(_)
+        | RequestKind::DeleteGroups(_)
+        | RequestKind::OffsetDelete(_) => Plan {
+            skip: false,
+            may_wait: controller + Duration::from_secs(5),
+        },
         RequestKind::ElectLeaders(_)
+        | RequestKind::FindCoordinator(_)
         | RequestKind::InitProducerId(_)
         | RequestKind::DescribeQuorum(_) => Plan {
             skip: false,
@@ -418,6 +436,16 @@ fn empty_request(api_key: ApiKey) -> Option<RequestKind> {
         ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::default().into(),
         ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
         ApiKey::FindCoordinator => FindCoordinatorRequest::default().into(),
+        ApiKey::JoinGroup => JoinGroupRequest::default().into(),
+        ApiKey::SyncGroup => SyncGroupRequest::default().into(),
+        ApiKey::Heartbeat => HeartbeatRequest::default().into(),
+        ApiKey::LeaveGroup => LeaveGroupRequest::default().into(),
+        ApiKey::OffsetCommit => OffsetCommitRequest::default().into(),
+        ApiKey::OffsetFetch => OffsetFetchRequest::default().into(),
+        ApiKey::ListGroups => ListGroupsRequest::default().into(),
+        ApiKey::DescribeGroups => DescribeGroupsRequest::default().into(),
+        ApiKey::DeleteGroups => DeleteGroupsRequest::default().into(),
+        ApiKey::OffsetDelete => OffsetDeleteRequest::default().into(),
         _ => return None,
     })
 }

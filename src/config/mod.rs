@@ -113,9 +113,18 @@ pub struct ServerConfig {
     /// The log manager's settings: `log.dirs`, topic defaults from the `log.*` keys
     /// (`default_log_config`), `log.cleaner.*`, `log.retention.check.interval.ms`, ...
     pub log_manager: LogManagerConfig,
+    /// The group coordinator's settings (`offsets.*`, `group.*`).
+    pub groups: crate::group::GroupConfig,
     /// Keys that were present and understood, with their values (for DescribeConfigs later).
     pub properties: BTreeMap<String, String>,
 }
+
+/// What a node started without `--config` (a single-node cluster) sets beyond the registry's
+/// defaults, which are Kafka's.
+pub const EMBEDDED_DEFAULTS: &[(&str, &str)] = &[
+    ("offsets.topic.replication.factor", "1"),
+    ("group.initial.rebalance.delay.ms", "0"),
+];
 
 /// Parses Kafka's `.properties` text: `key=value` or `key: value` lines, `#`/`!` comments,
 /// surrounding blanks trimmed. (Line continuations and escapes are not used by Kafka configs.)
@@ -230,7 +239,12 @@ impl ServerConfig {
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
                 parse_properties(&text).map_err(|e| format!("{}: {e}", path.display()))?
             }
-            None => BTreeMap::new(),
+            // The embedded single-node default: one broker holds the offsets topic, and a
+            // group's first rebalance does not wait for more members.
+            None => EMBEDDED_DEFAULTS
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         for (key, value) in overrides {
             properties.insert(key.clone(), value.clone());
@@ -401,6 +415,29 @@ impl ServerConfig {
                 retention_check_interval_ms: unsigned("log.retention.check.interval.ms")?,
                 flush_scheduler_interval_ms: unsigned("log.flush.scheduler.interval.ms")?,
                 checkpoint_interval_ms: unsigned("log.flush.offset.checkpoint.interval.ms")?,
+            },
+            groups: crate::group::GroupConfig {
+                offsets_topic_num_partitions: number("offsets.topic.num.partitions")? as i32,
+                offsets_topic_replication_factor: number("offsets.topic.replication.factor")?
+                    as i16,
+                offsets_topic_segment_bytes: number("offsets.topic.segment.bytes")?,
+                offsets_retention_ms: unsigned("offsets.retention.minutes")? * 60_000,
+                offsets_retention_check_interval_ms: unsigned(
+                    "offsets.retention.check.interval.ms",
+                )?,
+                offsets_commit_timeout_ms: unsigned("offsets.commit.timeout.ms")?,
+                offset_metadata_max_bytes: unsigned("offset.metadata.max.bytes")? as usize,
+                initial_rebalance_delay_ms: unsigned("group.initial.rebalance.delay.ms")?,
+                min_session_timeout_ms: unsigned("group.min.session.timeout.ms")?,
+                max_session_timeout_ms: unsigned("group.max.session.timeout.ms")?,
+                max_size: unsigned("group.max.size")? as usize,
+                consumer_session_timeout_ms: unsigned("group.consumer.session.timeout.ms")?,
+                consumer_heartbeat_interval_ms: unsigned("group.consumer.heartbeat.interval.ms")?,
+                consumer_max_size: unsigned("group.consumer.max.size")? as usize,
+                consumer_protocol_enabled: get("group.coordinator.rebalance.protocols")
+                    .unwrap_or("classic,consumer")
+                    .split(',')
+                    .any(|p| p.trim() == "consumer"),
             },
             properties: properties.clone(),
         };

@@ -425,10 +425,13 @@ impl ControllerService {
                 }
                 _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
             },
-            ControllerRequest::CreateTopic(topic) => {
-                super::create_topic(&image, &topic, new_topic_id(), &self.defaults)
-                    .map(|r| (r, None, None))
-            }
+            ControllerRequest::CreateTopic(topic) => super::create_topic(
+                &image,
+                &topic,
+                Uuid(crate::protocol::random_u128()),
+                &self.defaults,
+            )
+            .map(|r| (r, None, None)),
             ControllerRequest::DeleteTopic(name) => {
                 super::delete_topic(&image, &name).map(|r| (r, None, None))
             }
@@ -736,18 +739,6 @@ pub async fn call_at(
             response => return Ok(response),
         }
     }
-}
-
-/// A random topic id (Kafka's are random UUIDs).
-fn new_topic_id() -> Uuid {
-    use std::hash::{BuildHasher, RandomState};
-    let state = RandomState::new();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let high = state.hash_one(nanos) as u128;
-    let low = RandomState::new().hash_one(nanos ^ 0x5a5a) as u128;
-    Uuid((high << 64) | low)
 }
 
 /// Sends `request` to the active controller, following `NotController` to the leader, until

@@ -1,42 +1,117 @@
-//! FindCoordinator: this broker runs no group or transaction coordinator yet, so every key is
-//! answered COORDINATOR_NOT_AVAILABLE (retriable; clients wait). The API is served because
-//! clients derive features from it (librdkafka enables LZ4 only when a broker lists it).
+//! FindCoordinator: the broker that coordinates a group is the leader of the group's
+//! `__consumer_offsets` partition (created on the first request, as Kafka does). Transaction
+//! coordinators are not served yet: those keys get COORDINATOR_NOT_AVAILABLE with a message.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
-use super::{RequestContext, str_bytes};
+use super::{RequestContext, listener_endpoint, str_bytes};
+use crate::broker::Broker;
+use crate::group::{OFFSETS_TOPIC, partition_for};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 6);
 
-const NOT_YET: &str = "consumer groups and transactions are not served by this broker yet";
+const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
-pub fn handle(
+/// A coordinator's node, or the error and its message.
+type Found = Result<(i32, String, i32), (i16, String)>;
+
+pub async fn handle(
+    broker: &Broker,
     context: &RequestContext,
     request: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
+    let keys = if context.api_version >= 4 {
+        request.coordinator_keys
+    } else {
+        vec![request.key]
+    };
+    let mut found = Vec::with_capacity(keys.len());
+    for key in &keys {
+        found.push(find(broker, context, request.key_type, key).await);
+    }
     if context.api_version >= 4 {
-        let coordinators = request
-            .coordinator_keys
+        let coordinators = keys
             .into_iter()
-            .map(|key| {
-                Coordinator::default()
-                    .with_key(key)
-                    .with_node_id(BrokerId(-1))
-                    .with_port(-1)
-                    .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
-                    .with_error_message(Some(str_bytes(NOT_YET)))
+            .zip(found)
+            .map(|(key, found)| {
+                let coordinator = Coordinator::default().with_key(key);
+                match found {
+                    Ok((node_id, host, port)) => coordinator
+                        .with_node_id(BrokerId(node_id))
+                        .with_host(str_bytes(host))
+                        .with_port(port),
+                    Err((code, message)) => coordinator
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_code(code)
+                        .with_error_message(Some(str_bytes(message))),
+                }
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let mut response = FindCoordinatorResponse::default()
-        .with_error_code(errors::COORDINATOR_NOT_AVAILABLE)
-        .with_node_id(BrokerId(-1))
-        .with_port(-1);
-    if context.api_version >= 1 {
-        response.error_message = Some(str_bytes(NOT_YET));
+    let mut response = FindCoordinatorResponse::default();
+    match found.into_iter().next() {
+        Some(Ok((node_id, host, port))) => {
+            response = response
+                .with_node_id(BrokerId(node_id))
+                .with_host(str_bytes(host))
+                .with_port(port);
+        }
+        Some(Err((code, message))) => {
+            response = response
+                .with_error_code(code)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            if context.api_version >= 1 {
+                response.error_message = Some(str_bytes(message));
+            }
+        }
+        None => {}
     }
     response
+}
+
+async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str) -> Found {
+    match key_type {
+        GROUP => {}
+        TRANSACTION => {
+            return Err((
+                errors::COORDINATOR_NOT_AVAILABLE,
+                "transactions are not served by this broker yet".into(),
+            ));
+        }
+        other => {
+            return Err((
+                errors::INVALID_REQUEST,
+                format!("unknown coordinator key type {other}"),
+            ));
+        }
+    }
+    let count = broker
+        .groups
+        .ensure_offsets_topic(broker)
+        .await
+        .map_err(|e| (e.code, e.message))?;
+    let image = broker.image();
+    let index = partition_for(key, count);
+    let leader = image
+        .topic_by_name(OFFSETS_TOPIC)
+        .and_then(|t| t.partitions.get(&index))
+        .map_or(-1, |p| p.leader);
+    let endpoint = image
+        .brokers
+        .get(&leader)
+        .filter(|b| !b.fenced)
+        .and_then(|b| listener_endpoint(b, &context.listener_name));
+    match endpoint {
+        Some(endpoint) => Ok((leader, endpoint.host.clone(), i32::from(endpoint.port))),
+        None => Err((
+            errors::COORDINATOR_NOT_AVAILABLE,
+            format!("{OFFSETS_TOPIC} partition {index} has no leader right now"),
+        )),
+    }
 }

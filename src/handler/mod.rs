@@ -11,21 +11,31 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod describe_quorum;
 mod elect_leaders;
 mod fetch;
 mod find_coordinator;
+mod heartbeat;
 mod incremental_alter_configs;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod offset_for_leader_epoch;
 mod partition_reassignments;
 mod produce;
+mod sync_group;
 
 pub use describe_configs::topic_config_entries;
 
@@ -135,8 +145,29 @@ apis! {
     ListPartitionReassignments partition_reassignments::LIST_VERSIONS, meta => |b, c, r| message(
         ResponseKind::ListPartitionReassignments(partition_reassignments::list(b, c, r)),
     );
-    FindCoordinator find_coordinator::VERSIONS, meta =>
-        |_b, c, r| message(ResponseKind::FindCoordinator(find_coordinator::handle(c, r)));
+    FindCoordinator find_coordinator::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::FindCoordinator(find_coordinator::handle(b, c, r).await),
+    );
+    JoinGroup join_group::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::JoinGroup(join_group::handle(b, c, r).await));
+    SyncGroup sync_group::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::SyncGroup(sync_group::handle(b, c, r).await));
+    Heartbeat heartbeat::VERSIONS, meta =>
+        |b, _c, r| message(ResponseKind::Heartbeat(heartbeat::handle(b, r)));
+    LeaveGroup leave_group::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::LeaveGroup(leave_group::handle(b, c, r)));
+    OffsetCommit offset_commit::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::OffsetCommit(offset_commit::handle(b, c, r).await));
+    OffsetFetch offset_fetch::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::OffsetFetch(offset_fetch::handle(b, c, r)));
+    ListGroups list_groups::VERSIONS, meta =>
+        |b, _c, r| message(ResponseKind::ListGroups(list_groups::handle(b, r)));
+    DescribeGroups describe_groups::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::DescribeGroups(describe_groups::handle(b, c, r)));
+    DeleteGroups delete_groups::VERSIONS, meta =>
+        |b, _c, r| message(ResponseKind::DeleteGroups(delete_groups::handle(b, r).await));
+    OffsetDelete offset_delete::VERSIONS, meta =>
+        |b, _c, r| message(ResponseKind::OffsetDelete(offset_delete::handle(b, r).await));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -168,6 +199,11 @@ pub(crate) fn listener_endpoint<'a>(
         .endpoints
         .iter()
         .find(|e| e.name == listener)
+}
+
+/// The client's address as Kafka shows it in group descriptions (`/127.0.0.1`).
+pub(crate) fn client_host(context: &RequestContext) -> String {
+    format!("/{}", context.peer.ip())
 }
 
 pub(crate) fn str_bytes(text: impl Into<String>) -> StrBytes {

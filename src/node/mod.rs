@@ -206,6 +206,12 @@ impl Node {
             let listener = TcpListener::bind(addr)
                 .await
                 .map_err(|source| NodeError::Kafka { addr, source })?;
+            let groups = crate::group::GroupCoordinator::new(
+                config.groups.clone(),
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+            );
+            tasks.extend(groups.start());
             let broker = Arc::new(Broker {
                 config: config.clone(),
                 broker_id,
@@ -214,6 +220,7 @@ impl Node {
                 metrics: Arc::clone(&metrics),
                 producer_ids: ProducerIdManager::default(),
                 fetch_sessions: FetchSessionCache::default(),
+                groups: groups.clone(),
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
             });

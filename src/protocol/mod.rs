@@ -125,3 +125,15 @@ pub fn api_versions_fallback(correlation_id: i32, supported: &[(ApiKey, i16, i16
     out.put_slice(&body);
     out
 }
+
+/// 128 random bits (topic ids, group member ids), from the standard library's randomly
+/// seeded hasher: unpredictable enough for ids, not for secrets.
+pub fn random_u128() -> u128 {
+    use std::hash::{BuildHasher, RandomState};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let high = RandomState::new().hash_one(nanos) as u128;
+    let low = RandomState::new().hash_one(nanos ^ 0x5a5a) as u128;
+    (high << 64) | low
+}

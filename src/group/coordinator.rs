@@ -1,0 +1,1093 @@
+//! The coordinator's machinery around the group state machines: which `__consumer_offsets`
+//! partitions this broker coordinates (loaded, or loading), the groups in each, appends of
+//! their records with `acks=all` semantics, and the timer that expires sessions, rebalances
+//! and offsets.
+//!
+//! A group's lock (a plain mutex) is held while its state changes and while its records are
+//! appended to the log, so records land in the order the state changed; it is never held
+//! while waiting for the in-sync replicas or for a rebalance.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use sluice_raft::Quorum;
+use tokio::sync::{Notify, broadcast};
+
+use super::classic::{ClassicGroup, GroupWrite, JoinRequest, JoinResult, Now, Reply, SyncResult};
+use super::records::{GroupValue, OffsetValue, RecordKey};
+use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
+use crate::broker::Broker;
+use crate::controller::NewTopic;
+use crate::controller::service::ControllerRequest;
+use crate::log::batch::{BatchBuilder, BatchIter, RecordIter};
+use crate::log::{TopicPartition, codec};
+use crate::protocol::errors;
+use crate::replica::{
+    AckState, Delayed, LeadershipChange, Partition, PendingAck, ReadBound, ReplicaManager, Role,
+};
+
+/// How much of the offsets partition one read during a load takes.
+const LOAD_READ_BYTES: u64 = 4 * 1024 * 1024;
+/// The timer looks again at least this often (new deadlines also wake it).
+const TIMER_IDLE: Duration = Duration::from_secs(1);
+/// How long a FindCoordinator waits for `__consumer_offsets` to be created.
+const CREATE_WAIT: Duration = Duration::from_secs(10);
+
+type SharedGroup = Arc<Mutex<ClassicGroup>>;
+
+/// One `__consumer_offsets` partition this broker leads.
+struct OffsetsPartition {
+    index: i32,
+    leader_epoch: i32,
+    partition: Arc<Partition>,
+    loaded: AtomicBool,
+    groups: Mutex<HashMap<String, SharedGroup>>,
+}
+
+/// Why `__consumer_offsets` is not there to coordinate with.
+#[derive(Debug, Clone)]
+pub struct OffsetsTopicError {
+    pub code: i16,
+    pub message: String,
+}
+
+/// One partition of an OffsetCommit.
+#[derive(Debug, Clone)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: CommittedOffset,
+}
+
+/// An OffsetCommit's answer: one error per partition, in request order.
+pub type CommitOutcome = Vec<i16>;
+
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<Quorum>,
+    partitions: RwLock<HashMap<i32, Arc<OffsetsPartition>>>,
+    /// Wakes the timer: a deadline may have come closer.
+    timer: Notify,
+    /// One creation of `__consumer_offsets` at a time.
+    creating: tokio::sync::Mutex<()>,
+}
+
+fn now() -> Now {
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Now {
+        instant: Instant::now(),
+        wall_ms,
+    }
+}
+
+fn lock(group: &SharedGroup) -> std::sync::MutexGuard<'_, ClassicGroup> {
+    group.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GroupCoordinator {
+    pub fn new(
+        config: GroupConfig,
+        replicas: Arc<ReplicaManager>,
+        quorum: Arc<Quorum>,
+    ) -> Arc<GroupCoordinator> {
+        Arc::new(GroupCoordinator {
+            config,
+            replicas,
+            quorum,
+            partitions: RwLock::new(HashMap::new()),
+            timer: Notify::new(),
+            creating: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Follows leadership of `__consumer_offsets` partitions and runs the timer, until the
+    /// runtime stops.
+    pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        let events = self.replicas.leadership_changes();
+        vec![
+            tokio::spawn(Arc::clone(self).follow_leadership(events)),
+            tokio::spawn(Arc::clone(self).run_timer()),
+        ]
+    }
+
+    async fn follow_leadership(self: Arc<Self>, mut events: broadcast::Receiver<LeadershipChange>) {
+        // Partitions led before this subscription began.
+        self.rescan();
+        loop {
+            match events.recv().await {
+                Ok(change) if change.topic_partition.topic == OFFSETS_TOPIC => {
+                    let index = change.topic_partition.partition;
+                    match change.role {
+                        Role::Leader => self.load(index, change.leader_epoch),
+                        Role::Follower { .. } | Role::Removed => self.unload(index),
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => self.rescan(),
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Loads what this broker leads and is not loaded, unloads what it no longer leads.
+    fn rescan(self: &Arc<Self>) {
+        let mut led = HashMap::new();
+        for partition in self.replicas.partitions() {
+            if partition.topic_partition.topic == OFFSETS_TOPIC && partition.is_leader() {
+                led.insert(
+                    partition.topic_partition.partition,
+                    partition.state().leader_epoch,
+                );
+            }
+        }
+        let current: Vec<(i32, i32)> = self
+            .read_partitions()
+            .values()
+            .map(|p| (p.index, p.leader_epoch))
+            .collect();
+        for (index, epoch) in current {
+            if led.get(&index) != Some(&epoch) {
+                self.unload(index);
+            }
+        }
+        for (index, epoch) in led {
+            if !self.read_partitions().contains_key(&index) {
+                self.load(index, epoch);
+            }
+        }
+    }
+
+    fn read_partitions(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, HashMap<i32, Arc<OffsetsPartition>>> {
+        self.partitions.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_partitions(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<i32, Arc<OffsetsPartition>>> {
+        self.partitions.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Became leader of partition `index` at `leader_epoch`: replay it, then serve it.
+    fn load(self: &Arc<Self>, index: i32, leader_epoch: i32) {
+        let tp = TopicPartition::new(OFFSETS_TOPIC, index);
+        let Some(partition) = self.replicas.partition(&tp) else {
+            return;
+        };
+        let entry = Arc::new(OffsetsPartition {
+            index,
+            leader_epoch,
+            partition,
+            loaded: AtomicBool::new(false),
+            groups: Mutex::new(HashMap::new()),
+        });
+        if let Some(previous) = self.write_partitions().insert(index, Arc::clone(&entry)) {
+            unload_groups(&previous);
+        }
+        let coordinator = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            match coordinator.replay(&entry) {
+                Ok((groups, records)) => {
+                    let count = groups.len();
+                    *entry.groups.lock().unwrap_or_else(|p| p.into_inner()) = groups;
+                    entry.loaded.store(true, Ordering::Release);
+                    coordinator.timer.notify_one();
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
+                    if records > 0 {
+                        tracing::info!(
+                            partition = index,
+                            leader_epoch,
+                            groups = count,
+                            records,
+                            elapsed_ms,
+                            "loaded group coordinator partition"
+                        );
+                    } else {
+                        tracing::debug!(
+                            partition = index,
+                            leader_epoch,
+                            "loaded empty group coordinator partition"
+                        );
+                    }
+                }
+                Err(message) => {
+                    // The partition stays unloaded (COORDINATOR_LOAD_IN_PROGRESS) until the
+                    // next leadership change: its data could not be read.
+                    tracing::error!(partition = index, leader_epoch, %message, "loading group coordinator partition failed");
+                }
+            }
+        });
+    }
+
+    fn unload(&self, index: i32) {
+        if let Some(previous) = self.write_partitions().remove(&index) {
+            let groups = unload_groups(&previous);
+            tracing::info!(
+                partition = index,
+                groups,
+                "unloaded group coordinator partition"
+            );
+        }
+    }
+
+    /// Reads the partition from its start to its log end: the latest record per key wins.
+    fn replay(
+        &self,
+        entry: &OffsetsPartition,
+    ) -> Result<(HashMap<String, SharedGroup>, u64), String> {
+        #[derive(Default)]
+        struct Loaded {
+            value: Option<GroupValue>,
+            offsets: BTreeMap<(String, i32), CommittedOffset>,
+        }
+        let mut loaded: HashMap<String, Loaded> = HashMap::new();
+        let partition = &entry.partition;
+        let end = partition.log_end_offset();
+        let mut offset = partition.log_start_offset();
+        let mut records = 0u64;
+        while offset < end {
+            let Some(slice) = partition
+                .read(offset, LOAD_READ_BYTES, ReadBound::LogEnd)
+                .map_err(|e| e.to_string())?
+            else {
+                break;
+            };
+            let bytes = slice.to_vec().map_err(|e| e.to_string())?;
+            let before = offset;
+            for item in BatchIter::new(&bytes) {
+                let (_, header, batch) = item.map_err(|e| e.to_string())?;
+                offset = (header.last_offset() + 1) as u64;
+                if header.is_control() {
+                    continue;
+                }
+                let section;
+                let iter = if header.is_compressed() {
+                    section = codec::decompress(
+                        i16::from(header.compression()),
+                        &batch[crate::log::batch::BATCH_HEADER_BYTES.min(batch.len())..],
+                    )?;
+                    RecordIter::decompressed(&header, &section)
+                } else {
+                    RecordIter::new(&header, batch)
+                };
+                for record in iter {
+                    let record = record.map_err(str::to_owned)?;
+                    records += 1;
+                    let Some(key) = record.key else { continue };
+                    let key = match RecordKey::decode(key) {
+                        Ok(Some(key)) => key,
+                        Ok(None) => continue,
+                        Err(error) => {
+                            tracing::warn!(partition = entry.index, %error, "skipping a record");
+                            continue;
+                        }
+                    };
+                    let group = loaded.entry(key.group().to_owned()).or_default();
+                    match (key, record.value) {
+                        (
+                            RecordKey::Offset {
+                                topic, partition, ..
+                            },
+                            Some(value),
+                        ) => match OffsetValue::decode(value) {
+                            Ok(value) => {
+                                group.offsets.insert(
+                                    (topic, partition),
+                                    CommittedOffset {
+                                        offset: value.offset,
+                                        leader_epoch: value.leader_epoch,
+                                        metadata: value.metadata,
+                                        commit_timestamp_ms: value.commit_timestamp_ms,
+                                    },
+                                );
+                            }
+                            Err(error) => {
+                                tracing::warn!(partition = entry.index, %error, "skipping an offset record")
+                            }
+                        },
+                        (
+                            RecordKey::Offset {
+                                topic, partition, ..
+                            },
+                            None,
+                        ) => {
+                            group.offsets.remove(&(topic, partition));
+                        }
+                        (RecordKey::Group { .. }, Some(value)) => match GroupValue::decode(value) {
+                            Ok(value) => group.value = Some(value),
+                            Err(error) => {
+                                tracing::warn!(partition = entry.index, %error, "skipping a group record")
+                            }
+                        },
+                        (RecordKey::Group { .. }, None) => group.value = None,
+                    }
+                }
+            }
+            if offset <= before {
+                break;
+            }
+        }
+        let now = now();
+        let delay = Duration::from_millis(self.config.initial_rebalance_delay_ms);
+        let groups = loaded
+            .into_iter()
+            .filter(|(_, l)| l.value.is_some() || !l.offsets.is_empty())
+            .map(|(group_id, l)| {
+                let mut group = match l.value {
+                    Some(value) => ClassicGroup::restore(&group_id, value, delay, now),
+                    None => ClassicGroup::new(&group_id, delay, now),
+                };
+                group.offsets = l.offsets;
+                (group_id, Arc::new(Mutex::new(group)))
+            })
+            .collect();
+        Ok((groups, records))
+    }
+
+    // ---- finding a group ----
+
+    fn offsets_partition_count(&self) -> Option<i32> {
+        self.quorum
+            .image()
+            .topic_by_name(OFFSETS_TOPIC)
+            .map(|t| t.partitions.len() as i32)
+    }
+
+    /// The loaded partition coordinating `group_id`, or NOT_COORDINATOR /
+    /// COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE.
+    fn partition_of(&self, group_id: &str) -> Result<Arc<OffsetsPartition>, i16> {
+        let Some(count) = self.offsets_partition_count() else {
+            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        };
+        let index = partition_for(group_id, count);
+        let partitions = self.read_partitions();
+        let Some(entry) = partitions.get(&index) else {
+            return Err(errors::NOT_COORDINATOR);
+        };
+        if !entry.loaded.load(Ordering::Acquire) {
+            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
+        }
+        Ok(Arc::clone(entry))
+    }
+
+    fn find_group(&self, entry: &OffsetsPartition, group_id: &str) -> Option<SharedGroup> {
+        entry
+            .groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(group_id)
+            .cloned()
+    }
+
+    fn find_or_create_group(&self, entry: &OffsetsPartition, group_id: &str) -> SharedGroup {
+        let mut groups = entry.groups.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(groups.entry(group_id.to_owned()).or_insert_with(|| {
+            Arc::new(Mutex::new(ClassicGroup::new(
+                group_id,
+                Duration::from_millis(self.config.initial_rebalance_delay_ms),
+                now(),
+            )))
+        }))
+    }
+
+    /// Creates `__consumer_offsets` when it does not exist (the first FindCoordinator for a
+    /// group does, as in Kafka); its partition count.
+    pub async fn ensure_offsets_topic(&self, broker: &Broker) -> Result<i32, OffsetsTopicError> {
+        if let Some(count) = self.offsets_partition_count() {
+            return Ok(count);
+        }
+        let _creating = self.creating.lock().await;
+        if let Some(count) = self.offsets_partition_count() {
+            return Ok(count);
+        }
+        let topic = NewTopic {
+            name: OFFSETS_TOPIC.to_owned(),
+            partitions: self.config.offsets_topic_num_partitions,
+            replication_factor: self.config.offsets_topic_replication_factor,
+            configs: BTreeMap::from([
+                ("cleanup.policy".to_owned(), "compact".to_owned()),
+                ("compression.type".to_owned(), "producer".to_owned()),
+                (
+                    "segment.bytes".to_owned(),
+                    self.config.offsets_topic_segment_bytes.to_string(),
+                ),
+            ]),
+            ..Default::default()
+        };
+        match broker
+            .call_controller(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
+            .await
+        {
+            Ok(_) => tracing::info!(
+                partitions = self.config.offsets_topic_num_partitions,
+                replication_factor = self.config.offsets_topic_replication_factor,
+                "created {OFFSETS_TOPIC}"
+            ),
+            Err((code, _)) if code == errors::TOPIC_ALREADY_EXISTS => {}
+            Err((code, message)) => {
+                let message = if code == errors::INVALID_REPLICATION_FACTOR {
+                    format!(
+                        "cannot create {OFFSETS_TOPIC}: {message}; lower \
+                         offsets.topic.replication.factor or start more brokers"
+                    )
+                } else {
+                    format!(
+                        "cannot create {OFFSETS_TOPIC}: {}: {message}",
+                        errors::name(code)
+                    )
+                };
+                tracing::warn!(%message, "group coordinator unavailable");
+                return Err(OffsetsTopicError {
+                    code: errors::COORDINATOR_NOT_AVAILABLE,
+                    message,
+                });
+            }
+        }
+        broker
+            .wait_for_image(CREATE_WAIT, |image| {
+                image.topic_by_name(OFFSETS_TOPIC).is_some()
+            })
+            .await;
+        self.offsets_partition_count()
+            .ok_or_else(|| OffsetsTopicError {
+                code: errors::COORDINATOR_NOT_AVAILABLE,
+                message: format!("{OFFSETS_TOPIC} is being created"),
+            })
+    }
+
+    // ---- writes ----
+
+    /// Appends records for the partition's groups as leader at the epoch it was loaded
+    /// under. Returns what to wait for, or the error the client gets.
+    fn append(
+        &self,
+        entry: &OffsetsPartition,
+        records: &[(RecordKey, Option<Vec<u8>>)],
+        now: Now,
+    ) -> Result<PendingAck, i16> {
+        let state = entry.partition.state();
+        if state.leader != self.replicas.broker_id() || state.leader_epoch != entry.leader_epoch {
+            return Err(errors::NOT_COORDINATOR);
+        }
+        let mut batch = BatchBuilder::new(0, now.wall_ms);
+        for (key, value) in records {
+            batch.push(now.wall_ms, Some(&key.encode()), value.as_deref(), &[]);
+        }
+        let mut bytes = batch.build();
+        let image = self.quorum.image();
+        let min_insync = self.replicas.min_insync_replicas(&image, OFFSETS_TOPIC);
+        match tokio::task::block_in_place(|| {
+            entry.partition.append_as_leader(&mut bytes, -1, min_insync)
+        }) {
+            Ok(appended) => Ok(appended.pending),
+            Err(error) => {
+                tracing::debug!(partition = entry.index, code = error.code, message = %error.message, "coordinator append refused");
+                Err(map_append_error(error.code))
+            }
+        }
+    }
+
+    /// Waits until the in-sync replicas hold the records (`offsets.commit.timeout.ms`).
+    async fn acknowledged(&self, entry: &OffsetsPartition, pending: PendingAck) -> i16 {
+        let image = self.quorum.image();
+        let min_insync = self.replicas.min_insync_replicas(&image, OFFSETS_TOPIC);
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(self.config.offsets_commit_timeout_ms);
+        let delayed = Delayed::new(deadline, [entry.partition.watchers()]);
+        let mut state = AckState::Waiting;
+        delayed
+            .until(|| {
+                state = entry.partition.ack_state(&pending, min_insync);
+                matches!(state, AckState::Acknowledged | AckState::NotLeader)
+            })
+            .await;
+        match state {
+            AckState::Acknowledged => errors::NONE,
+            AckState::NotLeader => errors::NOT_COORDINATOR,
+            AckState::Waiting | AckState::UnderMinIsr => errors::COORDINATOR_NOT_AVAILABLE,
+        }
+    }
+
+    /// Appends what the group owes (under its lock, so in order) and reports each write back
+    /// once the replicas hold it.
+    fn flush_writes(
+        self: &Arc<Self>,
+        entry: &Arc<OffsetsPartition>,
+        group: &SharedGroup,
+        state: &mut ClassicGroup,
+        now: Now,
+    ) {
+        for write in state.take_writes() {
+            let record = (
+                RecordKey::Group {
+                    group: state.group_id.clone(),
+                },
+                Some(write.value.encode()),
+            );
+            match self.append(entry, &[record], now) {
+                Ok(pending) => {
+                    let (coordinator, entry, group) =
+                        (Arc::clone(self), Arc::clone(entry), Arc::clone(group));
+                    tokio::spawn(async move {
+                        let error = coordinator.acknowledged(&entry, pending).await;
+                        coordinator.write_done(&entry, &group, &write, error);
+                    });
+                }
+                Err(error) => state.write_done(&write, error, now),
+            }
+        }
+    }
+
+    fn write_done(
+        self: &Arc<Self>,
+        entry: &Arc<OffsetsPartition>,
+        group: &SharedGroup,
+        write: &GroupWrite,
+        error: i16,
+    ) {
+        let now = now();
+        let mut state = lock(group);
+        state.write_done(write, error, now);
+        self.flush_writes(entry, group, &mut state, now);
+        state.check_invariants();
+        drop(state);
+        self.timer.notify_one();
+    }
+
+    // ---- the classic protocol ----
+
+    pub async fn join(self: &Arc<Self>, group_id: &str, request: JoinRequest) -> JoinResult {
+        let member_id = request.member_id.clone();
+        let entry = match self.partition_of(group_id) {
+            Ok(entry) => entry,
+            Err(code) => return JoinResult::error(&member_id, code),
+        };
+        let session = request.session_timeout_ms.max(0) as u64;
+        if session < self.config.min_session_timeout_ms
+            || session > self.config.max_session_timeout_ms
+        {
+            return JoinResult::error(&member_id, errors::INVALID_SESSION_TIMEOUT);
+        }
+        let group = if member_id.is_empty() {
+            self.find_or_create_group(&entry, group_id)
+        } else {
+            match self.find_group(&entry, group_id) {
+                Some(group) => group,
+                None => return JoinResult::error(&member_id, errors::UNKNOWN_MEMBER_ID),
+            }
+        };
+        let reply = {
+            let now = now();
+            let mut state = lock(&group);
+            let reply = state.join(request, &self.config, now);
+            self.flush_writes(&entry, &group, &mut state, now);
+            state.check_invariants();
+            reply
+        };
+        self.timer.notify_one();
+        match reply {
+            Reply::Now(result) => result,
+            Reply::Later(receiver) => receiver
+                .await
+                .unwrap_or_else(|_| JoinResult::error(&member_id, errors::NOT_COORDINATOR)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Vec<u8>)>,
+    ) -> SyncResult {
+        let error = |code| SyncResult {
+            error: code,
+            ..Default::default()
+        };
+        let entry = match self.partition_of(group_id) {
+            Ok(entry) => entry,
+            Err(code) => return error(code),
+        };
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return error(errors::UNKNOWN_MEMBER_ID);
+        };
+        let reply = {
+            let now = now();
+            let mut state = lock(&group);
+            let reply = state.sync(
+                member_id,
+                group_instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                assignments,
+                now,
+            );
+            self.flush_writes(&entry, &group, &mut state, now);
+            state.check_invariants();
+            reply
+        };
+        self.timer.notify_one();
+        match reply {
+            Reply::Now(result) => result,
+            Reply::Later(receiver) => receiver
+                .await
+                .unwrap_or_else(|_| error(errors::NOT_COORDINATOR)),
+        }
+    }
+
+    pub fn heartbeat(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
+        let entry = match self.partition_of(group_id) {
+            Ok(entry) => entry,
+            Err(code) => return code,
+        };
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return errors::UNKNOWN_MEMBER_ID;
+        };
+        let mut state = lock(&group);
+        state.heartbeat(member_id, group_instance_id, generation_id, now())
+    }
+
+    /// LeaveGroup: the group's error, or one error per member.
+    pub fn leave(
+        self: &Arc<Self>,
+        group_id: &str,
+        leaving: &[super::classic::Leaving],
+    ) -> Result<Vec<i16>, i16> {
+        let entry = self.partition_of(group_id)?;
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return Ok(vec![errors::UNKNOWN_MEMBER_ID; leaving.len()]);
+        };
+        let now = now();
+        let mut state = lock(&group);
+        let results = state.leave(leaving, now);
+        self.flush_writes(&entry, &group, &mut state, now);
+        state.check_invariants();
+        drop(state);
+        self.timer.notify_one();
+        Ok(results)
+    }
+
+    // ---- offsets ----
+
+    /// OffsetCommit: the group-wide error, or one error per partition.
+    pub async fn commit(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        commits: Vec<OffsetCommit>,
+    ) -> Result<CommitOutcome, i16> {
+        let entry = self.partition_of(group_id)?;
+        let group = match self.find_group(&entry, group_id) {
+            Some(group) => group,
+            None if generation_id < 0 => self.find_or_create_group(&entry, group_id),
+            None => return Err(errors::ILLEGAL_GENERATION),
+        };
+        let mut results = vec![errors::NONE; commits.len()];
+        let mut accepted = Vec::with_capacity(commits.len());
+        for (i, commit) in commits.iter().enumerate() {
+            if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
+                results[i] = errors::OFFSET_METADATA_TOO_LARGE;
+            } else {
+                accepted.push(i);
+            }
+        }
+        if accepted.is_empty() {
+            return Ok(results);
+        }
+        let now = now();
+        let pending = {
+            let state = lock(&group);
+            let error = state.check_commit(member_id, group_instance_id, generation_id);
+            if error != errors::NONE {
+                return Err(error);
+            }
+            let records: Vec<(RecordKey, Option<Vec<u8>>)> = accepted
+                .iter()
+                .map(|&i| {
+                    let commit = &commits[i];
+                    (
+                        RecordKey::Offset {
+                            group: group_id.to_owned(),
+                            topic: commit.topic.clone(),
+                            partition: commit.partition,
+                        },
+                        Some(
+                            OffsetValue {
+                                offset: commit.offset.offset,
+                                leader_epoch: commit.offset.leader_epoch,
+                                metadata: commit.offset.metadata.clone(),
+                                commit_timestamp_ms: now.wall_ms,
+                            }
+                            .encode(),
+                        ),
+                    )
+                })
+                .collect();
+            self.append(&entry, &records, now)
+        };
+        let error = match pending {
+            Ok(pending) => self.acknowledged(&entry, pending).await,
+            Err(error) => error,
+        };
+        if error == errors::NONE {
+            let mut state = lock(&group);
+            let stored = accepted
+                .iter()
+                .map(|&i| {
+                    let commit = &commits[i];
+                    (
+                        (commit.topic.clone(), commit.partition),
+                        CommittedOffset {
+                            commit_timestamp_ms: now.wall_ms,
+                            ..commit.offset.clone()
+                        },
+                    )
+                })
+                .collect();
+            state.commit_done(member_id, stored, now);
+        }
+        for i in accepted {
+            results[i] = error;
+        }
+        Ok(results)
+    }
+
+    /// OffsetFetch: the committed offsets of `group_id` for `wanted` (every partition with
+    /// one when `None`); a partition without one is absent.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        wanted: Option<&[(String, i32)]>,
+    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, i16> {
+        let entry = self.partition_of(group_id)?;
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return Ok(BTreeMap::new());
+        };
+        let state = lock(&group);
+        Ok(match wanted {
+            None => state.offsets.clone(),
+            Some(wanted) => wanted
+                .iter()
+                .filter_map(|key| state.offsets.get(key).map(|o| (key.clone(), o.clone())))
+                .collect(),
+        })
+    }
+
+    /// OffsetDelete: per partition NONE or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.
+    pub async fn delete_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<i16>, i16> {
+        let entry = self.partition_of(group_id)?;
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return Err(errors::GROUP_ID_NOT_FOUND);
+        };
+        let now = now();
+        let (results, deleted, pending) = {
+            let mut state = lock(&group);
+            if state.state() == super::classic::GroupState::Dead {
+                return Err(errors::GROUP_ID_NOT_FOUND);
+            }
+            let subscribed = state.subscribed_topics().unwrap_or_default();
+            let mut results = Vec::with_capacity(partitions.len());
+            let mut deleted = Vec::new();
+            for key in partitions {
+                if subscribed.contains(&key.0) {
+                    results.push(errors::GROUP_SUBSCRIBED_TO_TOPIC);
+                } else {
+                    results.push(errors::NONE);
+                    if state.offsets.contains_key(key) {
+                        deleted.push(key.clone());
+                    }
+                }
+            }
+            if deleted.is_empty() {
+                return Ok(results);
+            }
+            let records: Vec<(RecordKey, Option<Vec<u8>>)> = deleted
+                .iter()
+                .map(|(topic, partition)| {
+                    (
+                        RecordKey::Offset {
+                            group: group_id.to_owned(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                        },
+                        None,
+                    )
+                })
+                .collect();
+            let pending = self.append(&entry, &records, now);
+            if pending.is_ok() {
+                for key in &deleted {
+                    state.offsets.remove(key);
+                }
+            }
+            (results, deleted, pending)
+        };
+        let _ = deleted;
+        let error = match pending {
+            Ok(pending) => self.acknowledged(&entry, pending).await,
+            Err(error) => error,
+        };
+        if error != errors::NONE {
+            return Err(error);
+        }
+        Ok(results)
+    }
+
+    // ---- admin ----
+
+    /// DescribeGroups for one group: Dead with no members when this coordinator has none of
+    /// that name (Kafka's answer).
+    pub fn describe(&self, group_id: &str) -> Result<super::classic::GroupDescription, i16> {
+        let entry = self.partition_of(group_id)?;
+        Ok(match self.find_group(&entry, group_id) {
+            Some(group) => lock(&group).describe(),
+            None => super::classic::GroupDescription {
+                state: super::classic::GroupState::Dead,
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            },
+        })
+    }
+
+    /// Every group this broker coordinates: (group id, protocol type, state); the error is
+    /// COORDINATOR_LOAD_IN_PROGRESS while a partition is loading.
+    pub fn list(&self) -> (Vec<(String, String, super::classic::GroupState)>, i16) {
+        let mut groups = Vec::new();
+        let mut error = errors::NONE;
+        for entry in self.read_partitions().values() {
+            if !entry.loaded.load(Ordering::Acquire) {
+                error = errors::COORDINATOR_LOAD_IN_PROGRESS;
+                continue;
+            }
+            for (group_id, group) in entry
+                .groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                let state = lock(group);
+                if state.state() != super::classic::GroupState::Dead {
+                    groups.push((
+                        group_id.clone(),
+                        state.protocol_type().unwrap_or_default().to_owned(),
+                        state.state(),
+                    ));
+                }
+            }
+        }
+        (groups, error)
+    }
+
+    /// DeleteGroups for one group: NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP or a coordinator
+    /// error.
+    pub async fn delete_group(self: &Arc<Self>, group_id: &str) -> i16 {
+        let entry = match self.partition_of(group_id) {
+            Ok(entry) => entry,
+            Err(code) => return code,
+        };
+        let Some(group) = self.find_group(&entry, group_id) else {
+            return errors::GROUP_ID_NOT_FOUND;
+        };
+        let now = now();
+        let pending = {
+            let mut state = lock(&group);
+            let error = state.check_delete();
+            if error != errors::NONE {
+                return error;
+            }
+            let pending = self.append(&entry, &tombstones(&state), now);
+            if pending.is_ok() {
+                state.mark_dead(now);
+                entry
+                    .groups
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(group_id);
+            }
+            pending
+        };
+        match pending {
+            Ok(pending) => self.acknowledged(&entry, pending).await,
+            Err(error) => error,
+        }
+    }
+
+    // ---- the timer ----
+
+    async fn run_timer(self: Arc<Self>) {
+        let mut next_expiry_check =
+            Instant::now() + Duration::from_millis(self.config.offsets_retention_check_interval_ms);
+        loop {
+            let now = now();
+            let mut next = now.instant + TIMER_IDLE;
+            let entries: Vec<Arc<OffsetsPartition>> = self
+                .read_partitions()
+                .values()
+                .filter(|e| e.loaded.load(Ordering::Acquire))
+                .cloned()
+                .collect();
+            let expire = now.instant >= next_expiry_check;
+            for entry in &entries {
+                let groups: Vec<SharedGroup> = entry
+                    .groups
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .cloned()
+                    .collect();
+                for group in groups {
+                    let mut state = lock(&group);
+                    if state.next_deadline().is_some_and(|d| d <= now.instant) {
+                        state.tick(now);
+                        self.flush_writes(entry, &group, &mut state, now);
+                        state.check_invariants();
+                    }
+                    if expire {
+                        self.expire_offsets(entry, &mut state, now);
+                    }
+                    if let Some(deadline) = state.next_deadline() {
+                        next = next.min(deadline);
+                    }
+                }
+            }
+            if expire {
+                next_expiry_check = now.instant
+                    + Duration::from_millis(self.config.offsets_retention_check_interval_ms);
+            }
+            let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(next));
+            tokio::select! {
+                _ = sleep => {}
+                _ = self.timer.notified() => {}
+            }
+        }
+    }
+
+    /// Deletes (with tombstones) an empty group's offsets past `offsets.retention.minutes`,
+    /// and the group once nothing is left of it. Not waited for: a tombstone that did not
+    /// make it is written again at the next check.
+    fn expire_offsets(&self, entry: &OffsetsPartition, state: &mut ClassicGroup, now: Now) {
+        let expired =
+            state.expired_offsets(Duration::from_millis(self.config.offsets_retention_ms), now);
+        if expired.is_empty()
+            && !(state.offsets.is_empty() && state.state() == super::classic::GroupState::Empty)
+        {
+            return;
+        }
+        let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = expired
+            .iter()
+            .map(|(topic, partition)| {
+                (
+                    RecordKey::Offset {
+                        group: state.group_id.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                    },
+                    None,
+                )
+            })
+            .collect();
+        let group_gone = state.state() == super::classic::GroupState::Empty
+            && state.offsets.len() == expired.len();
+        if group_gone {
+            records.push((
+                RecordKey::Group {
+                    group: state.group_id.clone(),
+                },
+                None,
+            ));
+        }
+        if self.append(entry, &records, now).is_ok() {
+            tracing::info!(group = %state.group_id, offsets = expired.len(), group_deleted = group_gone, "expired committed offsets");
+            for key in &expired {
+                state.offsets.remove(key);
+            }
+            if group_gone {
+                state.mark_dead(now);
+                entry
+                    .groups
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&state.group_id);
+            }
+        }
+    }
+}
+
+/// Tombstones for everything a group stored.
+fn tombstones(state: &ClassicGroup) -> Vec<(RecordKey, Option<Vec<u8>>)> {
+    let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = state
+        .offsets
+        .keys()
+        .map(|(topic, partition)| {
+            (
+                RecordKey::Offset {
+                    group: state.group_id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                },
+                None,
+            )
+        })
+        .collect();
+    records.push((
+        RecordKey::Group {
+            group: state.group_id.clone(),
+        },
+        None,
+    ));
+    records
+}
+
+/// Drops a partition's groups; the number dropped.
+fn unload_groups(entry: &OffsetsPartition) -> usize {
+    entry.loaded.store(false, Ordering::Release);
+    let groups = std::mem::take(&mut *entry.groups.lock().unwrap_or_else(|p| p.into_inner()));
+    for group in groups.values() {
+        lock(group).unload();
+    }
+    groups.len()
+}
+
+/// Kafka's mapping of an append error to what a group client is told.
+fn map_append_error(code: i16) -> i16 {
+    match code {
+        errors::UNKNOWN_TOPIC_OR_PARTITION
+        | errors::NOT_ENOUGH_REPLICAS
+        | errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        | errors::REQUEST_TIMED_OUT => errors::COORDINATOR_NOT_AVAILABLE,
+        errors::NOT_LEADER_OR_FOLLOWER | errors::KAFKA_STORAGE_ERROR => errors::NOT_COORDINATOR,
+        errors::MESSAGE_TOO_LARGE | errors::INVALID_RECORD | errors::CORRUPT_MESSAGE => {
+            errors::INVALID_COMMIT_OFFSET_SIZE
+        }
+        _ => errors::UNKNOWN_SERVER_ERROR,
+    }
+}

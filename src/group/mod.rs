@@ -1,0 +1,89 @@
+//! The group coordinator: consumer groups and their committed offsets, kept as records in the
+//! internal compacted topic `__consumer_offsets` (Kafka's design and record formats).
+//!
+//! The coordinator of a group is the leader of partition `abs(java_hash(group)) % partitions`
+//! of `__consumer_offsets`, so Kafka's tools agree on it. This broker follows the replica
+//! layer's leadership events: when it becomes leader of such a partition at epoch E it replays
+//! the partition into memory (requests for its groups get COORDINATOR_LOAD_IN_PROGRESS until
+//! then); when it stops leading, it drops them (NOT_COORDINATOR, and waiting members are told
+//! to find the coordinator again).
+//!
+//! Every change that must survive (a commit, a rebalance's assignment, a group becoming empty
+//! or deleted) is appended to the partition with `acks=all` semantics and answered only once
+//! the in-sync replicas hold it; the append is refused unless this broker still leads at the
+//! epoch it loaded under.
+//!
+//! - `classic`: one group's state machine (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), with
+//!   its transition table.
+//! - `records`: the key and value formats of `__consumer_offsets`.
+//! - `coordinator`: loading, unloading, writes, timers and the request entry points.
+
+pub mod classic;
+mod coordinator;
+pub mod records;
+
+pub use coordinator::{CommitOutcome, GroupCoordinator, OffsetCommit, OffsetsTopicError};
+
+/// Kafka's name for the offsets topic.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// The coordinator's settings (`offsets.*`, `group.*` keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub offsets_topic_num_partitions: i32,
+    pub offsets_topic_replication_factor: i16,
+    pub offsets_topic_segment_bytes: i64,
+    pub offsets_retention_ms: u64,
+    pub offsets_retention_check_interval_ms: u64,
+    pub offsets_commit_timeout_ms: u64,
+    pub offset_metadata_max_bytes: usize,
+    pub initial_rebalance_delay_ms: u64,
+    pub min_session_timeout_ms: u64,
+    pub max_session_timeout_ms: u64,
+    pub max_size: usize,
+    pub consumer_session_timeout_ms: u64,
+    pub consumer_heartbeat_interval_ms: u64,
+    pub consumer_max_size: usize,
+    pub consumer_protocol_enabled: bool,
+}
+
+/// A committed offset, as OffsetFetch returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// Java's `String.hashCode` over UTF-16 code units, as Kafka computes a group's partition.
+pub fn java_string_hash(text: &str) -> i32 {
+    text.encode_utf16().fold(0i32, |hash, unit| {
+        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// The `__consumer_offsets` partition that holds `group_id` (Kafka's `Utils.abs(hash) % n`).
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    let hash = java_string_hash(group_id);
+    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    positive % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_match_kafkas() {
+        // Values from Java: "".hashCode() == 0, "group".hashCode() == 98629247, and
+        // "polygenelubricants" hashes to Integer.MIN_VALUE (Utils.abs maps it to 0).
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("group"), 98_629_247);
+        assert_eq!(partition_for("group", 50), 98_629_247 % 50);
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        // Characters outside the BMP count as two UTF-16 units, as in Java.
+        assert_eq!(java_string_hash("😀"), 0xd83d * 31 + 0xde00);
+    }
+}

@@ -1,0 +1,421 @@
+//! The records of `__consumer_offsets`, in Kafka's formats (its `OffsetCommitKey/Value` and
+//! `GroupMetadataKey/Value` schemas), so Kafka's tools read our offsets topic and ours read
+//! theirs. Keys are versioned: versions 0 and 1 are a committed offset, version 2 a group's
+//! metadata. A record without a value (a tombstone) deletes its key; the topic is compacted, so
+//! the latest record per key is all a coordinator needs to load.
+//!
+//! ```text
+//! offset key    version i16 (1) | group string | topic string | partition i32
+//! offset value  version i16 (3) | offset i64 | leader_epoch i32 | metadata string
+//!               | commit_timestamp i64
+//!               (v1: ... metadata | commit_timestamp | expire_timestamp; v0 without them)
+//! group key     version i16 (2) | group string
+//! group value   version i16 (3) | protocol_type string | generation i32
+//!               | protocol nullable string | leader nullable string
+//!               | current_state_timestamp i64 | members [member]
+//! member        member_id string | group_instance_id nullable string | client_id string
+//!               | client_host string | rebalance_timeout i32 | session_timeout i32
+//!               | subscription bytes | assignment bytes
+//! ```
+//!
+//! Strings are an i16 length then UTF-8 (-1 for null), bytes an i32 length, arrays an i32
+//! count. Decoding never trusts a length: every one is checked against what is left.
+
+use thiserror::Error;
+
+const OFFSET_KEY_VERSION: i16 = 1;
+const OFFSET_VALUE_VERSION: i16 = 3;
+const GROUP_KEY_VERSION: i16 = 2;
+const GROUP_VALUE_VERSION: i16 = 3;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("malformed __consumer_offsets record: {0}")]
+pub struct RecordError(pub &'static str);
+
+type Result<T> = std::result::Result<T, RecordError>;
+
+/// What a record of `__consumer_offsets` is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecordKey {
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    Group {
+        group: String,
+    },
+}
+
+impl RecordKey {
+    pub fn group(&self) -> &str {
+        match self {
+            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        match self {
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            } => {
+                put_i16(&mut out, OFFSET_KEY_VERSION);
+                put_string(&mut out, group);
+                put_string(&mut out, topic);
+                put_i32(&mut out, *partition);
+            }
+            RecordKey::Group { group } => {
+                put_i16(&mut out, GROUP_KEY_VERSION);
+                put_string(&mut out, group);
+            }
+        }
+        out
+    }
+
+    /// `None` for a key version this broker does not know (Kafka's newer record types, which
+    /// a loader skips).
+    pub fn decode(bytes: &[u8]) -> Result<Option<RecordKey>> {
+        let mut input = Reader(bytes);
+        let key = match input.i16()? {
+            0 | 1 => RecordKey::Offset {
+                group: input.string()?,
+                topic: input.string()?,
+                partition: input.i32()?,
+            },
+            2 => RecordKey::Group {
+                group: input.string()?,
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(key))
+    }
+}
+
+/// A committed offset as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetValue {
+    pub offset: i64,
+    /// -1 when the committer did not say.
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+impl OffsetValue {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.metadata.len());
+        put_i16(&mut out, OFFSET_VALUE_VERSION);
+        put_i64(&mut out, self.offset);
+        put_i32(&mut out, self.leader_epoch);
+        put_string(&mut out, &self.metadata);
+        put_i64(&mut out, self.commit_timestamp_ms);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<OffsetValue> {
+        let mut input = Reader(bytes);
+        let version = input.i16()?;
+        let offset = input.i64()?;
+        let leader_epoch = if version >= 3 { input.i32()? } else { -1 };
+        let metadata = input.string()?;
+        let commit_timestamp_ms = input.i64()?;
+        Ok(OffsetValue {
+            offset,
+            leader_epoch,
+            metadata,
+            commit_timestamp_ms,
+        })
+    }
+}
+
+/// A group's membership as of its last completed rebalance (or its becoming empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupValue {
+    pub protocol_type: String,
+    pub generation: i32,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub current_state_timestamp_ms: i64,
+    pub members: Vec<MemberValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberValue {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub subscription: Vec<u8>,
+    pub assignment: Vec<u8>,
+}
+
+impl GroupValue {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        put_i16(&mut out, GROUP_VALUE_VERSION);
+        put_string(&mut out, &self.protocol_type);
+        put_i32(&mut out, self.generation);
+        put_nullable_string(&mut out, self.protocol.as_deref());
+        put_nullable_string(&mut out, self.leader.as_deref());
+        put_i64(&mut out, self.current_state_timestamp_ms);
+        put_i32(&mut out, self.members.len() as i32);
+        for member in &self.members {
+            put_string(&mut out, &member.member_id);
+            put_nullable_string(&mut out, member.group_instance_id.as_deref());
+            put_string(&mut out, &member.client_id);
+            put_string(&mut out, &member.client_host);
+            put_i32(&mut out, member.rebalance_timeout_ms);
+            put_i32(&mut out, member.session_timeout_ms);
+            put_bytes(&mut out, &member.subscription);
+            put_bytes(&mut out, &member.assignment);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<GroupValue> {
+        let mut input = Reader(bytes);
+        let version = input.i16()?;
+        if !(0..=4).contains(&version) {
+            return Err(RecordError("unknown group metadata version"));
+        }
+        if version >= 4 {
+            // Kafka 3.5+ writes flexible versions (compact strings, tagged fields): not read.
+            return Err(RecordError("flexible group metadata versions are not read"));
+        }
+        let protocol_type = input.string()?;
+        let generation = input.i32()?;
+        let protocol = input.nullable_string()?;
+        let leader = input.nullable_string()?;
+        let current_state_timestamp_ms = if version >= 2 { input.i64()? } else { -1 };
+        let count = input.count()?;
+        let mut members = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            let member_id = input.string()?;
+            let group_instance_id = if version >= 3 {
+                input.nullable_string()?
+            } else {
+                None
+            };
+            let client_id = input.string()?;
+            let client_host = input.string()?;
+            let rebalance_timeout_ms = if version >= 1 { input.i32()? } else { -1 };
+            let session_timeout_ms = input.i32()?;
+            let subscription = input.bytes()?.to_vec();
+            let assignment = input.bytes()?.to_vec();
+            members.push(MemberValue {
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms: if rebalance_timeout_ms < 0 {
+                    session_timeout_ms
+                } else {
+                    rebalance_timeout_ms
+                },
+                session_timeout_ms,
+                subscription,
+                assignment,
+            });
+        }
+        Ok(GroupValue {
+            protocol_type,
+            generation,
+            protocol,
+            leader,
+            current_state_timestamp_ms,
+            members,
+        })
+    }
+}
+
+fn put_i16(out: &mut Vec<u8>, value: i16) {
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+fn put_i32(out: &mut Vec<u8>, value: i32) {
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+fn put_i64(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+/// Strings longer than i16::MAX bytes are cut at a character boundary: group ids, topics and
+/// metadata are bounded well below that before they get here.
+fn put_string(out: &mut Vec<u8>, value: &str) {
+    let mut end = value.len().min(i16::MAX as usize);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    put_i16(out, end as i16);
+    out.extend_from_slice(&value.as_bytes()[..end]);
+}
+
+fn put_nullable_string(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => put_string(out, value),
+        None => put_i16(out, -1),
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, value: &[u8]) {
+    put_i32(out, value.len() as i32);
+    out.extend_from_slice(value);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.0.len() {
+            return Err(RecordError("a length runs past the record"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn i16(&mut self) -> Result<i16> {
+        let bytes = self.take(2)?;
+        Ok(i16::from_be_bytes([bytes[0], bytes[1]]))
+    }
+
+    fn i32(&mut self) -> Result<i32> {
+        let bytes = self.take(4)?;
+        Ok(i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    fn i64(&mut self) -> Result<i64> {
+        let bytes = self.take(8)?;
+        let mut array = [0u8; 8];
+        array.copy_from_slice(bytes);
+        Ok(i64::from_be_bytes(array))
+    }
+
+    fn nullable_string(&mut self) -> Result<Option<String>> {
+        let length = self.i16()?;
+        if length < 0 {
+            return Ok(None);
+        }
+        let bytes = self.take(length as usize)?;
+        String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|_| RecordError("a string is not UTF-8"))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        self.nullable_string()?
+            .ok_or(RecordError("a null string where one is required"))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let length = self.i32()?;
+        if length < 0 {
+            return Ok(&[]);
+        }
+        self.take(length as usize)
+    }
+
+    /// An array's count, checked against the bytes left (each element takes at least one).
+    fn count(&mut self) -> Result<usize> {
+        let count = self.i32()?;
+        if count < 0 {
+            return Ok(0);
+        }
+        let count = count as usize;
+        if count > self.0.len() {
+            return Err(RecordError("an array count exceeds the record"));
+        }
+        Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_round_trip() {
+        let offset = RecordKey::Offset {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 7,
+        };
+        assert_eq!(RecordKey::decode(&offset.encode()), Ok(Some(offset)));
+        let group = RecordKey::Group { group: "g".into() };
+        assert_eq!(RecordKey::decode(&group.encode()), Ok(Some(group)));
+        let value = OffsetValue {
+            offset: 42,
+            leader_epoch: 3,
+            metadata: "m".into(),
+            commit_timestamp_ms: 1_700_000_000_000,
+        };
+        assert_eq!(OffsetValue::decode(&value.encode()), Ok(value));
+        let group = GroupValue {
+            protocol_type: "consumer".into(),
+            generation: 5,
+            protocol: Some("range".into()),
+            leader: Some("m1".into()),
+            current_state_timestamp_ms: 9,
+            members: vec![MemberValue {
+                member_id: "m1".into(),
+                group_instance_id: Some("i1".into()),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                rebalance_timeout_ms: 300_000,
+                session_timeout_ms: 45_000,
+                subscription: vec![1, 2],
+                assignment: vec![3],
+            }],
+        };
+        assert_eq!(GroupValue::decode(&group.encode()), Ok(group));
+    }
+
+    #[test]
+    fn kafkas_bytes_decode() {
+        // OffsetCommitKey v1 ("grp", "tp", 2) as Kafka's serializer writes it.
+        let key = [0, 1, 0, 3, b'g', b'r', b'p', 0, 2, b't', b'p', 0, 0, 0, 2];
+        assert_eq!(
+            RecordKey::decode(&key),
+            Ok(Some(RecordKey::Offset {
+                group: "grp".into(),
+                topic: "tp".into(),
+                partition: 2
+            }))
+        );
+        // OffsetCommitValue v1: offset 5, metadata "", commit 1, expire 2.
+        let mut value = vec![0, 1];
+        value.extend_from_slice(&5i64.to_be_bytes());
+        value.extend_from_slice(&[0, 0]);
+        value.extend_from_slice(&1i64.to_be_bytes());
+        value.extend_from_slice(&2i64.to_be_bytes());
+        let decoded = OffsetValue::decode(&value).unwrap();
+        assert_eq!((decoded.offset, decoded.leader_epoch), (5, -1));
+        // An unknown key version is skipped, not an error.
+        assert_eq!(RecordKey::decode(&[0, 9, 0, 0]), Ok(None));
+    }
+
+    #[test]
+    fn truncated_or_lying_lengths_are_errors_not_panics() {
+        let group = GroupValue {
+            protocol_type: "consumer".into(),
+            members: vec![MemberValue::default()],
+            ..Default::default()
+        }
+        .encode();
+        for cut in 0..group.len() {
+            assert!(GroupValue::decode(&group[..cut]).is_err(), "cut at {cut}");
+        }
+        // A member count of i32::MAX with a few bytes left.
+        let mut lying = vec![0, 3, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255];
+        lying.extend_from_slice(&0i64.to_be_bytes());
+        lying.extend_from_slice(&i32::MAX.to_be_bytes());
+        assert!(GroupValue::decode(&lying).is_err());
+        assert!(RecordKey::decode(&[0, 1, 127, 255]).is_err());
+    }
+}

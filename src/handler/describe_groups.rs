@@ -1,0 +1,59 @@
+//! DescribeGroups: each group's state, protocol and members (their metadata and assignment
+//! while Stable). A group this coordinator does not have is Dead with no members (Kafka).
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
+use crate::broker::authorizer::{Resource, authorized_operations};
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 5);
+
+pub fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let groups = request
+        .groups
+        .into_iter()
+        .map(|group_id| {
+            let mut described = DescribedGroup::default().with_group_id(group_id.clone());
+            if context.api_version >= 3 {
+                described.authorized_operations = if request.include_authorized_operations {
+                    authorized_operations(Resource::Group)
+                } else {
+                    i32::MIN
+                };
+            }
+            if group_id.is_empty() {
+                return described.with_error_code(errors::INVALID_GROUP_ID);
+            }
+            match broker.groups.describe(&group_id) {
+                Err(code) => described.with_error_code(code),
+                Ok(description) => described
+                    .with_group_state(str_bytes(description.state.name()))
+                    .with_protocol_type(str_bytes(description.protocol_type))
+                    .with_protocol_data(str_bytes(description.protocol))
+                    .with_members(
+                        description
+                            .members
+                            .into_iter()
+                            .map(|m| {
+                                DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(m.member_id))
+                                    .with_group_instance_id(m.group_instance_id.map(str_bytes))
+                                    .with_client_id(str_bytes(m.client_id))
+                                    .with_client_host(str_bytes(m.client_host))
+                                    .with_member_metadata(m.metadata.into())
+                                    .with_member_assignment(m.assignment.into())
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}

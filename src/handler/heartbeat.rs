@@ -1,0 +1,25 @@
+//! Heartbeat: keeps a classic group member's session alive; REBALANCE_IN_PROGRESS tells it to
+//! rejoin.
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+
+use crate::broker::Broker;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 4);
+
+pub fn handle(broker: &Broker, request: HeartbeatRequest) -> HeartbeatResponse {
+    let group_id = request.group_id.to_string();
+    let code = if group_id.is_empty() {
+        errors::INVALID_GROUP_ID
+    } else {
+        let instance = request.group_instance_id.map(|i| i.to_string());
+        broker.groups.heartbeat(
+            &group_id,
+            &request.member_id,
+            instance.as_deref(),
+            request.generation_id,
+        )
+    };
+    HeartbeatResponse::default().with_error_code(code)
+}

@@ -1,0 +1,55 @@
+//! LeaveGroup: members leave a classic group (one before v3, a batch with instance ids from
+//! v3); the group rebalances.
+
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
+use crate::group::classic::Leaving;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 5);
+
+pub fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    let group_id = request.group_id.to_string();
+    let leaving: Vec<Leaving> = if context.api_version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| Leaving {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
+            })
+            .collect()
+    } else {
+        vec![Leaving {
+            member_id: request.member_id.to_string(),
+            group_instance_id: None,
+        }]
+    };
+    if group_id.is_empty() {
+        return LeaveGroupResponse::default().with_error_code(errors::INVALID_GROUP_ID);
+    }
+    match broker.groups.leave(&group_id, &leaving) {
+        Err(code) => LeaveGroupResponse::default().with_error_code(code),
+        Ok(results) if context.api_version >= 3 => LeaveGroupResponse::default().with_members(
+            leaving
+                .into_iter()
+                .zip(results)
+                .map(|(member, code)| {
+                    MemberResponse::default()
+                        .with_member_id(str_bytes(member.member_id))
+                        .with_group_instance_id(member.group_instance_id.map(str_bytes))
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+        Ok(results) => LeaveGroupResponse::default()
+            .with_error_code(results.first().copied().unwrap_or(errors::NONE)),
+    }
+}

@@ -1,0 +1,38 @@
+//! ListGroups: the groups this broker coordinates, filtered by state (v4+) and type (v5+).
+
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+pub const VERSIONS: (i16, i16) = (0, 5);
+
+pub fn handle(broker: &Broker, request: ListGroupsRequest) -> ListGroupsResponse {
+    let (groups, error) = broker.groups.list();
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let types: Vec<String> = request
+        .types_filter
+        .iter()
+        .map(|t| t.to_lowercase())
+        .collect();
+    let listed = groups
+        .into_iter()
+        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.name().to_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|(group_id, protocol_type, state)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(group_id)))
+                .with_protocol_type(str_bytes(protocol_type))
+                .with_group_state(str_bytes(state.name()))
+                .with_group_type(str_bytes("classic"))
+        })
+        .collect();
+    ListGroupsResponse::default()
+        .with_error_code(error)
+        .with_groups(listed)
+}

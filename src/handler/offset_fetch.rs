@@ -1,0 +1,171 @@
+//! OffsetFetch: a group's committed offsets (one group before v8, several from v8; every
+//! partition with an offset when no topics are named). A partition without one answers
+//! offset -1.
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
+
+use super::{RequestContext, str_bytes};
+use crate::broker::Broker;
+use crate::group::CommittedOffset;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (1, 9);
+
+/// A topic's partitions: (index, committed offset or none).
+type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
+/// One group's answer, or its error.
+type Fetched = Result<Vec<TopicOffsets>, i16>;
+
+pub fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    if context.api_version >= 8 {
+        let groups = request
+            .groups
+            .into_iter()
+            .map(|group| {
+                let wanted = group.topics.map(|topics| {
+                    topics
+                        .into_iter()
+                        .map(|t| (t.name.to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let group_id = group.group_id.to_string();
+                let fetched = fetch(broker, &group_id, wanted);
+                let mut answer = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
+                match fetched {
+                    Err(code) => answer.error_code = code,
+                    Ok(topics) => {
+                        answer.topics = topics
+                            .into_iter()
+                            .map(|(name, partitions)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(str_bytes(name)))
+                                    .with_partitions(
+                                        partitions
+                                            .into_iter()
+                                            .map(|(index, offset)| {
+                                                let (o, epoch, metadata) = parts(offset);
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(index)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(epoch)
+                                                    .with_metadata(Some(str_bytes(metadata)))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect();
+                    }
+                }
+                answer
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|t| (t.name.to_string(), t.partition_indexes))
+            .collect::<Vec<_>>()
+    });
+    let group_id = request.group_id.to_string();
+    let mut response = OffsetFetchResponse::default();
+    match fetch(broker, &group_id, wanted.clone()) {
+        Ok(topics) => {
+            response.topics = topics
+                .into_iter()
+                .map(|(name, partitions)| topic_v1(name, partitions, errors::NONE))
+                .collect();
+        }
+        Err(code) => {
+            if context.api_version >= 2 {
+                response.error_code = code;
+            } else {
+                // v1 has no top-level error: every partition carries it.
+                response.topics = wanted
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(name, indexes)| {
+                        topic_v1(name, indexes.into_iter().map(|i| (i, None)).collect(), code)
+                    })
+                    .collect();
+            }
+        }
+    }
+    response
+}
+
+fn topic_v1(
+    name: String,
+    partitions: Vec<(i32, Option<CommittedOffset>)>,
+    code: i16,
+) -> OffsetFetchResponseTopic {
+    OffsetFetchResponseTopic::default()
+        .with_name(TopicName(str_bytes(name)))
+        .with_partitions(
+            partitions
+                .into_iter()
+                .map(|(index, offset)| {
+                    let (o, epoch, metadata) = parts(offset);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(o)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(str_bytes(metadata)))
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+}
+
+fn parts(offset: Option<CommittedOffset>) -> (i64, i32, String) {
+    match offset {
+        Some(o) => (o.offset, o.leader_epoch, o.metadata),
+        None => (-1, -1, String::new()),
+    }
+}
+
+fn fetch(broker: &Broker, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+    if group_id.is_empty() {
+        return Err(errors::INVALID_GROUP_ID);
+    }
+    match wanted {
+        None => {
+            let offsets = broker.groups.fetch_offsets(group_id, None)?;
+            let mut topics: Vec<TopicOffsets> = Vec::new();
+            for ((topic, partition), offset) in offsets {
+                match topics.last_mut() {
+                    Some((name, partitions)) if *name == topic => {
+                        partitions.push((partition, Some(offset)))
+                    }
+                    _ => topics.push((topic, vec![(partition, Some(offset))])),
+                }
+            }
+            Ok(topics)
+        }
+        Some(wanted) => {
+            let keys: Vec<(String, i32)> = wanted
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .collect();
+            let mut offsets = broker.groups.fetch_offsets(group_id, Some(&keys))?;
+            Ok(wanted
+                .into_iter()
+                .map(|(topic, indexes)| {
+                    let partitions = indexes
+                        .into_iter()
+                        .map(|i| (i, offsets.remove(&(topic.clone(), i))))
+                        .collect();
+                    (topic, partitions)
+                })
+                .collect())
+        }
+    }
+}
