@@ -1090,12 +1090,8 @@ impl ClassicGroup {
         if self.state == GroupState::Dead {
             return errors::COORDINATOR_NOT_AVAILABLE;
         }
-        if generation_id < 0 && member_id.is_empty() {
-            return if self.members.is_empty() {
-                errors::NONE
-            } else {
-                errors::ILLEGAL_GENERATION
-            };
+        if generation_id < 0 && member_id.is_empty() && self.members.is_empty() {
+            return errors::NONE;
         }
         if let Err(code) = self.check_member(member_id, group_instance_id) {
             return code;
@@ -1532,7 +1528,7 @@ mod tests {
         );
         assert_eq!(
             group.check_commit("", None, -1),
-            errors::ILLEGAL_GENERATION,
+            errors::UNKNOWN_MEMBER_ID,
             "the group has members"
         );
         assert_eq!(group.check_commit(&b, None, 2), errors::NONE);

@@ -373,7 +373,19 @@ impl GroupCoordinator {
         let index = partition_for(group_id, count);
         let partitions = self.read_partitions();
         let Some(entry) = partitions.get(&index) else {
-            return Err(errors::NOT_COORDINATOR);
+            // Led here by the image, but the replica layer has not said so yet: loading is
+            // about to start.
+            let led_here = self
+                .quorum
+                .image()
+                .topic_by_name(OFFSETS_TOPIC)
+                .and_then(|t| t.partitions.get(&index))
+                .is_some_and(|p| p.leader == self.replicas.broker_id());
+            return Err(if led_here {
+                errors::COORDINATOR_LOAD_IN_PROGRESS
+            } else {
+                errors::NOT_COORDINATOR
+            });
         };
         if !entry.loaded.load(Ordering::Acquire) {
             return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);

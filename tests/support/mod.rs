@@ -508,8 +508,13 @@ impl Drop for Cluster {
 
 /// Runs a confluent_suite.py case against a cluster.
 pub fn confluent_cluster(cluster: &Cluster, case: &str, extra: &[&str]) -> String {
+    suite_on_cluster(cluster, "confluent_suite.py", case, extra)
+}
+
+/// Runs a case of one of the Python suites in `tests/clients` against a cluster.
+pub fn suite_on_cluster(cluster: &Cluster, script: &str, case: &str, extra: &[&str]) -> String {
     let bootstrap = cluster.bootstrap();
-    let mut args = vec!["confluent_suite.py", bootstrap.as_str(), case];
+    let mut args = vec![script, bootstrap.as_str(), case];
     args.extend_from_slice(extra);
     let output = Command::new("python3")
         .args(&args)
@@ -519,7 +524,7 @@ pub fn confluent_cluster(cluster: &Cluster, case: &str, extra: &[&str]) -> Strin
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         panic!(
-            "{case} failed:\n{stdout}\n{}\n--- logs\n{}",
+            "{script} {case} failed:\n{stdout}\n{}\n--- logs\n{}",
             String::from_utf8_lossy(&output.stderr),
             tail(&cluster.logs(), 80)
         );

@@ -1,0 +1,269 @@
+//! Consumer groups against real clients and real `sluice server` processes: librdkafka
+//! (confluent-kafka), kafka-python and kafkajs consumers subscribe, split partitions,
+//! rebalance, commit and resume; the raw protocol checks fencing; a three-node cluster keeps
+//! every committed offset when the coordinator's broker is killed.
+
+mod support;
+
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use support::raw::Client;
+use support::{Cluster, SingleNode, run_client, suite_on_cluster};
+
+fn groups_case(node: &SingleNode, case: &str) -> String {
+    let bootstrap = node.bootstrap();
+    run_client(node, "python3", &["groups_suite.py", &bootstrap, case])
+}
+
+#[test]
+fn two_confluent_consumers_split_partitions_and_one_takes_over_when_the_other_leaves() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "split-and-leave");
+}
+
+#[test]
+fn a_restarted_confluent_consumer_resumes_at_the_committed_offset() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "resume");
+}
+
+#[test]
+fn confluent_auto_commit_stores_the_position() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "auto-commit");
+}
+
+#[test]
+fn a_static_member_restarts_without_a_rebalance() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "static-restart");
+}
+
+#[test]
+fn cooperative_sticky_rebalances_incrementally() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "cooperative");
+}
+
+#[test]
+fn group_admin_lists_describes_alters_and_deletes() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "admin");
+}
+
+#[test]
+fn kafka_python_consumers_join_a_group_commit_and_delete_offsets() {
+    let node = SingleNode::start(&[]);
+    run_client(
+        &node,
+        "python3",
+        &["kafka_python_group.py", &node.bootstrap()],
+    );
+}
+
+#[test]
+fn kafkajs_consumer_joins_a_group_and_commits() {
+    let node = SingleNode::start(&[]);
+    run_client(&node, "node", &["kafkajs_group.js", &node.bootstrap()]);
+}
+
+fn find_group_coordinator(client: &mut Client, group: &str) -> FindCoordinatorResponse {
+    client.call(
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_owned()))
+            .with_key_type(0),
+    )
+}
+
+/// A JoinGroup, retried while the coordinator loads (as clients do).
+fn join(client: &mut Client, group: &str, member_id: &str) -> JoinGroupResponse {
+    for _ in 0..100 {
+        let response = join_once(client, group, member_id);
+        if response.error_code != 14 {
+            return response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the coordinator of {group} stayed loading");
+}
+
+fn join_once(client: &mut Client, group: &str, member_id: &str) -> JoinGroupResponse {
+    client.call(
+        ApiKey::JoinGroup,
+        5,
+        &JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_string(member_id.to_owned()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(bytes::Bytes::from_static(b"m")),
+            ]),
+    )
+}
+
+fn commit(client: &mut Client, group: &str, member_id: &str, generation: i32) -> i16 {
+    let response: OffsetCommitResponse = client.call(
+        ApiKey::OffsetCommit,
+        8,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(StrBytes::from_string(member_id.to_owned()))
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("fenced")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(5),
+                    ]),
+            ]),
+    );
+    response.topics[0].partitions[0].error_code
+}
+
+#[test]
+fn stale_generations_and_unknown_members_are_fenced() {
+    let node = SingleNode::start(&[]);
+    let mut client = Client::connect(node.kafka_port);
+    client.create_topic("fenced", 1);
+    let coordinator = find_group_coordinator(&mut client, "g");
+    assert_eq!(coordinator.error_code, 0, "{coordinator:?}");
+    assert_eq!(coordinator.port, i32::from(node.kafka_port));
+
+    // KIP-394: the first join hands out the member id.
+    let first = join(&mut client, "g", "");
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    let joined = join(&mut client, "g", &member);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let synced: SyncGroupResponse = client.call(
+        ApiKey::SyncGroup,
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_string(member.clone()))
+            .with_assignments(vec![
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(StrBytes::from_string(member.clone()))
+                    .with_assignment(bytes::Bytes::from_static(b"a")),
+            ]),
+    );
+    assert_eq!((synced.error_code, &synced.assignment[..]), (0, &b"a"[..]));
+
+    assert_eq!(commit(&mut client, "g", &member, 1), 0);
+    assert_eq!(
+        commit(&mut client, "g", &member, 0),
+        22,
+        "ILLEGAL_GENERATION"
+    );
+    assert_eq!(
+        commit(&mut client, "g", "stranger", 1),
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    assert_eq!(
+        commit(&mut client, "g", "", -1),
+        25,
+        "a tool's commit while the group has members"
+    );
+    let heartbeat: HeartbeatResponse = client.call(
+        ApiKey::Heartbeat,
+        3,
+        &HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_generation_id(7)
+            .with_member_id(StrBytes::from_string(member.clone())),
+    );
+    assert_eq!(heartbeat.error_code, 22, "ILLEGAL_GENERATION");
+    // A session timeout outside the broker's bounds.
+    let mut short = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g2")))
+        .with_session_timeout_ms(1)
+        .with_protocol_type(StrBytes::from_static_str("consumer"));
+    short.protocols = join_protocols();
+    let refused: JoinGroupResponse = client.call(ApiKey::JoinGroup, 5, &short);
+    assert_eq!(refused.error_code, 26, "INVALID_SESSION_TIMEOUT");
+}
+
+fn join_protocols() -> Vec<JoinGroupRequestProtocol> {
+    vec![
+        JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(bytes::Bytes::from_static(b"m")),
+    ]
+}
+
+#[test]
+fn a_single_node_without_enough_brokers_says_why_there_is_no_coordinator() {
+    // offsets.topic.replication.factor above the broker count: Kafka's COORDINATOR_NOT_AVAILABLE,
+    // with a message that says what to change.
+    let node = SingleNode::start(&["offsets.topic.replication.factor=3"]);
+    let mut client = Client::connect(node.kafka_port);
+    let response = find_group_coordinator(&mut client, "g");
+    assert_eq!(response.error_code, 15, "{response:?}");
+    let message = response
+        .error_message
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains("offsets.topic.replication.factor"),
+        "message: {message}"
+    );
+}
+
+#[test]
+fn committed_offsets_survive_kill_9_of_the_coordinators_broker() {
+    let mut cluster = Cluster::start(3, &["offsets.topic.num.partitions=6"]);
+    let mut client = Client::connect(cluster.nodes[0].kafka_port);
+    client.create_topic("durable", 3);
+    // Ten groups, so that their coordinators are spread over the brokers.
+    let groups: Vec<String> = (0..10).map(|g| format!("durable-{g}")).collect();
+    for (i, group) in groups.iter().enumerate() {
+        let offset = (100 + i).to_string();
+        suite_on_cluster(
+            &cluster,
+            "groups_suite.py",
+            "commit",
+            &["durable", group, &offset, "3"],
+        );
+    }
+    // Kill -9 the broker coordinating the first group.
+    let coordinator = find_group_coordinator(&mut client, &groups[0]);
+    assert_eq!(coordinator.error_code, 0, "{coordinator:?}");
+    let victim = cluster
+        .nodes
+        .iter()
+        .position(|n| i32::from(n.kafka_port) == coordinator.port)
+        .expect("the coordinator is a node of the cluster");
+    cluster.kill9(victim);
+    for (i, group) in groups.iter().enumerate() {
+        let committed = suite_on_cluster(
+            &cluster,
+            "groups_suite.py",
+            "committed",
+            &["durable", group, "3"],
+        );
+        let expected = vec![(100 + i).to_string(); 3].join(",");
+        assert!(
+            committed.lines().any(|l| l == expected),
+            "{group}: committed {committed:?}, expected {expected} (broker {victim} killed)"
+        );
+    }
+}
