@@ -35,6 +35,12 @@ enum Command {
         #[command(subcommand)]
         command: cli::topics::TopicsCommand,
     },
+    /// Consumer groups through a broker's Kafka port: list, describe (lag), reset-offsets,
+    /// delete.
+    Groups {
+        #[command(subcommand)]
+        command: cli::groups::GroupsCommand,
+    },
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -61,10 +67,27 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The error chain, without a backtrace: an operator reads this.
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_chain(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text an outer error already
+/// includes (thiserror variants often print their source) is not repeated.
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn run() -> anyhow::Result<()> {
@@ -75,6 +98,7 @@ fn run() -> anyhow::Result<()> {
         Command::Perf { .. }
         | Command::Cluster { .. }
         | Command::Topics { .. }
+        | Command::Groups { .. }
         | Command::Configs { .. } => "warn",
         // Refused requests are the point: only errors.
         Command::Fuzz(_) => "error",
@@ -90,6 +114,7 @@ fn run() -> anyhow::Result<()> {
         Command::Perf { target } => cli::perf::run(target),
         Command::Cluster { command } => cli::cluster::run(command),
         Command::Topics { command } => cli::topics::run(command),
+        Command::Groups { command } => cli::groups::run(command),
         Command::Configs { command } => cli::configs::run(command),
         Command::Fuzz(args) => cli::fuzz::run(args),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),

@@ -267,3 +267,160 @@ fn committed_offsets_survive_kill_9_of_the_coordinators_broker() {
         );
     }
 }
+
+/// `sluice groups ARGS... --bootstrap-server NODE`: (success, stdout, stderr).
+fn groups_cli(node: &SingleNode, args: &[&str]) -> (bool, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("groups")
+        .args(args)
+        .args(["--bootstrap-server", &node.bootstrap()])
+        .output()
+        .expect("running sluice groups");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_groups_cli_describes_lag_refuses_live_resets_and_resets_where_it_says() {
+    use std::io::{BufRead, BufReader};
+    let node = SingleNode::start(&[]);
+    groups_case_args(&node, "produce-n", &["cli", "2", "50"]);
+    // A live member that has read and committed everything.
+    let mut member = std::process::Command::new("python3")
+        .args([
+            "groups_suite.py",
+            &node.bootstrap(),
+            "hold",
+            "g-cli",
+            "cli",
+            "100",
+        ])
+        .current_dir(support::clients_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = BufReader::new(member.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().and_then(Result::ok);
+    assert_eq!(
+        ready.as_deref(),
+        Some("ready"),
+        "the member did not get ready"
+    );
+
+    let (ok, json, stderr) = groups_cli(&node, &["describe", "g-cli", "--output", "json"]);
+    assert!(ok, "{stderr}");
+    assert!(json.contains("\"state\": \"Stable\""), "{json}");
+    assert!(json.contains("\"total_lag\": 0"), "{json}");
+    assert!(json.contains("\"host\": \"/127.0.0.1\""), "{json}");
+    assert_eq!(json.matches("\"log_end_offset\": 50").count(), 2, "{json}");
+    groups_case_args(&node, "produce-n-more", &["cli", "2", "5"]);
+    let (ok, text, stderr) = groups_cli(&node, &["describe", "g-cli"]);
+    assert!(ok, "{stderr}");
+    assert!(text.contains("total_lag"), "{text}");
+    let (ok, listed, _) = groups_cli(&node, &["list"]);
+    assert!(
+        ok && listed.contains("g-cli") && listed.contains("Stable"),
+        "{listed}"
+    );
+
+    // Kafka refuses to move a live group's offsets.
+    let (ok, _, stderr) = groups_cli(
+        &node,
+        &[
+            "reset-offsets",
+            "g-cli",
+            "--topic",
+            "cli",
+            "--to-offset",
+            "10",
+            "--execute",
+        ],
+    );
+    assert!(!ok && stderr.contains("active members"), "{stderr}");
+    drop(member.stdin.take());
+    assert!(member.wait().expect("member exit").success());
+
+    // A dry run changes nothing; --execute commits; consumers start there.
+    let (ok, plan, stderr) = groups_cli(
+        &node,
+        &[
+            "reset-offsets",
+            "g-cli",
+            "--topic",
+            "cli",
+            "--to-offset",
+            "10",
+        ],
+    );
+    assert!(ok && plan.contains("dry run"), "{plan}{stderr}");
+    let (_, json, _) = groups_cli(&node, &["describe", "g-cli", "--output", "json"]);
+    assert_eq!(
+        json.matches("\"committed_offset\": 50").count(),
+        2,
+        "{json}"
+    );
+    let (ok, _, stderr) = groups_cli(
+        &node,
+        &[
+            "reset-offsets",
+            "g-cli",
+            "--topic",
+            "cli",
+            "--to-offset",
+            "10",
+            "--execute",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let first = groups_case_args(&node, "first-offsets", &["g-cli", "cli", "2"]);
+    assert!(first.lines().any(|l| l == "10,10"), "{first}");
+    let (ok, _, stderr) = groups_cli(
+        &node,
+        &[
+            "reset-offsets",
+            "g-cli",
+            "--topic",
+            "cli",
+            "--shift-by",
+            "-3",
+            "--execute",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let (_, json, _) = groups_cli(&node, &["describe", "g-cli", "--output", "json"]);
+    assert_eq!(
+        json.matches("\"committed_offset\": 7,").count(),
+        2,
+        "{json}"
+    );
+    let (ok, _, stderr) = groups_cli(
+        &node,
+        &[
+            "reset-offsets",
+            "g-cli",
+            "--topic",
+            "cli",
+            "--to-earliest",
+            "--execute",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let first = groups_case_args(&node, "first-offsets", &["g-cli", "cli", "2"]);
+    assert!(first.lines().any(|l| l == "0,0"), "{first}");
+
+    let (ok, _, stderr) = groups_cli(&node, &["delete", "g-cli"]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = groups_cli(&node, &["delete", "g-cli"]);
+    assert!(!ok && stderr.contains("GROUP_ID_NOT_FOUND"), "{stderr}");
+}
+
+fn groups_case_args(node: &SingleNode, case: &str, args: &[&str]) -> String {
+    let bootstrap = node.bootstrap();
+    let mut all = vec!["groups_suite.py", bootstrap.as_str(), case];
+    all.extend_from_slice(args);
+    run_client(node, "python3", &all)
+}

@@ -1,9 +1,10 @@
 //! The command line's own code (binary only): administration through a broker's Kafka port or
-//! the quorum (`cluster`, `topics`) and the benchmarks (`perf*`).
+//! the quorum (`cluster`, `topics`, `groups`, `configs`) and the benchmarks (`perf*`).
 
 pub mod cluster;
 pub mod configs;
 pub mod fuzz;
+pub mod groups;
 pub mod perf;
 pub mod perf_kafka;
 pub mod perf_quorum;

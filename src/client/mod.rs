@@ -15,10 +15,10 @@ const RESPONSE_BYTES_MAX: usize = 100 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("connecting to {addr}: {source}")]
+    #[error("connecting to {addr}: {reason} (is a broker listening there?)")]
     Connect {
         addr: String,
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -41,9 +41,9 @@ impl Connection {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| ClientError::Timeout(timeout))?
-            .map_err(|source| ClientError::Connect {
+            .map_err(|reason| ClientError::Connect {
                 addr: addr.to_owned(),
-                source,
+                reason,
             })?;
         stream.set_nodelay(true)?;
         Ok(Connection {

@@ -292,6 +292,49 @@ def case_committed():
     c.close()
 
 
+def case_produce_n():
+    """Creates TOPIC with PARTITIONS partitions and writes N records to each."""
+    topic, partitions, n = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    create(topic, partitions)
+    produce(topic, partitions, n)
+
+
+def case_produce_n_more():
+    """Writes N more records to each of TOPIC's PARTITIONS."""
+    topic, partitions, n = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    produce(topic, partitions, n, prefix="more")
+
+
+def case_hold():
+    """Subscribes as GROUP to TOPIC, reads everything, commits, prints `ready`, then stays a
+    member until its stdin closes."""
+    group, topic, expected = sys.argv[3], sys.argv[4], int(sys.argv[5])
+    member = Tracked(group, topic)
+    poll_all([member], lambda: len(member.records) == expected)
+    member.consumer.commit(asynchronous=False)
+    print("ready", flush=True)
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    while not done.is_set():
+        member.consumer.poll(0.2)
+    member.consumer.close()
+
+
+def case_first_offsets():
+    """Subscribes as GROUP and prints the first offset read of each of TOPIC's PARTITIONS."""
+    group, topic, partitions = sys.argv[3], sys.argv[4], int(sys.argv[5])
+    member = Tracked(group, topic)
+    first = {}
+
+    def seen_all():
+        for m in member.records:
+            first.setdefault(m.partition(), m.offset())
+        return len(first) == partitions
+    poll_all([member], seen_all)
+    member.consumer.close()
+    print(",".join(str(first[p]) for p in range(partitions)))
+
+
 CASES = {name[5:].replace("_", "-"): f for name, f in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":
