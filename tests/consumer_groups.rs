@@ -55,6 +55,12 @@ fn cooperative_sticky_rebalances_incrementally() {
 }
 
 #[test]
+fn kip848_consumers_split_partitions_without_stopping_and_commit() {
+    let node = SingleNode::start(&[]);
+    groups_case(&node, "kip848");
+}
+
+#[test]
 fn group_admin_lists_describes_alters_and_deletes() {
     let node = SingleNode::start(&[]);
     groups_case(&node, "admin");

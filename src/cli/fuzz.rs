@@ -446,6 +446,8 @@ fn empty_request(api_key: ApiKey) -> Option<RequestKind> {
         ApiKey::DescribeGroups => DescribeGroupsRequest::default().into(),
         ApiKey::DeleteGroups => DeleteGroupsRequest::default().into(),
         ApiKey::OffsetDelete => OffsetDeleteRequest::default().into(),
+        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::default().into(),
+        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::default().into(),
         _ => return None,
     })
 }

@@ -15,9 +15,10 @@ use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    GroupId, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ApiKey, BrokerId, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
@@ -240,6 +241,12 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
+            if described.error_code == errors::GROUP_ID_NOT_FOUND {
+                // Not a classic group: a KIP-848 consumer group describes itself elsewhere.
+                if let Some(consumer) = self.describe_consumer_group(&coordinator, group).await? {
+                    return Ok(consumer);
+                }
+            }
             check(
                 described.error_code,
                 None,
@@ -264,6 +271,59 @@ impl Cluster {
                 members,
             });
         }
+    }
+
+    /// ConsumerGroupDescribe of a KIP-848 group; `None` when it is not one.
+    async fn describe_consumer_group(
+        &mut self,
+        coordinator: &str,
+        group: &str,
+    ) -> anyhow::Result<Option<Described>> {
+        let request =
+            ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(name(group))]);
+        let response: ConsumerGroupDescribeResponse = self
+            .connection(coordinator)
+            .await?
+            .call(ApiKey::ConsumerGroupDescribe, 0, &request)
+            .await
+            .context("ConsumerGroupDescribe")?;
+        let Some(described) = response.groups.into_iter().next() else {
+            return Ok(None);
+        };
+        if described.error_code == errors::GROUP_ID_NOT_FOUND {
+            return Ok(None);
+        }
+        check(
+            described.error_code,
+            described.error_message.as_ref(),
+            &format!("describing group {group}"),
+        )?;
+        let members = described
+            .members
+            .into_iter()
+            .map(|m| Member {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.instance_id.map(|i| i.to_string()),
+                client_id: m.client_id.to_string(),
+                host: m.client_host.to_string(),
+                assignment: m
+                    .assignment
+                    .topic_partitions
+                    .into_iter()
+                    .flat_map(|tp| {
+                        let topic = tp.topic_name.to_string();
+                        tp.partitions.into_iter().map(move |p| (topic.clone(), p))
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Some(Described {
+            coordinator: coordinator.to_owned(),
+            state: described.group_state.to_string(),
+            protocol_type: "consumer".into(),
+            protocol: format!("{} (KIP-848)", described.assignor_name.as_str()),
+            members,
+        }))
     }
 
     /// The committed offsets of `group` (every partition that has one).

@@ -16,7 +16,9 @@ use sluice_raft::Quorum;
 use tokio::sync::{Notify, broadcast};
 
 use super::classic::{ClassicGroup, GroupWrite, JoinRequest, JoinResult, Now, Reply, SyncResult};
+use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
 use super::records::{GroupValue, OffsetValue, RecordKey};
+use super::state::Group;
 use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
 use crate::broker::Broker;
 use crate::controller::NewTopic;
@@ -35,7 +37,7 @@ const TIMER_IDLE: Duration = Duration::from_secs(1);
 /// How long a FindCoordinator waits for `__consumer_offsets` to be created.
 const CREATE_WAIT: Duration = Duration::from_secs(10);
 
-type SharedGroup = Arc<Mutex<ClassicGroup>>;
+type SharedGroup = Arc<Mutex<Group>>;
 
 /// One `__consumer_offsets` partition this broker leads.
 struct OffsetsPartition {
@@ -59,6 +61,15 @@ pub struct OffsetCommit {
     pub topic: String,
     pub partition: i32,
     pub offset: CommittedOffset,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    pub group_type: &'static str,
 }
 
 /// An OffsetCommit's answer: one error per partition, in request order.
@@ -85,7 +96,7 @@ fn now() -> Now {
     }
 }
 
-fn lock(group: &SharedGroup) -> std::sync::MutexGuard<'_, ClassicGroup> {
+fn lock(group: &SharedGroup) -> std::sync::MutexGuard<'_, Group> {
     group.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -349,7 +360,7 @@ impl GroupCoordinator {
                     None => ClassicGroup::new(&group_id, delay, now),
                 };
                 group.offsets = l.offsets;
-                (group_id, Arc::new(Mutex::new(group)))
+                (group_id, Arc::new(Mutex::new(Group::Classic(group))))
             })
             .collect();
         Ok((groups, records))
@@ -405,11 +416,11 @@ impl GroupCoordinator {
     fn find_or_create_group(&self, entry: &OffsetsPartition, group_id: &str) -> SharedGroup {
         let mut groups = entry.groups.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(groups.entry(group_id.to_owned()).or_insert_with(|| {
-            Arc::new(Mutex::new(ClassicGroup::new(
+            Arc::new(Mutex::new(Group::Classic(ClassicGroup::new(
                 group_id,
                 Duration::from_millis(self.config.initial_rebalance_delay_ms),
                 now(),
-            )))
+            ))))
         }))
     }
 
@@ -537,9 +548,12 @@ impl GroupCoordinator {
         self: &Arc<Self>,
         entry: &Arc<OffsetsPartition>,
         group: &SharedGroup,
-        state: &mut ClassicGroup,
+        state: &mut Group,
         now: Now,
     ) {
+        let Group::Classic(state) = state else {
+            return;
+        };
         for write in state.take_writes() {
             let record = (
                 RecordKey::Group {
@@ -570,7 +584,9 @@ impl GroupCoordinator {
     ) {
         let now = now();
         let mut state = lock(group);
-        state.write_done(write, error, now);
+        if let Group::Classic(classic) = &mut *state {
+            classic.write_done(write, error, now);
+        }
         self.flush_writes(entry, group, &mut state, now);
         state.check_invariants();
         drop(state);
@@ -602,7 +618,11 @@ impl GroupCoordinator {
         let reply = {
             let now = now();
             let mut state = lock(&group);
-            let reply = state.join(request, &self.config, now);
+            let Group::Classic(classic) = &mut *state else {
+                // A KIP-848 consumer group: its members heartbeat instead.
+                return JoinResult::error(&member_id, errors::INCONSISTENT_GROUP_PROTOCOL);
+            };
+            let reply = classic.join(request, &self.config, now);
             self.flush_writes(&entry, &group, &mut state, now);
             state.check_invariants();
             reply
@@ -641,7 +661,10 @@ impl GroupCoordinator {
         let reply = {
             let now = now();
             let mut state = lock(&group);
-            let reply = state.sync(
+            let Group::Classic(classic) = &mut *state else {
+                return error(errors::INCONSISTENT_GROUP_PROTOCOL);
+            };
+            let reply = classic.sync(
                 member_id,
                 group_instance_id,
                 generation_id,
@@ -678,7 +701,12 @@ impl GroupCoordinator {
             return errors::UNKNOWN_MEMBER_ID;
         };
         let mut state = lock(&group);
-        state.heartbeat(member_id, group_instance_id, generation_id, now())
+        match &mut *state {
+            Group::Classic(classic) => {
+                classic.heartbeat(member_id, group_instance_id, generation_id, now())
+            }
+            Group::Consumer(_) => errors::INCONSISTENT_GROUP_PROTOCOL,
+        }
     }
 
     /// LeaveGroup: the group's error, or one error per member.
@@ -693,12 +721,107 @@ impl GroupCoordinator {
         };
         let now = now();
         let mut state = lock(&group);
-        let results = state.leave(leaving, now);
+        let results = match &mut *state {
+            Group::Classic(classic) => classic.leave(leaving, now),
+            Group::Consumer(_) => vec![errors::UNKNOWN_MEMBER_ID; leaving.len()],
+        };
         self.flush_writes(&entry, &group, &mut state, now);
         state.check_invariants();
         drop(state);
         self.timer.notify_one();
         Ok(results)
+    }
+
+    // ---- KIP-848 consumer groups ----
+
+    /// The subscribed topics as the metadata image has them now.
+    fn topics_view(&self, names: &std::collections::BTreeSet<String>) -> TopicsView {
+        let image = self.quorum.image();
+        names
+            .iter()
+            .filter_map(|name| {
+                image
+                    .topic_by_name(name)
+                    .map(|t| (name.clone(), (t.id.0, t.partitions.len() as i32)))
+            })
+            .collect()
+    }
+
+    /// ConsumerGroupHeartbeat.
+    pub fn consumer_heartbeat(
+        self: &Arc<Self>,
+        group_id: &str,
+        request: Heartbeat,
+    ) -> HeartbeatResult {
+        let error = |code: i16, message: String| HeartbeatResult {
+            error: code,
+            message: Some(message),
+            member_id: request.member_id.clone(),
+            member_epoch: -1,
+            assignment: None,
+        };
+        if !self.config.consumer_protocol_enabled {
+            return error(
+                errors::UNSUPPORTED_VERSION,
+                "the consumer group protocol is disabled (group.coordinator.rebalance.protocols)"
+                    .into(),
+            );
+        }
+        let entry = match self.partition_of(group_id) {
+            Ok(entry) => entry,
+            Err(code) => return error(code, format!("group {group_id}: {}", errors::name(code))),
+        };
+        let group = {
+            let mut groups = entry.groups.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(groups.entry(group_id.to_owned()).or_insert_with(|| {
+                Arc::new(Mutex::new(Group::Consumer(ConsumerGroup::new(
+                    group_id,
+                    now(),
+                ))))
+            }))
+        };
+        let now = now();
+        let mut state = lock(&group);
+        if let Group::Classic(classic) = &mut *state {
+            if classic.state() != super::classic::GroupState::Empty {
+                return error(
+                    errors::GROUP_ID_NOT_FOUND,
+                    format!("group {group_id} is a classic group with members"),
+                );
+            }
+            // An empty classic group (or one that only stores offsets) becomes a consumer
+            // group, keeping its offsets.
+            let mut converted = ConsumerGroup::new(group_id, now);
+            converted.offsets = std::mem::take(&mut classic.offsets);
+            *state = Group::Consumer(converted);
+        }
+        let Group::Consumer(consumer) = &mut *state else {
+            return error(errors::UNKNOWN_SERVER_ERROR, "group kind changed".into());
+        };
+        let mut names = consumer.subscribed_topics();
+        names.extend(request.subscribed_topic_names.iter().flatten().cloned());
+        let topics = self.topics_view(&names);
+        let result = consumer.heartbeat(request, &topics, &self.config, now);
+        drop(state);
+        self.timer.notify_one();
+        result
+    }
+
+    /// ConsumerGroupDescribe of one group: GROUP_ID_NOT_FOUND for none or a classic group.
+    pub fn describe_consumer_group<T>(
+        &self,
+        group_id: &str,
+        describe: impl FnOnce(&ConsumerGroup) -> T,
+    ) -> Result<T, i16> {
+        let entry = self.partition_of(group_id)?;
+        let group = self
+            .find_group(&entry, group_id)
+            .ok_or(errors::GROUP_ID_NOT_FOUND)?;
+        let state = lock(&group);
+        match &*state {
+            Group::Consumer(consumer) => Ok(describe(consumer)),
+            Group::Classic(_) => Err(errors::GROUP_ID_NOT_FOUND),
+        }
     }
 
     // ---- offsets ----
@@ -801,10 +924,10 @@ impl GroupCoordinator {
         };
         let state = lock(&group);
         Ok(match wanted {
-            None => state.offsets.clone(),
+            None => state.offsets().clone(),
             Some(wanted) => wanted
                 .iter()
-                .filter_map(|key| state.offsets.get(key).map(|o| (key.clone(), o.clone())))
+                .filter_map(|key| state.offsets().get(key).map(|o| (key.clone(), o.clone())))
                 .collect(),
         })
     }
@@ -822,10 +945,10 @@ impl GroupCoordinator {
         let now = now();
         let (results, deleted, pending) = {
             let mut state = lock(&group);
-            if state.state() == super::classic::GroupState::Dead {
+            if state.is_dead() {
                 return Err(errors::GROUP_ID_NOT_FOUND);
             }
-            let subscribed = state.subscribed_topics().unwrap_or_default();
+            let subscribed = state.subscribed_topics();
             let mut results = Vec::with_capacity(partitions.len());
             let mut deleted = Vec::new();
             for key in partitions {
@@ -833,7 +956,7 @@ impl GroupCoordinator {
                     results.push(errors::GROUP_SUBSCRIBED_TO_TOPIC);
                 } else {
                     results.push(errors::NONE);
-                    if state.offsets.contains_key(key) {
+                    if state.offsets().contains_key(key) {
                         deleted.push(key.clone());
                     }
                 }
@@ -857,7 +980,7 @@ impl GroupCoordinator {
             let pending = self.append(&entry, &records, now);
             if pending.is_ok() {
                 for key in &deleted {
-                    state.offsets.remove(key);
+                    state.offsets_mut().remove(key);
                 }
             }
             (results, deleted, pending)
@@ -879,8 +1002,12 @@ impl GroupCoordinator {
     /// that name (Kafka's answer).
     pub fn describe(&self, group_id: &str) -> Result<super::classic::GroupDescription, i16> {
         let entry = self.partition_of(group_id)?;
-        Ok(match self.find_group(&entry, group_id) {
-            Some(group) => lock(&group).describe(),
+        let group = self.find_group(&entry, group_id);
+        let state = group.as_ref().map(lock);
+        Ok(match state.as_deref() {
+            Some(Group::Classic(classic)) => classic.describe(),
+            // Kafka's answer for a KIP-848 group (ConsumerGroupDescribe describes it).
+            Some(Group::Consumer(_)) => return Err(errors::GROUP_ID_NOT_FOUND),
             None => super::classic::GroupDescription {
                 state: super::classic::GroupState::Dead,
                 protocol_type: String::new(),
@@ -890,9 +1017,9 @@ impl GroupCoordinator {
         })
     }
 
-    /// Every group this broker coordinates: (group id, protocol type, state); the error is
-    /// COORDINATOR_LOAD_IN_PROGRESS while a partition is loading.
-    pub fn list(&self) -> (Vec<(String, String, super::classic::GroupState)>, i16) {
+    /// Every group this broker coordinates; the error is COORDINATOR_LOAD_IN_PROGRESS while a
+    /// partition is loading.
+    pub fn list(&self) -> (Vec<ListedGroup>, i16) {
         let mut groups = Vec::new();
         let mut error = errors::NONE;
         for entry in self.read_partitions().values() {
@@ -907,12 +1034,13 @@ impl GroupCoordinator {
                 .iter()
             {
                 let state = lock(group);
-                if state.state() != super::classic::GroupState::Dead {
-                    groups.push((
-                        group_id.clone(),
-                        state.protocol_type().unwrap_or_default().to_owned(),
-                        state.state(),
-                    ));
+                if !state.is_dead() {
+                    groups.push(ListedGroup {
+                        group_id: group_id.clone(),
+                        protocol_type: state.protocol_type().to_owned(),
+                        state: state.state_name(),
+                        group_type: state.group_type(),
+                    });
                 }
             }
         }
@@ -979,7 +1107,7 @@ impl GroupCoordinator {
                 for group in groups {
                     let mut state = lock(&group);
                     if state.next_deadline().is_some_and(|d| d <= now.instant) {
-                        state.tick(now);
+                        state.tick(|g| self.topics_view(&g.subscribed_topics()), now);
                         self.flush_writes(entry, &group, &mut state, now);
                         state.check_invariants();
                     }
@@ -1006,20 +1134,20 @@ impl GroupCoordinator {
     /// Deletes (with tombstones) an empty group's offsets past `offsets.retention.minutes`,
     /// and the group once nothing is left of it. Not waited for: a tombstone that did not
     /// make it is written again at the next check.
-    fn expire_offsets(&self, entry: &OffsetsPartition, state: &mut ClassicGroup, now: Now) {
+    fn expire_offsets(&self, entry: &OffsetsPartition, state: &mut Group, now: Now) {
         let expired =
             state.expired_offsets(Duration::from_millis(self.config.offsets_retention_ms), now);
-        if expired.is_empty()
-            && !(state.offsets.is_empty() && state.state() == super::classic::GroupState::Empty)
-        {
+        let group_gone = state.gone_without(expired.len());
+        if expired.is_empty() && !group_gone {
             return;
         }
+        let group_id = state.group_id().to_owned();
         let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = expired
             .iter()
             .map(|(topic, partition)| {
                 (
                     RecordKey::Offset {
-                        group: state.group_id.clone(),
+                        group: group_id.clone(),
                         topic: topic.clone(),
                         partition: *partition,
                     },
@@ -1027,20 +1155,18 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        let group_gone = state.state() == super::classic::GroupState::Empty
-            && state.offsets.len() == expired.len();
         if group_gone {
             records.push((
                 RecordKey::Group {
-                    group: state.group_id.clone(),
+                    group: group_id.clone(),
                 },
                 None,
             ));
         }
         if self.append(entry, &records, now).is_ok() {
-            tracing::info!(group = %state.group_id, offsets = expired.len(), group_deleted = group_gone, "expired committed offsets");
+            tracing::info!(group = %group_id, offsets = expired.len(), group_deleted = group_gone, "expired committed offsets");
             for key in &expired {
-                state.offsets.remove(key);
+                state.offsets_mut().remove(key);
             }
             if group_gone {
                 state.mark_dead(now);
@@ -1048,21 +1174,22 @@ impl GroupCoordinator {
                     .groups
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .remove(&state.group_id);
+                    .remove(&group_id);
             }
         }
     }
 }
 
 /// Tombstones for everything a group stored.
-fn tombstones(state: &ClassicGroup) -> Vec<(RecordKey, Option<Vec<u8>>)> {
+fn tombstones(state: &Group) -> Vec<(RecordKey, Option<Vec<u8>>)> {
+    let group = state.group_id().to_owned();
     let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = state
-        .offsets
+        .offsets()
         .keys()
         .map(|(topic, partition)| {
             (
                 RecordKey::Offset {
-                    group: state.group_id.clone(),
+                    group: group.clone(),
                     topic: topic.clone(),
                     partition: *partition,
                 },
@@ -1070,12 +1197,7 @@ fn tombstones(state: &ClassicGroup) -> Vec<(RecordKey, Option<Vec<u8>>)> {
             )
         })
         .collect();
-    records.push((
-        RecordKey::Group {
-            group: state.group_id.clone(),
-        },
-        None,
-    ));
+    records.push((RecordKey::Group { group }, None));
     records
 }
 

@@ -15,14 +15,21 @@
 //!
 //! - `classic`: one group's state machine (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), with
 //!   its transition table.
+//! - `consumer`: one KIP-848 consumer group (ConsumerGroupHeartbeat), with the server-side
+//!   `uniform` and `range` assignors.
+//! - `state`: a group of either kind, and what both answer alike (offsets, fencing, expiry).
 //! - `records`: the key and value formats of `__consumer_offsets`.
 //! - `coordinator`: loading, unloading, writes, timers and the request entry points.
 
 pub mod classic;
+pub mod consumer;
 mod coordinator;
 pub mod records;
+pub mod state;
 
-pub use coordinator::{CommitOutcome, GroupCoordinator, OffsetCommit, OffsetsTopicError};
+pub use coordinator::{
+    CommitOutcome, GroupCoordinator, ListedGroup, OffsetCommit, OffsetsTopicError,
+};
 
 /// Kafka's name for the offsets topic.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

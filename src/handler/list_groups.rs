@@ -22,14 +22,14 @@ pub fn handle(broker: &Broker, request: ListGroupsRequest) -> ListGroupsResponse
         .collect();
     let listed = groups
         .into_iter()
-        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
-        .map(|(group_id, protocol_type, state)| {
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
+        .map(|g| {
             ListedGroup::default()
-                .with_group_id(GroupId(str_bytes(group_id)))
-                .with_protocol_type(str_bytes(protocol_type))
-                .with_group_state(str_bytes(state.name()))
-                .with_group_type(str_bytes("classic"))
+                .with_group_id(GroupId(str_bytes(g.group_id)))
+                .with_protocol_type(str_bytes(g.protocol_type))
+                .with_group_state(str_bytes(g.state))
+                .with_group_type(str_bytes(g.group_type))
         })
         .collect();
     ListGroupsResponse::default()

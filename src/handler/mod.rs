@@ -9,6 +9,8 @@
 //! Adding an API: a file here with `VERSIONS` and `handle`, and one line in `apis!`.
 
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -166,6 +168,12 @@ apis! {
         |b, c, r| message(ResponseKind::DescribeGroups(describe_groups::handle(b, c, r)));
     DeleteGroups delete_groups::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::DeleteGroups(delete_groups::handle(b, r).await));
+    ConsumerGroupHeartbeat consumer_group_heartbeat::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(b, c, r)),
+    );
+    ConsumerGroupDescribe consumer_group_describe::VERSIONS, meta => |b, _c, r| message(
+        ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(b, r)),
+    );
     OffsetDelete offset_delete::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::OffsetDelete(offset_delete::handle(b, r).await));
 }

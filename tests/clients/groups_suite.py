@@ -50,6 +50,9 @@ def consumer(group, **extra):
         "heartbeat.interval.ms": 500,
     }
     config.update(extra)
+    if config.get("group.protocol") == "consumer":
+        # KIP-848: the broker decides sessions and heartbeats.
+        del config["session.timeout.ms"], config["heartbeat.interval.ms"]
     return Consumer(config)
 
 
@@ -58,7 +61,9 @@ class Tracked:
 
     def __init__(self, group, topic, **extra):
         self.consumer = consumer(group, **extra)
-        self.cooperative = extra.get("partition.assignment.strategy") == "cooperative-sticky"
+        # Incremental assignments: cooperative-sticky, and every KIP-848 consumer.
+        self.cooperative = (extra.get("partition.assignment.strategy") == "cooperative-sticky"
+                            or extra.get("group.protocol") == "consumer")
         self.owned = set()
         self.revoked = []
         self.assigned = []
@@ -110,10 +115,12 @@ def case_split_and_leave():
     """Two consumers split a 6-partition topic with no overlap; one leaves, the other owns all."""
     topic, group = "split", "g-split"
     create(topic, 6)
-    produce(topic, 6, 50)
     a, b = Tracked(group, topic), Tracked(group, topic)
-    poll_all([a, b], lambda: a.owned and b.owned and len(a.owned) + len(b.owned) == 6
-             and len(a.records) + len(b.records) == 300)
+    # Both members first (the embedded default has no initial rebalance delay), then data:
+    # neither reads what the other ends up owning.
+    poll_all([a, b], lambda: len(a.owned) == 3 and len(b.owned) == 3)
+    produce(topic, 6, 50)
+    poll_all([a, b], lambda: len(a.records) + len(b.records) == 300)
     check(not (a.owned & b.owned), f"overlap: {a.owned} {b.owned}")
     check(a.owned | b.owned == set(range(6)), f"not all partitions: {a.owned} {b.owned}")
     check(len(a.owned) == 3, f"uneven split: {a.owned} {b.owned}")
@@ -217,6 +224,37 @@ def case_cooperative():
     check(set().union(*a.revoked) == b.owned, f"A revoked {a.revoked}, B owns {b.owned}")
     a.consumer.close()
     b.consumer.close()
+
+
+def case_kip848():
+    """group.protocol=consumer (KIP-848): members join, split the partitions (the joining one
+    takes only what the other gives up), commit, and the last one takes all."""
+    topic, group = "k848", "g-k848"
+    create(topic, 6)
+    produce(topic, 6, 20)
+    extra = {"group.protocol": "consumer"}
+    a = Tracked(group, topic, **extra)
+    poll_all([a], lambda: a.owned == set(range(6)) and len(a.records) == 120)
+    b = Tracked(group, topic, **extra)
+    poll_all([a, b], lambda: len(a.owned) == 3 and len(b.owned) == 3, timeout=60)
+    check(not (a.owned & b.owned), f"overlap {a.owned} {b.owned}")
+    for revoked in a.revoked:
+        check(revoked != set(range(6)), f"A stopped for the rebalance: {a.revoked}")
+    committed_by_a = set(a.owned)
+    a.consumer.commit(asynchronous=False)
+    client = admin()
+    desc = client.describe_consumer_groups([group])[group].result(timeout=10)
+    check(str(desc.type).endswith("CONSUMER"), f"group type {desc.type}")
+    check(len(desc.members) == 2, f"members {desc.members}")
+    listed = {g.group_id: g for g in client.list_consumer_groups().result(timeout=10).valid}
+    check(str(listed[group].type).endswith("CONSUMER"), f"listed as {listed[group].type}")
+    b.consumer.close()
+    poll_all([a], lambda: a.owned == set(range(6)), timeout=60)
+    committed = a.consumer.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
+    check(all(tp.offset == 20 for tp in committed if tp.partition in committed_by_a),
+          f"committed {committed} (A committed {committed_by_a})")
+    a.consumer.close()
+    print("kip848: assigned", sorted(a.assigned[0]), "then", [sorted(x) for x in a.assigned[1:]])
 
 
 def case_admin():

@@ -1,0 +1,111 @@
+//! ConsumerGroupDescribe (KIP-848): a consumer group's epochs, assignor and members, each
+//! with its current and target assignment.
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment, DescribedGroup, Member, TopicPartitions,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
+};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::broker::authorizer::{Resource, authorized_operations};
+use crate::group::consumer::Tp;
+use crate::protocol::errors;
+
+pub const VERSIONS: (i16, i16) = (0, 1);
+
+pub fn handle(
+    broker: &Broker,
+    request: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
+    let image = broker.image();
+    let assignment = |partitions: &mut dyn Iterator<Item = &Tp>| -> Assignment {
+        let mut topics: Vec<TopicPartitions> = Vec::new();
+        for (id, partition) in partitions {
+            let uuid = uuid::Uuid::from_u128(*id);
+            match topics.last_mut() {
+                Some(last) if last.topic_id == uuid => last.partitions.push(*partition),
+                _ => {
+                    let name = image
+                        .topics
+                        .get(&sluice_raft::records::Uuid(*id))
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default();
+                    topics.push(
+                        TopicPartitions::default()
+                            .with_topic_id(uuid)
+                            .with_topic_name(TopicName(str_bytes(name)))
+                            .with_partitions(vec![*partition]),
+                    );
+                }
+            }
+        }
+        Assignment::default().with_topic_partitions(topics)
+    };
+    let groups = request
+        .group_ids
+        .into_iter()
+        .map(|group_id| {
+            let mut described = DescribedGroup::default().with_group_id(group_id.clone());
+            described.authorized_operations = if request.include_authorized_operations {
+                authorized_operations(Resource::Group)
+            } else {
+                i32::MIN
+            };
+            let result = broker.groups.describe_consumer_group(&group_id, |group| {
+                let members = group
+                    .members
+                    .values()
+                    .map(|m| {
+                        let empty = Default::default();
+                        let target = group.target.get(&m.member_id).unwrap_or(&empty);
+                        Member::default()
+                            .with_member_id(str_bytes(m.member_id.clone()))
+                            .with_instance_id(m.instance_id.clone().map(str_bytes))
+                            .with_rack_id(m.rack_id.clone().map(str_bytes))
+                            .with_member_epoch(m.epoch)
+                            .with_client_id(str_bytes(m.client_id.clone()))
+                            .with_client_host(str_bytes(m.client_host.clone()))
+                            .with_subscribed_topic_names(
+                                m.subscribed
+                                    .iter()
+                                    .map(|t| TopicName(str_bytes(t.clone())))
+                                    .collect(),
+                            )
+                            .with_assignment(assignment(&mut m.assigned.iter()))
+                            .with_target_assignment(assignment(&mut target.iter()))
+                            .with_member_type(1)
+                    })
+                    .collect();
+                (
+                    group.state_name(),
+                    group.group_epoch,
+                    group.assignment_epoch,
+                    group.assignor().to_owned(),
+                    members,
+                )
+            });
+            match result {
+                Ok((state, group_epoch, assignment_epoch, assignor, members)) => described
+                    .with_group_state(str_bytes(state))
+                    .with_group_epoch(group_epoch)
+                    .with_assignment_epoch(assignment_epoch)
+                    .with_assignor_name(str_bytes(assignor))
+                    .with_members(members),
+                Err(code) => {
+                    let message = if code == errors::GROUP_ID_NOT_FOUND {
+                        format!("group {} is not a consumer group", group_id.as_str())
+                    } else {
+                        errors::name(code).into_owned()
+                    };
+                    described
+                        .with_error_code(code)
+                        .with_error_message(Some(str_bytes(message)))
+                }
+            }
+        })
+        .collect();
+    ConsumerGroupDescribeResponse::default().with_groups(groups)
+}
