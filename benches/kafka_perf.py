@@ -44,14 +44,16 @@ def rss_kib(pid):
 
 
 class Broker:
-    def __init__(self, binary, data_dir):
+    def __init__(self, binary, data_dir, overrides=()):
         self.kafka, quorum, self.http = free_port(), free_port(), free_port()
         self.log = open(os.path.join(data_dir, "broker.log"), "w")
+        extra = [arg for o in overrides for arg in ("--override", o)]
         self.process = subprocess.Popen([
             binary, "server",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{quorum}",
             "--override", f"http.listener=127.0.0.1:{self.http}",
             "--override", f"log.dirs={os.path.join(data_dir, 'data')}",
+            *extra,
         ], stdout=subprocess.DEVNULL, stderr=self.log)
         self.bootstrap = f"127.0.0.1:{self.kafka}"
         deadline = time.time() + 30

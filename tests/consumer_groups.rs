@@ -327,6 +327,22 @@ fn the_groups_cli_describes_lag_refuses_live_resets_and_resets_where_it_says() {
     let (ok, text, stderr) = groups_cli(&node, &["describe", "g-cli"]);
     assert!(ok, "{stderr}");
     assert!(text.contains("total_lag"), "{text}");
+    // The coordinator's metrics: the group, its member and its lag (5 new records per
+    // partition since the commit).
+    let metrics = node.metrics_text();
+    assert!(
+        metrics.contains("sluice_consumer_group_lag_sum{group=\"g-cli\",topic=\"cli\"} 10"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_group_members{group=\"g-cli\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("sluice_groups{type=\"classic\",state=\"Stable\"} 1"));
+    assert!(
+        metrics.contains("sluice_offset_commits_total 2"),
+        "{metrics}"
+    );
     let (ok, listed, _) = groups_cli(&node, &["list"]);
     assert!(
         ok && listed.contains("g-cli") && listed.contains("Stable"),

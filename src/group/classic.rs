@@ -1759,4 +1759,61 @@ mod tests {
         let description = restored.describe();
         assert_eq!(description.members[0].assignment, id.as_bytes().to_vec());
     }
+
+    #[test]
+    fn offsets_expire_only_after_the_group_has_been_empty_for_the_retention() {
+        let mut clock = Clock::new();
+        let mut group = ClassicGroup::new("g", Duration::ZERO, clock.now());
+        let offset = |ms| CommittedOffset {
+            offset: 1,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: ms,
+        };
+        // A group that only stores offsets (no protocol): each offset by its commit time.
+        group
+            .offsets
+            .insert(("t".into(), 0), offset(clock.now().wall_ms));
+        let retention = Duration::from_secs(60);
+        assert!(
+            group
+                .expired_offsets(retention, clock.advance(59_999))
+                .is_empty()
+        );
+        group
+            .offsets
+            .insert(("t".into(), 1), offset(clock.now().wall_ms));
+        assert_eq!(
+            group.expired_offsets(retention, clock.advance(1)),
+            vec![("t".to_owned(), 0)]
+        );
+
+        // A consumer group: nothing expires while it has members, everything once it has
+        // been empty for the retention.
+        let (a, mut join) = join_new(&mut group, &clock);
+        answered(&mut join).unwrap();
+        sync_and_store(&mut group, &a, &[&a], &clock);
+        assert!(
+            group
+                .expired_offsets(retention, clock.advance(120_000))
+                .is_empty()
+        );
+        group.leave(
+            &[Leaving {
+                member_id: a,
+                group_instance_id: None,
+            }],
+            clock.now(),
+        );
+        assert_eq!(group.state(), GroupState::Empty);
+        assert!(
+            group
+                .expired_offsets(retention, clock.advance(59_000))
+                .is_empty()
+        );
+        assert_eq!(
+            group.expired_offsets(retention, clock.advance(1_000)).len(),
+            2
+        );
+    }
 }

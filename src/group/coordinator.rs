@@ -8,7 +8,8 @@
 //! while waiting for the in-sync replicas or for a rebalance.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,9 @@ pub struct GroupCoordinator {
     timer: Notify,
     /// One creation of `__consumer_offsets` at a time.
     creating: tokio::sync::Mutex<()>,
+    /// Offset commits stored (partitions), and refused or failed commit requests.
+    commits: AtomicU64,
+    commits_failed: AtomicU64,
 }
 
 fn now() -> Now {
@@ -113,6 +117,8 @@ impl GroupCoordinator {
             partitions: RwLock::new(HashMap::new()),
             timer: Notify::new(),
             creating: tokio::sync::Mutex::new(()),
+            commits: AtomicU64::new(0),
+            commits_failed: AtomicU64::new(0),
         })
     }
 
@@ -905,6 +911,12 @@ impl GroupCoordinator {
                 .collect();
             state.commit_done(member_id, stored, now);
         }
+        if error == errors::NONE {
+            self.commits
+                .fetch_add(accepted.len() as u64, Ordering::Relaxed);
+        } else {
+            self.commits_failed.fetch_add(1, Ordering::Relaxed);
+        }
         for i in accepted {
             results[i] = error;
         }
@@ -1081,6 +1093,152 @@ impl GroupCoordinator {
         }
     }
 
+    // ---- metrics ----
+
+    /// Prometheus text: coordinator partitions, groups by type and state, members and
+    /// commits; per group, its members and, per topic, the consumer lag summed and at its
+    /// largest. Lag is computed for the partitions this broker holds a replica of (all of
+    /// them when every broker holds every partition); `sluice groups describe` asks the
+    /// leaders for the rest.
+    pub fn render_metrics(&self, out: &mut String) {
+        let entries: Vec<Arc<OffsetsPartition>> =
+            self.read_partitions().values().cloned().collect();
+        let loading = entries
+            .iter()
+            .filter(|e| !e.loaded.load(Ordering::Acquire))
+            .count();
+        let mut by_state: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
+        let mut members_by_group: Vec<(String, usize)> = Vec::new();
+        let mut lag: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for entry in entries.iter().filter(|e| e.loaded.load(Ordering::Acquire)) {
+            let groups: Vec<SharedGroup> = entry
+                .groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            for group in groups {
+                let state = lock(&group);
+                if state.is_dead() {
+                    continue;
+                }
+                *by_state
+                    .entry((state.group_type(), state.state_name()))
+                    .or_default() += 1;
+                let members = match &*state {
+                    Group::Classic(g) => g.member_count(),
+                    Group::Consumer(g) => g.members.len(),
+                };
+                members_by_group.push((state.group_id().to_owned(), members));
+                for ((topic, partition), committed) in state.offsets() {
+                    let tp = TopicPartition::new(topic.as_str(), *partition);
+                    let Some(replica) = self.replicas.partition(&tp) else {
+                        continue;
+                    };
+                    let behind = replica
+                        .high_watermark()
+                        .saturating_sub(committed.offset.max(0) as u64);
+                    let slot = lag
+                        .entry((state.group_id().to_owned(), topic.clone()))
+                        .or_default();
+                    slot.0 += behind;
+                    slot.1 = slot.1.max(behind);
+                }
+            }
+        }
+        fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        }
+        header(
+            out,
+            "sluice_group_coordinator_partitions",
+            "gauge",
+            "__consumer_offsets partitions this broker coordinates, by load state.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_group_coordinator_partitions{{state=\"loaded\"}} {}\n\
+             sluice_group_coordinator_partitions{{state=\"loading\"}} {loading}",
+            entries.len() - loading
+        );
+        header(
+            out,
+            "sluice_groups",
+            "gauge",
+            "Groups coordinated here, by type and state.",
+        );
+        for ((kind, state), count) in &by_state {
+            let _ = writeln!(
+                out,
+                "sluice_groups{{type=\"{kind}\",state=\"{state}\"}} {count}"
+            );
+        }
+        header(
+            out,
+            "sluice_group_members",
+            "gauge",
+            "Members of each group coordinated here.",
+        );
+        for (group, members) in &members_by_group {
+            let _ = writeln!(
+                out,
+                "sluice_group_members{{group=\"{}\"}} {members}",
+                escape_label(group)
+            );
+        }
+        header(
+            out,
+            "sluice_consumer_group_lag_sum",
+            "gauge",
+            "Records between each group's committed offsets and the high watermark, per topic.",
+        );
+        for ((group, topic), (sum, _)) in &lag {
+            let _ = writeln!(
+                out,
+                "sluice_consumer_group_lag_sum{{group=\"{}\",topic=\"{}\"}} {sum}",
+                escape_label(group),
+                escape_label(topic)
+            );
+        }
+        header(
+            out,
+            "sluice_consumer_group_lag_max",
+            "gauge",
+            "The largest lag of one partition, per group and topic.",
+        );
+        for ((group, topic), (_, max)) in &lag {
+            let _ = writeln!(
+                out,
+                "sluice_consumer_group_lag_max{{group=\"{}\",topic=\"{}\"}} {max}",
+                escape_label(group),
+                escape_label(topic)
+            );
+        }
+        header(
+            out,
+            "sluice_offset_commits_total",
+            "counter",
+            "Partition offsets committed through this coordinator.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_offset_commits_total {}",
+            self.commits.load(Ordering::Relaxed)
+        );
+        header(
+            out,
+            "sluice_offset_commit_failures_total",
+            "counter",
+            "OffsetCommit requests refused or not stored (fencing, timeouts, moved coordinator).",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_offset_commit_failures_total {}",
+            self.commits_failed.load(Ordering::Relaxed)
+        );
+    }
+
     // ---- the timer ----
 
     async fn run_timer(self: Arc<Self>) {
@@ -1199,6 +1357,14 @@ fn tombstones(state: &Group) -> Vec<(RecordKey, Option<Vec<u8>>)> {
         .collect();
     records.push((RecordKey::Group { group }, None));
     records
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Drops a partition's groups; the number dropped.

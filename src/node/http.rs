@@ -11,6 +11,7 @@ pub(super) async fn serve_http(
     logs: Arc<LogManager>,
     broker_metrics: Arc<Metrics>,
     replicas: Arc<ReplicaManager>,
+    groups: Option<Arc<crate::group::GroupCoordinator>>,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -21,6 +22,7 @@ pub(super) async fn serve_http(
         let logs = Arc::clone(&logs);
         let broker_metrics = Arc::clone(&broker_metrics);
         let replicas = Arc::clone(&replicas);
+        let groups = groups.clone();
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
             let mut buffer = [0u8; 1024];
@@ -50,6 +52,9 @@ pub(super) async fn serve_http(
                     let mut text = metrics(&quorum, &logs);
                     broker_metrics.render(&mut text);
                     replicas.render_metrics(&mut text);
+                    if let Some(groups) = &groups {
+                        groups.render_metrics(&mut text);
+                    }
                     text
                 }),
                 _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),

@@ -249,6 +249,7 @@ impl Node {
             Arc::clone(&logs),
             Arc::clone(&metrics),
             Arc::clone(&replicas),
+            broker_context.as_ref().map(|b| Arc::clone(&b.groups)),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {
