@@ -446,3 +446,125 @@ fn groups_case_args(node: &SingleNode, case: &str, args: &[&str]) -> String {
     all.extend_from_slice(args);
     run_client(node, "python3", &all)
 }
+
+#[test]
+fn batched_and_filtered_group_apis() {
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    use kafka_protocol::messages::{
+        LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+        OffsetFetchRequest, OffsetFetchResponse,
+    };
+    let node = SingleNode::start(&[]);
+    let mut client = Client::connect(node.kafka_port);
+    client.create_topic("fenced", 1);
+    // FindCoordinator v4+: several keys at once, each answered on its own.
+    let batched: FindCoordinatorResponse = client.call(
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![
+                StrBytes::from_static_str("a"),
+                StrBytes::from_static_str("b"),
+            ]),
+    );
+    assert_eq!(batched.coordinators.len(), 2);
+    assert!(
+        batched.coordinators.iter().all(|c| c.error_code == 0),
+        "{batched:?}"
+    );
+    let transactional: FindCoordinatorResponse = client.call(
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_coordinator_keys(vec![StrBytes::from_static_str("t")]),
+    );
+    assert_eq!(transactional.coordinators[0].error_code, 15);
+
+    // Two static members in group "a"; a tool commit for group "b".
+    let join_static = |client: &mut Client, instance: &str| -> JoinGroupResponse {
+        let mut request = JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("a")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(100)
+            .with_group_instance_id(Some(StrBytes::from_string(instance.to_owned())))
+            .with_protocol_type(StrBytes::from_static_str("consumer"));
+        request.protocols = join_protocols();
+        for _ in 0..100 {
+            let response: JoinGroupResponse = client.call(ApiKey::JoinGroup, 5, &request);
+            if response.error_code != 14 {
+                return response;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("coordinator kept loading");
+    };
+    let first = join_static(&mut client, "i1");
+    assert_eq!((first.error_code, first.generation_id), (0, 1));
+    assert_eq!(commit(&mut client, "b", "", -1), 0);
+
+    // ListGroups with a state filter (v4).
+    let list = |client: &mut Client, states: &[&'static str]| -> Vec<String> {
+        let response: ListGroupsResponse = client.call(
+            ApiKey::ListGroups,
+            4,
+            &ListGroupsRequest::default().with_states_filter(
+                states
+                    .iter()
+                    .map(|s| StrBytes::from_static_str(s))
+                    .collect(),
+            ),
+        );
+        let mut groups: Vec<String> = response
+            .groups
+            .iter()
+            .map(|g| g.group_id.to_string())
+            .collect();
+        groups.sort();
+        groups
+    };
+    assert_eq!(list(&mut client, &[]), vec!["a", "b"]);
+    assert_eq!(list(&mut client, &["CompletingRebalance"]), vec!["a"]);
+    assert_eq!(list(&mut client, &["Empty"]), vec!["b"]);
+
+    // OffsetFetch v8: two groups in one request.
+    let fetched: OffsetFetchResponse = client.call(
+        ApiKey::OffsetFetch,
+        8,
+        &OffsetFetchRequest::default().with_groups(vec![
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("a")))
+                .with_topics(None),
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("b")))
+                .with_topics(None),
+        ]),
+    );
+    assert_eq!(fetched.groups.len(), 2);
+    assert!(fetched.groups[0].topics.is_empty(), "{fetched:?}");
+    assert_eq!(
+        fetched.groups[1].topics[0].partitions[0].committed_offset,
+        5
+    );
+
+    // LeaveGroup v3: a batch by instance id; an unknown instance is answered on its own.
+    let left: LeaveGroupResponse = client.call(
+        ApiKey::LeaveGroup,
+        3,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("a")))
+            .with_members(vec![
+                MemberIdentity::default()
+                    .with_member_id(StrBytes::from_static_str(""))
+                    .with_group_instance_id(Some(StrBytes::from_static_str("i1"))),
+                MemberIdentity::default()
+                    .with_member_id(StrBytes::from_static_str(""))
+                    .with_group_instance_id(Some(StrBytes::from_static_str("nobody"))),
+            ]),
+    );
+    let codes: Vec<i16> = left.members.iter().map(|m| m.error_code).collect();
+    assert_eq!((left.error_code, codes), (0, vec![0, 25]));
+    assert_eq!(list(&mut client, &["Empty"]), vec!["a", "b"]);
+}
