@@ -594,7 +594,7 @@ pub const KEYS: &[Key] = &[
     ),
     broker(
         "offset.metadata.max.bytes",
-        int(0, I32_MAX),
+        int(0, i16::MAX as i64),
         "4096",
         "the largest metadata string of a committed offset",
     ),

@@ -6,6 +6,10 @@
 //! A group's lock (a plain mutex) is held while its state changes and while its records are
 //! appended to the log, so records land in the order the state changed; it is never held
 //! while waiting for the in-sync replicas or for a rebalance.
+//!
+//! Lock order: the partition map, then a group, then its partition's group map (removing a
+//! deleted group). A partition's group map is never held while a group is locked: readers
+//! copy the handles out first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -384,6 +388,10 @@ impl GroupCoordinator {
     /// The loaded partition coordinating `group_id`, or NOT_COORDINATOR /
     /// COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE.
     fn partition_of(&self, group_id: &str) -> Result<Arc<OffsetsPartition>, i16> {
+        if group_id.len() > i16::MAX as usize {
+            // Not storable in Kafka's record formats.
+            return Err(errors::INVALID_GROUP_ID);
+        }
         let Some(count) = self.offsets_partition_count() else {
             return Err(errors::COORDINATOR_NOT_AVAILABLE);
         };
@@ -1039,16 +1047,20 @@ impl GroupCoordinator {
                 error = errors::COORDINATOR_LOAD_IN_PROGRESS;
                 continue;
             }
-            for (group_id, group) in entry
+            // The partition's group map is released before any group is locked: a group's
+            // lock is taken before the map's elsewhere (deleting a group).
+            let shared: Vec<(String, SharedGroup)> = entry
                 .groups
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-            {
-                let state = lock(group);
+                .map(|(id, group)| (id.clone(), Arc::clone(group)))
+                .collect();
+            for (group_id, group) in shared {
+                let state = lock(&group);
                 if !state.is_dead() {
                     groups.push(ListedGroup {
-                        group_id: group_id.clone(),
+                        group_id,
                         protocol_type: state.protocol_type().to_owned(),
                         state: state.state_name(),
                         group_type: state.group_type(),
