@@ -119,8 +119,8 @@ pub struct ServerConfig {
     pub properties: BTreeMap<String, String>,
 }
 
-/// What a node started without `--config` (a single-node cluster) sets beyond the registry's
-/// defaults, which are Kafka's.
+/// What a node started without `--config` as a single-node cluster (one voter) sets beyond the
+/// registry's defaults, which are Kafka's.
 pub const EMBEDDED_DEFAULTS: &[(&str, &str)] = &[
     ("offsets.topic.replication.factor", "1"),
     ("group.initial.rebalance.delay.ms", "0"),
@@ -239,15 +239,23 @@ impl ServerConfig {
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
                 parse_properties(&text).map_err(|e| format!("{}: {e}", path.display()))?
             }
-            // The embedded single-node default: one broker holds the offsets topic, and a
-            // group's first rebalance does not wait for more members.
-            None => EMBEDDED_DEFAULTS
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            None => BTreeMap::new(),
         };
         for (key, value) in overrides {
             properties.insert(key.clone(), value.clone());
+        }
+        // The embedded single-node default (no config file, one voter): one broker holds the
+        // offsets topic, and a group's first rebalance does not wait for more members. A
+        // cluster of several voters started with overrides alone keeps Kafka's defaults.
+        let voters = properties
+            .get("controller.quorum.voters")
+            .map_or(1, |v| v.split(',').filter(|s| !s.trim().is_empty()).count());
+        if path.is_none() && voters <= 1 {
+            for (key, value) in EMBEDDED_DEFAULTS {
+                properties
+                    .entry((*key).to_owned())
+                    .or_insert_with(|| (*value).to_owned());
+            }
         }
         let config = ServerConfig::from_properties(&properties).map_err(|e| e.to_string())?;
         let unknown = properties
@@ -580,5 +588,26 @@ mod shipped_configs {
             assert!(unknown.is_empty(), "{name}: unknown keys {unknown:?}");
             assert!(config.roles.controller);
         }
+    }
+
+    #[test]
+    fn the_embedded_defaults_apply_to_a_single_node_only() {
+        let (single, _) = ServerConfig::load(None, &[]).unwrap();
+        assert_eq!(single.groups.offsets_topic_replication_factor, 1);
+        assert_eq!(single.groups.initial_rebalance_delay_ms, 0);
+        let overrides = vec![(
+            "controller.quorum.voters".to_owned(),
+            "1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093".to_owned(),
+        )];
+        let (cluster, _) = ServerConfig::load(None, &overrides).unwrap();
+        assert_eq!(cluster.groups.offsets_topic_replication_factor, 3);
+        assert_eq!(cluster.groups.initial_rebalance_delay_ms, 3000);
+        // An explicit value wins over the embedded default.
+        let overrides = vec![(
+            "group.initial.rebalance.delay.ms".to_owned(),
+            "500".to_owned(),
+        )];
+        let (explicit, _) = ServerConfig::load(None, &overrides).unwrap();
+        assert_eq!(explicit.groups.initial_rebalance_delay_ms, 500);
     }
 }

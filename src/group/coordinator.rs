@@ -715,12 +715,20 @@ impl GroupCoordinator {
             return errors::UNKNOWN_MEMBER_ID;
         };
         let mut state = lock(&group);
-        match &mut *state {
+        let code = match &mut *state {
             Group::Classic(classic) => {
                 classic.heartbeat(member_id, group_instance_id, generation_id, now())
             }
             Group::Consumer(_) => errors::INCONSISTENT_GROUP_PROTOCOL,
-        }
+        };
+        tracing::trace!(
+            group = group_id,
+            member = member_id,
+            generation_id,
+            code,
+            "heartbeat"
+        );
+        code
     }
 
     /// LeaveGroup: the group's error, or one error per member.

@@ -251,7 +251,9 @@ pub async fn dispatch(
             .wait_applied(index, REPLICAS_APPLY_WAIT)
             .await;
     }
-    serve(broker, context, request).await
+    let answer = serve(broker, context, request).await;
+    tracing::trace!(api = ?context.api_key, version = context.api_version, peer = %context.peer, client_id = ?context.client_id, elapsed_us = context.received.elapsed().as_micros() as u64, "request answered");
+    answer
 }
 
 #[cfg(test)]
