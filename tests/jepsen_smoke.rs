@@ -3,7 +3,9 @@
 //! network partitions, a slow or lossy network, a crash that loses unsynced writes); the
 //! history must pass the checker (no lost, unseen, duplicate or reordered records, writes
 //! again within 15 s of healing). Network faults need root (namespaces): CI runs as root, and
-//! without root `jepsen/run` refuses them, which fails the test rather than skipping it.
+//! without root `jepsen/run` refuses them, which fails the test rather than skipping it. The
+//! groups workload runs once, on loopback: members of a consumer group that commit, crash and
+//! are replaced while nodes (the group's coordinator among them) are killed and paused.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,22 +20,21 @@ fn smoke(nemesis: &str) {
 
 /// A run with `extra` arguments for `jepsen/run` (node count, partitions, fault interval).
 fn smoke_on(nemesis: &str, extra: &[&str]) {
+    let mut args = vec!["--time", "12", "--recovery", "6", "--nemesis", nemesis];
+    args.extend_from_slice(extra);
+    run_suite(&args);
+}
+
+/// Runs `jepsen/run` with `args` (seed 7, this build's broker) and checks what every run must
+/// show: a valid history, faults injected and healed, writes acknowledged. Returns the report.
+fn run_suite(args: &[&str]) -> sluice_jepsen::Report {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let store = tempfile::tempdir().expect("tempdir");
     let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("jepsen/run");
     let output = Command::new("python3")
         .arg(runner)
-        .args([
-            "--time",
-            "12",
-            "--recovery",
-            "6",
-            "--nemesis",
-            nemesis,
-            "--seed",
-            "7",
-        ])
-        .args(extra)
+        .args(args)
+        .args(["--seed", "7"])
         .arg("--sluice")
         .arg(env!("CARGO_BIN_EXE_sluice"))
         .arg("--store")
@@ -50,7 +51,7 @@ fn smoke_on(nemesis: &str, extra: &[&str]) {
     let history = std::fs::read_to_string(store.path().join("history.jsonl")).expect("history");
     let events = sluice_jepsen::parse(&history).expect("parse history");
     let report = sluice_jepsen::check(&events);
-    println!("{nemesis}: {}", sluice_jepsen::summary(&report));
+    println!("{}: {}", args.join(" "), sluice_jepsen::summary(&report));
     assert!(report.valid, "{}", sluice_jepsen::summary(&report));
     assert!(report.faults_injected >= 2, "{report:?}");
     assert!(
@@ -58,6 +59,7 @@ fn smoke_on(nemesis: &str, extra: &[&str]) {
         "no healing in the history: {report:?}"
     );
     assert!(report.acknowledged_sends > 1000, "{report:?}");
+    report
 }
 
 #[test]
@@ -94,4 +96,36 @@ fn queue_workload_survives_kill_9_on_five_nodes() {
         "kill",
         &["--nodes", "5", "--partitions", "6", "--interval", "1.5"],
     );
+}
+
+/// Members of one consumer group subscribe, commit every batch, crash (os._exit, kill -9) and
+/// are replaced while nodes, the group's coordinator among them, are killed and paused: no
+/// committed offset moves backwards, no successor is handed again what was committed before
+/// its assignment began, no generation gives a partition to two members; and the members
+/// commit again once the faults are healed.
+#[test]
+fn group_commits_hold_while_members_crash_and_nodes_are_killed_and_paused() {
+    let report = run_suite(&[
+        "--workload",
+        "groups",
+        "--network",
+        "loopback",
+        "--nemesis",
+        "kill,pause",
+        "--time",
+        "25",
+        "--recovery",
+        "8",
+        "--interval",
+        "2",
+        "--partitions",
+        "6",
+    ]);
+    let groups = report.groups.expect("a groups report");
+    assert!(groups.commits_ok > 50, "{groups:?}");
+    assert!(groups.commits_ok_after_healing > 0, "{groups:?}");
+    assert!(groups.committed_reads > 0, "{groups:?}");
+    assert!(groups.consumer_crashes > 0, "{groups:?}");
+    // At least one rebalance after the first, as the coordinator stored it.
+    assert!(groups.generations_seen >= 2, "{groups:?}");
 }

@@ -27,6 +27,11 @@
 //! `healed` is logged once, when every fault has been healed at the end of a run; it is neither
 //! a fault nor an operation.
 //!
+//! A history of the groups workload also has consumer-group events (`assign` and `revoke`
+//! with a `group` and `partitions`, `commit` and `committed` with `offsets`, `crash`,
+//! `group-metadata`): see the `groups` module for them and for the anomalies they are checked
+//! for. Their polls are judged like any other as well.
+//!
 //! # Anomalies (Jepsen's definitions)
 //! - `inconsistent-offsets`: one offset of a key holds different values in different reads.
 //! - `duplicate`: one value of a key appears at more than one offset.
@@ -51,10 +56,14 @@
 //! G1a (aborted read: a poll saw a value written by a transaction that aborted) needs
 //! transactions, which the broker does not have yet, so it is not checked.
 
+mod groups;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+pub use groups::GroupReport;
 
 /// The messages of a multi-send op: per key, `(offset, value)` in the order sent; the offset
 /// is `None` where it is not known (an invocation).
@@ -62,7 +71,7 @@ pub type Sends = BTreeMap<String, Vec<(Option<i64>, i64)>>;
 
 /// One line of a history. `nemesis` events are faults injected; `heal` events end them;
 /// `healed` says every fault is over.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 pub struct Event {
     #[serde(default)]
     pub time_ns: u64,
@@ -80,6 +89,15 @@ pub struct Event {
     pub reads: Option<BTreeMap<String, Vec<(i64, i64)>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sends: Option<Sends>,
+    /// Group events: the consumer group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Group events: the keys an `assign` gives, a `revoke` takes, a `committed` read asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<String>>,
+    /// Group events: per key, the offset a `commit` commits or a `committed` read found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offsets: Option<BTreeMap<String, i64>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,13 +129,17 @@ pub struct Report {
     pub anomalies: BTreeMap<String, Vec<Value>>,
     pub anomaly_counts: BTreeMap<String, usize>,
     pub faults_injected: usize,
-    /// Completions of client operations (send, poll, assign).
+    /// Completions of client operations (send, poll, assign, and a group's revoke, commit and
+    /// committed).
     pub ops_checked: usize,
     pub acknowledged_sends: usize,
     pub keys: usize,
     /// Milliseconds from the last `healed` event to the first send acknowledged after it; `None`
     /// without a `healed` event or without such a send.
     pub write_recovery_ms: Option<u64>,
+    /// What the consumer group did; `None` for a history without group events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupReport>,
 }
 
 const EXAMPLES_MAX: usize = 8;
@@ -128,8 +150,9 @@ pub const WRITE_RECOVERY_MAX_MS: u64 = 15_000;
 
 const NS_PER_MS: u64 = 1_000_000;
 
-/// The operations of clients; everything else in a history (faults, heals) is the harness's.
-const CLIENT_OPS: [&str; 3] = ["send", "poll", "assign"];
+/// The operations of clients; everything else in a history (faults, heals, crashes, the group
+/// metadata read after the run) is the harness's.
+const CLIENT_OPS: [&str; 6] = ["send", "poll", "assign", "revoke", "commit", "committed"];
 
 #[derive(Default)]
 struct Found {
@@ -382,6 +405,7 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     let write_recovery_ms = write_recovery(history, &acknowledged, &mut found);
+    let groups = groups::check(history, &mut found);
     let bad_error_types: Vec<String> = found.counts.keys().cloned().collect();
     Report {
         valid: bad_error_types.is_empty(),
@@ -396,6 +420,7 @@ pub fn check(history: &[Event]) -> Report {
         acknowledged_sends: acknowledged.len(),
         keys: versions.len(),
         write_recovery_ms,
+        groups,
     }
 }
 
@@ -442,6 +467,22 @@ pub fn summary(report: &Report) -> String {
             "  writes recovered {ms} ms after healing (limit {WRITE_RECOVERY_MAX_MS} ms)\n"
         ));
     }
+    if let Some(g) = &report.groups {
+        out.push_str(&format!(
+            "  groups: {} commits acknowledged ({} after healing), {} not; {} committed reads; \
+             {} assignments, {} revocations, {} consumer crashes; {} generations in {} group \
+             metadata records\n",
+            g.commits_ok,
+            g.commits_ok_after_healing,
+            g.commits_unknown,
+            g.committed_reads,
+            g.assignments,
+            g.revocations,
+            g.consumer_crashes,
+            g.generations_seen,
+            g.group_metadata_records
+        ));
+    }
     for (kind, count) in &report.anomaly_counts {
         out.push_str(&format!("  {kind}: {count}\n"));
         if let Some(example) = report.anomalies.get(kind).and_then(|e| e.first()) {
@@ -466,6 +507,7 @@ mod tests {
             offset: Some(offset),
             reads: None,
             sends: None,
+            ..Event::default()
         }
     }
 
@@ -480,6 +522,7 @@ mod tests {
             offset: None,
             reads: Some(BTreeMap::from([(key.to_owned(), records.to_vec())])),
             sends: None,
+            ..Event::default()
         }
     }
 
@@ -494,6 +537,7 @@ mod tests {
             offset: None,
             reads: None,
             sends: None,
+            ..Event::default()
         }
     }
 
@@ -516,6 +560,7 @@ mod tests {
             offset: None,
             reads: None,
             sends: Some(by_key),
+            ..Event::default()
         }
     }
 
@@ -530,6 +575,7 @@ mod tests {
             offset: None,
             reads: None,
             sends: None,
+            ..Event::default()
         }
     }
 
