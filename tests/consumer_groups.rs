@@ -458,6 +458,24 @@ fn batched_and_filtered_group_apis() {
     let node = SingleNode::start(&[]);
     let mut client = Client::connect(node.kafka_port);
     client.create_topic("fenced", 1);
+    // Clients cannot write the offsets topic or create it themselves (Kafka's answers).
+    let mut batch = sluice::log::batch::BatchBuilder::new(0, 1_700_000_000_000);
+    batch.push(1_700_000_000_000, Some(b"k"), Some(b"v"), &[]);
+    let found: FindCoordinatorResponse = find_group_coordinator(&mut client, "a");
+    assert_eq!(found.error_code, 0);
+    assert_eq!(client.produce("__consumer_offsets", 0, batch.build()).0, 17);
+    let create: kafka_protocol::messages::CreateTopicsResponse = client.call(
+        ApiKey::CreateTopics,
+        5,
+        &kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+            kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("__consumer_offsets")))
+                .with_num_partitions(1)
+                .with_replication_factor(1),
+        ]),
+    );
+    assert_eq!(create.topics[0].error_code, 42, "INVALID_REQUEST");
+
     // FindCoordinator v4+: several keys at once, each answered on its own.
     let batched: FindCoordinatorResponse = client.call(
         ApiKey::FindCoordinator,

@@ -82,6 +82,8 @@ pub struct JoinRequest {
     pub protocols: Vec<(String, Vec<u8>)>,
     /// JoinGroup v4+: a new member first gets its id (MEMBER_ID_REQUIRED), then joins (KIP-394).
     pub require_known_member_id: bool,
+    /// JoinGroup v9+: a rejoining static leader may be told to skip the assignment (KIP-814).
+    pub supports_skip_assignment: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -151,6 +153,8 @@ struct Member {
     assignment: Vec<u8>,
     awaiting_join: Option<oneshot::Sender<JoinResult>>,
     awaiting_sync: Option<oneshot::Sender<SyncResult>>,
+    /// A static rejoin answered once the new member id is stored.
+    awaiting_store: Option<oneshot::Sender<JoinResult>>,
     /// When the member is removed unless it heartbeats (or waits in a join or sync).
     session_deadline: Instant,
     /// Joined during the current rebalance and not yet answered.
@@ -167,7 +171,9 @@ impl Member {
     }
 
     fn keep_alive(&self) -> bool {
-        self.awaiting_join.is_some() || self.awaiting_sync.is_some()
+        self.awaiting_join.is_some()
+            || self.awaiting_sync.is_some()
+            || self.awaiting_store.is_some()
     }
 
     fn to_value(&self, protocol: Option<&str>) -> MemberValue {
@@ -208,6 +214,8 @@ pub struct GroupWrite {
     /// The leader's assignment for this generation: the group becomes Stable when it is
     /// stored.
     pub completes_sync: Option<i32>,
+    /// A static member's JoinGroup answered once this is stored (the member id and answer).
+    pub answers_join: Option<(String, JoinResult)>,
 }
 
 /// One member's identity in a LeaveGroup.
@@ -290,6 +298,7 @@ impl ClassicGroup {
                 assignment: stored.assignment,
                 awaiting_join: None,
                 awaiting_sync: None,
+                awaiting_store: None,
                 session_deadline: now.instant + session_timeout,
                 is_new: false,
             };
@@ -522,6 +531,7 @@ impl ClassicGroup {
             assignment: Vec::new(),
             awaiting_join: Some(tx),
             awaiting_sync: None,
+            awaiting_store: None,
             session_deadline: now.instant + NEW_MEMBER_JOIN_TIMEOUT,
             is_new: true,
         };
@@ -590,6 +600,9 @@ impl ClassicGroup {
         if let Some(sync) = member.awaiting_sync.take() {
             let _ = sync.send(SyncResult::error(errors::FENCED_INSTANCE_ID));
         }
+        if let Some(join) = member.awaiting_store.take() {
+            let _ = join.send(JoinResult::error(old_id, errors::FENCED_INSTANCE_ID));
+        }
         let old_leader = self.leader.clone();
         if self.leader.as_deref() == Some(old_id) {
             self.leader = Some(new_id.clone());
@@ -604,17 +617,33 @@ impl ClassicGroup {
         match self.state {
             GroupState::Stable if protocols_unchanged => {
                 self.update_member(&new_id, &request, None, now);
-                // Stored so a new coordinator knows the new id; answered with the old leader
-                // id, so a replaced leader does not compute a needless assignment.
+                let was_leader = old_leader.as_deref() == Some(old_id);
+                let result = if was_leader && request.supports_skip_assignment {
+                    // KIP-814: the new incarnation leads, with the members, and keeps the
+                    // current assignment instead of computing one.
+                    JoinResult {
+                        skip_assignment: true,
+                        ..self.join_result(&new_id)
+                    }
+                } else {
+                    // The old leader id: a replaced leader does not compute a needless
+                    // assignment (that a Stable group would not hand out).
+                    JoinResult {
+                        members: Vec::new(),
+                        leader: old_leader.unwrap_or_default(),
+                        ..self.join_result(&new_id)
+                    }
+                };
+                // Answered once stored, so a new coordinator knows the new id.
+                if let Some(member) = self.members.get_mut(&new_id) {
+                    member.awaiting_store = Some(tx);
+                }
                 self.writes.push(GroupWrite {
                     value: self.to_value(),
                     completes_sync: None,
+                    answers_join: Some((new_id, result)),
                 });
-                return Reply::Now(JoinResult {
-                    members: Vec::new(),
-                    leader: old_leader.unwrap_or_default(),
-                    ..self.join_result(&new_id)
-                });
+                return Reply::Later(rx);
             }
             GroupState::Stable | GroupState::CompletingRebalance => {
                 self.update_member(&new_id, &request, Some(tx), now);
@@ -779,6 +808,7 @@ impl ClassicGroup {
             self.writes.push(GroupWrite {
                 value: self.to_value(),
                 completes_sync: None,
+                answers_join: None,
             });
             tracing::info!(group = %self.group_id, generation = self.generation, "group is empty");
             return;
@@ -906,6 +936,7 @@ impl ClassicGroup {
                     self.writes.push(GroupWrite {
                         value: self.to_value(),
                         completes_sync: Some(self.generation),
+                        answers_join: None,
                     });
                 }
                 Reply::Later(rx)
@@ -924,6 +955,16 @@ impl ClassicGroup {
 
     /// A write the coordinator appended is stored (`error` NONE) or failed.
     pub fn write_done(&mut self, write: &GroupWrite, error: i16, now: Now) {
+        if let Some((member_id, result)) = &write.answers_join
+            && let Some(member) = self.members.get_mut(member_id)
+            && let Some(join) = member.awaiting_store.take()
+        {
+            let _ = join.send(if error == errors::NONE {
+                result.clone()
+            } else {
+                JoinResult::error(member_id, error)
+            });
+        }
         let Some(generation) = write.completes_sync else {
             return;
         };
@@ -1008,6 +1049,8 @@ impl ClassicGroup {
                 None => member.member_id.clone(),
             };
             if self.pending_members.remove(&member_id).is_some() {
+                // The join phase may have been waiting only for it.
+                self.try_complete_join(now);
                 results.push(errors::NONE);
                 continue;
             }
@@ -1042,6 +1085,9 @@ impl ClassicGroup {
         }
         if let Some(sync) = member.awaiting_sync.take() {
             let _ = sync.send(SyncResult::error(errors::UNKNOWN_MEMBER_ID));
+        }
+        if let Some(join) = member.awaiting_store.take() {
+            let _ = join.send(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID));
         }
         if let Some(instance) = &member.group_instance_id
             && self.static_members.get(instance).map(String::as_str) == Some(member_id)
@@ -1180,6 +1226,12 @@ impl ClassicGroup {
             }
             if let Some(sync) = member.awaiting_sync.take() {
                 let _ = sync.send(SyncResult::error(errors::NOT_COORDINATOR));
+            }
+            if let Some(join) = member.awaiting_store.take() {
+                let _ = join.send(JoinResult::error(
+                    &member.member_id,
+                    errors::NOT_COORDINATOR,
+                ));
             }
         }
     }
@@ -1402,6 +1454,7 @@ mod tests {
                 .map(|p| ((*p).to_owned(), p.as_bytes().to_vec()))
                 .collect(),
             require_known_member_id: true,
+            supports_skip_assignment: false,
         }
     }
 
@@ -1652,15 +1705,19 @@ mod tests {
         assert!(old.starts_with("i1-"));
         sync_and_store(&mut group, &old, &[&old], &clock);
 
-        let rejoined =
-            now_result(group.join(request("", Some("i1"), &["range"]), &config(), clock.now()));
+        let mut rejoin =
+            later(group.join(request("", Some("i1"), &["range"]), &config(), clock.now()));
+        let writes = group.take_writes();
+        assert_eq!(writes.len(), 1, "the new id is stored");
+        assert!(answered(&mut rejoin).is_none(), "answered before stored");
+        group.write_done(&writes[0], errors::NONE, clock.now());
+        let rejoined = answered(&mut rejoin).expect("answered once stored");
         assert_eq!(rejoined.error, errors::NONE);
         assert_eq!(group.state(), GroupState::Stable, "no rebalance");
         assert_eq!(rejoined.generation_id, 1);
         assert_ne!(rejoined.member_id, old);
         // The old leader id is returned so the replaced leader does not reassign.
         assert_eq!(rejoined.leader, old);
-        assert_eq!(group.take_writes().len(), 1, "the new id is stored");
         let new = rejoined.member_id;
         let assignment =
             now_result(group.sync(&new, Some("i1"), 1, None, None, Vec::new(), clock.now()));

@@ -96,6 +96,8 @@ pub struct ConsumerMember {
     pending_revocation: BTreeSet<Tp>,
     revocation_deadline: Option<Instant>,
     session_deadline: Instant,
+    /// A static member that left with epoch -2: its place is kept until its session ends.
+    left_static: bool,
 }
 
 #[derive(Debug)]
@@ -228,9 +230,39 @@ impl ConsumerGroup {
             && let Some(holder) = self.static_members.get(instance).cloned()
             && holder != member_id
         {
-            // The instance's previous incarnation: it is replaced (it either left with epoch
-            // -2 or is gone; a live duplicate is fenced on its next heartbeat).
-            self.remove_member(&holder);
+            let released = self.members.get(&holder).is_some_and(|m| m.left_static);
+            if !released {
+                // KIP-345: the instance is still held by a live member.
+                return HeartbeatResult::error(
+                    &member_id,
+                    errors::UNRELEASED_INSTANCE_ID,
+                    format!("static member {instance} is still held by member {holder}"),
+                );
+            }
+            // The instance's previous incarnation left with epoch -2: the new one takes over
+            // its place, epoch and partitions, without a rebalance.
+            if let Some(mut member) = self.members.remove(&holder) {
+                let subscribed: BTreeSet<String> = subscribed.iter().cloned().collect();
+                let unchanged = member.subscribed == subscribed;
+                member.member_id = member_id.clone();
+                member.left_static = false;
+                member.client_id = request.client_id.clone();
+                member.client_host = request.client_host.clone();
+                member.subscribed = subscribed;
+                member.session_deadline =
+                    now.instant + Duration::from_millis(config.consumer_session_timeout_ms);
+                if let Some(target) = self.target.remove(&holder) {
+                    self.target.insert(member_id.clone(), target);
+                }
+                self.members.insert(member_id.clone(), member);
+                self.static_members
+                    .insert(instance.clone(), member_id.clone());
+                tracing::info!(group = %self.group_id, member = %member_id, instance = %instance, "static member rejoined");
+                if !unchanged {
+                    self.bump_epoch(topics);
+                }
+                return self.reconcile(&member_id, None, now);
+            }
         }
         if !self.members.contains_key(&member_id) && self.members.len() >= config.consumer_max_size
         {
@@ -258,6 +290,7 @@ impl ConsumerGroup {
             revocation_deadline: None,
             session_deadline: now.instant
                 + Duration::from_millis(config.consumer_session_timeout_ms),
+            left_static: false,
         };
         if let Some(instance) = &member.instance_id {
             self.static_members
@@ -288,10 +321,14 @@ impl ConsumerGroup {
             );
         };
         if request.member_epoch != member.epoch {
+            // Kafka's rule: the previous epoch is accepted when the member owns no more than
+            // it was given (the answer that moved its epoch, and perhaps added partitions,
+            // was lost).
             let lost_response = request.member_epoch == member.previous_epoch
-                && request.owned.as_ref().is_some_and(|owned| {
-                    owned.iter().copied().collect::<BTreeSet<_>>() == member.assigned
-                });
+                && request
+                    .owned
+                    .as_ref()
+                    .is_some_and(|owned| owned.iter().all(|tp| member.assigned.contains(tp)));
             if !lost_response {
                 return HeartbeatResult::error(
                     &member_id,
@@ -327,6 +364,21 @@ impl ConsumerGroup {
     }
 
     fn leave(&mut self, request: &Heartbeat, topics: &TopicsView, now: Now) -> HeartbeatResult {
+        if request.member_epoch == -2
+            && let Some(member) = self.members.get_mut(&request.member_id)
+            && member.instance_id.is_some()
+        {
+            // A static member going away for a while (KIP-345): it keeps its place and
+            // partitions for its session; the same instance takes them back on rejoining.
+            member.left_static = true;
+            return HeartbeatResult {
+                error: errors::NONE,
+                message: None,
+                member_id: request.member_id.clone(),
+                member_epoch: -2,
+                assignment: None,
+            };
+        }
         let member_id = match &request.instance_id {
             Some(instance) if request.member_id.is_empty() => self
                 .static_members
@@ -558,6 +610,8 @@ pub fn assign_uniform(
         .iter()
         .flat_map(|(m, tps)| tps.iter().map(move |tp| (*tp, m)))
         .collect();
+    let subscribers_of: HashMap<Tp, &Vec<&String>> =
+        partitions.iter().map(|(tp, s)| (*tp, s)).collect();
     let mut unassigned = Vec::new();
     // Sticky pass: previous owners keep up to their share.
     let mut kept: Vec<(Tp, &String)> = Vec::new();
@@ -582,12 +636,9 @@ pub fn assign_uniform(
             extra -= 1;
             target.entry(owner.clone()).or_default().insert(tp);
         } else {
-            let subscribers = partitions
-                .iter()
-                .find(|(p, _)| *p == tp)
-                .map(|(_, s)| s)
-                .expect("a kept partition is listed");
-            unassigned.push((tp, subscribers));
+            if let Some(subscribers) = subscribers_of.get(&tp) {
+                unassigned.push((tp, subscribers));
+            }
         }
     }
     // The rest to whichever subscriber has the fewest.
@@ -838,5 +889,34 @@ mod tests {
             BTreeSet::from([(1, 0), (1, 1), (1, 2), (1, 3), (2, 0)])
         );
         assert_eq!(range["b"], BTreeSet::from([(1, 4), (1, 5), (1, 6), (2, 1)]));
+    }
+
+    #[test]
+    fn a_static_member_that_left_with_epoch_minus_2_comes_back_to_its_partitions() {
+        let base = Instant::now();
+        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut join = heartbeat("a", 0, Some(vec![]));
+        join.instance_id = Some("i1".into());
+        let a = group.heartbeat(join.clone(), &topics(), &config(), now(base, 0));
+        assert_eq!(partitions(&a).len(), 6);
+        // A second incarnation while the first is alive: refused.
+        let mut twin = join.clone();
+        twin.member_id = "a2".into();
+        let refused = group.heartbeat(twin.clone(), &topics(), &config(), now(base, 1));
+        assert_eq!(refused.error, errors::UNRELEASED_INSTANCE_ID);
+        // The first leaves for a restart (-2): the second takes its place, epoch unchanged.
+        let mut leave = heartbeat("a", -2, None);
+        leave.instance_id = Some("i1".into());
+        let left = group.heartbeat(leave, &topics(), &config(), now(base, 2));
+        assert_eq!((left.error, left.member_epoch), (errors::NONE, -2));
+        let epoch = group.group_epoch;
+        let back = group.heartbeat(twin, &topics(), &config(), now(base, 3));
+        assert_eq!(
+            (back.error, back.member_epoch),
+            (errors::NONE, a.member_epoch)
+        );
+        assert_eq!(partitions(&back).len(), 6);
+        assert_eq!(group.group_epoch, epoch, "no rebalance");
+        assert_eq!(group.members.keys().collect::<Vec<_>>(), vec!["a2"]);
     }
 }

@@ -42,7 +42,34 @@ const TIMER_IDLE: Duration = Duration::from_secs(1);
 /// How long a FindCoordinator waits for `__consumer_offsets` to be created.
 const CREATE_WAIT: Duration = Duration::from_secs(10);
 
-type SharedGroup = Arc<Mutex<Group>>;
+type SharedGroup = Arc<GroupCell>;
+
+/// A group and what orders its offset records.
+struct GroupCell {
+    state: Mutex<Group>,
+    /// Held by a commit, an OffsetDelete or a DeleteGroups from its append until its records
+    /// are acknowledged (or fail): offset records of a group are stored and applied one
+    /// request after another, so memory never holds an older value than the log and a delete
+    /// sees every offset a commit before it wrote.
+    offset_writes: tokio::sync::Mutex<()>,
+    /// Offsets whose commit was appended but not acknowledged (timed out, leadership moved):
+    /// they may be in the log, so deleting the group writes tombstones for them too.
+    uncertain: Mutex<std::collections::BTreeSet<(String, i32)>>,
+}
+
+impl GroupCell {
+    fn new(group: Group) -> SharedGroup {
+        Arc::new(GroupCell {
+            state: Mutex::new(group),
+            offset_writes: tokio::sync::Mutex::new(()),
+            uncertain: Mutex::new(std::collections::BTreeSet::new()),
+        })
+    }
+
+    fn uncertain(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<(String, i32)>> {
+        self.uncertain.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// One `__consumer_offsets` partition this broker leads.
 struct OffsetsPartition {
@@ -105,7 +132,7 @@ fn now() -> Now {
 }
 
 fn lock(group: &SharedGroup) -> std::sync::MutexGuard<'_, Group> {
-    group.lock().unwrap_or_else(|p| p.into_inner())
+    group.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl GroupCoordinator {
@@ -201,6 +228,14 @@ impl GroupCoordinator {
 
     /// Became leader of partition `index` at `leader_epoch`: replay it, then serve it.
     fn load(self: &Arc<Self>, index: i32, leader_epoch: i32) {
+        if self
+            .read_partitions()
+            .get(&index)
+            .is_some_and(|e| e.leader_epoch == leader_epoch)
+        {
+            // Already loaded (or loading) at this epoch: the startup scan and the event.
+            return;
+        }
         let tp = TopicPartition::new(OFFSETS_TOPIC, index);
         let Some(partition) = self.replicas.partition(&tp) else {
             return;
@@ -294,16 +329,33 @@ impl GroupCoordinator {
                 }
                 let section;
                 let iter = if header.is_compressed() {
-                    section = codec::decompress(
+                    match codec::decompress(
                         i16::from(header.compression()),
                         &batch[crate::log::batch::BATCH_HEADER_BYTES.min(batch.len())..],
-                    )?;
+                    ) {
+                        Ok(decompressed) => section = decompressed,
+                        Err(error) => {
+                            tracing::warn!(partition = entry.index, base_offset = header.base_offset, %error, "skipping a batch that does not decompress");
+                            continue;
+                        }
+                    }
                     RecordIter::decompressed(&header, &section)
                 } else {
                     RecordIter::new(&header, batch)
                 };
                 for record in iter {
-                    let record = record.map_err(str::to_owned)?;
+                    let record = match record {
+                        Ok(record) => record,
+                        Err(error) => {
+                            tracing::warn!(
+                                partition = entry.index,
+                                base_offset = header.base_offset,
+                                error,
+                                "skipping the rest of a malformed batch"
+                            );
+                            break;
+                        }
+                    };
                     records += 1;
                     let Some(key) = record.key else { continue };
                     let key = match RecordKey::decode(key) {
@@ -370,7 +422,7 @@ impl GroupCoordinator {
                     None => ClassicGroup::new(&group_id, delay, now),
                 };
                 group.offsets = l.offsets;
-                (group_id, Arc::new(Mutex::new(Group::Classic(group))))
+                (group_id, GroupCell::new(Group::Classic(group)))
             })
             .collect();
         Ok((groups, records))
@@ -430,11 +482,11 @@ impl GroupCoordinator {
     fn find_or_create_group(&self, entry: &OffsetsPartition, group_id: &str) -> SharedGroup {
         let mut groups = entry.groups.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(groups.entry(group_id.to_owned()).or_insert_with(|| {
-            Arc::new(Mutex::new(Group::Classic(ClassicGroup::new(
+            GroupCell::new(Group::Classic(ClassicGroup::new(
                 group_id,
                 Duration::from_millis(self.config.initial_rebalance_delay_ms),
                 now(),
-            ))))
+            )))
         }))
     }
 
@@ -525,7 +577,9 @@ impl GroupCoordinator {
         let image = self.quorum.image();
         let min_insync = self.replicas.min_insync_replicas(&image, OFFSETS_TOPIC);
         match tokio::task::block_in_place(|| {
-            entry.partition.append_as_leader(&mut bytes, -1, min_insync)
+            entry
+                .partition
+                .append_as_leader_at_epoch(&mut bytes, entry.leader_epoch, min_insync)
         }) {
             Ok(appended) => Ok(appended.pending),
             Err(error) => {
@@ -632,8 +686,24 @@ impl GroupCoordinator {
         let reply = {
             let now = now();
             let mut state = lock(&group);
+            if !entry.loaded.load(Ordering::Acquire) {
+                // Unloaded while this request waited for the group: no timer visits it now.
+                return JoinResult::error(&member_id, errors::NOT_COORDINATOR);
+            }
+            if let Group::Consumer(consumer) = &mut *state
+                && consumer.members.is_empty()
+            {
+                // An empty KIP-848 group gives way to a classic one, keeping its offsets.
+                let mut classic = ClassicGroup::new(
+                    group_id,
+                    Duration::from_millis(self.config.initial_rebalance_delay_ms),
+                    now,
+                );
+                classic.offsets = std::mem::take(&mut consumer.offsets);
+                *state = Group::Classic(classic);
+            }
             let Group::Classic(classic) = &mut *state else {
-                // A KIP-848 consumer group: its members heartbeat instead.
+                // A KIP-848 consumer group with members: they heartbeat instead.
                 return JoinResult::error(&member_id, errors::INCONSISTENT_GROUP_PROTOCOL);
             };
             let reply = classic.join(request, &self.config, now);
@@ -675,6 +745,9 @@ impl GroupCoordinator {
         let reply = {
             let now = now();
             let mut state = lock(&group);
+            if !entry.loaded.load(Ordering::Acquire) {
+                return error(errors::NOT_COORDINATOR);
+            }
             let Group::Classic(classic) = &mut *state else {
                 return error(errors::INCONSISTENT_GROUP_PROTOCOL);
             };
@@ -793,29 +866,44 @@ impl GroupCoordinator {
             Ok(entry) => entry,
             Err(code) => return error(code, format!("group {group_id}: {}", errors::name(code))),
         };
-        let group = {
+        let joining = request.member_epoch == 0;
+        let group = if joining {
             let mut groups = entry.groups.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(groups.entry(group_id.to_owned()).or_insert_with(|| {
-                Arc::new(Mutex::new(Group::Consumer(ConsumerGroup::new(
-                    group_id,
-                    now(),
-                ))))
+                GroupCell::new(Group::Consumer(ConsumerGroup::new(group_id, now())))
             }))
+        } else {
+            // Only a join (epoch 0) creates or converts a group.
+            match self.find_group(&entry, group_id) {
+                Some(group) => group,
+                None => {
+                    return error(
+                        errors::UNKNOWN_MEMBER_ID,
+                        format!("group {group_id} has no member {}", request.member_id),
+                    );
+                }
+            }
         };
         let now = now();
         let mut state = lock(&group);
+        if !entry.loaded.load(Ordering::Acquire) {
+            // Unloaded while this request waited for the group.
+            return error(errors::NOT_COORDINATOR, format!("group {group_id} moved"));
+        }
+        let mut converted_from_classic = false;
         if let Group::Classic(classic) = &mut *state {
-            if classic.state() != super::classic::GroupState::Empty {
+            if classic.state() != super::classic::GroupState::Empty || !joining {
                 return error(
                     errors::GROUP_ID_NOT_FOUND,
                     format!("group {group_id} is a classic group with members"),
                 );
             }
             // An empty classic group (or one that only stores offsets) becomes a consumer
-            // group, keeping its offsets.
+            // group, keeping its offsets (back again if this join is refused).
             let mut converted = ConsumerGroup::new(group_id, now);
             converted.offsets = std::mem::take(&mut classic.offsets);
             *state = Group::Consumer(converted);
+            converted_from_classic = true;
         }
         let Group::Consumer(consumer) = &mut *state else {
             return error(errors::UNKNOWN_SERVER_ERROR, "group kind changed".into());
@@ -824,6 +912,15 @@ impl GroupCoordinator {
         names.extend(request.subscribed_topic_names.iter().flatten().cloned());
         let topics = self.topics_view(&names);
         let result = consumer.heartbeat(request, &topics, &self.config, now);
+        if result.error != errors::NONE && converted_from_classic && consumer.members.is_empty() {
+            let mut classic = ClassicGroup::new(
+                group_id,
+                Duration::from_millis(self.config.initial_rebalance_delay_ms),
+                now,
+            );
+            classic.offsets = std::mem::take(&mut consumer.offsets);
+            *state = Group::Classic(classic);
+        }
         drop(state);
         self.timer.notify_one();
         result
@@ -875,9 +972,14 @@ impl GroupCoordinator {
         if accepted.is_empty() {
             return Ok(results);
         }
+        // One offset write of the group at a time, from append to acknowledgement.
+        let _serial = group.offset_writes.lock().await;
         let now = now();
         let pending = {
             let state = lock(&group);
+            if state.is_dead() {
+                return Err(errors::COORDINATOR_NOT_AVAILABLE);
+            }
             let error = state.check_commit(member_id, group_instance_id, generation_id);
             if error != errors::NONE {
                 return Err(error);
@@ -906,10 +1008,19 @@ impl GroupCoordinator {
                 .collect();
             self.append(&entry, &records, now)
         };
+        let appended = pending.is_ok();
         let error = match pending {
             Ok(pending) => self.acknowledged(&entry, pending).await,
             Err(error) => error,
         };
+        if appended && error != errors::NONE {
+            // In the log perhaps, committed perhaps: a delete must cover them.
+            group.uncertain().extend(
+                accepted
+                    .iter()
+                    .map(|&i| (commits[i].topic.clone(), commits[i].partition)),
+            );
+        }
         if error == errors::NONE {
             let mut state = lock(&group);
             let stored = accepted
@@ -970,6 +1081,7 @@ impl GroupCoordinator {
         let Some(group) = self.find_group(&entry, group_id) else {
             return Err(errors::GROUP_ID_NOT_FOUND);
         };
+        let _serial = group.offset_writes.lock().await;
         let now = now();
         let (results, deleted, pending) = {
             let mut state = lock(&group);
@@ -984,7 +1096,7 @@ impl GroupCoordinator {
                     results.push(errors::GROUP_SUBSCRIBED_TO_TOPIC);
                 } else {
                     results.push(errors::NONE);
-                    if state.offsets().contains_key(key) {
+                    if state.offsets().contains_key(key) || group.uncertain().contains(key) {
                         deleted.push(key.clone());
                     }
                 }
@@ -1007,8 +1119,10 @@ impl GroupCoordinator {
                 .collect();
             let pending = self.append(&entry, &records, now);
             if pending.is_ok() {
+                let mut uncertain = group.uncertain();
                 for key in &deleted {
                     state.offsets_mut().remove(key);
+                    uncertain.remove(key);
                 }
             }
             (results, deleted, pending)
@@ -1089,6 +1203,7 @@ impl GroupCoordinator {
         let Some(group) = self.find_group(&entry, group_id) else {
             return errors::GROUP_ID_NOT_FOUND;
         };
+        let _serial = group.offset_writes.lock().await;
         let now = now();
         let pending = {
             let mut state = lock(&group);
@@ -1096,7 +1211,8 @@ impl GroupCoordinator {
             if error != errors::NONE {
                 return error;
             }
-            let pending = self.append(&entry, &tombstones(&state), now);
+            let records = tombstones(&state, &group.uncertain());
+            let pending = self.append(&entry, &records, now);
             if pending.is_ok() {
                 state.mark_dead(now);
                 entry
@@ -1289,8 +1405,9 @@ impl GroupCoordinator {
                         self.flush_writes(entry, &group, &mut state, now);
                         state.check_invariants();
                     }
-                    if expire {
-                        self.expire_offsets(entry, &mut state, now);
+                    // Not while an offset write of the group is in flight: the next check.
+                    if expire && let Ok(_serial) = group.offset_writes.try_lock() {
+                        self.expire_offsets(entry, &group, &mut state, now);
                     }
                     if let Some(deadline) = state.next_deadline() {
                         next = next.min(deadline);
@@ -1312,16 +1429,28 @@ impl GroupCoordinator {
     /// Deletes (with tombstones) an empty group's offsets past `offsets.retention.minutes`,
     /// and the group once nothing is left of it. Not waited for: a tombstone that did not
     /// make it is written again at the next check.
-    fn expire_offsets(&self, entry: &OffsetsPartition, state: &mut Group, now: Now) {
+    fn expire_offsets(
+        &self,
+        entry: &OffsetsPartition,
+        group: &GroupCell,
+        state: &mut Group,
+        now: Now,
+    ) {
         let expired =
             state.expired_offsets(Duration::from_millis(self.config.offsets_retention_ms), now);
         let group_gone = state.gone_without(expired.len());
+        let uncertain: Vec<(String, i32)> = if group_gone {
+            group.uncertain().iter().cloned().collect()
+        } else {
+            Vec::new()
+        };
         if expired.is_empty() && !group_gone {
             return;
         }
         let group_id = state.group_id().to_owned();
         let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = expired
             .iter()
+            .chain(uncertain.iter())
             .map(|(topic, partition)| {
                 (
                     RecordKey::Offset {
@@ -1347,6 +1476,7 @@ impl GroupCoordinator {
                 state.offsets_mut().remove(key);
             }
             if group_gone {
+                group.uncertain().clear();
                 state.mark_dead(now);
                 entry
                     .groups
@@ -1359,11 +1489,15 @@ impl GroupCoordinator {
 }
 
 /// Tombstones for everything a group stored.
-fn tombstones(state: &Group) -> Vec<(RecordKey, Option<Vec<u8>>)> {
+fn tombstones(
+    state: &Group,
+    uncertain: &std::collections::BTreeSet<(String, i32)>,
+) -> Vec<(RecordKey, Option<Vec<u8>>)> {
     let group = state.group_id().to_owned();
-    let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = state
-        .offsets()
-        .keys()
+    let keys: std::collections::BTreeSet<&(String, i32)> =
+        state.offsets().keys().chain(uncertain.iter()).collect();
+    let mut records: Vec<(RecordKey, Option<Vec<u8>>)> = keys
+        .into_iter()
         .map(|(topic, partition)| {
             (
                 RecordKey::Offset {

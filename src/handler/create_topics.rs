@@ -57,6 +57,17 @@ pub async fn handle(
             );
             continue;
         }
+        if name == crate::group::OFFSETS_TOPIC {
+            // Kafka's answer: the coordinator creates it, with its own settings.
+            results.push(
+                result
+                    .with_error_code(errors::INVALID_REQUEST)
+                    .with_error_message(Some(str_bytes(format!(
+                        "creation of internal topic {name} is prohibited"
+                    )))),
+            );
+            continue;
+        }
         let mut configs = BTreeMap::new();
         for config in &topic.configs {
             if let Some(value) = &config.value {

@@ -43,6 +43,7 @@ pub async fn handle(
             .map(|p| (p.name.to_string(), p.metadata.to_vec()))
             .collect(),
         require_known_member_id: context.api_version >= 4,
+        supports_skip_assignment: context.api_version >= 9,
     };
     let result = broker.groups.join(&group_id, join).await;
     let mut response = JoinGroupResponse::default()

@@ -61,6 +61,17 @@ pub async fn handle(
                 partitions.push(response.with_error_code(errors::INVALID_REQUIRED_ACKS));
                 continue;
             }
+            if name == crate::group::OFFSETS_TOPIC {
+                // Only the group coordinator writes it (Kafka's InvalidTopicException).
+                partitions.push(
+                    response
+                        .with_error_code(errors::INVALID_TOPIC_EXCEPTION)
+                        .with_error_message(Some(str_bytes(format!(
+                            "cannot append to internal topic {name}"
+                        )))),
+                );
+                continue;
+            }
             let Some(partition) = broker.replicas.partition(&tp) else {
                 let known = image
                     .topic_by_name(&name)

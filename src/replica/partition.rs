@@ -292,6 +292,9 @@ impl Partition {
             .leader_high_watermark
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        // Read again under the lock: two checks running at once could otherwise record a
+        // newer high watermark before comparing an older one read earlier (a false alarm).
+        let high_watermark = self.log.high_watermark();
         if seen.0 == leader_epoch {
             assert!(
                 high_watermark >= seen.1,
@@ -651,6 +654,28 @@ impl Partition {
         acks: i16,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
+        self.append_leading(records, acks, min_insync_replicas, None)
+    }
+
+    /// Appends an internal writer's batches (a coordinator's) with `acks=all` semantics, only
+    /// while this replica still leads at `leader_epoch` (checked under the same lock as the
+    /// append): records built from state loaded under one epoch never land under another.
+    pub fn append_as_leader_at_epoch(
+        &self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        min_insync_replicas: usize,
+    ) -> Result<Appended, AppendError> {
+        self.append_leading(records, -1, min_insync_replicas, Some(leader_epoch))
+    }
+
+    fn append_leading(
+        &self,
+        records: &mut [u8],
+        acks: i16,
+        min_insync_replicas: usize,
+        expected_leader_epoch: Option<i32>,
+    ) -> Result<Appended, AppendError> {
         // Held until the batches are in the log: a leadership change waits for the append, so
         // nothing is appended under an epoch this replica no longer leads (Kafka holds its
         // leader-ISR lock the same way). Released before the high watermark is looked at,
@@ -666,6 +691,15 @@ impl Partition {
             ));
         }
         let (leader_epoch, isr_size) = (state.leader_epoch, state.isr.len());
+        if expected_leader_epoch.is_some_and(|expected| expected != leader_epoch) {
+            return Err(AppendError::new(
+                errors::NOT_LEADER_OR_FOLLOWER,
+                format!(
+                    "broker {} leads {} at epoch {leader_epoch}, not {expected_leader_epoch:?}",
+                    self.broker_id, self.topic_partition
+                ),
+            ));
+        }
         if acks == -1 && isr_size < min_insync_replicas {
             return Err(AppendError::new(
                 errors::NOT_ENOUGH_REPLICAS,
