@@ -170,6 +170,13 @@ impl Member {
             .unwrap_or_default()
     }
 
+    /// Whether the session deadline applies now: not while the member waits in a join, a
+    /// sync or a store, except a new member's join, bounded by NEW_MEMBER_JOIN_TIMEOUT
+    /// (Kafka's: its client may be gone before the rebalance completes).
+    fn expirable(&self) -> bool {
+        !self.keep_alive() || (self.is_new && self.awaiting_join.is_some())
+    }
+
     fn keep_alive(&self) -> bool {
         self.awaiting_join.is_some()
             || self.awaiting_sync.is_some()
@@ -351,7 +358,7 @@ impl ClassicGroup {
         let sessions = self
             .members
             .values()
-            .filter(|m| !m.keep_alive())
+            .filter(|m| m.expirable())
             .map(|m| m.session_deadline);
         let pending = self.pending_members.values().copied();
         let rebalance = self.rebalance.map(|r| r.deadline);
@@ -578,7 +585,9 @@ impl ClassicGroup {
                 let _ = previous.send(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID));
             }
             member.awaiting_join = awaiting;
-            member.session_deadline = now.instant + member.session_timeout;
+            if !member.is_new {
+                member.session_deadline = now.instant + member.session_timeout;
+            }
         }
     }
 
@@ -1104,7 +1113,7 @@ impl ClassicGroup {
         let expired: Vec<String> = self
             .members
             .values()
-            .filter(|m| !m.keep_alive() && m.session_deadline <= now.instant)
+            .filter(|m| m.expirable() && m.session_deadline <= now.instant)
             .map(|m| m.member_id.clone())
             .collect();
         for member_id in expired {
@@ -1136,7 +1145,8 @@ impl ClassicGroup {
         if self.state == GroupState::Dead {
             return errors::COORDINATOR_NOT_AVAILABLE;
         }
-        if generation_id < 0 && member_id.is_empty() && self.members.is_empty() {
+        // Kafka: any commit with a negative generation while the group has no members.
+        if generation_id < 0 && self.members.is_empty() {
             return errors::NONE;
         }
         if let Err(code) = self.check_member(member_id, group_instance_id) {
@@ -1872,5 +1882,31 @@ mod tests {
             group.expired_offsets(retention, clock.advance(1_000)).len(),
             2
         );
+    }
+
+    #[test]
+    fn a_new_member_whose_join_never_completes_is_dropped_after_five_minutes() {
+        let mut clock = Clock::new();
+        let mut group = ClassicGroup::new("g", Duration::ZERO, clock.now());
+        let (a, mut a_join) = join_new(&mut group, &clock);
+        answered(&mut a_join).unwrap();
+        sync_and_store(&mut group, &a, &[&a], &clock);
+        // B joins; A keeps heartbeating but never rejoins, with a long rebalance timeout.
+        let mut slow = request("", None, &["range"]);
+        slow.rebalance_timeout_ms = 3_600_000;
+        slow.require_known_member_id = false;
+        let mut b_join = later(group.join(slow, &config(), clock.now()));
+        for _ in 0..30 {
+            let now = clock.advance(10_000);
+            group.heartbeat(&a, None, 1, now);
+            group.tick(now);
+        }
+        assert_eq!(
+            answered(&mut b_join).map(|r| r.error),
+            Some(errors::UNKNOWN_MEMBER_ID),
+            "the new member is dropped at 5 minutes"
+        );
+        assert_eq!(group.member_count(), 1);
+        group.check_invariants();
     }
 }
