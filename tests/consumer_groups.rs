@@ -586,3 +586,89 @@ fn batched_and_filtered_group_apis() {
     assert_eq!((left.error_code, codes), (0, vec![0, 25]));
     assert_eq!(list(&mut client, &["Empty"]), vec!["a", "b"]);
 }
+
+/// The coordinator of a KIP-848 group is killed: the new one restores the group from
+/// `__consumer_offsets` (Kafka's consumer group records), so the member keeps its id, epoch
+/// and partitions: no revocation, no loss, no second assignment.
+#[test]
+fn a_kip848_member_keeps_its_partitions_when_the_coordinator_is_killed() {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
+    use std::io::{BufRead, BufReader};
+    let mut cluster = Cluster::start(3, &["offsets.topic.num.partitions=3"]);
+    suite_on_cluster(
+        &cluster,
+        "groups_suite.py",
+        "create-rf",
+        &["durable848", "3", "3"],
+    );
+    let mut member = std::process::Command::new("python3")
+        .args([
+            "groups_suite.py",
+            &cluster.bootstrap(),
+            "hold848",
+            "g848d",
+            "durable848",
+        ])
+        .current_dir(support::clients_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = BufReader::new(member.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+    let member_id = ready
+        .strip_prefix("ready ")
+        .expect("the member got ready")
+        .to_owned();
+
+    let mut client = Client::connect(cluster.nodes[0].kafka_port);
+    let coordinator = find_group_coordinator(&mut client, "g848d");
+    assert_eq!(coordinator.error_code, 0, "{coordinator:?}");
+    let victim = cluster
+        .nodes
+        .iter()
+        .position(|n| i32::from(n.kafka_port) == coordinator.port)
+        .expect("the coordinator is a node of the cluster");
+    cluster.kill9(victim);
+    let survivor = cluster.nodes[(victim + 1) % 3].kafka_port;
+    let mut client = Client::connect(survivor);
+
+    // The new coordinator describes the same member, at an epoch it had.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let described = loop {
+        let found = find_group_coordinator(&mut client, "g848d");
+        if found.error_code == 0 && found.port != coordinator.port {
+            let mut at = Client::connect(found.port as u16);
+            let response: ConsumerGroupDescribeResponse = at.call(
+                ApiKey::ConsumerGroupDescribe,
+                0,
+                &ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![GroupId(StrBytes::from_static_str("g848d"))]),
+            );
+            if response.groups[0].error_code == 0 {
+                break response;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new coordinator served the group"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let members: Vec<String> = described.groups[0]
+        .members
+        .iter()
+        .map(|m| m.member_id.to_string())
+        .collect();
+    assert_eq!(members, vec![member_id.clone()], "{described:?}");
+    // A few heartbeats against the new coordinator.
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    drop(member.stdin.take());
+    let summary = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(member.wait().expect("member exit").success());
+    assert_eq!(
+        summary,
+        format!("assigned 1 revoked 0 lost 0 member {member_id}"),
+        "the member rejoined or lost its partitions"
+    );
+}

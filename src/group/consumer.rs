@@ -28,6 +28,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::classic::Now;
+use super::records::{
+    ConsumerMemberValue, CurrentAssignmentValue, RecordKey, encode_epoch_value, encode_target_value,
+};
 use super::{CommittedOffset, GroupConfig};
 use crate::protocol::errors;
 
@@ -113,6 +116,17 @@ pub struct ConsumerGroup {
     static_members: HashMap<String, String>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     state_since_ms: i64,
+    /// Records owed to `__consumer_offsets` (Kafka's KIP-848 records), in order.
+    writes: Vec<(RecordKey, Option<Vec<u8>>)>,
+}
+
+/// A member as its records left it (`ConsumerGroup::restore`).
+#[derive(Debug, Clone, Default)]
+pub struct RestoredMember {
+    pub member_id: String,
+    pub metadata: ConsumerMemberValue,
+    pub current: Option<CurrentAssignmentValue>,
+    pub target: Option<Vec<Tp>>,
 }
 
 impl ConsumerGroup {
@@ -127,6 +141,145 @@ impl ConsumerGroup {
             static_members: HashMap::new(),
             offsets: BTreeMap::new(),
             state_since_ms: now.wall_ms,
+            writes: Vec::new(),
+        }
+    }
+
+    /// The group as its records left it: members keep their epochs and partitions and get a
+    /// full session from the load to heartbeat again, so a coordinator move costs them
+    /// nothing. The subscribed topics are looked at again on the first heartbeat.
+    pub fn restore(
+        group_id: &str,
+        group_epoch: i32,
+        assignment_epoch: i32,
+        restored: Vec<RestoredMember>,
+        session_timeout: Duration,
+        now: Now,
+    ) -> ConsumerGroup {
+        let mut group = ConsumerGroup::new(group_id, now);
+        group.group_epoch = group_epoch;
+        group.assignment_epoch = assignment_epoch;
+        for r in restored {
+            let current = r.current.unwrap_or_default();
+            let member = ConsumerMember {
+                member_id: r.member_id.clone(),
+                instance_id: r.metadata.instance_id.clone(),
+                rack_id: r.metadata.rack_id.clone(),
+                client_id: r.metadata.client_id.clone(),
+                client_host: r.metadata.client_host.clone(),
+                subscribed: r.metadata.subscribed_topic_names.iter().cloned().collect(),
+                server_assignor: r.metadata.server_assignor.clone(),
+                rebalance_timeout: Duration::from_millis(
+                    r.metadata.rebalance_timeout_ms.max(0) as u64
+                ),
+                epoch: current.member_epoch,
+                previous_epoch: current.previous_member_epoch,
+                assigned: current.assigned.iter().copied().collect(),
+                pending_revocation: current.pending_revocation.iter().copied().collect(),
+                revocation_deadline: None,
+                session_deadline: now.instant + session_timeout,
+                left_static: false,
+            };
+            if let Some(instance) = &member.instance_id {
+                group
+                    .static_members
+                    .insert(instance.clone(), r.member_id.clone());
+            }
+            if let Some(target) = r.target {
+                group
+                    .target
+                    .insert(r.member_id.clone(), target.into_iter().collect());
+            }
+            group.members.insert(r.member_id, member);
+        }
+        group
+    }
+
+    /// Records owed to `__consumer_offsets`, in the order they must be appended.
+    pub fn take_writes(&mut self) -> Vec<(RecordKey, Option<Vec<u8>>)> {
+        std::mem::take(&mut self.writes)
+    }
+
+    fn write_member(&mut self, member_id: &str) {
+        let Some(m) = self.members.get(member_id) else {
+            return;
+        };
+        let value = ConsumerMemberValue {
+            instance_id: m.instance_id.clone(),
+            rack_id: m.rack_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            subscribed_topic_names: m.subscribed.iter().cloned().collect(),
+            rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+            server_assignor: m.server_assignor.clone(),
+        };
+        self.writes.push((
+            RecordKey::ConsumerMember {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+            Some(value.encode()),
+        ));
+    }
+
+    fn write_current(&mut self, member_id: &str) {
+        let Some(m) = self.members.get(member_id) else {
+            return;
+        };
+        let value = CurrentAssignmentValue {
+            member_epoch: m.epoch,
+            previous_member_epoch: m.previous_epoch,
+            state: if !m.pending_revocation.is_empty() {
+                1
+            } else if self.target.get(member_id).is_some_and(|t| t != &m.assigned) {
+                2
+            } else {
+                0
+            },
+            assigned: m.assigned.iter().copied().collect(),
+            pending_revocation: m.pending_revocation.iter().copied().collect(),
+        };
+        self.writes.push((
+            RecordKey::CurrentAssignment {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+            Some(value.encode()),
+        ));
+    }
+
+    fn write_target(&mut self, member_id: &str) {
+        let partitions: Vec<Tp> = self
+            .target
+            .get(member_id)
+            .map(|t| t.iter().copied().collect())
+            .unwrap_or_default();
+        self.writes.push((
+            RecordKey::TargetMember {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+            Some(encode_target_value(&partitions)),
+        ));
+    }
+
+    /// Tombstones for a member that left.
+    fn write_member_gone(&mut self, member_id: &str) {
+        for key in [
+            RecordKey::ConsumerMember {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+            RecordKey::TargetMember {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+            RecordKey::CurrentAssignment {
+                group: self.group_id.clone(),
+                member: member_id.to_owned(),
+            },
+        ] {
+            self.writes.push((key, None));
         }
     }
 
@@ -257,6 +410,10 @@ impl ConsumerGroup {
                 self.members.insert(member_id.clone(), member);
                 self.static_members
                     .insert(instance.clone(), member_id.clone());
+                self.write_member_gone(&holder);
+                self.write_member(&member_id);
+                self.write_target(&member_id);
+                self.write_current(&member_id);
                 tracing::info!(group = %self.group_id, member = %member_id, instance = %instance, "static member rejoined");
                 if !unchanged {
                     self.bump_epoch(topics);
@@ -300,6 +457,7 @@ impl ConsumerGroup {
             self.state_since_ms = now.wall_ms;
         }
         self.members.insert(member_id.clone(), member);
+        self.write_member(&member_id);
         tracing::info!(group = %self.group_id, member = %member_id, client_id = %request.client_id, "consumer group member joined");
         self.bump_epoch(topics);
         self.reconcile(&member_id, None, now)
@@ -357,6 +515,9 @@ impl ConsumerGroup {
             member.server_assignor = request.server_assignor.clone();
             changed = true;
         }
+        if changed {
+            self.write_member(&member_id);
+        }
         if changed || self.topics_changed(topics) {
             self.bump_epoch(topics);
         }
@@ -410,13 +571,16 @@ impl ConsumerGroup {
     }
 
     fn remove_member(&mut self, member_id: &str) {
-        if let Some(member) = self.members.remove(member_id)
-            && let Some(instance) = &member.instance_id
+        let Some(member) = self.members.remove(member_id) else {
+            return;
+        };
+        if let Some(instance) = &member.instance_id
             && self.static_members.get(instance).map(String::as_str) == Some(member_id)
         {
             self.static_members.remove(instance);
         }
         self.target.remove(member_id);
+        self.write_member_gone(member_id);
     }
 
     fn topics_changed(&self, topics: &TopicsView) -> bool {
@@ -443,11 +607,32 @@ impl ConsumerGroup {
             .values()
             .map(|m| (m.member_id.clone(), m.subscribed.clone()))
             .collect();
-        self.target = match self.assignor() {
+        let target = match self.assignor() {
             "range" => assign_range(&subscriptions, &self.topics),
             _ => assign_uniform(&subscriptions, &self.topics, &self.target),
         };
+        let changed: Vec<String> = target
+            .iter()
+            .filter(|(member, partitions)| self.target.get(*member) != Some(*partitions))
+            .map(|(member, _)| member.clone())
+            .collect();
+        self.target = target;
         self.assignment_epoch = self.group_epoch;
+        self.writes.push((
+            RecordKey::ConsumerGroup {
+                group: self.group_id.clone(),
+            },
+            Some(encode_epoch_value(self.group_epoch)),
+        ));
+        for member_id in changed {
+            self.write_target(&member_id);
+        }
+        self.writes.push((
+            RecordKey::TargetAssignment {
+                group: self.group_id.clone(),
+            },
+            Some(encode_epoch_value(self.assignment_epoch)),
+        ));
         tracing::debug!(group = %self.group_id, group_epoch = self.group_epoch, members = self.members.len(), "target assignment computed");
     }
 
@@ -470,6 +655,12 @@ impl ConsumerGroup {
         let Some(member) = self.members.get_mut(member_id) else {
             return HeartbeatResult::error(member_id, errors::UNKNOWN_MEMBER_ID, "member gone");
         };
+        let before = (
+            member.epoch,
+            member.previous_epoch,
+            member.assigned.clone(),
+            member.pending_revocation.clone(),
+        );
         if !member.pending_revocation.is_empty() {
             let released = owned.is_some_and(|owned| {
                 !owned
@@ -505,13 +696,23 @@ impl ConsumerGroup {
                 }
             }
         }
-        HeartbeatResult {
+        let result = HeartbeatResult {
             error: errors::NONE,
             message: None,
             member_id: member_id.to_owned(),
             member_epoch: member.epoch,
             assignment: Some(member.assigned.iter().copied().collect()),
+        };
+        let after = (
+            member.epoch,
+            member.previous_epoch,
+            member.assigned.clone(),
+            member.pending_revocation.clone(),
+        );
+        if before != after {
+            self.write_current(member_id);
         }
+        result
     }
 
     /// Sessions that ran out and revocations not confirmed within the rebalance timeout
@@ -918,5 +1119,91 @@ mod tests {
         assert_eq!(partitions(&back).len(), 6);
         assert_eq!(group.group_epoch, epoch, "no rebalance");
         assert_eq!(group.members.keys().collect::<Vec<_>>(), vec!["a2"]);
+    }
+
+    #[test]
+    fn the_records_written_restore_the_group() {
+        use crate::group::records::{decode_epoch_value, decode_target_value};
+        let base = Instant::now();
+        let mut group = ConsumerGroup::new("g", now(base, 0));
+        group.heartbeat(
+            heartbeat("a", 0, Some(vec![])),
+            &topics(),
+            &config(),
+            now(base, 0),
+        );
+        group.heartbeat(
+            heartbeat("b", 0, Some(vec![])),
+            &topics(),
+            &config(),
+            now(base, 1),
+        );
+        let owned: Vec<Tp> = (0..6).map(|p| (7, p)).collect();
+        let a = group.heartbeat(
+            heartbeat("a", 1, Some(owned)),
+            &topics(),
+            &config(),
+            now(base, 2),
+        );
+        let kept = a.assignment.clone().unwrap_or_default();
+        group.heartbeat(
+            heartbeat("a", 1, Some(kept)),
+            &topics(),
+            &config(),
+            now(base, 3),
+        );
+        group.heartbeat(heartbeat("b", 2, None), &topics(), &config(), now(base, 4));
+        // Replay the records as a loader does: the latest per key wins.
+        let mut latest: BTreeMap<Vec<u8>, (RecordKey, Option<Vec<u8>>)> = BTreeMap::new();
+        for (key, value) in group.take_writes() {
+            latest.insert(key.encode(), (key, value));
+        }
+        let (mut epoch, mut assignment_epoch) = (0, 0);
+        let mut members: BTreeMap<String, RestoredMember> = BTreeMap::new();
+        for (key, value) in latest.into_values() {
+            let Some(value) = value else { continue };
+            match key {
+                RecordKey::ConsumerGroup { .. } => epoch = decode_epoch_value(&value).unwrap(),
+                RecordKey::TargetAssignment { .. } => {
+                    assignment_epoch = decode_epoch_value(&value).unwrap()
+                }
+                RecordKey::ConsumerMember { member, .. } => {
+                    let entry = members.entry(member.clone()).or_default();
+                    entry.member_id = member;
+                    entry.metadata = ConsumerMemberValue::decode(&value).unwrap();
+                }
+                RecordKey::TargetMember { member, .. } => {
+                    members.entry(member).or_default().target =
+                        Some(decode_target_value(&value).unwrap());
+                }
+                RecordKey::CurrentAssignment { member, .. } => {
+                    members.entry(member).or_default().current =
+                        Some(CurrentAssignmentValue::decode(&value).unwrap());
+                }
+                _ => {}
+            }
+        }
+        let restored = ConsumerGroup::restore(
+            "g",
+            epoch,
+            assignment_epoch,
+            members.into_values().collect(),
+            Duration::from_secs(45),
+            now(base, 5),
+        );
+        assert_eq!(
+            (restored.group_epoch, restored.assignment_epoch),
+            (group.group_epoch, group.assignment_epoch)
+        );
+        assert_eq!(restored.target, group.target);
+        for (id, m) in &group.members {
+            let r = &restored.members[id];
+            assert_eq!(
+                (r.epoch, &r.assigned, &r.subscribed),
+                (m.epoch, &m.assigned, &m.subscribed),
+                "{id}"
+            );
+        }
+        assert_eq!(restored.state_name(), "Stable");
     }
 }

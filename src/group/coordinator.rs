@@ -21,7 +21,7 @@ use sluice_raft::Quorum;
 use tokio::sync::{Notify, broadcast};
 
 use super::classic::{ClassicGroup, GroupWrite, JoinRequest, JoinResult, Now, Reply, SyncResult};
-use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
+use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, RestoredMember, TopicsView};
 use super::records::{GroupValue, OffsetValue, RecordKey};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
@@ -306,6 +306,13 @@ impl GroupCoordinator {
         struct Loaded {
             value: Option<GroupValue>,
             offsets: BTreeMap<(String, i32), CommittedOffset>,
+            /// KIP-848: the group epoch, assignment epoch and members' records.
+            consumer_epoch: Option<i32>,
+            assignment_epoch: i32,
+            members: BTreeMap<String, RestoredMember>,
+            /// Which kind's record came last (the record count when seen).
+            classic_at: u64,
+            consumer_at: u64,
         }
         let mut loaded: HashMap<String, Loaded> = HashMap::new();
         let partition = &entry.partition;
@@ -398,12 +405,30 @@ impl GroupCoordinator {
                             group.offsets.remove(&(topic, partition));
                         }
                         (RecordKey::Group { .. }, Some(value)) => match GroupValue::decode(value) {
-                            Ok(value) => group.value = Some(value),
+                            Ok(value) => {
+                                group.value = Some(value);
+                                group.classic_at = records;
+                            }
                             Err(error) => {
                                 tracing::warn!(partition = entry.index, %error, "skipping a group record")
                             }
                         },
                         (RecordKey::Group { .. }, None) => group.value = None,
+                        (key, value) => {
+                            if let Err(error) = load_consumer_record(
+                                ConsumerFields {
+                                    epoch: &mut group.consumer_epoch,
+                                    assignment_epoch: &mut group.assignment_epoch,
+                                    members: &mut group.members,
+                                    at: &mut group.consumer_at,
+                                },
+                                key,
+                                value,
+                                records,
+                            ) {
+                                tracing::warn!(partition = entry.index, %error, "skipping a consumer group record")
+                            }
+                        }
                     }
                 }
             }
@@ -413,10 +438,33 @@ impl GroupCoordinator {
         }
         let now = now();
         let delay = Duration::from_millis(self.config.initial_rebalance_delay_ms);
+        let session = Duration::from_millis(self.config.consumer_session_timeout_ms);
         let groups = loaded
             .into_iter()
-            .filter(|(_, l)| l.value.is_some() || !l.offsets.is_empty())
+            .filter(|(_, l)| {
+                l.value.is_some() || l.consumer_epoch.is_some() || !l.offsets.is_empty()
+            })
             .map(|(group_id, l)| {
+                // The kind whose record came last (a group changes kind only when empty).
+                if let Some(epoch) = l.consumer_epoch
+                    && l.consumer_at > l.classic_at
+                {
+                    let members = l
+                        .members
+                        .into_values()
+                        .filter(|m| !m.member_id.is_empty())
+                        .collect();
+                    let mut group = ConsumerGroup::restore(
+                        &group_id,
+                        epoch,
+                        l.assignment_epoch,
+                        members,
+                        session,
+                        now,
+                    );
+                    group.offsets = l.offsets;
+                    return (group_id, GroupCell::new(Group::Consumer(group)));
+                }
                 let mut group = match l.value {
                     Some(value) => ClassicGroup::restore(&group_id, value, delay, now),
                     None => ClassicGroup::new(&group_id, delay, now),
@@ -619,8 +667,18 @@ impl GroupCoordinator {
         state: &mut Group,
         now: Now,
     ) {
-        let Group::Classic(state) = state else {
-            return;
+        let state = match state {
+            Group::Classic(state) => state,
+            Group::Consumer(consumer) => {
+                // Sessions that ended: stored without waiting (the next check sees the rest).
+                let writes = consumer.take_writes();
+                if !writes.is_empty()
+                    && let Err(error) = self.append(entry, &writes, now)
+                {
+                    tracing::debug!(group = %consumer.group_id, code = error, "consumer group records not appended");
+                }
+                return;
+            }
         };
         for write in state.take_writes() {
             let record = (
@@ -843,7 +901,7 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat.
-    pub fn consumer_heartbeat(
+    pub async fn consumer_heartbeat(
         self: &Arc<Self>,
         group_id: &str,
         request: Heartbeat,
@@ -885,43 +943,78 @@ impl GroupCoordinator {
             }
         };
         let now = now();
-        let mut state = lock(&group);
-        if !entry.loaded.load(Ordering::Acquire) {
-            // Unloaded while this request waited for the group.
-            return error(errors::NOT_COORDINATOR, format!("group {group_id} moved"));
-        }
-        let mut converted_from_classic = false;
-        if let Group::Classic(classic) = &mut *state {
-            if classic.state() != super::classic::GroupState::Empty || !joining {
-                return error(
-                    errors::GROUP_ID_NOT_FOUND,
-                    format!("group {group_id} is a classic group with members"),
-                );
+        // The group's lock is released (the block ends) before waiting for the replicas.
+        let (mut result, pending) = {
+            let mut state = lock(&group);
+            if !entry.loaded.load(Ordering::Acquire) {
+                // Unloaded while this request waited for the group.
+                return error(errors::NOT_COORDINATOR, format!("group {group_id} moved"));
             }
-            // An empty classic group (or one that only stores offsets) becomes a consumer
-            // group, keeping its offsets (back again if this join is refused).
-            let mut converted = ConsumerGroup::new(group_id, now);
-            converted.offsets = std::mem::take(&mut classic.offsets);
-            *state = Group::Consumer(converted);
-            converted_from_classic = true;
-        }
-        let Group::Consumer(consumer) = &mut *state else {
-            return error(errors::UNKNOWN_SERVER_ERROR, "group kind changed".into());
+            let mut converted_from_classic = false;
+            if let Group::Classic(classic) = &mut *state {
+                if classic.state() != super::classic::GroupState::Empty {
+                    return error(
+                        errors::GROUP_ID_NOT_FOUND,
+                        format!("group {group_id} is a classic group with members"),
+                    );
+                }
+                if !joining {
+                    // No consumer group (any more): the member rejoins at epoch 0.
+                    return error(
+                        errors::UNKNOWN_MEMBER_ID,
+                        format!("group {group_id} has no member {}", request.member_id),
+                    );
+                }
+                // An empty classic group (or one that only stores offsets) becomes a consumer
+                // group, keeping its offsets (back again if this join is refused).
+                let mut converted = ConsumerGroup::new(group_id, now);
+                converted.offsets = std::mem::take(&mut classic.offsets);
+                *state = Group::Consumer(converted);
+                converted_from_classic = true;
+            }
+            let Group::Consumer(consumer) = &mut *state else {
+                return error(errors::UNKNOWN_SERVER_ERROR, "group kind changed".into());
+            };
+            let mut names = consumer.subscribed_topics();
+            names.extend(request.subscribed_topic_names.iter().flatten().cloned());
+            let topics = self.topics_view(&names);
+            let result = consumer.heartbeat(request, &topics, &self.config, now);
+            // Kafka's records of the change, answered once the in-sync replicas hold them.
+            let writes = consumer.take_writes();
+            if result.error != errors::NONE && converted_from_classic && consumer.members.is_empty()
+            {
+                let mut classic = ClassicGroup::new(
+                    group_id,
+                    Duration::from_millis(self.config.initial_rebalance_delay_ms),
+                    now,
+                );
+                classic.offsets = std::mem::take(&mut consumer.offsets);
+                *state = Group::Classic(classic);
+            }
+            let pending = if writes.is_empty() {
+                None
+            } else {
+                Some(self.append(&entry, &writes, now))
+            };
+            (result, pending)
         };
-        let mut names = consumer.subscribed_topics();
-        names.extend(request.subscribed_topic_names.iter().flatten().cloned());
-        let topics = self.topics_view(&names);
-        let result = consumer.heartbeat(request, &topics, &self.config, now);
-        if result.error != errors::NONE && converted_from_classic && consumer.members.is_empty() {
-            let mut classic = ClassicGroup::new(
-                group_id,
-                Duration::from_millis(self.config.initial_rebalance_delay_ms),
-                now,
-            );
-            classic.offsets = std::mem::take(&mut consumer.offsets);
-            *state = Group::Classic(classic);
+        let stored = match pending {
+            None => errors::NONE,
+            Some(Ok(pending)) => self.acknowledged(&entry, pending).await,
+            Some(Err(error)) => error,
+        };
+        if stored != errors::NONE && result.error == errors::NONE {
+            result = HeartbeatResult {
+                error: stored,
+                message: Some(format!(
+                    "the group's change was not stored: {}",
+                    errors::name(stored)
+                )),
+                member_id: result.member_id,
+                member_epoch: -1,
+                assignment: None,
+            };
         }
-        drop(state);
         self.timer.notify_one();
         result
     }
@@ -1463,6 +1556,20 @@ impl GroupCoordinator {
             })
             .collect();
         if group_gone {
+            if matches!(state, Group::Consumer(_)) {
+                records.push((
+                    RecordKey::ConsumerGroup {
+                        group: group_id.clone(),
+                    },
+                    None,
+                ));
+                records.push((
+                    RecordKey::TargetAssignment {
+                        group: group_id.clone(),
+                    },
+                    None,
+                ));
+            }
             records.push((
                 RecordKey::Group {
                     group: group_id.clone(),
@@ -1488,6 +1595,65 @@ impl GroupCoordinator {
     }
 }
 
+/// What `load_consumer_record` fills in for one group while replaying.
+struct ConsumerFields<'a> {
+    epoch: &'a mut Option<i32>,
+    assignment_epoch: &'a mut i32,
+    members: &'a mut BTreeMap<String, RestoredMember>,
+    at: &'a mut u64,
+}
+
+/// Applies one KIP-848 record (or its tombstone) to the group being replayed.
+fn load_consumer_record(
+    fields: ConsumerFields<'_>,
+    key: RecordKey,
+    value: Option<&[u8]>,
+    position: u64,
+) -> Result<(), super::records::RecordError> {
+    use super::records::{
+        ConsumerMemberValue, CurrentAssignmentValue, decode_epoch_value, decode_target_value,
+    };
+    match (key, value) {
+        (RecordKey::ConsumerGroup { .. }, Some(value)) => {
+            *fields.epoch = Some(decode_epoch_value(value)?);
+            *fields.at = position;
+        }
+        (RecordKey::ConsumerGroup { .. }, None) => {
+            *fields.epoch = None;
+            fields.members.clear();
+        }
+        (RecordKey::TargetAssignment { .. }, Some(value)) => {
+            *fields.assignment_epoch = decode_epoch_value(value)?;
+        }
+        (RecordKey::ConsumerMember { member, .. }, Some(value)) => {
+            let entry = fields.members.entry(member.clone()).or_default();
+            entry.member_id = member;
+            entry.metadata = ConsumerMemberValue::decode(value)?;
+        }
+        (RecordKey::ConsumerMember { member, .. }, None) => {
+            fields.members.remove(&member);
+        }
+        (RecordKey::TargetMember { member, .. }, value) => {
+            let target = value.map(decode_target_value).transpose()?;
+            if let Some(entry) = fields.members.get_mut(&member) {
+                entry.target = target;
+            } else if let Some(target) = target {
+                fields.members.entry(member).or_default().target = Some(target);
+            }
+        }
+        (RecordKey::CurrentAssignment { member, .. }, value) => {
+            let current = value.map(CurrentAssignmentValue::decode).transpose()?;
+            if let Some(entry) = fields.members.get_mut(&member) {
+                entry.current = current;
+            } else if let Some(current) = current {
+                fields.members.entry(member).or_default().current = Some(current);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Tombstones for everything a group stored.
 fn tombstones(
     state: &Group,
@@ -1509,6 +1675,20 @@ fn tombstones(
             )
         })
         .collect();
+    if matches!(state, Group::Consumer(_)) {
+        records.push((
+            RecordKey::ConsumerGroup {
+                group: group.clone(),
+            },
+            None,
+        ));
+        records.push((
+            RecordKey::TargetAssignment {
+                group: group.clone(),
+            },
+            None,
+        ));
+    }
     records.push((RecordKey::Group { group }, None));
     records
 }

@@ -20,6 +20,13 @@
 //!
 //! Strings are an i16 length then UTF-8 (-1 for null), bytes an i32 length, arrays an i32
 //! count. Decoding never trusts a length: every one is checked against what is left.
+//!
+//! KIP-848 consumer groups use Kafka's newer records: keys (version, then i16-length
+//! strings) v3 ConsumerGroupMetadata (group), v5 ConsumerGroupMemberMetadata (group, member),
+//! v6 ConsumerGroupTargetAssignmentMetadata (group), v7 ConsumerGroupTargetAssignmentMember
+//! (group, member), v8 ConsumerGroupCurrentMemberAssignment (group, member); their values are
+//! a version i16 (0) then a flexible body (compact strings and arrays, UUIDs, tagged fields).
+//! v4 (subscription metadata) is not written and is skipped.
 
 use thiserror::Error;
 
@@ -45,12 +52,41 @@ pub enum RecordKey {
     Group {
         group: String,
     },
+    /// KIP-848: the group epoch.
+    ConsumerGroup {
+        group: String,
+    },
+    /// KIP-848: a member's subscription and identity.
+    ConsumerMember {
+        group: String,
+        member: String,
+    },
+    /// KIP-848: the assignment epoch of the target assignment.
+    TargetAssignment {
+        group: String,
+    },
+    /// KIP-848: a member's target assignment.
+    TargetMember {
+        group: String,
+        member: String,
+    },
+    /// KIP-848: a member's epochs and current assignment.
+    CurrentAssignment {
+        group: String,
+        member: String,
+    },
 }
 
 impl RecordKey {
     pub fn group(&self) -> &str {
         match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+            RecordKey::Offset { group, .. }
+            | RecordKey::Group { group }
+            | RecordKey::ConsumerGroup { group }
+            | RecordKey::ConsumerMember { group, .. }
+            | RecordKey::TargetAssignment { group }
+            | RecordKey::TargetMember { group, .. }
+            | RecordKey::CurrentAssignment { group, .. } => group,
         }
     }
 
@@ -71,6 +107,26 @@ impl RecordKey {
                 put_i16(&mut out, GROUP_KEY_VERSION);
                 put_string(&mut out, group);
             }
+            RecordKey::ConsumerGroup { group } => {
+                put_i16(&mut out, 3);
+                put_string(&mut out, group);
+            }
+            RecordKey::TargetAssignment { group } => {
+                put_i16(&mut out, 6);
+                put_string(&mut out, group);
+            }
+            RecordKey::ConsumerMember { group, member }
+            | RecordKey::TargetMember { group, member }
+            | RecordKey::CurrentAssignment { group, member } => {
+                let version = match self {
+                    RecordKey::ConsumerMember { .. } => 5,
+                    RecordKey::TargetMember { .. } => 7,
+                    _ => 8,
+                };
+                put_i16(&mut out, version);
+                put_string(&mut out, group);
+                put_string(&mut out, member);
+            }
         }
         out
     }
@@ -87,6 +143,24 @@ impl RecordKey {
             },
             2 => RecordKey::Group {
                 group: input.string()?,
+            },
+            3 => RecordKey::ConsumerGroup {
+                group: input.string()?,
+            },
+            5 => RecordKey::ConsumerMember {
+                group: input.string()?,
+                member: input.string()?,
+            },
+            6 => RecordKey::TargetAssignment {
+                group: input.string()?,
+            },
+            7 => RecordKey::TargetMember {
+                group: input.string()?,
+                member: input.string()?,
+            },
+            8 => RecordKey::CurrentAssignment {
+                group: input.string()?,
+                member: input.string()?,
             },
             _ => return Ok(None),
         };
@@ -233,6 +307,188 @@ impl GroupValue {
     }
 }
 
+/// KIP-848 partitions: (topic id, partition).
+pub type IdPartitions = Vec<(u128, i32)>;
+
+/// ConsumerGroupMemberMetadataValue v0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// ConsumerGroupCurrentMemberAssignmentValue v0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CurrentAssignmentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    /// Kafka's MemberState: 0 stable, 1 unrevoked partitions, 2 unreleased partitions.
+    pub state: i8,
+    pub assigned: IdPartitions,
+    pub pending_revocation: IdPartitions,
+}
+
+/// A flexible-version value: version 0, then the body.
+fn flexible(body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_i16(&mut out, 0);
+    body(&mut out);
+    out
+}
+
+/// ConsumerGroupMetadataValue or ConsumerGroupTargetAssignmentMetadataValue: one epoch.
+pub fn encode_epoch_value(epoch: i32) -> Vec<u8> {
+    flexible(|out| {
+        put_i32(out, epoch);
+        put_uvarint(out, 0);
+    })
+}
+
+pub fn decode_epoch_value(bytes: &[u8]) -> Result<i32> {
+    let mut input = Reader(bytes);
+    input.i16()?;
+    let epoch = input.i32()?;
+    input.skip_tagged_fields()?;
+    Ok(epoch)
+}
+
+impl ConsumerMemberValue {
+    pub fn encode(&self) -> Vec<u8> {
+        flexible(|out| {
+            put_compact_nullable_string(out, self.instance_id.as_deref());
+            put_compact_nullable_string(out, self.rack_id.as_deref());
+            put_compact_nullable_string(out, Some(&self.client_id));
+            put_compact_nullable_string(out, Some(&self.client_host));
+            put_uvarint(out, self.subscribed_topic_names.len() as u64 + 1);
+            for name in &self.subscribed_topic_names {
+                put_compact_nullable_string(out, Some(name));
+            }
+            put_compact_nullable_string(out, None);
+            put_i32(out, self.rebalance_timeout_ms);
+            put_compact_nullable_string(out, self.server_assignor.as_deref());
+            put_uvarint(out, 0);
+        })
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ConsumerMemberValue> {
+        let mut input = Reader(bytes);
+        input.i16()?;
+        let instance_id = input.compact_nullable_string()?;
+        let rack_id = input.compact_nullable_string()?;
+        let client_id = input.compact_nullable_string()?.unwrap_or_default();
+        let client_host = input.compact_nullable_string()?.unwrap_or_default();
+        let count = input.compact_count()?;
+        let mut subscribed_topic_names = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            subscribed_topic_names.push(input.compact_nullable_string()?.unwrap_or_default());
+        }
+        let _regex = input.compact_nullable_string()?;
+        let rebalance_timeout_ms = input.i32()?;
+        let server_assignor = input.compact_nullable_string()?;
+        input.skip_tagged_fields()?;
+        Ok(ConsumerMemberValue {
+            instance_id,
+            rack_id,
+            client_id,
+            client_host,
+            subscribed_topic_names,
+            rebalance_timeout_ms,
+            server_assignor,
+        })
+    }
+}
+
+/// ConsumerGroupTargetAssignmentMemberValue v0.
+pub fn encode_target_value(partitions: &[(u128, i32)]) -> Vec<u8> {
+    flexible(|out| {
+        put_id_partitions(out, partitions);
+        put_uvarint(out, 0);
+    })
+}
+
+pub fn decode_target_value(bytes: &[u8]) -> Result<IdPartitions> {
+    let mut input = Reader(bytes);
+    input.i16()?;
+    let partitions = input.id_partitions()?;
+    input.skip_tagged_fields()?;
+    Ok(partitions)
+}
+
+impl CurrentAssignmentValue {
+    pub fn encode(&self) -> Vec<u8> {
+        flexible(|out| {
+            put_i32(out, self.member_epoch);
+            put_i32(out, self.previous_member_epoch);
+            out.push(self.state as u8);
+            put_id_partitions(out, &self.assigned);
+            put_id_partitions(out, &self.pending_revocation);
+            put_uvarint(out, 0);
+        })
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<CurrentAssignmentValue> {
+        let mut input = Reader(bytes);
+        input.i16()?;
+        let member_epoch = input.i32()?;
+        let previous_member_epoch = input.i32()?;
+        let state = input.take(1)?[0] as i8;
+        let assigned = input.id_partitions()?;
+        let pending_revocation = input.id_partitions()?;
+        input.skip_tagged_fields()?;
+        Ok(CurrentAssignmentValue {
+            member_epoch,
+            previous_member_epoch,
+            state,
+            assigned,
+            pending_revocation,
+        })
+    }
+}
+
+/// `[]TopicPartitions`: per topic id (in order), its partitions; each struct with its
+/// (empty) tagged fields.
+fn put_id_partitions(out: &mut Vec<u8>, partitions: &[(u128, i32)]) {
+    let mut topics: Vec<(u128, Vec<i32>)> = Vec::new();
+    for (id, partition) in partitions {
+        match topics.last_mut() {
+            Some((last, list)) if last == id => list.push(*partition),
+            _ => topics.push((*id, vec![*partition])),
+        }
+    }
+    put_uvarint(out, topics.len() as u64 + 1);
+    for (id, list) in topics {
+        out.extend_from_slice(&id.to_be_bytes());
+        put_uvarint(out, list.len() as u64 + 1);
+        for partition in list {
+            put_i32(out, partition);
+        }
+        put_uvarint(out, 0);
+    }
+}
+
+fn put_uvarint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn put_compact_nullable_string(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => {
+            put_uvarint(out, value.len() as u64 + 1);
+            out.extend_from_slice(value.as_bytes());
+        }
+        None => put_uvarint(out, 0),
+    }
+}
+
 fn put_i16(out: &mut Vec<u8>, value: i16) {
     out.extend_from_slice(&value.to_be_bytes());
 }
@@ -319,6 +575,70 @@ impl<'a> Reader<'a> {
             return Ok(&[]);
         }
         self.take(length as usize)
+    }
+
+    fn uvarint(&mut self) -> Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.take(1)?[0];
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(RecordError("a varint is too long"))
+    }
+
+    fn compact_nullable_string(&mut self) -> Result<Option<String>> {
+        let length = self.uvarint()?;
+        if length == 0 {
+            return Ok(None);
+        }
+        let length =
+            usize::try_from(length - 1).map_err(|_| RecordError("a string is too long"))?;
+        let bytes = self.take(length)?;
+        String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|_| RecordError("a string is not UTF-8"))
+    }
+
+    /// A compact array's count (0 for null), checked against the bytes left.
+    fn compact_count(&mut self) -> Result<usize> {
+        let count = self.uvarint()?;
+        let count = usize::try_from(count.saturating_sub(1))
+            .map_err(|_| RecordError("an array count is too large"))?;
+        if count > self.0.len() {
+            return Err(RecordError("an array count exceeds the record"));
+        }
+        Ok(count)
+    }
+
+    fn id_partitions(&mut self) -> Result<IdPartitions> {
+        let topics = self.compact_count()?;
+        let mut out = Vec::new();
+        for _ in 0..topics {
+            let id = self.take(16)?;
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(id);
+            let id = u128::from_be_bytes(bytes);
+            let count = self.compact_count()?;
+            for _ in 0..count {
+                out.push((id, self.i32()?));
+            }
+            self.skip_tagged_fields()?;
+        }
+        Ok(out)
+    }
+
+    fn skip_tagged_fields(&mut self) -> Result<()> {
+        let count = self.uvarint()?;
+        for _ in 0..count {
+            self.uvarint()?;
+            let size = usize::try_from(self.uvarint()?)
+                .map_err(|_| RecordError("a tagged field is too large"))?;
+            self.take(size)?;
+        }
+        Ok(())
     }
 
     /// An array's count, checked against the bytes left (each element takes at least one).
@@ -417,5 +737,58 @@ mod tests {
         lying.extend_from_slice(&i32::MAX.to_be_bytes());
         assert!(GroupValue::decode(&lying).is_err());
         assert!(RecordKey::decode(&[0, 1, 127, 255]).is_err());
+    }
+
+    #[test]
+    fn kip848_records_round_trip() {
+        for key in [
+            RecordKey::ConsumerGroup { group: "g".into() },
+            RecordKey::TargetAssignment { group: "g".into() },
+            RecordKey::ConsumerMember {
+                group: "g".into(),
+                member: "m".into(),
+            },
+            RecordKey::TargetMember {
+                group: "g".into(),
+                member: "m".into(),
+            },
+            RecordKey::CurrentAssignment {
+                group: "g".into(),
+                member: "m".into(),
+            },
+        ] {
+            assert_eq!(RecordKey::decode(&key.encode()), Ok(Some(key)));
+        }
+        assert_eq!(decode_epoch_value(&encode_epoch_value(7)), Ok(7));
+        let member = ConsumerMemberValue {
+            instance_id: Some("i".into()),
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            subscribed_topic_names: vec!["a".into(), "b".into()],
+            rebalance_timeout_ms: 300_000,
+            server_assignor: Some("uniform".into()),
+        };
+        assert_eq!(ConsumerMemberValue::decode(&member.encode()), Ok(member));
+        let partitions = vec![(1u128 << 100, 0), (1u128 << 100, 3), (5, 1)];
+        assert_eq!(
+            decode_target_value(&encode_target_value(&partitions)),
+            Ok(partitions.clone())
+        );
+        let current = CurrentAssignmentValue {
+            member_epoch: 4,
+            previous_member_epoch: 3,
+            state: 1,
+            assigned: partitions.clone(),
+            pending_revocation: vec![(9, 9)],
+        };
+        let encoded = current.encode();
+        assert_eq!(CurrentAssignmentValue::decode(&encoded), Ok(current));
+        for cut in 0..encoded.len() {
+            assert!(
+                CurrentAssignmentValue::decode(&encoded[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
     }
 }

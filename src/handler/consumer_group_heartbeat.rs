@@ -13,7 +13,7 @@ use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
-pub fn handle(
+pub async fn handle(
     broker: &Broker,
     context: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
@@ -58,7 +58,7 @@ pub fn handle(
         client_id: context.client_id.clone().unwrap_or_default(),
         client_host: super::client_host(context),
     };
-    let result = broker.groups.consumer_heartbeat(&group_id, heartbeat);
+    let result = broker.groups.consumer_heartbeat(&group_id, heartbeat).await;
     let mut response = ConsumerGroupHeartbeatResponse::default()
         .with_error_code(result.error)
         .with_error_message(result.message.map(str_bytes))

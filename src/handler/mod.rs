@@ -169,7 +169,7 @@ apis! {
     DeleteGroups delete_groups::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::DeleteGroups(delete_groups::handle(b, r).await));
     ConsumerGroupHeartbeat consumer_group_heartbeat::VERSIONS, meta => |b, c, r| message(
-        ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(b, c, r)),
+        ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(b, c, r).await),
     );
     ConsumerGroupDescribe consumer_group_describe::VERSIONS, meta => |b, _c, r| message(
         ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(b, r)),

@@ -343,6 +343,31 @@ def case_produce_n_more():
     produce(topic, partitions, n, prefix="more")
 
 
+def case_create_rf():
+    """Creates TOPIC with PARTITIONS partitions of RF replicas."""
+    topic, partitions, rf = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    create(topic, partitions, rf)
+
+
+def case_hold848():
+    """A KIP-848 member of GROUP on TOPIC: prints `ready MEMBER_ID` once assigned, polls until
+    its stdin closes, then prints how many times it was assigned, revoked and lost."""
+    group, topic = sys.argv[3], sys.argv[4]
+    lost = []
+    member = Tracked(group, topic, **{"group.protocol": "consumer"})
+    member.consumer.subscribe([topic], on_assign=member._assign, on_revoke=member._revoke,
+                              on_lost=lambda c, ps: lost.append([p.partition for p in ps]))
+    poll_all([member], lambda: bool(member.owned))
+    print("ready", member.consumer.memberid(), flush=True)
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    while not done.is_set():
+        member.consumer.poll(0.2)
+    print(f"assigned {len(member.assigned)} revoked {len(member.revoked)} lost {len(lost)} "
+          f"member {member.consumer.memberid()}", flush=True)
+    member.consumer.close()
+
+
 def case_hold():
     """Subscribes as GROUP to TOPIC, reads everything, commits, prints `ready`, then stays a
     member until its stdin closes."""
