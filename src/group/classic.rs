@@ -177,6 +177,19 @@ impl Member {
         !self.keep_alive() || (self.is_new && self.awaiting_join.is_some())
     }
 
+    /// Answers whatever the member waits for (a join, a sync, a store) with `error`.
+    fn fail_waits(&mut self, error: i16) {
+        if let Some(join) = self.awaiting_join.take() {
+            let _ = join.send(JoinResult::error(&self.member_id, error));
+        }
+        if let Some(sync) = self.awaiting_sync.take() {
+            let _ = sync.send(SyncResult::error(error));
+        }
+        if let Some(join) = self.awaiting_store.take() {
+            let _ = join.send(JoinResult::error(&self.member_id, error));
+        }
+    }
+
     fn keep_alive(&self) -> bool {
         self.awaiting_join.is_some()
             || self.awaiting_sync.is_some()
@@ -603,15 +616,7 @@ impl ClassicGroup {
             return Reply::Now(JoinResult::error("", errors::UNKNOWN_MEMBER_ID));
         };
         // The old incarnation's waits are fenced.
-        if let Some(join) = member.awaiting_join.take() {
-            let _ = join.send(JoinResult::error(old_id, errors::FENCED_INSTANCE_ID));
-        }
-        if let Some(sync) = member.awaiting_sync.take() {
-            let _ = sync.send(SyncResult::error(errors::FENCED_INSTANCE_ID));
-        }
-        if let Some(join) = member.awaiting_store.take() {
-            let _ = join.send(JoinResult::error(old_id, errors::FENCED_INSTANCE_ID));
-        }
+        member.fail_waits(errors::FENCED_INSTANCE_ID);
         let old_leader = self.leader.clone();
         if self.leader.as_deref() == Some(old_id) {
             self.leader = Some(new_id.clone());
@@ -1089,15 +1094,7 @@ impl ClassicGroup {
         let Some(mut member) = self.members.remove(member_id) else {
             return;
         };
-        if let Some(join) = member.awaiting_join.take() {
-            let _ = join.send(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID));
-        }
-        if let Some(sync) = member.awaiting_sync.take() {
-            let _ = sync.send(SyncResult::error(errors::UNKNOWN_MEMBER_ID));
-        }
-        if let Some(join) = member.awaiting_store.take() {
-            let _ = join.send(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID));
-        }
+        member.fail_waits(errors::UNKNOWN_MEMBER_ID);
         if let Some(instance) = &member.group_instance_id
             && self.static_members.get(instance).map(String::as_str) == Some(member_id)
         {
@@ -1228,21 +1225,7 @@ impl ClassicGroup {
     /// The coordinator moved away: every waiting member is told to find it again.
     pub fn unload(&mut self) {
         for member in self.members.values_mut() {
-            if let Some(join) = member.awaiting_join.take() {
-                let _ = join.send(JoinResult::error(
-                    &member.member_id,
-                    errors::NOT_COORDINATOR,
-                ));
-            }
-            if let Some(sync) = member.awaiting_sync.take() {
-                let _ = sync.send(SyncResult::error(errors::NOT_COORDINATOR));
-            }
-            if let Some(join) = member.awaiting_store.take() {
-                let _ = join.send(JoinResult::error(
-                    &member.member_id,
-                    errors::NOT_COORDINATOR,
-                ));
-            }
+            member.fail_waits(errors::NOT_COORDINATOR);
         }
     }
 
@@ -1406,23 +1389,7 @@ mod tests {
     use super::*;
 
     fn config() -> GroupConfig {
-        GroupConfig {
-            offsets_topic_num_partitions: 1,
-            offsets_topic_replication_factor: 1,
-            offsets_topic_segment_bytes: 1 << 20,
-            offsets_retention_ms: 60_000,
-            offsets_retention_check_interval_ms: 1_000,
-            offsets_commit_timeout_ms: 5_000,
-            offset_metadata_max_bytes: 4096,
-            initial_rebalance_delay_ms: 0,
-            min_session_timeout_ms: 0,
-            max_session_timeout_ms: 1_000_000,
-            max_size: 100,
-            consumer_session_timeout_ms: 45_000,
-            consumer_heartbeat_interval_ms: 5_000,
-            consumer_max_size: 100,
-            consumer_protocol_enabled: true,
-        }
+        crate::group::test_config()
     }
 
     /// Time that moves only when told.

@@ -1176,7 +1176,7 @@ impl GroupCoordinator {
         };
         let _serial = group.offset_writes.lock().await;
         let now = now();
-        let (results, deleted, pending) = {
+        let (results, pending) = {
             let mut state = lock(&group);
             if state.is_dead() {
                 return Err(errors::GROUP_ID_NOT_FOUND);
@@ -1218,9 +1218,8 @@ impl GroupCoordinator {
                     uncertain.remove(key);
                 }
             }
-            (results, deleted, pending)
+            (results, pending)
         };
-        let _ = deleted;
         let error = match pending {
             Ok(pending) => self.acknowledged(&entry, pending).await,
             Err(error) => error,

@@ -63,6 +63,28 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
 }
 
+/// Settings for unit tests: no initial delay, short retention, generous bounds.
+#[cfg(test)]
+pub(crate) fn test_config() -> GroupConfig {
+    GroupConfig {
+        offsets_topic_num_partitions: 1,
+        offsets_topic_replication_factor: 1,
+        offsets_topic_segment_bytes: 1 << 20,
+        offsets_retention_ms: 60_000,
+        offsets_retention_check_interval_ms: 1_000,
+        offsets_commit_timeout_ms: 5_000,
+        offset_metadata_max_bytes: 4096,
+        initial_rebalance_delay_ms: 0,
+        min_session_timeout_ms: 0,
+        max_session_timeout_ms: 1_000_000,
+        max_size: 100,
+        consumer_session_timeout_ms: 45_000,
+        consumer_heartbeat_interval_ms: 5_000,
+        consumer_max_size: 100,
+        consumer_protocol_enabled: true,
+    }
+}
+
 /// Java's `String.hashCode` over UTF-16 code units, as Kafka computes a group's partition.
 pub fn java_string_hash(text: &str) -> i32 {
     text.encode_utf16().fold(0i32, |hash, unit| {

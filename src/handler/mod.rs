@@ -159,7 +159,7 @@ apis! {
     LeaveGroup leave_group::VERSIONS, meta =>
         |b, c, r| message(ResponseKind::LeaveGroup(leave_group::handle(b, c, r)));
     OffsetCommit offset_commit::VERSIONS, meta =>
-        |b, c, r| message(ResponseKind::OffsetCommit(offset_commit::handle(b, c, r).await));
+        |b, _c, r| message(ResponseKind::OffsetCommit(offset_commit::handle(b, r).await));
     OffsetFetch offset_fetch::VERSIONS, meta =>
         |b, c, r| message(ResponseKind::OffsetFetch(offset_fetch::handle(b, c, r)));
     ListGroups list_groups::VERSIONS, meta =>

@@ -6,19 +6,13 @@ use kafka_protocol::messages::offset_commit_response::{
 };
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
-use super::RequestContext;
 use crate::broker::Broker;
 use crate::group::{CommittedOffset, OffsetCommit};
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (2, 9);
 
-pub async fn handle(
-    broker: &Broker,
-    context: &RequestContext,
-    request: OffsetCommitRequest,
-) -> OffsetCommitResponse {
-    let _ = context;
+pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetCommitResponse {
     let group_id = request.group_id.to_string();
     let image = broker.image();
     // Per partition: Some(error) decided here, or None for the coordinator to decide.
