@@ -5,7 +5,8 @@
 //! ## Layout (data flows socket -> server -> handler -> replica -> log)
 //! - `server`: the Kafka listener: framing, connection limits, request order, responses (Fetch
 //!   records by sendfile).
-//! - `protocol`: request headers, response framing, Kafka's error codes (`protocol::errors`).
+//! - `protocol`: record batches and codecs, Kafka's error codes (`protocol::errors`), shared
+//!   with the client SDK; the broker's request headers and response framing.
 //! - `handler`: one file per Kafka API, registered in one list; translates requests into calls on
 //!   the broker context, the replica layer and the controller.
 //! - `broker`: the broker's shared context (image, controller calls, replicas, producer ids,
@@ -50,7 +51,7 @@ pub mod meta_properties;
 pub mod metrics;
 #[cfg(feature = "broker")]
 pub mod node;
-#[cfg(feature = "broker")]
+#[cfg(any(feature = "broker", feature = "client"))]
 pub mod protocol;
 #[cfg(feature = "broker")]
 pub mod replica;

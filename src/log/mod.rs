@@ -3,7 +3,8 @@
 //! The log each broker keeps for each partition replica, in Kafka's on-disk format. It knows
 //! record batches, offsets, positions and timestamps; nothing of sockets or requests.
 //!
-//! - `batch`: views over v2 record batches: framing, validation, offset assignment, records.
+//! - `batch`: validation of producers' v2 record batches (the format itself is
+//!   `protocol::batch`, shared with the client SDK; codecs are `protocol::codec`).
 //! - `segment`: one `.log` file with its sparse `.index` and `.timeindex` (`index`).
 //! - `partition_log`: [`Log`], a partition's segments: append (leader and follower paths),
 //!   read, roll, flush with group commit, recovery, truncation, log start offset.
@@ -16,7 +17,6 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
-pub mod codec;
 pub mod config;
 pub mod epoch;
 pub mod error;

@@ -26,7 +26,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLock
 use crate::file_slice::FileSlice;
 
 use super::batch::{self, BATCH_HEADER_BYTES, BatchHeader, BatchIter, RecordIter};
-use super::codec;
 use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
@@ -35,6 +34,7 @@ use super::segment::{
     parse_base_offset, segment_path, sync_all,
 };
 use super::topic_partition::TopicPartition;
+use crate::protocol::codec;
 
 /// The longest a flusher waits for concurrent appenders to join its fsync.
 const GROUP_COMMIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(200);

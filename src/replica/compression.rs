@@ -7,7 +7,7 @@ use bytes::BytesMut;
 
 use crate::log::LogError;
 use crate::log::batch::{BATCH_HEADER_BYTES, BatchHeader, BatchIter, compute_crc};
-use crate::log::codec::{CODEC_MASK, compress, decompress};
+use crate::protocol::codec::{CODEC_MASK, compress, decompress};
 
 /// A topic's `compression.type`, parsed: `None` keeps the producer's codec.
 pub fn target_codec(compression_type: &str) -> Option<i16> {

@@ -88,8 +88,8 @@ fn snappy(section: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// `records` compressed with `codec`, appended to `out`.
-pub fn compress(codec: i16, records: &[u8], out: &mut BytesMut) -> anyhow::Result<()> {
-    let fill = |b: &mut BytesMut| -> anyhow::Result<()> {
+pub fn compress(codec: i16, records: &[u8], out: &mut BytesMut) -> Result<(), String> {
+    let fill = |b: &mut BytesMut| {
         b.extend_from_slice(records);
         Ok(())
     };
@@ -102,8 +102,9 @@ pub fn compress(codec: i16, records: &[u8], out: &mut BytesMut) -> anyhow::Resul
         2 => Snappy::compress(out, fill),
         3 => Lz4::compress(out, fill),
         4 => Zstd::compress(out, fill),
-        other => anyhow::bail!("unknown compression codec {other}"),
+        other => return Err(format!("unknown compression codec {other}")),
     }
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
