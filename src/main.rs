@@ -30,7 +30,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::configs::ConfigsCommand,
     },
-    /// Topics through a broker's Kafka port: `reassign` moves a partition's replicas.
+    /// Topics through a broker's Kafka port: create, list, describe, alter, delete, and
+    /// reassign (moves a partition's replicas).
+    ///
+    /// Exit codes of the client commands: 0 done, 1 failed, 2 bad usage, 3 no broker
+    /// reachable, 4 the cluster refused with a Kafka error (named in the message).
     Topics {
         #[command(subcommand)]
         command: cli::topics::TopicsCommand,
@@ -68,7 +72,7 @@ fn main() -> std::process::ExitCode {
         Err(error) => {
             // The error chain, without a backtrace: an operator reads this.
             eprintln!("error: {}", error_chain(&error));
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(cli::common::exit_code(&error))
         }
     }
 }

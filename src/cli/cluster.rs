@@ -15,14 +15,12 @@ pub enum ClusterCommand {
     /// Voters, learners, leader, term, commit index and each member's lag; brokers and their
     /// fenced state.
     Status {
-        /// Any node's internal (CONTROLLER) listener.
-        #[arg(
-            long,
-            required_unless_present = "bootstrap_server",
-            conflicts_with = "bootstrap_server"
-        )]
+        /// Any node's internal (CONTROLLER) listener (the quorum's own view, with learners).
+        #[arg(long, conflicts_with = "bootstrap_server")]
         bootstrap_controller: Option<String>,
-        /// Any broker's Kafka listener (DescribeQuorum and DescribeCluster, as Kafka's tools).
+        /// Brokers' Kafka listeners, comma-separated, each tried in turn (DescribeQuorum and
+        /// DescribeCluster, as Kafka's tools). The default when neither flag is given:
+        /// 127.0.0.1:9092.
         #[arg(long)]
         bootstrap_server: Option<String>,
     },
@@ -56,9 +54,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 bootstrap_controller: Some(controller),
                 ..
             } => (controller, ControllerRequest::DescribeQuorum),
-            ClusterCommand::Status { .. } => {
-                bail!("--bootstrap-controller or --bootstrap-server is needed")
-            }
+            ClusterCommand::Status { .. } => return status_via_kafka("127.0.0.1:9092").await,
             ClusterCommand::AddVoter {
                 bootstrap_controller,
                 node_id,
@@ -134,9 +130,10 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
     };
     use kafka_protocol::protocol::StrBytes;
 
-    let mut connection = sluice::client::Connection::connect(server, Duration::from_secs(15))
-        .await
-        .with_context(|| format!("connecting to {server}"))?;
+    let admin = sluice::client::Admin::new(
+        sluice::client::ClientConfig::new(server).set("client.id", "sluice-cli"),
+    )?;
+    let connection = admin.connection().await?;
     let request = DescribeQuorumRequest::default().with_topics(vec![
         TopicData::default()
             .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
@@ -146,12 +143,12 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
         .call(ApiKey::DescribeQuorum, 2, &request)
         .await
         .context("DescribeQuorum")?;
-    if quorum.error_code != 0 {
-        bail!(
-            "DescribeQuorum: {}: {}",
-            errors::name(quorum.error_code),
-            quorum.error_message.as_deref().unwrap_or("")
-        );
+    if let Some(error) = sluice::client::Error::kafka(
+        quorum.error_code,
+        "DescribeQuorum",
+        quorum.error_message.as_deref(),
+    ) {
+        return Err(error.into());
     }
     let partition = quorum
         .topics

@@ -2,6 +2,7 @@
 //! the quorum (`cluster`, `topics`, `groups`, `configs`) and the benchmarks (`perf*`).
 
 pub mod cluster;
+pub mod common;
 pub mod configs;
 pub mod fuzz;
 pub mod groups;

@@ -122,7 +122,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             let topic = args.topic.clone();
             let (acks, per_batch) = (args.acks, args.batch_records as u64);
             tasks.push(tokio::spawn(async move {
-                let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+                let connection = Connection::connect(&server, Duration::from_secs(30)).await?;
                 let mut latencies = Vec::new();
                 while Instant::now() < deadline {
                     let request = ProduceRequest::default()
@@ -189,7 +189,7 @@ async fn partition_leaders(
 ) -> anyhow::Result<BTreeMap<i32, String>> {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    let mut connection = Connection::connect(bootstrap, Duration::from_secs(30)).await?;
+    let connection = Connection::connect(bootstrap, Duration::from_secs(30)).await?;
     let request = MetadataRequest::default().with_topics(Some(vec![
         MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
     ]));
@@ -221,7 +221,7 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let mut connection =
+        let connection =
             Connection::connect(&args.bootstrap_server, Duration::from_secs(30)).await?;
         let mut offsets: Vec<i64> = vec![0; args.partitions.max(0) as usize];
         let mut ends: Vec<i64> = vec![i64::MAX; offsets.len()];
@@ -383,7 +383,7 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
                 (args.topic.clone(), Arc::clone(&fetches), Arc::clone(&stop));
             let max_wait_ms = args.max_wait_ms;
             consumers.push(tokio::spawn(async move {
-                let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+                let connection = Connection::connect(&server, Duration::from_secs(30)).await?;
                 while !stop.load(Ordering::Relaxed) {
                     let request = FetchRequest::default()
                         .with_replica_id(BrokerId(-1))
@@ -422,7 +422,7 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
         ))
         .await;
         let value = vec![0x61u8; args.record_bytes];
-        let mut connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+        let connection = Connection::connect(&server, Duration::from_secs(30)).await?;
         let cpu_before = args.broker_pid.map(cpu_seconds).transpose()?;
         let fetches_before = fetches.load(Ordering::Relaxed);
         let started = Instant::now();

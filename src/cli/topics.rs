@@ -1,6 +1,8 @@
-//! `sluice topics`: topic administration through any broker's Kafka port (the same APIs as
-//! Kafka's tools). Today: `reassign`, which moves a partition's replicas and shows progress.
+//! `sluice topics`: topic administration through any broker's Kafka port, with the SDK's
+//! [`Admin`] (the same APIs as Kafka's `kafka-topics`): create, list, describe, alter, delete,
+//! and `reassign`, which moves a partition's replicas and shows progress.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -9,23 +11,95 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, MetadataRequest,
-    MetadataResponse, TopicName,
+    AlterPartitionReassignmentsRequest, BrokerId, ListPartitionReassignmentsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use sluice::client::Connection;
+use serde_json::json;
+use sluice::client::{Admin, AlterConfigOp, Error, NewTopic, RESOURCE_TOPIC};
 use sluice::protocol::errors;
+
+use super::common::{Connect, Format, block_on, parse_key_value, print_table};
 
 #[derive(Subcommand)]
 pub enum TopicsCommand {
+    /// Creates a topic. Partitions and replication factor default to the cluster's
+    /// num.partitions and default.replication.factor.
+    Create {
+        topic: String,
+        #[arg(long)]
+        partitions: Option<i32>,
+        #[arg(long)]
+        replication_factor: Option<i16>,
+        /// A topic config, key=value (repeatable): --config cleanup.policy=compact
+        #[arg(long = "config", value_parser = parse_key_value)]
+        configs: Vec<(String, String)>,
+        /// Explicit replicas, partitions separated by commas and replicas by colons, the first
+        /// preferred as leader: --replica-assignment 1:2,2:3,3:1
+        #[arg(long, conflicts_with_all = ["partitions", "replication_factor"])]
+        replica_assignment: Option<String>,
+        /// Succeeds when the topic already exists.
+        #[arg(long)]
+        if_not_exists: bool,
+        /// Checks the request without creating anything.
+        #[arg(long)]
+        validate_only: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Lists the topics.
+    List {
+        /// Also internal topics (__consumer_offsets).
+        #[arg(long)]
+        include_internal: bool,
+        #[command(flatten)]
+        connect: Connect,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// Partitions (leader, replicas, in-sync replicas) and the configs set on topics; every
+    /// topic when none is named.
+    Describe {
+        topics: Vec<String>,
+        /// Only partitions whose in-sync replicas are fewer than their replicas.
+        #[arg(long)]
+        under_replicated_partitions: bool,
+        /// Only partitions with no live leader.
+        #[arg(long)]
+        unavailable_partitions: bool,
+        #[command(flatten)]
+        connect: Connect,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// Adds partitions and changes the topic's configs.
+    Alter {
+        topic: String,
+        /// The new total partition count (partitions are never removed).
+        #[arg(long)]
+        partitions: Option<i32>,
+        /// Sets a topic config, key=value (repeatable).
+        #[arg(long = "config", value_parser = parse_key_value)]
+        configs: Vec<(String, String)>,
+        /// Returns a topic config to its default (repeatable).
+        #[arg(long = "delete-config")]
+        delete_configs: Vec<String>,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Deletes topics and their data.
+    Delete {
+        #[arg(required = true)]
+        topics: Vec<String>,
+        /// Succeeds when a topic does not exist.
+        #[arg(long)]
+        if_exists: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Moves a partition to new replicas (AlterPartitionReassignments) and follows the move
     /// until it completes: the new replicas join, catch up, enter the ISR; the others leave.
     Reassign {
-        #[arg(long, default_value = "127.0.0.1:9092")]
-        bootstrap_server: String,
         #[arg(long)]
         topic: String,
         #[arg(long)]
@@ -39,25 +113,132 @@ pub enum TopicsCommand {
         /// How long to follow the move before returning (it goes on regardless).
         #[arg(long, default_value_t = 300)]
         wait_seconds: u64,
+        #[command(flatten)]
+        connect: Connect,
     },
 }
 
 pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
+    block_on(async move {
         match command {
+            TopicsCommand::Create {
+                topic,
+                partitions,
+                replication_factor,
+                configs,
+                replica_assignment,
+                if_not_exists,
+                validate_only,
+                connect,
+            } => {
+                let mut new = NewTopic::new(
+                    &topic,
+                    partitions.unwrap_or(-1),
+                    replication_factor.unwrap_or(-1),
+                );
+                new.configs = configs.into_iter().collect();
+                if let Some(assignment) = replica_assignment {
+                    new.assignments = parse_assignment(&assignment)?;
+                }
+                let admin = connect.admin()?;
+                match admin.create_topics(&[new], validate_only).await {
+                    Err(e) if if_not_exists && e.code() == Some(errors::TOPIC_ALREADY_EXISTS) => {
+                        println!("topic {topic} already exists");
+                    }
+                    Err(e) => return Err(e.into()),
+                    Ok(()) if validate_only => println!("topic {topic} can be created"),
+                    Ok(()) => println!("created topic {topic}"),
+                }
+                Ok(())
+            }
+            TopicsCommand::List {
+                include_internal,
+                connect,
+                output,
+            } => {
+                let topics = connect.admin()?.list_topics(include_internal).await?;
+                match output {
+                    Format::Json => println!("{}", json!(topics)),
+                    Format::Text => topics.iter().for_each(|t| println!("{t}")),
+                }
+                Ok(())
+            }
+            TopicsCommand::Describe {
+                topics,
+                under_replicated_partitions,
+                unavailable_partitions,
+                connect,
+                output,
+            } => {
+                let admin = connect.admin()?;
+                let filter = |p: &sluice::client::PartitionMetadata| {
+                    (!under_replicated_partitions || p.isr.len() < p.replicas.len())
+                        && (!unavailable_partitions || p.leader < 0)
+                };
+                describe(&admin, topics, &filter, output).await
+            }
+            TopicsCommand::Alter {
+                topic,
+                partitions,
+                configs,
+                delete_configs,
+                connect,
+            } => {
+                if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
+                    bail!("nothing to change: give --partitions, --config or --delete-config");
+                }
+                let admin = connect.admin()?;
+                if let Some(count) = partitions {
+                    admin.create_partitions(&topic, count, None).await?;
+                    println!("topic {topic} now has {count} partitions");
+                }
+                let changes: Vec<(String, AlterConfigOp)> = configs
+                    .into_iter()
+                    .map(|(k, v)| (k, AlterConfigOp::Set(v)))
+                    .chain(
+                        delete_configs
+                            .into_iter()
+                            .map(|k| (k, AlterConfigOp::Delete)),
+                    )
+                    .collect();
+                if !changes.is_empty() {
+                    admin
+                        .alter_configs(RESOURCE_TOPIC, &topic, &changes, false)
+                        .await?;
+                    println!("topic {topic}: {} config(s) changed", changes.len());
+                }
+                Ok(())
+            }
+            TopicsCommand::Delete {
+                topics,
+                if_exists,
+                connect,
+            } => {
+                let admin = connect.admin()?;
+                for topic in &topics {
+                    match admin.delete_topics(std::slice::from_ref(topic)).await {
+                        Err(e)
+                            if if_exists
+                                && e.code() == Some(errors::UNKNOWN_TOPIC_OR_PARTITION) =>
+                        {
+                            println!("topic {topic} does not exist");
+                        }
+                        Err(e) => return Err(e.into()),
+                        Ok(()) => println!("deleted topic {topic}"),
+                    }
+                }
+                Ok(())
+            }
             TopicsCommand::Reassign {
-                bootstrap_server,
                 topic,
                 partition,
                 replicas,
                 cancel,
                 wait_seconds,
+                connect,
             } => {
                 reassign(
-                    &bootstrap_server,
+                    &connect.admin()?,
                     &topic,
                     partition,
                     (!cancel).then_some(replicas),
@@ -69,16 +250,141 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
     })
 }
 
+/// `1:2,2:3` -> {0: [1, 2], 1: [2, 3]}.
+fn parse_assignment(text: &str) -> anyhow::Result<BTreeMap<i32, Vec<i32>>> {
+    let mut assignments = BTreeMap::new();
+    for (partition, replicas) in text.split(',').enumerate() {
+        let replicas = replicas
+            .split(':')
+            .map(|r| r.trim().parse::<i32>())
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| {
+                format!("--replica-assignment {text:?}: partition {partition} is not broker ids separated by ':'")
+            })?;
+        assignments.insert(partition as i32, replicas);
+    }
+    Ok(assignments)
+}
+
+async fn describe(
+    admin: &Admin,
+    mut topics: Vec<String>,
+    filter: &dyn Fn(&sluice::client::PartitionMetadata) -> bool,
+    output: Format,
+) -> anyhow::Result<()> {
+    if topics.is_empty() {
+        topics = admin.list_topics(false).await?;
+    }
+    let descriptions = admin.describe_topics(&topics).await?;
+    if output == Format::Json {
+        let value: Vec<_> = descriptions
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "topic_id": uuid_text(&t.topic_id),
+                    "internal": t.is_internal,
+                    "configs": t.configs,
+                    "partitions": t.partitions.iter().filter(|p| filter(p)).map(|p| json!({
+                        "partition": p.partition,
+                        "leader": p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": p.replicas,
+                        "isr": p.isr,
+                        "offline_replicas": p.offline_replicas,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", json!(value));
+        return Ok(());
+    }
+    for topic in &descriptions {
+        let replication_factor = topic.partitions.first().map_or(0, |p| p.replicas.len());
+        let configs: Vec<String> = topic
+            .configs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!(
+            "Topic: {}  TopicId: {}  PartitionCount: {}  ReplicationFactor: {}  Configs: {}",
+            topic.name,
+            uuid_text(&topic.topic_id),
+            topic.partitions.len(),
+            replication_factor,
+            configs.join(",")
+        );
+        let rows: Vec<Vec<String>> = topic
+            .partitions
+            .iter()
+            .filter(|p| filter(p))
+            .map(|p| {
+                vec![
+                    p.partition.to_string(),
+                    if p.leader < 0 {
+                        "none".to_owned()
+                    } else {
+                        p.leader.to_string()
+                    },
+                    p.leader_epoch.to_string(),
+                    ids(&p.replicas),
+                    ids(&p.isr),
+                    ids(&p.offline_replicas),
+                ]
+            })
+            .collect();
+        print_table(
+            &[
+                "  partition",
+                "leader",
+                "epoch",
+                "replicas",
+                "isr",
+                "offline",
+            ],
+            &rows
+                .into_iter()
+                .map(|mut r| {
+                    r[0] = format!("  {}", r[0]);
+                    r
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok(())
+}
+
+fn ids(v: &[i32]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A topic id as Kafka's tools print it (URL-safe base64 without padding).
+fn uuid_text(id: &[u8; 16]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(22);
+    for chunk in id.chunks(3) {
+        let mut n = 0u32;
+        for (i, b) in chunk.iter().enumerate() {
+            n |= u32::from(*b) << (16 - 8 * i);
+        }
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
 async fn reassign(
-    server: &str,
+    admin: &Admin,
     topic: &str,
     partition: i32,
     target: Option<Vec<i32>>,
     wait: Duration,
 ) -> anyhow::Result<()> {
-    let mut connection = Connection::connect(server, Duration::from_secs(30))
-        .await
-        .with_context(|| format!("connecting to {server}"))?;
+    let connection = admin.connection().await?;
     let name = TopicName(StrBytes::from_string(topic.to_owned()));
     let request = AlterPartitionReassignmentsRequest::default()
         .with_timeout_ms(30_000)
@@ -95,27 +401,22 @@ async fn reassign(
                         ),
                 ]),
         ]);
-    let response: AlterPartitionReassignmentsResponse = connection
-        .call(ApiKey::AlterPartitionReassignments, 0, &request)
-        .await
-        .context("AlterPartitionReassignments")?;
-    if response.error_code != 0 {
-        bail!(
-            "{}: {}",
-            errors::name(response.error_code),
-            response.error_message.as_deref().unwrap_or("")
-        );
+    let response = connection.send(&request).await?;
+    if let Some(error) = Error::kafka(
+        response.error_code,
+        "AlterPartitionReassignments",
+        response.error_message.as_deref(),
+    ) {
+        return Err(error.into());
     }
     for t in &response.responses {
         for p in &t.partitions {
-            if p.error_code != 0 {
-                bail!(
-                    "{}-{}: {}: {}",
-                    t.name.0,
-                    p.partition_index,
-                    errors::name(p.error_code),
-                    p.error_message.as_deref().unwrap_or("")
-                );
+            if let Some(error) = Error::kafka(
+                p.error_code,
+                format!("partition {}-{}", t.name.0, p.partition_index),
+                p.error_message.as_deref(),
+            ) {
+                return Err(error.into());
             }
         }
     }
@@ -133,10 +434,7 @@ async fn reassign(
                     .with_name(name.clone())
                     .with_partition_indexes(vec![partition]),
             ]));
-        let ongoing: ListPartitionReassignmentsResponse = connection
-            .call(ApiKey::ListPartitionReassignments, 0, &list)
-            .await
-            .context("ListPartitionReassignments")?;
+        let ongoing = connection.send(&list).await?;
         let state = ongoing
             .topics
             .iter()
@@ -148,10 +446,12 @@ async fn reassign(
             // and "done" must mean committed and visible).
             let settled = match &target {
                 None => true,
-                Some(target) => partition_metadata(&mut connection, &name, partition)
+                Some(target) => admin
+                    .metadata(Some(&[topic.to_owned()]))
                     .await?
-                    .is_some_and(|(replicas, isr)| {
-                        replicas == *target && target.iter().all(|r| isr.contains(r))
+                    .partition(topic, partition)
+                    .is_some_and(|p| {
+                        p.replicas == *target && target.iter().all(|r| p.isr.contains(r))
                     }),
             };
             if settled {
@@ -185,30 +485,4 @@ async fn reassign(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// A partition's replicas and ISR as the broker's Metadata shows them (`None`: not listed).
-async fn partition_metadata(
-    connection: &mut Connection,
-    topic: &TopicName,
-    partition: i32,
-) -> anyhow::Result<Option<(Vec<i32>, Vec<i32>)>> {
-    let request = MetadataRequest::default().with_topics(Some(vec![
-        MetadataRequestTopic::default().with_name(Some(topic.clone())),
-    ]));
-    let response: MetadataResponse = connection
-        .call(ApiKey::Metadata, 12, &request)
-        .await
-        .context("Metadata")?;
-    Ok(response
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .find(|p| p.partition_index == partition)
-        .map(|p| {
-            (
-                p.replica_nodes.iter().map(|b| b.0).collect(),
-                p.isr_nodes.iter().map(|b| b.0).collect(),
-            )
-        }))
 }

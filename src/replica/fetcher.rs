@@ -178,7 +178,7 @@ async fn fetch_once(
     leader: BrokerId,
     partitions: &[Arc<Partition>],
     settings: &FetcherSettings,
-) -> Result<bool, crate::client::ClientError> {
+) -> Result<bool, crate::client::Error> {
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
     let mut by_key: HashMap<(String, i32), (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {
@@ -298,7 +298,7 @@ async fn truncate_diverged(
     replicas: &ReplicaManager,
     leader: BrokerId,
     partitions: &[&Arc<Partition>],
-) -> Result<(), crate::client::ClientError> {
+) -> Result<(), crate::client::Error> {
     let mut asking: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
     let mut asked: HashMap<(&str, i32), (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {

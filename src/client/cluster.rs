@@ -1,0 +1,293 @@
+//! What a client knows of the cluster: the brokers, where each partition's leader is, and one
+//! connection per broker. Starts from `bootstrap.servers` (each tried in turn, as Kafka's
+//! clients do) and is refreshed by Metadata requests when an answer says it is stale.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::config::CommonConfig;
+use super::connection::Connection;
+use super::error::{Error, Result};
+
+/// A broker as Metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+impl BrokerInfo {
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// One partition as Metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    /// Kafka's error code for this partition (LEADER_NOT_AVAILABLE while it has none).
+    pub error_code: i16,
+    /// The leader's node id, or -1.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub offline_replicas: Vec<i32>,
+}
+
+/// One topic as Metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    /// Kafka's error code for the topic (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
+    pub error_code: i16,
+    pub topic_id: [u8; 16],
+    pub is_internal: bool,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// The brokers and topics a client knows of.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterMetadata {
+    pub cluster_id: Option<String>,
+    pub controller_id: i32,
+    pub brokers: BTreeMap<i32, BrokerInfo>,
+    pub topics: BTreeMap<String, TopicMetadata>,
+}
+
+impl ClusterMetadata {
+    /// The partition's entry, if the topic is known.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionMetadata> {
+        self.topics
+            .get(topic)?
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+    }
+}
+
+/// Brokers, metadata and connections, shared by a client's tasks.
+pub(crate) struct Cluster {
+    pub config: CommonConfig,
+    connections: Mutex<HashMap<String, Arc<Connection>>>,
+    metadata: RwLock<Arc<ClusterMetadata>>,
+}
+
+impl Cluster {
+    pub fn new(config: CommonConfig) -> Cluster {
+        Cluster {
+            config,
+            connections: Mutex::new(HashMap::new()),
+            metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
+        }
+    }
+
+    /// The metadata last fetched.
+    pub fn cached(&self) -> Arc<ClusterMetadata> {
+        self.metadata
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// An open connection to `addr`, reused while it lives.
+    pub async fn connection_to(&self, addr: &str) -> Result<Arc<Connection>> {
+        if let Some(connection) = self.lock_connections().get(addr) {
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
+        }
+        let connection = Arc::new(
+            Connection::connect_as(
+                addr,
+                &self.config.client_id,
+                self.config.connect_timeout,
+                self.config.request_timeout,
+            )
+            .await?,
+        );
+        let mut connections = self.lock_connections();
+        // Another task may have connected meanwhile: keep one.
+        let kept = match connections.get(addr) {
+            Some(existing) if !existing.is_closed() => existing.clone(),
+            _ => {
+                connections.insert(addr.to_owned(), connection.clone());
+                connection
+            }
+        };
+        Ok(kept)
+    }
+
+    /// A connection to broker `node_id`, by the address metadata gives for it.
+    pub async fn broker(&self, node_id: i32) -> Result<Arc<Connection>> {
+        let addr = match self.cached().brokers.get(&node_id) {
+            Some(broker) => broker.address(),
+            None => {
+                let metadata = self.refresh(None).await?;
+                metadata
+                    .brokers
+                    .get(&node_id)
+                    .map(BrokerInfo::address)
+                    .ok_or_else(|| {
+                        Error::Protocol(format!("broker {node_id} is not in the cluster metadata"))
+                    })?
+            }
+        };
+        self.connection_to(&addr).await
+    }
+
+    /// A connection to any broker: a live one first, then the known brokers and the bootstrap
+    /// servers in turn. Fails naming every address tried and the last cause.
+    pub async fn any(&self) -> Result<Arc<Connection>> {
+        let live = self
+            .lock_connections()
+            .values()
+            .find(|c| !c.is_closed())
+            .cloned();
+        if let Some(connection) = live {
+            return Ok(connection);
+        }
+        let mut candidates: Vec<String> = self
+            .cached()
+            .brokers
+            .values()
+            .map(BrokerInfo::address)
+            .collect();
+        for server in &self.config.bootstrap_servers {
+            if !candidates.contains(server) {
+                candidates.push(server.clone());
+            }
+        }
+        let mut last = None;
+        for addr in &candidates {
+            match self.connection_to(addr).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => {
+                    tracing::debug!(addr, %error, "broker not reachable");
+                    last = Some(error);
+                }
+            }
+        }
+        let last = last.unwrap_or(Error::Config {
+            key: "bootstrap.servers".into(),
+            reason: "is empty".into(),
+        });
+        if candidates.len() == 1 {
+            return Err(last);
+        }
+        Err(Error::NoBrokerReachable {
+            tried: candidates.join(", "),
+            last: Box::new(last),
+        })
+    }
+
+    /// Asks any broker for the metadata of `topics` (all topics for `None`) and merges it into
+    /// the cache. Topics that do not exist come back with their error code.
+    pub async fn refresh(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
+        self.refresh_with(topics, false).await
+    }
+
+    /// [`Cluster::refresh`], asking the broker to create missing topics when it allows
+    /// (`auto.create.topics.enable`), as producers do.
+    pub async fn refresh_with(
+        &self,
+        topics: Option<&[String]>,
+        allow_auto_topic_creation: bool,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let request = MetadataRequest::default()
+            .with_topics(topics.map(|topics| {
+                topics
+                    .iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                    })
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(allow_auto_topic_creation);
+        let connection = self.any().await?;
+        let response = match connection.send(&request).await {
+            Ok(response) => response,
+            Err(error) => {
+                // A broken connection: forget it, so the next call tries another broker.
+                self.forget(connection.addr());
+                return Err(error);
+            }
+        };
+        let mut metadata = ClusterMetadata {
+            cluster_id: response.cluster_id.as_ref().map(|s| s.to_string()),
+            controller_id: response.controller_id.0,
+            brokers: response
+                .brokers
+                .iter()
+                .map(|b| {
+                    (
+                        b.node_id.0,
+                        BrokerInfo {
+                            node_id: b.node_id.0,
+                            host: b.host.to_string(),
+                            port: b.port,
+                            rack: b.rack.as_ref().map(|r| r.to_string()),
+                        },
+                    )
+                })
+                .collect(),
+            topics: match topics {
+                // Asked for some topics: the others stay as they were.
+                Some(_) => self.cached().topics.clone(),
+                None => BTreeMap::new(),
+            },
+        };
+        for topic in &response.topics {
+            let Some(name) = &topic.name else { continue };
+            let mut partitions: Vec<PartitionMetadata> = topic
+                .partitions
+                .iter()
+                .map(|p| PartitionMetadata {
+                    partition: p.partition_index,
+                    error_code: p.error_code,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                    isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+                    offline_replicas: p.offline_replicas.iter().map(|b| b.0).collect(),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            metadata.topics.insert(
+                name.to_string(),
+                TopicMetadata {
+                    name: name.to_string(),
+                    error_code: topic.error_code,
+                    topic_id: *topic.topic_id.as_bytes(),
+                    is_internal: topic.is_internal,
+                    partitions,
+                },
+            );
+        }
+        let metadata = Arc::new(metadata);
+        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = metadata.clone();
+        Ok(metadata)
+    }
+
+    /// Drops the connection to `addr` (it failed); the next call opens a new one.
+    pub fn forget(&self, addr: &str) {
+        self.lock_connections().remove(addr);
+    }
+
+    /// Closes every connection.
+    pub fn close(&self) {
+        self.lock_connections().clear();
+    }
+
+    fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
+        self.connections.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,191 @@
+//! The SDK's one error type. Each variant says its cause once (no `source` chain that would
+//! repeat it) and, for Kafka's errors, names the error as Kafka does and what to do about it.
+
+use std::time::Duration;
+
+use crate::protocol::errors;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A client configuration value is missing or invalid.
+    #[error("configuration {key}: {reason}")]
+    Config { key: String, reason: String },
+
+    /// No connection could be made to an address.
+    #[error("cannot connect to {addr}: {reason}; is a broker listening there?")]
+    Connect { addr: String, reason: String },
+
+    /// None of the bootstrap servers (or known brokers) answered.
+    #[error("no broker reachable (tried {tried}): {last}")]
+    NoBrokerReachable { tried: String, last: Box<Error> },
+
+    /// The connection failed after it was made.
+    #[error("connection to {addr} lost: {reason}")]
+    Disconnected { addr: String, reason: String },
+
+    /// A request got no answer in time.
+    #[error("{what}: no answer within {after:?}")]
+    Timeout { what: String, after: Duration },
+
+    /// The broker does not serve an API (or any version this client speaks).
+    #[error(
+        "{api} is not supported by broker {addr} (versions {broker_versions}, this client speaks {client_versions})"
+    )]
+    UnsupportedVersion {
+        api: String,
+        addr: String,
+        broker_versions: String,
+        client_versions: String,
+    },
+
+    /// The broker answered with a Kafka error code.
+    #[error("{}", kafka_message(*code, context, message.as_deref()))]
+    Kafka {
+        code: i16,
+        /// What was asked: "topic orders", "partition orders-3", "group g1".
+        context: String,
+        /// The broker's error message, when it sent one.
+        message: Option<String>,
+    },
+
+    /// A request or response that could not be encoded or decoded, or an answer that does not
+    /// fit the request.
+    #[error("protocol: {0}")]
+    Protocol(String),
+
+    /// The producer, consumer or admin client was closed.
+    #[error("the client is closed")]
+    Closed,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A Kafka error code with what it was about; `None` for code 0.
+    pub fn kafka(code: i16, context: impl Into<String>, message: Option<&str>) -> Option<Error> {
+        (code != errors::NONE).then(|| Error::Kafka {
+            code,
+            context: context.into(),
+            message: message.filter(|m| !m.is_empty()).map(str::to_owned),
+        })
+    }
+
+    /// The Kafka error code, for `Kafka` errors.
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            Error::Kafka { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether trying again (after refreshing metadata or reconnecting) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Kafka { code, .. } => is_retriable_code(*code),
+            Error::Connect { .. }
+            | Error::NoBrokerReachable { .. }
+            | Error::Disconnected { .. }
+            | Error::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Kafka's retriable errors (`RetriableException` subclasses) that the SDK meets.
+pub fn is_retriable_code(code: i16) -> bool {
+    matches!(
+        code,
+        errors::CORRUPT_MESSAGE
+            | errors::UNKNOWN_TOPIC_OR_PARTITION
+            | errors::LEADER_NOT_AVAILABLE
+            | errors::NOT_LEADER_OR_FOLLOWER
+            | errors::REQUEST_TIMED_OUT
+            | errors::COORDINATOR_LOAD_IN_PROGRESS
+            | errors::COORDINATOR_NOT_AVAILABLE
+            | errors::NOT_COORDINATOR
+            | errors::NOT_ENOUGH_REPLICAS
+            | errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            | errors::NOT_CONTROLLER
+            | errors::KAFKA_STORAGE_ERROR
+            | errors::FETCH_SESSION_ID_NOT_FOUND
+            | errors::INVALID_FETCH_SESSION_EPOCH
+            | errors::FENCED_LEADER_EPOCH
+            | errors::UNKNOWN_LEADER_EPOCH
+            | errors::OFFSET_NOT_AVAILABLE
+            | errors::ELIGIBLE_LEADERS_NOT_AVAILABLE
+            | errors::UNSTABLE_OFFSET_COMMIT
+            | errors::THROTTLING_QUOTA_EXCEEDED
+    )
+}
+
+/// `NAME: context: broker message. what to do`, e.g. "UNKNOWN_TOPIC_OR_PARTITION: topic nope:
+/// the topic does not exist; create it (sluice topics create) or check its name".
+fn kafka_message(code: i16, context: &str, message: Option<&str>) -> String {
+    let mut text = errors::name(code).into_owned();
+    for part in [Some(context), message, hint(code)].into_iter().flatten() {
+        if !part.is_empty() && !text.contains(part) {
+            text.push_str(": ");
+            text.push_str(part);
+        }
+    }
+    text
+}
+
+/// What a user can do about the errors people meet most.
+fn hint(code: i16) -> Option<&'static str> {
+    Some(match code {
+        errors::UNKNOWN_TOPIC_OR_PARTITION => {
+            "the topic or partition does not exist; create it (sluice topics create) or check the name"
+        }
+        errors::TOPIC_ALREADY_EXISTS => "choose another name, or delete the topic first",
+        errors::MESSAGE_TOO_LARGE | errors::RECORD_LIST_TOO_LARGE => {
+            "send smaller records, or raise the topic's max.message.bytes (and the producer's max.request.size)"
+        }
+        errors::TOPIC_AUTHORIZATION_FAILED
+        | errors::GROUP_AUTHORIZATION_FAILED
+        | errors::CLUSTER_AUTHORIZATION_FAILED => {
+            "the principal is not allowed to do this; ask an administrator for an ACL"
+        }
+        errors::NOT_ENOUGH_REPLICAS => {
+            "fewer in-sync replicas than min.insync.replicas; bring the replicas' brokers back or use fewer acks"
+        }
+        errors::INVALID_REPLICATION_FACTOR => {
+            "the replication factor must be at least 1 and at most the number of brokers"
+        }
+        errors::POLICY_VIOLATION | errors::INVALID_CONFIG => {
+            "see `sluice configs keys` for the keys and their ranges"
+        }
+        errors::NON_EMPTY_GROUP => "stop the group's consumers first",
+        errors::GROUP_ID_NOT_FOUND => "no such group; `sluice groups list` shows the groups",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_errors_are_named_with_their_context_and_a_hint() {
+        let error =
+            Error::kafka(errors::UNKNOWN_TOPIC_OR_PARTITION, "topic nope", None).expect("an error");
+        assert_eq!(
+            error.to_string(),
+            "UNKNOWN_TOPIC_OR_PARTITION: topic nope: the topic or partition does not exist; \
+             create it (sluice topics create) or check the name"
+        );
+        assert!(error.is_retriable());
+        let error = Error::kafka(
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            "topic t",
+            Some("replica 1 appears twice"),
+        )
+        .expect("an error");
+        assert_eq!(
+            error.to_string(),
+            "INVALID_REPLICA_ASSIGNMENT: topic t: replica 1 appears twice"
+        );
+        assert!(!error.is_retriable());
+        assert!(Error::kafka(errors::NONE, "topic t", None).is_none());
+    }
+}

@@ -1,0 +1,257 @@
+//! The `sluice` client commands (built on the SDK) against a real broker: what they print,
+//! their errors (Kafka's names, said once) and exit codes; confluent-kafka checks what they did.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::SingleNode;
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+/// Runs a command that must succeed; its stdout.
+fn ok(node: &SingleNode, args: &[&str]) -> String {
+    let bootstrap = node.bootstrap();
+    let mut all = args.to_vec();
+    all.extend(["--bootstrap-server", bootstrap.as_str()]);
+    let output = sluice(&all);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "sluice {all:?}: {}\n{stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Runs a command that must fail with `code`; its stderr, which must be one line.
+fn fails(node: &SingleNode, args: &[&str], code: i32) -> String {
+    let bootstrap = node.bootstrap();
+    let mut all = args.to_vec();
+    all.extend(["--bootstrap-server", bootstrap.as_str()]);
+    fails_raw(&all, code)
+}
+
+fn fails_raw(args: &[&str], code: i32) -> String {
+    let output = sluice(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "sluice {args:?}: {stderr}{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn topics_and_configs_commands_do_what_they_say_and_name_kafka_errors() {
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+
+    // create, with configs, and again: TOPIC_ALREADY_EXISTS unless --if-not-exists.
+    let out = ok(
+        &node,
+        &[
+            "topics",
+            "create",
+            "orders",
+            "--partitions",
+            "3",
+            "--config",
+            "retention.ms=86400000",
+        ],
+    );
+    assert_eq!(out.trim(), "created topic orders");
+    let err = fails(&node, &["topics", "create", "orders"], 4);
+    assert!(
+        err.starts_with("error: TOPIC_ALREADY_EXISTS: topic orders"),
+        "{err}"
+    );
+    ok(&node, &["topics", "create", "orders", "--if-not-exists"]);
+    ok(
+        &node,
+        &["topics", "create", "placed", "--replica-assignment", "1,1"],
+    );
+    let err = fails(
+        &node,
+        &["topics", "create", "wide", "--replication-factor", "3"],
+        4,
+    );
+    assert!(err.contains("INVALID_REPLICATION_FACTOR"), "{err}");
+    let err = fails(&node, &["topics", "create", "bad name!"], 4);
+    assert!(err.contains("INVALID_TOPIC_EXCEPTION"), "{err}");
+
+    // list and describe, as text and JSON.
+    assert_eq!(ok(&node, &["topics", "list"]), "orders\nplaced\n");
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &node,
+        &["topics", "describe", "orders", "--output", "json"],
+    ))
+    .expect("json");
+    assert_eq!(json[0]["name"], "orders");
+    assert_eq!(json[0]["partitions"].as_array().map(Vec::len), Some(3));
+    assert_eq!(json[0]["configs"]["retention.ms"], "86400000");
+    assert_eq!(json[0]["partitions"][0]["leader"], 1);
+    let text = ok(&node, &["topics", "describe", "placed"]);
+    assert!(text.contains("PartitionCount: 2"), "{text}");
+    let err = fails(&node, &["topics", "describe", "nope"], 4);
+    assert!(
+        err.starts_with("error: UNKNOWN_TOPIC_OR_PARTITION: topic nope: "),
+        "{err}"
+    );
+
+    // alter: partitions and configs; confluent-kafka sees the result.
+    ok(
+        &node,
+        &[
+            "topics",
+            "alter",
+            "orders",
+            "--partitions",
+            "5",
+            "--config",
+            "cleanup.policy=compact",
+            "--delete-config",
+            "retention.ms",
+        ],
+    );
+    let err = fails(
+        &node,
+        &["topics", "alter", "orders", "--partitions", "2"],
+        4,
+    );
+    assert!(err.contains("INVALID_PARTITIONS"), "{err}");
+    let seen = support::run_client(
+        &node,
+        "python3",
+        &[
+            "-c",
+            "import sys\nfrom confluent_kafka.admin import AdminClient, ConfigResource\n\
+             a = AdminClient({'bootstrap.servers': sys.argv[1]})\n\
+             t = a.list_topics(timeout=10).topics['orders']\n\
+             c = a.describe_configs([ConfigResource('topic', 'orders')])\n\
+             c = list(c.values())[0].result()\n\
+             print(len(t.partitions), c['cleanup.policy'].value, c['retention.ms'].source)",
+            &bootstrap,
+        ],
+    );
+    // retention.ms is back to its default (source 5: DEFAULT_CONFIG).
+    assert_eq!(seen.trim(), "5 compact 5");
+
+    // configs describe / alter.
+    let text = ok(
+        &node,
+        &[
+            "configs",
+            "describe",
+            "--entity-type",
+            "topic",
+            "--entity-name",
+            "orders",
+        ],
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]),
+        "{text}"
+    );
+    let err = fails(
+        &node,
+        &[
+            "configs",
+            "alter",
+            "--entity-type",
+            "topic",
+            "--entity-name",
+            "orders",
+            "--add-config",
+            "retention.ms=-5",
+        ],
+        4,
+    );
+    assert!(
+        err.contains("INVALID_CONFIG") && err.contains("retention.ms"),
+        "{err}"
+    );
+    ok(
+        &node,
+        &[
+            "configs",
+            "alter",
+            "--entity-type",
+            "broker",
+            "--entity-name",
+            "",
+            "--add-config",
+            "log.retention.ms=7200000",
+        ],
+    );
+    let text = ok(
+        &node,
+        &[
+            "configs",
+            "describe",
+            "--entity-type",
+            "broker",
+            "--entity-name",
+            "1",
+        ],
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "log.retention.ms",
+                    "7200000",
+                    "DYNAMIC_DEFAULT_BROKER_CONFIG"
+                ]),
+        "{text}"
+    );
+
+    // delete.
+    ok(&node, &["topics", "delete", "orders", "placed"]);
+    let err = fails(&node, &["topics", "delete", "orders"], 4);
+    assert!(err.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{err}");
+    ok(&node, &["topics", "delete", "orders", "--if-exists"]);
+    assert_eq!(ok(&node, &["topics", "list"]), "");
+
+    // A list of bootstrap servers is tried in turn; none reachable: exit 3, each cause once.
+    let list = format!("127.0.0.1:1,{bootstrap}");
+    let out = sluice(&["topics", "list", "--bootstrap-server", &list]);
+    assert!(out.status.success(), "{out:?}");
+    let err = fails_raw(&["topics", "list", "--bootstrap-server", "127.0.0.1:1"], 3);
+    assert_eq!(
+        err.trim_end(),
+        "error: cannot connect to 127.0.0.1:1: Connection refused; is a broker listening there?"
+    );
+    let err = fails_raw(
+        &[
+            "topics",
+            "list",
+            "--bootstrap-server",
+            "127.0.0.1:1,127.0.0.1:2",
+        ],
+        3,
+    );
+    assert!(
+        err.starts_with("error: no broker reachable (tried 127.0.0.1:1, 127.0.0.1:2): cannot connect to 127.0.0.1:2"),
+        "{err}"
+    );
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    let err = fails_raw(&["topics", "list", "--bootstrap-server", "nohost"], 1);
+    assert!(err.contains("bootstrap.servers"), "{err}");
+
+    // cluster status through the Kafka port, with a bootstrap list.
+    let text = ok(&node, &["cluster", "status"]);
+    assert!(text.contains("unfenced"), "{text}");
+}
