@@ -39,6 +39,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::topics::TopicsCommand,
     },
+    /// Writes standard input to a topic, a record per line (a console producer).
+    Produce(cli::produce::ProduceArgs),
     /// Consumer groups through a broker's Kafka port: list, describe (lag), reset-offsets,
     /// delete.
     Groups {
@@ -103,6 +105,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Cluster { .. }
         | Command::Topics { .. }
         | Command::Groups { .. }
+        | Command::Produce(_)
         | Command::Configs { .. } => "warn",
         // Refused requests are the point: only errors.
         Command::Fuzz(_) => "error",
@@ -119,6 +122,7 @@ fn run() -> anyhow::Result<()> {
         Command::Cluster { command } => cli::cluster::run(command),
         Command::Topics { command } => cli::topics::run(command),
         Command::Groups { command } => cli::groups::run(command),
+        Command::Produce(args) => cli::produce::run(args),
         Command::Configs { command } => cli::configs::run(command),
         Command::Fuzz(args) => cli::fuzz::run(args),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),

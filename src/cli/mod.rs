@@ -9,4 +9,5 @@ pub mod groups;
 pub mod perf;
 pub mod perf_kafka;
 pub mod perf_quorum;
+pub mod produce;
 pub mod topics;

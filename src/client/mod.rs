@@ -7,6 +7,7 @@
 //! sluice = { version = "0.1", default-features = false, features = ["client"] }
 //! ```
 //!
+//! - [`Producer`]: batched, compressed, idempotent sends with delivery futures.
 //! - [`Admin`]: topics, partitions, configs, cluster, records.
 //! - [`ClientConfig`]: settings by Kafka's client config names (`bootstrap.servers`, ...).
 //! - [`Connection`]: one pipelined connection to a broker, for requests the clients above do
@@ -20,6 +21,8 @@ mod cluster;
 mod config;
 mod connection;
 mod error;
+mod partitioner;
+mod producer;
 
 pub use admin::{
     Admin, AlterConfigOp, ClusterDescription, ConfigEntry, NewTopic, RESOURCE_BROKER,
@@ -29,3 +32,5 @@ pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata}
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::Connection;
 pub use error::{Error, Result, is_retriable_code};
+pub use partitioner::{murmur2, partition_for_key};
+pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

@@ -1,0 +1,971 @@
+//! [`Producer`]: records to partitions, batched, compressed, retried and idempotent by default
+//! (as Java's producer since 3.0).
+//!
+//! `send` picks the partition (explicit, the key's murmur2 hash, or a sticky partition for
+//! records without a key), waits for buffer space (`buffer.memory`, for at most
+//! `max.block.ms`) and appends the record to its partition's open batch; it returns a
+//! [`DeliveryFuture`] that resolves with the record's offset once the broker acknowledged it.
+//!
+//! One sender task drains the batches: a batch goes when it is full (`batch.size`), after
+//! `linger.ms`, or on `flush`. Its sequence number is assigned when it is sent, so the
+//! sequences of a partition follow the order of its batches. Up to
+//! `max.in.flight.requests.per.connection` batches of a partition are in flight. A batch that
+//! fails with a retriable error (a leader moved, not enough replicas) goes back in sequence
+//! order, and the partition then sends one batch at a time until its retries are through:
+//! the order of records is kept, and the broker's sequence checks drop what it already has
+//! (DUPLICATE_SEQUENCE_NUMBER counts as delivered). A batch is failed after
+//! `delivery.timeout.ms`; a failed batch leaves a hole in its partition's sequences, so the
+//! producer then takes a new producer id once nothing is in flight.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+use super::cluster::Cluster;
+use super::config::{ClientConfig, CommonConfig};
+use super::error::{Error, Result};
+use super::partitioner::{Random, partition_for_key};
+use crate::protocol::batch::BatchBuilder;
+use crate::protocol::errors;
+
+/// The highest Produce version sent: v13 names topics by id.
+const PRODUCE_VERSION_MAX: i16 = 12;
+/// Bytes a record costs beyond its key, value and headers (framing, varints), for batch and
+/// buffer accounting.
+const RECORD_OVERHEAD_BYTES: usize = 24;
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// An explicit partition; otherwise the key's hash or a sticky partition.
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Milliseconds since the epoch; now when unset.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record with a value and no key.
+    pub fn new(topic: &str, value: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.to_owned(),
+            value: Some(value.into()),
+            ..ProducerRecord::default()
+        }
+    }
+
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    pub fn header(mut self, key: &str, value: impl Into<Bytes>) -> Self {
+        self.headers.push((key.to_owned(), Some(value.into())));
+        self
+    }
+
+    pub fn timestamp(mut self, timestamp_ms: i64) -> Self {
+        self.timestamp = Some(timestamp_ms);
+        self
+    }
+
+    fn size_bytes(&self) -> usize {
+        RECORD_OVERHEAD_BYTES
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 4)
+                .sum::<usize>()
+    }
+}
+
+/// Where an acknowledged record was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: String,
+    pub partition: i32,
+    /// -1 with acks=0 (the broker does not answer).
+    pub offset: i64,
+    /// The record's timestamp (the broker's, for LogAppendTime topics).
+    pub timestamp: i64,
+}
+
+/// Resolves when the record is acknowledged (or has failed for good).
+pub struct DeliveryFuture(oneshot::Receiver<Result<RecordMetadata>>);
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Settings {
+    acks: i16,
+    linger: Duration,
+    batch_size: usize,
+    buffer_memory: usize,
+    codec: i16,
+    idempotent: bool,
+    max_in_flight: usize,
+    retries: u32,
+    delivery_timeout: Duration,
+    max_request_size: usize,
+    max_block: Duration,
+    retry_backoff: Duration,
+    ignore_keys: bool,
+}
+
+const PRODUCER_KEYS: &[&str] = &[
+    "acks",
+    "linger.ms",
+    "batch.size",
+    "buffer.memory",
+    "compression.type",
+    "enable.idempotence",
+    "max.in.flight.requests.per.connection",
+    "retries",
+    "delivery.timeout.ms",
+    "max.request.size",
+    "max.block.ms",
+    "partitioner.ignore.keys",
+];
+
+impl Settings {
+    fn from_config(config: &ClientConfig, common: &CommonConfig) -> Result<Settings> {
+        let acks = match config.get("acks").map(str::trim) {
+            None | Some("all") | Some("-1") => -1,
+            Some("0") => 0,
+            Some("1") => 1,
+            Some(other) => {
+                return Err(Error::Config {
+                    key: "acks".into(),
+                    reason: format!("{other:?} is not one of all, -1, 0, 1"),
+                });
+            }
+        };
+        let codec = match config.get("compression.type").map(str::trim) {
+            None | Some("none") => 0,
+            Some("gzip") => 1,
+            Some("snappy") => 2,
+            Some("lz4") => 3,
+            Some("zstd") => 4,
+            Some(other) => {
+                return Err(Error::Config {
+                    key: "compression.type".into(),
+                    reason: format!("{other:?} is not one of none, gzip, snappy, lz4, zstd"),
+                });
+            }
+        };
+        let max_in_flight =
+            config.number("max.in.flight.requests.per.connection", 5, 1, 1000)? as usize;
+        let idempotent: bool = config.parse("enable.idempotence", true)?;
+        if idempotent && (acks != -1 || max_in_flight > 5) {
+            let explicit = config.get("enable.idempotence").is_some();
+            if explicit {
+                return Err(Error::Config {
+                    key: "enable.idempotence".into(),
+                    reason: "needs acks=all and max.in.flight.requests.per.connection <= 5".into(),
+                });
+            }
+        }
+        // As Java: idempotence on by default, off when the other settings forbid it.
+        let idempotent = idempotent && acks == -1 && max_in_flight <= 5;
+        let linger = config.millis("linger.ms", 5, 0, 3_600_000)?;
+        let delivery_timeout = config.millis("delivery.timeout.ms", 120_000, 1, 86_400_000)?;
+        if delivery_timeout < linger + common.request_timeout {
+            return Err(Error::Config {
+                key: "delivery.timeout.ms".into(),
+                reason: "must be at least linger.ms + request.timeout.ms".into(),
+            });
+        }
+        Ok(Settings {
+            acks,
+            linger,
+            batch_size: config.number("batch.size", 16_384, 1, 1 << 30)? as usize,
+            buffer_memory: config.number("buffer.memory", 32 << 20, 1 << 10, 1 << 40)? as usize,
+            codec,
+            idempotent,
+            max_in_flight,
+            retries: config.number(
+                "retries",
+                u64::from(i32::MAX as u32),
+                0,
+                u64::from(u32::MAX),
+            )? as u32,
+            delivery_timeout,
+            max_request_size: config.number("max.request.size", 1 << 20, 1, 1 << 30)? as usize,
+            max_block: config.millis("max.block.ms", 60_000, 0, 86_400_000)?,
+            retry_backoff: config.millis("retry.backoff.ms", 100, 0, 3_600_000)?,
+            ignore_keys: config.parse("partitioner.ignore.keys", false)?,
+        })
+    }
+}
+
+struct Waiter {
+    tx: oneshot::Sender<Result<RecordMetadata>>,
+    timestamp: i64,
+}
+
+/// Records appended to a partition, not yet sent.
+struct OpenBatch {
+    builder: BatchBuilder,
+    size_bytes: usize,
+    created: Instant,
+    waiters: Vec<Waiter>,
+}
+
+/// A batch that was sent at least once: its bytes carry its producer id and sequence.
+struct SentBatch {
+    bytes: Bytes,
+    sequence: i32,
+    created: Instant,
+    waiters: Vec<Waiter>,
+    size_bytes: usize,
+    attempts: u32,
+}
+
+#[derive(Default)]
+struct PartitionQueue {
+    /// Open batches, oldest first; all but the last are full.
+    open: VecDeque<OpenBatch>,
+    /// Batches to send again, by sequence (or send order, without idempotence).
+    retry: BTreeMap<i32, SentBatch>,
+    in_flight: usize,
+    next_sequence: i32,
+    /// A batch failed: send one at a time, from `retry`, until it is empty.
+    recovering: bool,
+    /// No retry before this (`retry.backoff.ms` after a failure).
+    backoff_until: Option<Instant>,
+}
+
+impl PartitionQueue {
+    fn is_idle(&self) -> bool {
+        self.open.is_empty() && self.retry.is_empty() && self.in_flight == 0
+    }
+}
+
+type TopicPartition = (String, i32);
+
+struct State {
+    partitions: HashMap<TopicPartition, PartitionQueue>,
+    sticky: HashMap<String, i32>,
+    random: Random,
+    producer_id: i64,
+    producer_epoch: i16,
+    /// A failed batch left a hole in some partition's sequences.
+    needs_new_producer_id: bool,
+    /// Flushes waiting: send everything now, linger or not.
+    flushing: usize,
+    /// Topics whose leaders must be looked up again.
+    stale_topics: Vec<String>,
+}
+
+struct Inner {
+    cluster: Arc<Cluster>,
+    settings: Settings,
+    state: Mutex<State>,
+    /// Wakes the sender: a batch is ready, a response came, a flush began.
+    wake: Notify,
+    /// Wakes flushes: a batch completed.
+    progress: Notify,
+    memory: Semaphore,
+    closed: AtomicBool,
+}
+
+/// Sends records to Kafka.
+///
+/// ```no_run
+/// # async fn example() -> sluice::client::Result<()> {
+/// use sluice::client::{ClientConfig, Producer, ProducerRecord};
+/// let producer = Producer::new(ClientConfig::new("127.0.0.1:9092").set("linger.ms", "5"))?;
+/// let delivery = producer
+///     .send(ProducerRecord::new("orders", "shipped").key("order-17"))
+///     .await?;
+/// let stored = delivery.await?;
+/// println!("stored at {}-{} offset {}", stored.topic, stored.partition, stored.offset);
+/// producer.close().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl Producer {
+    /// A producer; it connects on first use. Must be created inside a tokio runtime.
+    pub fn new(config: ClientConfig) -> Result<Producer> {
+        config.warn_unknown("producer", PRODUCER_KEYS);
+        let common = CommonConfig::from_config(&config)?;
+        let settings = Settings::from_config(&config, &common)?;
+        let inner = Arc::new(Inner {
+            memory: Semaphore::new(settings.buffer_memory),
+            cluster: Arc::new(Cluster::new(common)),
+            settings,
+            state: Mutex::new(State {
+                partitions: HashMap::new(),
+                sticky: HashMap::new(),
+                random: Random::new(),
+                producer_id: -1,
+                producer_epoch: -1,
+                needs_new_producer_id: false,
+                flushing: 0,
+                stale_topics: Vec::new(),
+            }),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(run_sender(inner.clone()));
+        Ok(Producer { inner })
+    }
+
+    /// Appends `record` to its partition's batch, waiting for buffer space if needed, and
+    /// returns the future of its delivery.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let size = record.size_bytes();
+        let limit = inner
+            .settings
+            .max_request_size
+            .min(inner.settings.buffer_memory);
+        if size > limit {
+            return Err(Error::Kafka {
+                code: errors::MESSAGE_TOO_LARGE,
+                context: format!("topic {}", record.topic),
+                message: Some(format!(
+                    "the record is {size} bytes serialized, more than max.request.size or \
+                     buffer.memory ({limit})"
+                )),
+            });
+        }
+        let partition_count = self.partition_count(&record.topic).await?;
+        let permits = u32::try_from(size).unwrap_or(u32::MAX);
+        let permit =
+            tokio::time::timeout(inner.settings.max_block, inner.memory.acquire_many(permits))
+                .await
+                .map_err(|_| Error::Timeout {
+                    what: format!(
+                        "buffer space for a record to {} (buffer.memory is full)",
+                        record.topic
+                    ),
+                    after: inner.settings.max_block,
+                })?
+                .map_err(|_| Error::Closed)?;
+        // The bytes are given back when the batch completes.
+        permit.forget();
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = inner.lock();
+            let partition = match record.partition {
+                Some(p) if (0..partition_count).contains(&p) => p,
+                Some(p) => {
+                    drop(state);
+                    inner.memory.add_permits(permits as usize);
+                    return Err(Error::Kafka {
+                        code: errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        context: format!("partition {}-{p}", record.topic),
+                        message: Some(format!("the topic has {partition_count} partitions")),
+                    });
+                }
+                None => match &record.key {
+                    Some(key) if !inner.settings.ignore_keys => {
+                        partition_for_key(key, partition_count)
+                    }
+                    _ => {
+                        let State { sticky, random, .. } = &mut *state;
+                        *sticky
+                            .entry(record.topic.clone())
+                            .or_insert_with(|| random.below(partition_count))
+                    }
+                },
+            };
+            let queue = state
+                .partitions
+                .entry((record.topic.clone(), partition))
+                .or_default();
+            let batch_size = inner.settings.batch_size;
+            let needs_new = queue
+                .open
+                .back()
+                .is_none_or(|b| b.size_bytes + size > batch_size && !b.waiters.is_empty());
+            if needs_new {
+                queue.open.push_back(OpenBatch {
+                    builder: BatchBuilder::new(0, timestamp),
+                    size_bytes: crate::protocol::batch::BATCH_HEADER_BYTES,
+                    created: Instant::now(),
+                    waiters: Vec::new(),
+                });
+            }
+            let batch = queue.open.back_mut().ok_or(Error::Closed)?;
+            let headers: Vec<(&[u8], Option<&[u8]>)> = record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+                .collect();
+            batch.builder.push(
+                timestamp,
+                record.key.as_deref(),
+                record.value.as_deref(),
+                &headers,
+            );
+            batch.size_bytes += size;
+            batch.waiters.push(Waiter { tx, timestamp });
+            // Wake the sender for a full batch, and for a new one (it must learn its linger
+            // deadline).
+            if batch.size_bytes >= batch_size
+                || batch.waiters.len() == 1
+                || inner.settings.linger.is_zero()
+            {
+                inner.wake.notify_one();
+            }
+        }
+        Ok(DeliveryFuture(rx))
+    }
+
+    /// Sends everything buffered now and waits until all of it is acknowledged or failed.
+    pub async fn flush(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.lock().flushing += 1;
+        inner.wake.notify_one();
+        loop {
+            let progress = inner.progress.notified();
+            tokio::pin!(progress);
+            // Registered before the check, so a completion in between is not missed.
+            progress.as_mut().enable();
+            if inner
+                .lock()
+                .partitions
+                .values()
+                .all(PartitionQueue::is_idle)
+            {
+                break;
+            }
+            progress.await;
+        }
+        inner.lock().flushing -= 1;
+        Ok(())
+    }
+
+    /// Flushes, then stops the sender and closes the connections. Sends after this fail.
+    pub async fn close(&self) -> Result<()> {
+        self.flush().await?;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wake.notify_one();
+        self.inner.cluster.close();
+        Ok(())
+    }
+
+    /// The number of partitions of `topic`, from metadata (fetched, asking the broker to
+    /// create the topic when it allows, for at most `max.block.ms`).
+    pub async fn partition_count(&self, topic: &str) -> Result<i32> {
+        let inner = &self.inner;
+        let known = |metadata: &super::ClusterMetadata| {
+            metadata
+                .topics
+                .get(topic)
+                .filter(|t| t.error_code == errors::NONE && !t.partitions.is_empty())
+                .map(|t| t.partitions.len() as i32)
+        };
+        if let Some(count) = known(&inner.cluster.cached()) {
+            return Ok(count);
+        }
+        let deadline = Instant::now() + inner.settings.max_block;
+        let topics = [topic.to_owned()];
+        loop {
+            let last = match inner.cluster.refresh_with(Some(&topics), true).await {
+                Ok(metadata) => match known(&metadata) {
+                    Some(count) => return Ok(count),
+                    None => metadata.topics.get(topic).map(|t| t.error_code),
+                },
+                Err(error) if !error.is_retriable() => return Err(error),
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => None,
+            };
+            if Instant::now() >= deadline {
+                let code = last
+                    .filter(|&c| c != errors::NONE)
+                    .unwrap_or(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                return Err(Error::Kafka {
+                    code,
+                    context: format!("topic {topic}"),
+                    message: Some(format!(
+                        "not present in metadata after {} ms (max.block.ms)",
+                        inner.settings.max_block.as_millis()
+                    )),
+                });
+            }
+            tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(10))).await;
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A batch on its way to a leader.
+struct Outgoing {
+    tp: TopicPartition,
+    batch: SentBatch,
+}
+
+/// The sender: drains ready batches into Produce requests, one request task per leader.
+async fn run_sender(inner: Arc<Inner>) {
+    loop {
+        if inner.closed.load(Ordering::Acquire)
+            && inner
+                .lock()
+                .partitions
+                .values()
+                .all(PartitionQueue::is_idle)
+        {
+            return;
+        }
+        if let Err(error) = ensure_producer_id(&inner).await {
+            tracing::debug!(%error, "InitProducerId failed; retrying");
+            tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(50))).await;
+            continue;
+        }
+        refresh_stale_topics(&inner).await;
+        let wake = inner.wake.notified();
+        let (by_leader, next_deadline) = drain(&inner);
+        for (leader, batches) in by_leader {
+            tokio::spawn(send_request(inner.clone(), leader, batches));
+        }
+        match next_deadline {
+            Some(deadline) => {
+                let _ = tokio::time::timeout_at(deadline.into(), wake).await;
+            }
+            None => wake.await,
+        }
+    }
+}
+
+/// Takes a producer id when the producer is idempotent and has none (or needs a new one and
+/// nothing is in flight).
+async fn ensure_producer_id(inner: &Arc<Inner>) -> Result<()> {
+    if !inner.settings.idempotent {
+        return Ok(());
+    }
+    {
+        let state = inner.lock();
+        let needed = state.producer_id < 0
+            || (state.needs_new_producer_id
+                && state
+                    .partitions
+                    .values()
+                    .all(|q| q.in_flight == 0 && q.retry.is_empty()));
+        if !needed {
+            return Ok(());
+        }
+    }
+    let request = InitProducerIdRequest::default()
+        // Null: an idempotent producer (the codec's default is an empty transactional id).
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+        .with_producer_epoch(-1);
+    let response = inner.cluster.any().await?.send(&request).await?;
+    if let Some(error) = Error::kafka(response.error_code, "InitProducerId", None) {
+        return Err(error);
+    }
+    let mut state = inner.lock();
+    state.producer_id = response.producer_id.0;
+    state.producer_epoch = response.producer_epoch;
+    state.needs_new_producer_id = false;
+    for queue in state.partitions.values_mut() {
+        queue.next_sequence = 0;
+    }
+    tracing::debug!(producer_id = response.producer_id.0, "producer id taken");
+    Ok(())
+}
+
+async fn refresh_stale_topics(inner: &Arc<Inner>) {
+    let topics = std::mem::take(&mut inner.lock().stale_topics);
+    if topics.is_empty() {
+        return;
+    }
+    if let Err(error) = inner.cluster.refresh(Some(&topics)).await {
+        tracing::debug!(%error, "metadata refresh failed");
+        tokio::time::sleep(inner.settings.retry_backoff).await;
+        inner.lock().stale_topics.extend(topics);
+    }
+}
+
+/// The batches to send now, by leader, and when the next lingering batch is due.
+#[allow(clippy::type_complexity)]
+fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) {
+    let settings = &inner.settings;
+    let metadata = inner.cluster.cached();
+    let mut state = inner.lock();
+    let now = Instant::now();
+    let flushing = state.flushing > 0 || inner.closed.load(Ordering::Acquire);
+    let (producer_id, producer_epoch) = (state.producer_id, state.producer_epoch);
+    if settings.idempotent && (producer_id < 0 || state.needs_new_producer_id) {
+        // No new batches go out until the (new) producer id is taken.
+        let retries_pending = state.partitions.values().any(|q| !q.retry.is_empty());
+        if producer_id < 0 || !retries_pending {
+            return (BTreeMap::new(), Some(now + settings.retry_backoff));
+        }
+    }
+    // A hole in some partition's sequences: only retries go out until a new producer id.
+    let hold_new_batches = settings.idempotent && state.needs_new_producer_id;
+    let mut by_leader: BTreeMap<i32, Vec<Outgoing>> = BTreeMap::new();
+    let mut next_deadline: Option<Instant> = None;
+    let mut stale = Vec::new();
+    let mut rotate_sticky = Vec::new();
+    let mut request_bytes: HashMap<i32, usize> = HashMap::new();
+    for (tp, queue) in state.partitions.iter_mut() {
+        if queue.retry.is_empty() && queue.open.is_empty() {
+            continue;
+        }
+        let leader = match metadata.partition(&tp.0, tp.1) {
+            Some(p) if p.leader >= 0 => p.leader,
+            _ => {
+                stale.push(tp.0.clone());
+                continue;
+            }
+        };
+        let limit = if queue.recovering {
+            1
+        } else {
+            settings.max_in_flight
+        };
+        if queue.in_flight >= limit {
+            continue;
+        }
+        let bytes_so_far = request_bytes.entry(leader).or_default();
+        if let Some(until) = queue.backoff_until {
+            if until > now {
+                next_deadline = Some(next_deadline.map_or(until, |d| d.min(until)));
+                continue;
+            }
+            queue.backoff_until = None;
+        }
+        if let Some((&sequence, _)) = queue.retry.iter().next() {
+            let Some(mut batch) = queue.retry.remove(&sequence) else {
+                continue;
+            };
+            batch.attempts += 1;
+            *bytes_so_far += batch.bytes.len();
+            queue.in_flight += 1;
+            by_leader.entry(leader).or_default().push(Outgoing {
+                tp: tp.clone(),
+                batch,
+            });
+            continue;
+        }
+        if queue.recovering {
+            if queue.in_flight > 0 {
+                continue;
+            }
+            queue.recovering = false;
+        }
+        if hold_new_batches {
+            continue;
+        }
+        let Some(front) = queue.open.front() else {
+            continue;
+        };
+        let due = front.created + settings.linger;
+        let ready = queue.open.len() > 1
+            || front.size_bytes >= settings.batch_size
+            || due <= now
+            || flushing;
+        if !ready {
+            next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
+            continue;
+        }
+        if *bytes_so_far > 0 && *bytes_so_far + front.size_bytes > settings.max_request_size {
+            // The request to this leader is full: next round.
+            next_deadline = Some(now);
+            continue;
+        }
+        let Some(open) = queue.open.pop_front() else {
+            continue;
+        };
+        let sequence = queue.next_sequence;
+        let count = open.waiters.len() as i32;
+        queue.next_sequence = queue.next_sequence.wrapping_add(count) & i32::MAX;
+        let builder = if settings.idempotent {
+            open.builder.producer(producer_id, producer_epoch, sequence)
+        } else {
+            open.builder
+        };
+        let bytes = match builder.build_compressed(settings.codec) {
+            Ok(bytes) => Bytes::from(bytes),
+            Err(reason) => {
+                fail_waiters(
+                    open.waiters,
+                    &Error::Protocol(format!("compressing a batch: {reason}")),
+                );
+                inner
+                    .memory
+                    .add_permits(open.size_bytes - crate::protocol::batch::BATCH_HEADER_BYTES);
+                continue;
+            }
+        };
+        *bytes_so_far += bytes.len();
+        queue.in_flight += 1;
+        rotate_sticky.push(tp.clone());
+        by_leader.entry(leader).or_default().push(Outgoing {
+            tp: tp.clone(),
+            batch: SentBatch {
+                bytes,
+                sequence,
+                created: open.created,
+                waiters: open.waiters,
+                size_bytes: open.size_bytes - crate::protocol::batch::BATCH_HEADER_BYTES,
+                attempts: 1,
+            },
+        });
+        if !queue.open.is_empty() {
+            // More to send from this partition: come back at once.
+            next_deadline = Some(now);
+        }
+    }
+    // A sent batch moves a topic's sticky partition on (KIP-480).
+    for (topic, partition) in rotate_sticky {
+        let count = metadata
+            .topics
+            .get(&topic)
+            .map_or(1, |t| t.partitions.len() as i32);
+        let State { sticky, random, .. } = &mut *state;
+        if sticky.get(&topic) == Some(&partition) && count > 1 {
+            let mut next = random.below(count);
+            if next == partition {
+                next = (next + 1) % count;
+            }
+            sticky.insert(topic, next);
+        }
+    }
+    if !stale.is_empty() {
+        state.stale_topics.extend(stale);
+        next_deadline = Some(now + settings.retry_backoff);
+    }
+    (by_leader, next_deadline)
+}
+
+fn fail_waiters(waiters: Vec<Waiter>, error: &Error) {
+    for waiter in waiters {
+        let copy = match error {
+            Error::Kafka {
+                code,
+                context,
+                message,
+            } => Error::Kafka {
+                code: *code,
+                context: context.clone(),
+                message: message.clone(),
+            },
+            Error::Timeout { what, after } => Error::Timeout {
+                what: what.clone(),
+                after: *after,
+            },
+            other => Error::Protocol(other.to_string()),
+        };
+        let _ = waiter.tx.send(Err(copy));
+    }
+}
+
+/// One Produce request to `leader` and what its answer means for each batch.
+async fn send_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>) {
+    let settings = &inner.settings;
+    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    for outgoing in &batches {
+        topics.entry(outgoing.tp.0.as_str()).or_default().push(
+            PartitionProduceData::default()
+                .with_index(outgoing.tp.1)
+                .with_records(Some(outgoing.batch.bytes.clone())),
+        );
+    }
+    let request = ProduceRequest::default()
+        .with_acks(settings.acks)
+        .with_timeout_ms(
+            i32::try_from(inner.cluster.config.request_timeout.as_millis()).unwrap_or(i32::MAX),
+        )
+        .with_topic_data(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                        .with_partition_data(partitions)
+                })
+                .collect(),
+        );
+    let result = async {
+        let connection = inner.cluster.broker(leader).await?;
+        if settings.acks == 0 {
+            connection
+                .send_without_response(&request, PRODUCE_VERSION_MAX)
+                .await?;
+            return Ok(None);
+        }
+        match connection.send_at_most(&request, PRODUCE_VERSION_MAX).await {
+            Ok(response) => Ok(Some(response)),
+            Err(error) => {
+                inner.cluster.forget(connection.addr());
+                Err(error)
+            }
+        }
+    }
+    .await;
+    let mut state = inner.lock();
+    for Outgoing { tp, batch } in batches {
+        let outcome: std::result::Result<(i64, i64), Error> = match &result {
+            Ok(None) => Ok((-1, -1)),
+            Ok(Some(response)) => partition_outcome(response, &tp),
+            Err(error) => Err(match error {
+                Error::Kafka { code, .. } => Error::Kafka {
+                    code: *code,
+                    context: format!("partition {}-{}", tp.0, tp.1),
+                    message: None,
+                },
+                other => Error::Disconnected {
+                    addr: format!("broker {leader}"),
+                    reason: other.to_string(),
+                },
+            }),
+        };
+        let Some(queue) = state.partitions.get_mut(&tp) else {
+            continue;
+        };
+        queue.in_flight = queue.in_flight.saturating_sub(1);
+        match outcome {
+            Ok((base_offset, log_append_time)) => {
+                for (i, waiter) in batch.waiters.into_iter().enumerate() {
+                    let _ = waiter.tx.send(Ok(RecordMetadata {
+                        topic: tp.0.clone(),
+                        partition: tp.1,
+                        offset: if base_offset < 0 {
+                            -1
+                        } else {
+                            base_offset + i as i64
+                        },
+                        timestamp: if log_append_time >= 0 {
+                            log_append_time
+                        } else {
+                            waiter.timestamp
+                        },
+                    }));
+                }
+                inner.memory.add_permits(batch.size_bytes);
+            }
+            Err(error) => {
+                let code = error.code();
+                let out_of_order = code == Some(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                    && (queue.recovering || !queue.retry.is_empty());
+                let retriable = error.is_retriable() || out_of_order;
+                let expired = batch.created.elapsed() >= settings.delivery_timeout;
+                if retriable && !expired && batch.attempts <= settings.retries {
+                    if matches!(
+                        code,
+                        Some(
+                            errors::NOT_LEADER_OR_FOLLOWER
+                                | errors::LEADER_NOT_AVAILABLE
+                                | errors::UNKNOWN_TOPIC_OR_PARTITION
+                                | errors::FENCED_LEADER_EPOCH
+                        )
+                    ) || code.is_none()
+                    {
+                        state.stale_topics.push(tp.0.clone());
+                    }
+                    tracing::debug!(topic = tp.0, partition = tp.1, %error, "batch will be retried");
+                    let Some(queue) = state.partitions.get_mut(&tp) else {
+                        continue;
+                    };
+                    queue.recovering = true;
+                    queue.backoff_until = Some(Instant::now() + settings.retry_backoff);
+                    queue.retry.insert(batch.sequence, batch);
+                } else {
+                    let error = if expired {
+                        Error::Timeout {
+                            what: format!(
+                                "delivery of a batch to {}-{} (delivery.timeout.ms; last error: {error})",
+                                tp.0, tp.1
+                            ),
+                            after: settings.delivery_timeout,
+                        }
+                    } else {
+                        error
+                    };
+                    fail_waiters(batch.waiters, &error);
+                    inner.memory.add_permits(batch.size_bytes);
+                    if settings.idempotent {
+                        state.needs_new_producer_id = true;
+                    }
+                }
+            }
+        }
+    }
+    drop(state);
+    inner.progress.notify_waiters();
+    inner.wake.notify_one();
+}
+
+/// A partition's answer: (base offset, log append time) or its error.
+fn partition_outcome(response: &ProduceResponse, tp: &TopicPartition) -> Result<(i64, i64)> {
+    let partition = response
+        .responses
+        .iter()
+        .filter(|t| t.name.0.as_str() == tp.0)
+        .flat_map(|t| t.partition_responses.iter())
+        .find(|p| p.index == tp.1)
+        .ok_or_else(|| {
+            Error::Protocol(format!(
+                "Produce response has no answer for {}-{}",
+                tp.0, tp.1
+            ))
+        })?;
+    if partition.error_code == errors::DUPLICATE_SEQUENCE_NUMBER {
+        // Already stored by an earlier attempt.
+        return Ok((partition.base_offset, partition.log_append_time_ms));
+    }
+    match Error::kafka(
+        partition.error_code,
+        format!("partition {}-{}", tp.0, tp.1),
+        partition.error_message.as_deref(),
+    ) {
+        Some(error) => Err(error),
+        None => Ok((partition.base_offset, partition.log_append_time_ms)),
+    }
+}
