@@ -217,30 +217,63 @@ impl Connection {
         response_header_version: i16,
         request: &Req,
     ) -> Result<Resp> {
+        self.queue_versioned(
+            api_key,
+            version,
+            request_header_version,
+            response_header_version,
+            request,
+        )
+        .await?
+        .wait()
+        .await
+    }
+
+    /// Queues `request` (at the highest version both speak, at most `max_version`) and
+    /// returns once it is queued: requests queued one after another on a connection reach
+    /// the broker in that order (as a producer's sequences must), while their responses are
+    /// awaited apart.
+    pub async fn queue<R: Request>(
+        &self,
+        request: &R,
+        max_version: i16,
+    ) -> Result<PendingResponse<R::Response>> {
+        let version = self.version_for::<R>(max_version)?;
+        self.queue_versioned(
+            R::KEY,
+            version,
+            R::header_version(version),
+            R::Response::header_version(version),
+            request,
+        )
+        .await
+    }
+
+    async fn queue_versioned<Req: Encodable, Resp: Decodable>(
+        &self,
+        api_key: i16,
+        version: i16,
+        request_header_version: i16,
+        response_header_version: i16,
+        request: &Req,
+    ) -> Result<PendingResponse<Resp>> {
         let (frame, waiter) =
             self.frame(api_key, version, request_header_version, request, true)?;
         let (correlation_id, waiter) = waiter.ok_or_else(|| self.closed_error())?;
         if self.frames.send(frame).await.is_err() {
             return Err(self.closed_error());
         }
-        let mut body = match tokio::time::timeout(self.timeout, waiter).await {
-            Ok(Ok(body)) => body?,
-            Ok(Err(_)) => return Err(self.closed_error()),
-            Err(_) => {
-                if let Ok(mut pending) = self.pending.lock() {
-                    pending.waiters.remove(&correlation_id);
-                }
-                let api = ApiKey::try_from(api_key).map_or(format!("API {api_key}"), |k| {
-                    format!("{k:?} to {}", self.addr)
-                });
-                return Err(Error::Timeout {
-                    what: api,
-                    after: self.timeout,
-                });
-            }
-        };
-        ResponseHeader::decode(&mut body, response_header_version).map_err(protocol)?;
-        Resp::decode(&mut body, version).map_err(protocol)
+        Ok(PendingResponse {
+            waiter,
+            correlation_id,
+            api_key,
+            version,
+            response_header_version,
+            addr: self.addr.clone(),
+            timeout: self.timeout,
+            pending: self.pending.clone(),
+            response: std::marker::PhantomData,
+        })
     }
 
     /// Encodes a frame; registers a waiter for its response when `answered`.
@@ -329,6 +362,52 @@ impl Connection {
                 .clone()
                 .unwrap_or_else(|| "closed".to_owned()),
         }
+    }
+}
+
+/// A queued request's response, to await.
+pub struct PendingResponse<Resp> {
+    waiter: oneshot::Receiver<Result<Bytes>>,
+    correlation_id: i32,
+    api_key: i16,
+    version: i16,
+    response_header_version: i16,
+    addr: String,
+    timeout: Duration,
+    pending: Arc<Mutex<Pending>>,
+    response: std::marker::PhantomData<fn() -> Resp>,
+}
+
+impl<Resp: Decodable> PendingResponse<Resp> {
+    /// The response, within the connection's request timeout.
+    pub async fn wait(self) -> Result<Resp> {
+        let closed = |pending: &Arc<Mutex<Pending>>, addr: &str| Error::Disconnected {
+            addr: addr.to_owned(),
+            reason: pending
+                .lock()
+                .ok()
+                .and_then(|p| p.closed.clone())
+                .unwrap_or_else(|| "closed".to_owned()),
+        };
+        let mut body = match tokio::time::timeout(self.timeout, self.waiter).await {
+            Ok(Ok(body)) => body?,
+            Ok(Err(_)) => return Err(closed(&self.pending, &self.addr)),
+            Err(_) => {
+                if let Ok(mut pending) = self.pending.lock() {
+                    pending.waiters.remove(&self.correlation_id);
+                }
+                let api = ApiKey::try_from(self.api_key)
+                    .map_or(format!("API {}", self.api_key), |k| {
+                        format!("{k:?} to {}", self.addr)
+                    });
+                return Err(Error::Timeout {
+                    what: api,
+                    after: self.timeout,
+                });
+            }
+        };
+        ResponseHeader::decode(&mut body, self.response_header_version).map_err(protocol)?;
+        Resp::decode(&mut body, self.version).map_err(protocol)
     }
 }
 

@@ -33,6 +33,7 @@ use tokio::sync::{Notify, Semaphore, oneshot};
 
 use super::cluster::Cluster;
 use super::config::{ClientConfig, CommonConfig};
+use super::connection::PendingResponse;
 use super::error::{Error, Result};
 use super::partitioner::{Random, partition_for_key};
 use crate::protocol::batch::BatchBuilder;
@@ -567,8 +568,11 @@ async fn run_sender(inner: Arc<Inner>) {
         refresh_stale_topics(&inner).await;
         let wake = inner.wake.notified();
         let (by_leader, next_deadline) = drain(&inner);
+        // Queued here, one after another, so each connection carries a partition's batches
+        // in sequence order; the answers are awaited apart.
         for (leader, batches) in by_leader {
-            tokio::spawn(send_request(inner.clone(), leader, batches));
+            let queued = queue_request(&inner, leader, &batches).await;
+            tokio::spawn(complete_request(inner.clone(), leader, batches, queued));
         }
         match next_deadline {
             Some(deadline) => {
@@ -806,11 +810,14 @@ fn fail_waiters(waiters: Vec<Waiter>, error: &Error) {
     }
 }
 
-/// One Produce request to `leader` and what its answer means for each batch.
-async fn send_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>) {
+/// A request queued on its leader's connection: its answer to come (`None` with acks=0).
+type Queued = Result<Option<(PendingResponse<ProduceResponse>, String)>>;
+
+/// Queues one Produce request for `batches` on the connection to `leader`.
+async fn queue_request(inner: &Arc<Inner>, leader: i32, batches: &[Outgoing]) -> Queued {
     let settings = &inner.settings;
     let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
-    for outgoing in &batches {
+    for outgoing in batches {
         topics.entry(outgoing.tp.0.as_str()).or_default().push(
             PartitionProduceData::default()
                 .with_index(outgoing.tp.1)
@@ -818,6 +825,7 @@ async fn send_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>) {
         );
     }
     let request = ProduceRequest::default()
+        .with_transactional_id(None)
         .with_acks(settings.acks)
         .with_timeout_ms(
             i32::try_from(inner.cluster.config.request_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -832,23 +840,36 @@ async fn send_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>) {
                 })
                 .collect(),
         );
-    let result = async {
-        let connection = inner.cluster.broker(leader).await?;
-        if settings.acks == 0 {
-            connection
-                .send_without_response(&request, PRODUCE_VERSION_MAX)
-                .await?;
-            return Ok(None);
-        }
-        match connection.send_at_most(&request, PRODUCE_VERSION_MAX).await {
-            Ok(response) => Ok(Some(response)),
-            Err(error) => {
-                inner.cluster.forget(connection.addr());
-                Err(error)
-            }
+    let connection = inner.cluster.broker(leader).await?;
+    if settings.acks == 0 {
+        connection
+            .send_without_response(&request, PRODUCE_VERSION_MAX)
+            .await?;
+        return Ok(None);
+    }
+    match connection.queue(&request, PRODUCE_VERSION_MAX).await {
+        Ok(pending) => Ok(Some((pending, connection.addr().to_owned()))),
+        Err(error) => {
+            inner.cluster.forget(connection.addr());
+            Err(error)
         }
     }
-    .await;
+}
+
+/// Waits for a Produce request's answer and settles each of its batches.
+async fn complete_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>, queued: Queued) {
+    let settings = &inner.settings;
+    let result = match queued {
+        Ok(Some((pending, addr))) => match pending.wait().await {
+            Ok(response) => Ok(Some(response)),
+            Err(error) => {
+                inner.cluster.forget(&addr);
+                Err(error)
+            }
+        },
+        Ok(None) => Ok(None),
+        Err(error) => Err(error),
+    };
     let mut state = inner.lock();
     for Outgoing { tp, batch } in batches {
         let outcome: std::result::Result<(i64, i64), Error> = match &result {

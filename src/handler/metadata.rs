@@ -174,5 +174,7 @@ fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> MetadataResponse
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(topic.name.clone()))))
         .with_topic_id(kafka_uuid(topic.id))
+        // As Kafka: the group coordinator's topic is internal (tools hide it by default).
+        .with_is_internal(topic.name == crate::group::OFFSETS_TOPIC)
         .with_partitions(partitions)
 }
