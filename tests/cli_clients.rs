@@ -255,3 +255,99 @@ fn topics_and_configs_commands_do_what_they_say_and_name_kafka_errors() {
     let text = ok(&node, &["cluster", "status"]);
     assert!(text.contains("unfenced"), "{text}");
 }
+
+#[test]
+fn produce_writes_stdin_lines_that_kcat_reads_back() {
+    use std::io::Write;
+    use std::process::Stdio;
+
+    let node = SingleNode::start(&["auto.create.topics.enable=false"]);
+    let bootstrap = node.bootstrap();
+    ok(&node, &["topics", "create", "lines", "--partitions", "3"]);
+    let produce = |args: &[&str], input: &str| {
+        let mut all = vec!["produce"];
+        all.extend_from_slice(args);
+        all.extend(["--bootstrap-server", bootstrap.as_str()]);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(&all)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run sluice produce");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("wait")
+    };
+    let input: String = (0..30).map(|i| format!("key-{i}:value {i}\n")).collect();
+    let out = produce(
+        &[
+            "lines",
+            "--key-separator",
+            ":",
+            "--header",
+            "source=cli",
+            "--acks",
+            "all",
+            "--compression",
+            "lz4",
+        ],
+        &input,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "30 records written to lines"
+    );
+    let out = produce(&["lines", "--partition", "2", "--acks", "1"], "no key\n");
+    assert!(out.status.success(), "{out:?}");
+
+    let read = Command::new("kcat")
+        .args(["-b", &bootstrap, "-C", "-t", "lines", "-e", "-q"])
+        .args(["-f", "%p|%k|%s|%h\n"])
+        .output()
+        .expect("kcat (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&read.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 31, "{text}");
+    for i in 0..30 {
+        let partition = sluice::client::partition_for_key(format!("key-{i}").as_bytes(), 3);
+        let expected = format!("{partition}|key-{i}|value {i}|source=cli");
+        assert!(lines.contains(&expected.as_str()), "{expected} in {text}");
+    }
+    assert!(lines.contains(&"2||no key|"), "{text}");
+
+    // Errors: Kafka's names, one line, a meaningful exit code.
+    let out = produce(&["nope"], "x\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.starts_with("error: UNKNOWN_TOPIC_OR_PARTITION: topic nope"),
+        "{err}"
+    );
+    let out = produce(&["lines", "--partition", "7"], "x\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "error: UNKNOWN_TOPIC_OR_PARTITION: partition lines-7: the topic has 3 partitions"
+        ),
+        "{err}"
+    );
+    let out = produce(&["lines", "--acks", "2"], "x\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        "error: configuration acks: \"2\" is not one of all, -1, 0, 1"
+    );
+    let big = "x".repeat(2 << 20);
+    let out = produce(&["lines"], &format!("{big}\n"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: MESSAGE_TOO_LARGE: topic lines"),
+        "{err}"
+    );
+}

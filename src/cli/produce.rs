@@ -48,7 +48,7 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
     block_on(async move {
         let producer = Producer::new(config)?;
         // Fail before reading input when the topic cannot be written.
-        producer.partition_count(&args.topic).await?;
+        producer.existing_partition_count(&args.topic).await?;
         let stdin = std::io::stdin();
         let mut deliveries = Vec::new();
         let mut sent = 0u64;

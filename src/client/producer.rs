@@ -489,6 +489,17 @@ impl Producer {
     /// The number of partitions of `topic`, from metadata (fetched, asking the broker to
     /// create the topic when it allows, for at most `max.block.ms`).
     pub async fn partition_count(&self, topic: &str) -> Result<i32> {
+        self.partition_count_waiting(topic, true).await
+    }
+
+    /// [`Producer::partition_count`], but failing at once when the cluster says the topic
+    /// does not exist and will not be created (UNKNOWN_TOPIC_OR_PARTITION after asking for
+    /// it), instead of waiting `max.block.ms` for someone to create it: for tools.
+    pub async fn existing_partition_count(&self, topic: &str) -> Result<i32> {
+        self.partition_count_waiting(topic, false).await
+    }
+
+    async fn partition_count_waiting(&self, topic: &str, wait_for_creation: bool) -> Result<i32> {
         let inner = &self.inner;
         let known = |metadata: &super::ClusterMetadata| {
             metadata
@@ -512,17 +523,20 @@ impl Producer {
                 Err(error) if Instant::now() >= deadline => return Err(error),
                 Err(_) => None,
             };
-            if Instant::now() >= deadline {
+            let absent = last == Some(errors::UNKNOWN_TOPIC_OR_PARTITION);
+            if Instant::now() >= deadline || (absent && !wait_for_creation) {
                 let code = last
                     .filter(|&c| c != errors::NONE)
                     .unwrap_or(errors::UNKNOWN_TOPIC_OR_PARTITION);
                 return Err(Error::Kafka {
                     code,
                     context: format!("topic {topic}"),
-                    message: Some(format!(
-                        "not present in metadata after {} ms (max.block.ms)",
-                        inner.settings.max_block.as_millis()
-                    )),
+                    message: (!absent || wait_for_creation).then(|| {
+                        format!(
+                            "not present in metadata after {} ms (max.block.ms)",
+                            inner.settings.max_block.as_millis()
+                        )
+                    }),
                 });
             }
             tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(10))).await;
