@@ -351,3 +351,43 @@ fn produce_writes_stdin_lines_that_kcat_reads_back() {
         "{err}"
     );
 }
+
+#[test]
+fn a_second_server_on_a_locked_data_dir_says_so_once() {
+    let node = SingleNode::start(&[]);
+    let (kafka, quorum, http) = (
+        support::free_port(),
+        support::free_port(),
+        support::free_port(),
+    );
+    // The same cluster (as a second start with the same config would be), other ports.
+    let meta = std::fs::read_to_string(node.data_dir().join("meta.properties")).expect("meta");
+    let cluster_id = meta
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster.id="))
+        .expect("cluster.id");
+    let output = sluice(&[
+        "server",
+        "--override",
+        &format!("cluster.id={cluster_id}"),
+        "--override",
+        &format!("listeners=PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"),
+        "--override",
+        &format!("http.listener=127.0.0.1:{http}"),
+        "--override",
+        &format!("log.dirs={}", node.data_dir().display()),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains(&format!(
+            "log.dirs entry {} cannot be used: another process holds its lock",
+            node.data_dir().display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("holds its lock").count(), 1, "{stderr}");
+    assert!(!stderr.contains("corrupt"), "{stderr}");
+}

@@ -56,6 +56,11 @@ pub enum LogError {
     #[error("log {0} is offline after an I/O error")]
     Offline(String),
 
+    /// A `log.dirs` entry this broker cannot use: locked by another process, or not
+    /// creatable or writable.
+    #[error("log.dirs entry {dir} cannot be used: {reason}")]
+    LogDirUnusable { dir: PathBuf, reason: String },
+
     /// Files on disk that cannot be what this engine wrote, found while loading.
     #[error("corrupt log file {path}: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
@@ -78,9 +83,10 @@ impl LogError {
             LogError::OffsetsOutOfOrder(_) => code::CORRUPT_MESSAGE,
             LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
             LogError::InvalidArgument(_) => code::INVALID_REQUEST,
-            LogError::Io { .. } | LogError::Offline(_) | LogError::CorruptFile { .. } => {
-                code::KAFKA_STORAGE_ERROR
-            }
+            LogError::Io { .. }
+            | LogError::Offline(_)
+            | LogError::CorruptFile { .. }
+            | LogError::LogDirUnusable { .. } => code::KAFKA_STORAGE_ERROR,
         }
     }
 

@@ -117,22 +117,41 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn lock_dir(dir: &Path) -> Result<File> {
+    let unusable = |reason: String| LogError::LogDirUnusable {
+        dir: dir.to_owned(),
+        reason,
+    };
     let path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| LogError::io(&path, e))?;
+        .map_err(|e| {
+            unusable(format!(
+                "creating its lock file {LOCK_FILE}: {}; is the directory writable by this user?",
+                io_reason(&e)
+            ))
+        })?;
     // SAFETY: flock on a descriptor we own; no memory is involved.
     let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if locked != 0 {
-        return Err(LogError::CorruptFile {
-            path,
-            reason: "the log dir is locked by another process (is another sluice using it?)".into(),
-        });
+        return Err(unusable(
+            "another process holds its lock (is another sluice running on it?); stop that \
+             process or point log.dirs at another directory"
+                .into(),
+        ));
     }
     Ok(file)
+}
+
+/// An I/O error's text without the OS error number.
+fn io_reason(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
 }
 
 impl LogManager {
@@ -146,7 +165,10 @@ impl LogManager {
         let mut logs = BTreeMap::new();
         let mut cleaner_offsets = BTreeMap::new();
         for (dir_index, dir) in config.log_dirs.iter().enumerate() {
-            fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| LogError::LogDirUnusable {
+                dir: dir.clone(),
+                reason: format!("creating it: {}", io_reason(&e)),
+            })?;
             locks.push(lock_dir(dir)?);
             let recovery_points = checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?;
             let log_starts = checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
