@@ -391,3 +391,51 @@ fn a_second_server_on_a_locked_data_dir_says_so_once() {
     assert_eq!(stderr.matches("holds its lock").count(), 1, "{stderr}");
     assert!(!stderr.contains("corrupt"), "{stderr}");
 }
+
+#[test]
+fn perf_creates_the_partitions_it_asks_for_and_names_errors() {
+    let node = SingleNode::start(&[]);
+    let out = ok(
+        &node,
+        &[
+            "perf",
+            "produce",
+            "--topic",
+            "bench",
+            "--partitions",
+            "2",
+            "--seconds",
+            "0.5",
+        ],
+    );
+    assert!(out.contains("produce_request_p99_ms"), "{out}");
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &node,
+        &["topics", "describe", "bench", "--output", "json"],
+    ))
+    .expect("json");
+    assert_eq!(json[0]["partitions"].as_array().map(Vec::len), Some(2));
+    let err = fails(
+        &node,
+        &[
+            "perf",
+            "produce",
+            "--topic",
+            "bench",
+            "--partitions",
+            "4",
+            "--seconds",
+            "0.5",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("topic bench has 2 partitions and --partitions asks for 4"),
+        "{err}"
+    );
+    let err = fails(&node, &["perf", "consume", "--topic", "nosuch"], 4);
+    assert!(
+        err.starts_with("error: UNKNOWN_TOPIC_OR_PARTITION: partition nosuch-0"),
+        "{err}"
+    );
+}

@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use sluice::client::Connection;
+use sluice::client::{Admin, ClientConfig, Connection, Error, NewTopic};
 use sluice::log::batch::{BatchBuilder, BatchIter};
 use sluice::protocol::errors;
 
@@ -149,7 +149,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
                     for topic in &response.responses {
                         for p in &topic.partition_responses {
                             if p.error_code != 0 {
-                                bail!("partition {}: {}", p.index, errors::name(p.error_code));
+                                return Err(partition_error(&topic.name.0, p.index, p.error_code));
                             }
                         }
                     }
@@ -181,39 +181,71 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Each partition's leader address, from a Metadata request to `bootstrap`.
+/// Each partition's leader address. A topic that does not exist is created with
+/// `partitions` partitions (the cluster's default replication factor); one with fewer
+/// partitions than asked is refused, saying how to get more.
 async fn partition_leaders(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<BTreeMap<i32, String>> {
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    let connection = Connection::connect(bootstrap, Duration::from_secs(30)).await?;
-    let request = MetadataRequest::default().with_topics(Some(vec![
-        MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
-    ]));
-    let response: MetadataResponse = connection.call(ApiKey::Metadata, 12, &request).await?;
-    let brokers: BTreeMap<i32, String> = response
-        .brokers
-        .iter()
-        .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
-        .collect();
-    let mut leaders = BTreeMap::new();
-    for t in &response.topics {
-        for p in &t.partitions {
-            if let Some(addr) = brokers.get(&p.leader_id.0) {
-                leaders.insert(p.partition_index, addr.clone());
-            }
+    let admin = Admin::new(ClientConfig::new(bootstrap).set("client.id", "sluice-perf"))?;
+    let topics = [topic.to_owned()];
+    let metadata = admin.metadata(Some(&topics)).await?;
+    let exists = metadata
+        .topics
+        .get(topic)
+        .is_some_and(|t| t.error_code != errors::UNKNOWN_TOPIC_OR_PARTITION);
+    if !exists {
+        match admin
+            .create_topics(&[NewTopic::new(topic, partitions.max(1), -1)], false)
+            .await
+        {
+            Err(e) if e.code() == Some(errors::TOPIC_ALREADY_EXISTS) => {}
+            other => other?,
         }
     }
-    if leaders.len() < partitions.max(0) as usize {
-        bail!(
-            "{topic}: {} of {partitions} partitions have a known leader",
-            leaders.len()
-        );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metadata = admin.metadata(Some(&topics)).await?;
+        let count = metadata.topics.get(topic).map_or(0, |t| t.partitions.len());
+        if count > 0 && (count as i32) < partitions {
+            bail!(
+                "topic {topic} has {count} partitions and --partitions asks for {partitions}: \
+                 use --partitions {count}, or add partitions with \
+                 `sluice topics alter {topic} --partitions {partitions}`"
+            );
+        }
+        let mut leaders = BTreeMap::new();
+        for p in metadata
+            .topics
+            .get(topic)
+            .map_or(&[][..], |t| &t.partitions)
+        {
+            if let Some(broker) = metadata.brokers.get(&p.leader) {
+                leaders.insert(p.partition, broker.address());
+            }
+        }
+        if count > 0 && leaders.len() >= partitions.max(0) as usize {
+            return Ok(leaders);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "topic {topic}: {} of {partitions} partitions have a leader after 30 s; \
+                 `sluice topics describe {topic}` shows which",
+                leaders.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(leaders)
+}
+
+/// A partition's error as the SDK names it (Kafka's name, what to do).
+fn partition_error(topic: &str, partition: i32, code: i16) -> anyhow::Error {
+    match Error::kafka(code, format!("partition {topic}-{partition}"), None) {
+        Some(error) => error.into(),
+        None => anyhow::anyhow!("partition {topic}-{partition}: no error"),
+    }
 }
 
 pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
@@ -253,11 +285,11 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
             for topic in &response.responses {
                 for p in &topic.partitions {
                     if p.error_code != 0 {
-                        bail!(
-                            "partition {}: {}",
+                        return Err(partition_error(
+                            &args.topic,
                             p.partition_index,
-                            errors::name(p.error_code)
-                        );
+                            p.error_code,
+                        ));
                     }
                     let index = p.partition_index as usize;
                     ends[index] = p.high_watermark;
@@ -404,11 +436,7 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
                         connection.call(ApiKey::Fetch, 12, &request).await?;
                     for p in response.responses.iter().flat_map(|t| &t.partitions) {
                         if p.error_code != 0 {
-                            bail!(
-                                "partition {}: {}",
-                                p.partition_index,
-                                errors::name(p.error_code)
-                            );
+                            return Err(partition_error(&topic, p.partition_index, p.error_code));
                         }
                     }
                     fetches.fetch_add(1, Ordering::Relaxed);
@@ -452,7 +480,7 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
                 .flat_map(|t| &t.partition_responses)
             {
                 if p.error_code != 0 {
-                    bail!("partition {}: {}", p.index, errors::name(p.error_code));
+                    return Err(partition_error(&args.topic, p.index, p.error_code));
                 }
             }
         }
