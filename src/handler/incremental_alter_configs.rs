@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+use sluice_raft::image::MetadataImage;
 use sluice_raft::records::ConfigResource;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
@@ -33,16 +34,7 @@ pub async fn handle(
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        let target = match resource.resource_type {
-            RESOURCE_TOPIC => Ok(ConfigResource::Topic(name.clone())),
-            RESOURCE_BROKER if name.is_empty() => Ok(ConfigResource::Broker(None)),
-            RESOURCE_BROKER => name
-                .parse()
-                .map(|id| ConfigResource::Broker(Some(id)))
-                .map_err(|_| format!("'{name}' is not a broker id")),
-            other => Err(format!("resource type {other} is not supported")),
-        };
-        let target = match target {
+        let target = match config_resource(resource.resource_type, &name) {
             Ok(target) => target,
             Err(message) => {
                 responses.push(
@@ -107,37 +99,7 @@ pub async fn handle(
             );
             continue;
         }
-        let outcome = if request.validate_only {
-            crate::controller::alter_configs(&image, &target, &changes)
-                .map(|_| ())
-                .map_err(|e| (e.kafka_error_code(), e.to_string()))
-        } else {
-            let wanted = changes.clone();
-            let resource = target.clone();
-            match broker
-                .call_controller(
-                    ControllerRequest::AlterConfigs {
-                        resource: target,
-                        changes,
-                    },
-                    ALTER_WAIT,
-                )
-                .await
-            {
-                Ok(_) => {
-                    broker
-                        .wait_for_image(ALTER_WAIT, |image| {
-                            let now = image.configs.get(&resource);
-                            wanted
-                                .iter()
-                                .all(|(k, v)| now.and_then(|c| c.get(k)) == v.as_ref())
-                        })
-                        .await;
-                    Ok(())
-                }
-                Err(error) => Err(error),
-            }
-        };
+        let outcome = apply(broker, &image, target, changes, request.validate_only).await;
         responses.push(match outcome {
             Ok(()) => response,
             Err((code, message)) => response
@@ -146,4 +108,54 @@ pub async fn handle(
         });
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The config resource a request names: a topic, a broker by id, or (empty name) every
+/// broker's cluster-wide default.
+pub(super) fn config_resource(resource_type: i8, name: &str) -> Result<ConfigResource, String> {
+    match resource_type {
+        RESOURCE_TOPIC => Ok(ConfigResource::Topic(name.to_owned())),
+        RESOURCE_BROKER if name.is_empty() => Ok(ConfigResource::Broker(None)),
+        RESOURCE_BROKER => name
+            .parse()
+            .map(|id| ConfigResource::Broker(Some(id)))
+            .map_err(|_| format!("'{name}' is not a broker id")),
+        other => Err(format!("resource type {other} is not supported")),
+    }
+}
+
+/// Validates `changes` (a value to set, or `None` to return a key to its default) and, unless
+/// `validate_only`, has the controller commit them and waits until this node applied them.
+pub(super) async fn apply(
+    broker: &Broker,
+    image: &MetadataImage,
+    target: ConfigResource,
+    changes: Vec<(String, Option<String>)>,
+    validate_only: bool,
+) -> Result<(), (i16, String)> {
+    if validate_only {
+        return crate::controller::alter_configs(image, &target, &changes)
+            .map(|_| ())
+            .map_err(|e| (e.kafka_error_code(), e.to_string()));
+    }
+    let wanted = changes.clone();
+    let resource = target.clone();
+    broker
+        .call_controller(
+            ControllerRequest::AlterConfigs {
+                resource: target,
+                changes,
+            },
+            ALTER_WAIT,
+        )
+        .await?;
+    broker
+        .wait_for_image(ALTER_WAIT, |image| {
+            let now = image.configs.get(&resource);
+            wanted
+                .iter()
+                .all(|(k, v)| now.and_then(|c| c.get(k)) == v.as_ref())
+        })
+        .await;
+    Ok(())
 }

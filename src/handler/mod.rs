@@ -8,6 +8,7 @@
 //!
 //! Adding an API: a file here with `VERSIONS` and `handle`, and one line in `apis!`.
 
+mod alter_configs;
 mod api_versions;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
@@ -132,6 +133,8 @@ apis! {
     CreatePartitions create_partitions::VERSIONS, meta => |b, c, r| message(
         ResponseKind::CreatePartitions(create_partitions::handle(b, c, r).await),
     );
+    AlterConfigs alter_configs::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::AlterConfigs(alter_configs::handle(b, c, r).await));
     IncrementalAlterConfigs incremental_alter_configs::VERSIONS, meta => |b, c, r| message(
         ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(b, c, r).await),
     );

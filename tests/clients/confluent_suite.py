@@ -129,6 +129,25 @@ def case_admin():
     except KafkaException as e:
         check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"invalid value gave {e.args[0]}")
 
+    # The legacy AlterConfigs (alter_configs): the given set replaces the topic's configs;
+    # the same validation as IncrementalAlterConfigs.
+    legacy = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic",
+                            set_config={"retention.ms": "3600000"})
+    client.alter_configs([legacy])[legacy].result(timeout=10)
+    configs = client.describe_configs([resource])[resource].result(timeout=10)
+    check(configs["retention.ms"].value == "3600000", f"legacy retention.ms {configs['retention.ms'].value}")
+    check(configs["segment.bytes"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+          "legacy alter_configs returned segment.bytes to its default")
+    check(configs["cleanup.policy"].value == "delete", f"legacy cleanup.policy {configs['cleanup.policy'].value}")
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "admin-topic", set_config={"segment.bytes": "nope"})
+    try:
+        client.alter_configs([bad])[bad].result(timeout=10)
+        raise AssertionError("legacy alter_configs accepted an invalid value")
+    except KafkaException as e:
+        check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"legacy invalid value gave {e.args[0]}")
+    check(client.describe_configs([resource])[resource].result(timeout=10)["retention.ms"].value == "3600000",
+          "a refused legacy alter_configs changed nothing")
+
     # Broker configs, and a dynamic per-broker default for topics.
     broker = ConfigResource(ConfigResource.Type.BROKER, "1")
     configs = client.describe_configs([broker])[broker].result(timeout=10)
