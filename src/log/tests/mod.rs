@@ -879,7 +879,10 @@ fn log_manager_checkpoints_locks_and_restarts_cleanly() {
     };
     let manager = LogManager::open(config.clone(), clock.clone()).unwrap();
     let error = LogManager::open(config.clone(), clock.clone()).unwrap_err();
-    assert!(error.to_string().contains("another process holds its lock"), "{error}");
+    assert!(
+        error.to_string().contains("another process holds its lock"),
+        "{error}"
+    );
     let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("orders", p)).collect();
     for tp in &tps {
         let log = manager.get_or_create(tp, small_config()).unwrap();
