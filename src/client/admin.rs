@@ -34,14 +34,18 @@ use crate::protocol::errors;
 
 /// Kafka's config resource types.
 pub const RESOURCE_TOPIC: i8 = 2;
+/// Kafka's config resource type of a broker (by node id; empty name: the cluster default).
 pub const RESOURCE_BROKER: i8 = 4;
 
 /// A topic to create. `-1` partitions or replication factor take the broker's defaults
 /// (`num.partitions`, `default.replication.factor`).
 #[derive(Debug, Clone)]
 pub struct NewTopic {
+    /// The topic's name.
     pub name: String,
+    /// Partitions to create (-1: the broker's `num.partitions`).
     pub num_partitions: i32,
+    /// Replicas per partition (-1: `default.replication.factor`).
     pub replication_factor: i16,
     /// Topic configs (`cleanup.policy`, `retention.ms`, ...).
     pub configs: BTreeMap<String, String>,
@@ -50,6 +54,7 @@ pub struct NewTopic {
 }
 
 impl NewTopic {
+    /// A topic with `num_partitions` partitions of `replication_factor` replicas.
     pub fn new(name: &str, num_partitions: i32, replication_factor: i16) -> Self {
         NewTopic {
             name: name.to_owned(),
@@ -70,9 +75,13 @@ impl NewTopic {
 /// A topic with its partitions, as `describe_topics` gives it.
 #[derive(Debug, Clone)]
 pub struct TopicDescription {
+    /// The topic's name.
     pub name: String,
+    /// The topic's id (16 bytes).
     pub topic_id: [u8; 16],
+    /// Whether it is an internal topic (`__consumer_offsets`).
     pub is_internal: bool,
+    /// Its partitions, by index.
     pub partitions: Vec<PartitionMetadata>,
     /// Configs set on the topic itself (not defaults), by name.
     pub configs: BTreeMap<String, String>,
@@ -81,19 +90,24 @@ pub struct TopicDescription {
 /// One config as DescribeConfigs gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigEntry {
+    /// The config key.
     pub name: String,
     /// `None` for sensitive values and unset keys.
     pub value: Option<String>,
     /// Kafka's config source: 1 topic, 2 dynamic broker, 4 static broker, 5 default, ...
     pub source: i8,
+    /// Whether the value is the default.
     pub is_default: bool,
+    /// Whether the key cannot be changed while running.
     pub read_only: bool,
+    /// Whether the value is secret (and not shown).
     pub is_sensitive: bool,
 }
 
 /// How `alter_configs` changes a key (Kafka's IncrementalAlterConfigs operations).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlterConfigOp {
+    /// Sets the value.
     Set(String),
     /// Back to the default.
     Delete,
@@ -106,7 +120,9 @@ pub enum AlterConfigOp {
 /// The cluster as DescribeCluster gives it.
 #[derive(Debug, Clone)]
 pub struct ClusterDescription {
+    /// The cluster's id.
     pub cluster_id: String,
+    /// The active controller's node id.
     pub controller_id: i32,
     /// Brokers with whether each is fenced.
     pub brokers: Vec<(BrokerInfo, bool)>,

@@ -16,13 +16,18 @@ use super::error::{Error, Result};
 /// A broker as Metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
+    /// The broker's node id.
     pub node_id: i32,
+    /// Its advertised host.
     pub host: String,
+    /// Its advertised port.
     pub port: i32,
+    /// Its rack, when configured.
     pub rack: Option<String>,
 }
 
 impl BrokerInfo {
+    /// `host:port`.
     pub fn address(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }
@@ -31,34 +36,47 @@ impl BrokerInfo {
 /// One partition as Metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionMetadata {
+    /// The partition's index.
     pub partition: i32,
     /// Kafka's error code for this partition (LEADER_NOT_AVAILABLE while it has none).
     pub error_code: i16,
     /// The leader's node id, or -1.
     pub leader: i32,
+    /// The leader's epoch.
     pub leader_epoch: i32,
+    /// All replicas, the preferred leader first.
     pub replicas: Vec<i32>,
+    /// The in-sync replicas.
     pub isr: Vec<i32>,
+    /// Replicas whose log dir is offline.
     pub offline_replicas: Vec<i32>,
 }
 
 /// One topic as Metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
+    /// The topic's name.
     pub name: String,
     /// Kafka's error code for the topic (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
     pub error_code: i16,
+    /// The topic's id (16 bytes).
     pub topic_id: [u8; 16],
+    /// Whether it is an internal topic (`__consumer_offsets`).
     pub is_internal: bool,
+    /// Its partitions, by index.
     pub partitions: Vec<PartitionMetadata>,
 }
 
 /// The brokers and topics a client knows of.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterMetadata {
+    /// The cluster's id.
     pub cluster_id: Option<String>,
+    /// The controller node id Metadata names.
     pub controller_id: i32,
+    /// Brokers by node id.
     pub brokers: BTreeMap<i32, BrokerInfo>,
+    /// Topics by name.
     pub topics: BTreeMap<String, TopicMetadata>,
 }
 

@@ -6,41 +6,72 @@ use std::time::Duration;
 use crate::protocol::errors;
 
 #[derive(Debug, thiserror::Error)]
+/// Every failure of the SDK.
 pub enum Error {
     /// A client configuration value is missing or invalid.
     #[error("configuration {key}: {reason}")]
-    Config { key: String, reason: String },
+    Config {
+        /// The config key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// No connection could be made to an address.
     #[error("cannot connect to {addr}: {reason}; is a broker listening there?")]
-    Connect { addr: String, reason: String },
+    Connect {
+        /// The `host:port` tried.
+        addr: String,
+        /// Why it failed.
+        reason: String,
+    },
 
     /// None of the bootstrap servers (or known brokers) answered.
     #[error("no broker reachable (tried {tried}): {last}")]
-    NoBrokerReachable { tried: String, last: Box<Error> },
+    NoBrokerReachable {
+        /// The addresses tried, comma-separated.
+        tried: String,
+        /// The last failure.
+        last: Box<Error>,
+    },
 
     /// The connection failed after it was made.
     #[error("connection to {addr} lost: {reason}")]
-    Disconnected { addr: String, reason: String },
+    Disconnected {
+        /// The broker's `host:port`.
+        addr: String,
+        /// Why the connection ended.
+        reason: String,
+    },
 
     /// A request got no answer in time.
     #[error("{what}: no answer within {after:?}")]
-    Timeout { what: String, after: Duration },
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
 
     /// The broker does not serve an API (or any version this client speaks).
     #[error(
         "{api} is not supported by broker {addr} (versions {broker_versions}, this client speaks {client_versions})"
     )]
     UnsupportedVersion {
+        /// The API asked for.
         api: String,
+        /// The broker's `host:port`.
         addr: String,
+        /// The versions the broker serves.
         broker_versions: String,
+        /// The versions this client speaks.
         client_versions: String,
     },
 
     /// The broker answered with a Kafka error code.
     #[error("{}", kafka_message(*code, context, message.as_deref()))]
     Kafka {
+        /// Kafka's error code.
         code: i16,
         /// What was asked: "topic orders", "partition orders-3", "group g1".
         context: String,
@@ -58,6 +89,7 @@ pub enum Error {
     Closed,
 }
 
+/// A result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

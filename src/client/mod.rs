@@ -16,6 +16,8 @@
 //!
 //! The runnable examples are in `examples/`.
 
+#![warn(missing_docs)]
+
 mod admin;
 mod cluster;
 mod config;

@@ -48,11 +48,15 @@ const RECORD_OVERHEAD_BYTES: usize = 24;
 /// A record to send.
 #[derive(Debug, Clone, Default)]
 pub struct ProducerRecord {
+    /// The topic to write to.
     pub topic: String,
     /// An explicit partition; otherwise the key's hash or a sticky partition.
     pub partition: Option<i32>,
+    /// The key (hashed to pick the partition).
     pub key: Option<Bytes>,
+    /// The value.
     pub value: Option<Bytes>,
+    /// Headers: key and optional value.
     pub headers: Vec<(String, Option<Bytes>)>,
     /// Milliseconds since the epoch; now when unset.
     pub timestamp: Option<i64>,
@@ -68,21 +72,25 @@ impl ProducerRecord {
         }
     }
 
+    /// Sets the key.
     pub fn key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self
     }
 
+    /// Sends to this partition.
     pub fn partition(mut self, partition: i32) -> Self {
         self.partition = Some(partition);
         self
     }
 
+    /// Adds a header.
     pub fn header(mut self, key: &str, value: impl Into<Bytes>) -> Self {
         self.headers.push((key.to_owned(), Some(value.into())));
         self
     }
 
+    /// Sets the timestamp (milliseconds since the epoch).
     pub fn timestamp(mut self, timestamp_ms: i64) -> Self {
         self.timestamp = Some(timestamp_ms);
         self
@@ -103,7 +111,9 @@ impl ProducerRecord {
 /// Where an acknowledged record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// The record's topic.
     pub topic: String,
+    /// The partition it was stored in.
     pub partition: i32,
     /// -1 with acks=0 (the broker does not answer).
     pub offset: i64,
