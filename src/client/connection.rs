@@ -23,7 +23,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::error::{Error, Result};
+use super::error::{Error, Result, io_reason};
 use crate::protocol::errors;
 
 /// The largest response this client accepts.
@@ -147,15 +147,7 @@ impl Connection {
         request: &R,
         max_version: i16,
     ) -> Result<R::Response> {
-        let version = self.version_for::<R>(max_version)?;
-        self.call_versioned::<R, R::Response>(
-            R::KEY,
-            version,
-            R::header_version(version),
-            R::Response::header_version(version),
-            request,
-        )
-        .await
+        self.queue(request, max_version).await?.wait().await
     }
 
     /// Sends `request` and waits only until it is written: for requests the broker does not
@@ -199,29 +191,11 @@ impl Connection {
         version: i16,
         request: &Req,
     ) -> Result<Resp> {
-        self.call_versioned(
+        self.queue_versioned(
             api_key as i16,
             version,
             api_key.request_header_version(version),
             api_key.response_header_version(version),
-            request,
-        )
-        .await
-    }
-
-    async fn call_versioned<Req: Encodable, Resp: Decodable>(
-        &self,
-        api_key: i16,
-        version: i16,
-        request_header_version: i16,
-        response_header_version: i16,
-        request: &Req,
-    ) -> Result<Resp> {
-        self.queue_versioned(
-            api_key,
-            version,
-            request_header_version,
-            response_header_version,
             request,
         )
         .await?
@@ -413,15 +387,6 @@ impl<Resp: Decodable> PendingResponse<Resp> {
 
 fn protocol(e: impl std::fmt::Display) -> Error {
     Error::Protocol(e.to_string())
-}
-
-/// An I/O error's text without the OS error number repeated.
-fn io_reason(error: &std::io::Error) -> String {
-    let text = error.to_string();
-    match text.find(" (os error") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
 }
 
 fn fail_all(pending: &Mutex<Pending>, reason: String) {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::protocol::errors;
 
-#[derive(Debug, thiserror::Error)]
 /// Every failure of the SDK.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A client configuration value is missing or invalid.
     #[error("configuration {key}: {reason}")]
@@ -91,6 +91,15 @@ pub enum Error {
 
 /// A result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An I/O error's text without the OS error number, for messages that state a cause once.
+pub fn io_reason(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
 
 impl Error {
     /// A Kafka error code with what it was about; `None` for code 0.

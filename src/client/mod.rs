@@ -33,6 +33,6 @@ pub use admin::{
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
-pub use error::{Error, Result, is_retriable_code};
+pub use error::{Error, Result, io_reason, is_retriable_code};
 pub use partitioner::{murmur2, partition_for_key};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

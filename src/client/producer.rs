@@ -596,7 +596,7 @@ async fn run_sender(inner: Arc<Inner>) {
         // in sequence order; the answers are awaited apart.
         for (leader, batches) in by_leader {
             let queued = queue_request(&inner, leader, &batches).await;
-            tokio::spawn(complete_request(inner.clone(), leader, batches, queued));
+            tokio::spawn(complete_request(inner.clone(), batches, queued));
         }
         match next_deadline {
             Some(deadline) => {
@@ -814,23 +814,7 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
 
 fn fail_waiters(waiters: Vec<Waiter>, error: &Error) {
     for waiter in waiters {
-        let copy = match error {
-            Error::Kafka {
-                code,
-                context,
-                message,
-            } => Error::Kafka {
-                code: *code,
-                context: context.clone(),
-                message: message.clone(),
-            },
-            Error::Timeout { what, after } => Error::Timeout {
-                what: what.clone(),
-                after: *after,
-            },
-            other => Error::Protocol(other.to_string()),
-        };
-        let _ = waiter.tx.send(Err(copy));
+        let _ = waiter.tx.send(Err(error.clone()));
     }
 }
 
@@ -881,7 +865,7 @@ async fn queue_request(inner: &Arc<Inner>, leader: i32, batches: &[Outgoing]) ->
 }
 
 /// Waits for a Produce request's answer and settles each of its batches.
-async fn complete_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>, queued: Queued) {
+async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Queued) {
     let settings = &inner.settings;
     let result = match queued {
         Ok(Some((pending, addr))) => match pending.wait().await {
@@ -899,17 +883,8 @@ async fn complete_request(inner: Arc<Inner>, leader: i32, batches: Vec<Outgoing>
         let outcome: std::result::Result<(i64, i64), Error> = match &result {
             Ok(None) => Ok((-1, -1)),
             Ok(Some(response)) => partition_outcome(response, &tp),
-            Err(error) => Err(match error {
-                Error::Kafka { code, .. } => Error::Kafka {
-                    code: *code,
-                    context: format!("partition {}-{}", tp.0, tp.1),
-                    message: None,
-                },
-                other => Error::Disconnected {
-                    addr: format!("broker {leader}"),
-                    reason: other.to_string(),
-                },
-            }),
+            // The whole request failed: each batch keeps the error (retriable or not).
+            Err(error) => Err(error.clone()),
         };
         let Some(queue) = state.partitions.get_mut(&tp) else {
             continue;

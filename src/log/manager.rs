@@ -17,6 +17,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::client::io_reason;
+
 use super::checkpoint::{
     self, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -143,15 +145,6 @@ fn lock_dir(dir: &Path) -> Result<File> {
         ));
     }
     Ok(file)
-}
-
-/// An I/O error's text without the OS error number.
-fn io_reason(error: &std::io::Error) -> String {
-    let text = error.to_string();
-    match text.find(" (os error") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
 }
 
 impl LogManager {
