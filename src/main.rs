@@ -41,6 +41,9 @@ enum Command {
     },
     /// Writes standard input to a topic, a record per line (a console producer).
     Produce(cli::produce::ProduceArgs),
+    /// Prints a topic's records (a console consumer): from the end, the beginning, an offset,
+    /// or a consumer group's committed offsets.
+    Consume(cli::consume::ConsumeArgs),
     /// Consumer groups through a broker's Kafka port: list, describe (lag), reset-offsets,
     /// delete.
     Groups {
@@ -106,6 +109,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Topics { .. }
         | Command::Groups { .. }
         | Command::Produce(_)
+        | Command::Consume(_)
         | Command::Configs { .. } => "warn",
         // Refused requests are the point: only errors.
         Command::Fuzz(_) => "error",
@@ -123,6 +127,7 @@ fn run() -> anyhow::Result<()> {
         Command::Topics { command } => cli::topics::run(command),
         Command::Groups { command } => cli::groups::run(command),
         Command::Produce(args) => cli::produce::run(args),
+        Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),
         Command::Fuzz(args) => cli::fuzz::run(args),
         Command::Server { config, overrides } => server(config.as_deref(), &overrides),

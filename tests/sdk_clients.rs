@@ -1,13 +1,20 @@
 //! The Rust client SDK against a real broker: the producer with every codec, its partitions
 //! for keys against confluent-kafka's `murmur2_random`, and idempotent retries across a
-//! kill -9 of the broker; the admin client. confluent-kafka reads back what the SDK wrote.
+//! kill -9 of the broker; the admin client; the consumer reading what confluent-kafka wrote
+//! (every codec), seeking and pausing, and in groups with every assignor, KIP-848, and a
+//! confluent-kafka member. confluent-kafka reads back what the SDK wrote.
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use sluice::client::{Admin, ClientConfig, NewTopic, Producer, ProducerRecord};
+use sluice::client::{
+    Admin, ClientConfig, Consumer, ConsumerRecord, NewTopic, Producer, ProducerRecord,
+    TopicPartition,
+};
 use support::SingleNode;
 
 const CONFLUENT_READ: &str = r#"
@@ -186,4 +193,394 @@ async fn idempotent_producer_retries_across_a_broker_kill_9_without_duplicates()
     // Each record exactly once: the reader refuses duplicates.
     let read = confluent_read(&node, "idem", total);
     assert_eq!(read["read"], total, "{read}");
+}
+
+const CONFLUENT_WRITE: &str = r#"
+import sys
+from confluent_kafka import Producer
+bootstrap, topic, count, codec = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+p = Producer({'bootstrap.servers': bootstrap, 'compression.type': codec, 'linger.ms': 5,
+              'partitioner': 'murmur2_random'})
+for i in range(count):
+    p.produce(topic, key=f'k{i}', value=f'v{i}', headers=[('h', b'x'), ('n', None)],
+              timestamp=1_000_000 + i)
+assert p.flush(30) == 0
+"#;
+
+/// Reads from `consumer` until `expected` records arrived (or 30 s passed).
+async fn read_all(consumer: &Consumer, expected: usize) -> Vec<ConsumerRecord> {
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while records.len() < expected && Instant::now() < deadline {
+        records.extend(
+            consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .expect("poll"),
+        );
+    }
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_reads_what_confluent_wrote_and_seeks_pauses_and_resets() {
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    let admin = Admin::new(ClientConfig::new(&bootstrap)).expect("admin");
+    let per_codec = 1_000;
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("from-confluent-{codec}");
+        admin
+            .create_topics(&[NewTopic::new(&topic, 3, 1)], false)
+            .await
+            .expect("create");
+        let count = per_codec.to_string();
+        support::run_client(
+            &node,
+            "python3",
+            &["-c", CONFLUENT_WRITE, &bootstrap, &topic, &count, codec],
+        );
+        let consumer =
+            Consumer::new(ClientConfig::new(&bootstrap).set("auto.offset.reset", "earliest"))
+                .expect("consumer");
+        let partitions = consumer.partitions_for(&topic).await.expect("partitions");
+        consumer.assign(&partitions).await.expect("assign");
+        let records = read_all(&consumer, per_codec).await;
+        assert_eq!(records.len(), per_codec, "codec {codec}");
+        let mut next_offset: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut keys = std::collections::BTreeSet::new();
+        for record in &records {
+            let key = String::from_utf8_lossy(record.key.as_deref().expect("key")).into_owned();
+            let i: i64 = key[1..].parse().expect("numbered key");
+            assert_eq!(record.value.as_deref(), Some(format!("v{i}").as_bytes()));
+            assert_eq!(record.timestamp, 1_000_000 + i);
+            assert_eq!(
+                record.headers,
+                [
+                    ("h".to_string(), Some(bytes::Bytes::from_static(b"x"))),
+                    ("n".to_string(), None)
+                ]
+            );
+            let expected = next_offset.entry(record.partition).or_insert(0);
+            assert_eq!(record.offset, *expected, "offsets in order, no gaps");
+            *expected += 1;
+            assert!(keys.insert(key), "each record once");
+        }
+        consumer.close().await.expect("close");
+    }
+
+    // Seeks, offsets by time, pause and resume, on the uncompressed topic.
+    let topic = "from-confluent-none";
+    let consumer = Consumer::new(ClientConfig::new(&bootstrap)).expect("consumer");
+    let partitions = consumer.partitions_for(topic).await.expect("partitions");
+    let tp0 = partitions[0].clone();
+    let only = vec![tp0.clone()];
+    let ends = consumer.end_offsets(&partitions).await.expect("ends");
+    let beginnings = consumer
+        .beginning_offsets(&partitions)
+        .await
+        .expect("starts");
+    assert_eq!(ends.values().sum::<i64>(), per_codec as i64);
+    assert!(beginnings.values().all(|&o| o == 0));
+    consumer.assign(&only).await.expect("assign");
+    consumer.seek(&tp0, 5).await.expect("seek");
+    let first = &consumer.poll(Duration::from_secs(5)).await.expect("poll")[0];
+    assert_eq!(first.offset, 5);
+    // The first record at or after a timestamp in the middle of the partition.
+    consumer.seek(&tp0, 0).await.expect("seek");
+    let all = read_all(&consumer, ends[&tp0] as usize).await;
+    let middle = &all[all.len() / 2];
+    consumer
+        .seek_to_timestamp(&only, middle.timestamp)
+        .await
+        .expect("seek to time");
+    let first = &consumer.poll(Duration::from_secs(5)).await.expect("poll")[0];
+    assert_eq!(first.offset, middle.offset);
+    let by_time = consumer
+        .offsets_for_times(&BTreeMap::from([(tp0.clone(), middle.timestamp)]))
+        .await
+        .expect("offsets for times");
+    assert_eq!(by_time[&tp0], middle.offset);
+    consumer.seek_to_end(&only).await.expect("seek to end");
+    assert!(
+        consumer
+            .poll(Duration::from_millis(300))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    assert_eq!(consumer.position(&tp0).await, Some(ends[&tp0]));
+    // Paused partitions return nothing until resumed.
+    consumer.seek_to_beginning(&only).await.expect("seek");
+    consumer.pause(&only).await.expect("pause");
+    assert!(
+        consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    assert_eq!(consumer.paused().await, only);
+    consumer.resume(&only).await.expect("resume");
+    assert_eq!(
+        consumer.poll(Duration::from_secs(5)).await.expect("poll")[0].offset,
+        0
+    );
+    consumer.close().await.expect("close");
+
+    // auto.offset.reset=none with nothing committed: the poll fails, saying what to do.
+    let consumer = Consumer::new(
+        ClientConfig::new(&bootstrap)
+            .set("group.id", "no-offsets")
+            .set("auto.offset.reset", "none"),
+    )
+    .expect("consumer");
+    consumer.assign(&only).await.expect("assign");
+    let error = consumer
+        .poll(Duration::from_secs(1))
+        .await
+        .expect_err("no offset");
+    assert!(
+        matches!(error, sluice::client::Error::NoOffset { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("seek"), "{error}");
+    // After a commit the same consumer starts from it; confluent sees the commit too.
+    consumer
+        .commit_offsets(BTreeMap::from([(tp0.clone(), 7)]))
+        .await
+        .expect("commit");
+    assert_eq!(
+        consumer.poll(Duration::from_secs(5)).await.expect("poll")[0].offset,
+        7
+    );
+    let committed = consumer.committed(&only).await.expect("committed");
+    assert_eq!(committed[&tp0], 7);
+    consumer.close().await.expect("close");
+}
+
+const CONFLUENT_MEMBER: &str = r#"
+import json, sys, time
+from confluent_kafka import Consumer
+bootstrap, topic, group, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+c = Consumer({'bootstrap.servers': bootstrap, 'group.id': group, 'auto.offset.reset': 'earliest',
+              'partition.assignment.strategy': 'range', 'enable.auto.commit': True,
+              'auto.commit.interval.ms': 200})
+assigned = []
+def on_assign(consumer, partitions):
+    assigned[:] = sorted(p.partition for p in partitions)
+c.subscribe([topic], on_assign=on_assign)
+seen = set()
+end = time.time() + seconds
+while time.time() < end:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    seen.add((m.partition(), m.offset()))
+c.close()
+print(json.dumps({'assigned': assigned, 'records': sorted(seen)}))
+"#;
+
+/// Polls `consumer` in a task of its own until `stop`, collecting (partition, offset).
+fn member(
+    consumer: Arc<Consumer>,
+    seen: Arc<Mutex<BTreeSet<(i32, i64)>>>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Acquire) {
+            let records = consumer
+                .poll(Duration::from_millis(200))
+                .await
+                .expect("poll");
+            let mut seen = seen.lock().expect("lock");
+            for record in records {
+                seen.insert((record.partition, record.offset));
+            }
+        }
+    })
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_groups_share_partitions_with_every_assignor_and_with_confluent() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    let admin = Admin::new(ClientConfig::new(&bootstrap)).expect("admin");
+    admin
+        .create_topics(&[NewTopic::new("shared", 6, 1)], false)
+        .await
+        .expect("create");
+    let producer = Producer::new(ClientConfig::new(&bootstrap)).expect("producer");
+    let total = 3_000;
+    for i in 0..total {
+        producer
+            .send(ProducerRecord::new("shared", format!("v{i}")).key(format!("k{i}")))
+            .await
+            .expect("send");
+    }
+    producer.close().await.expect("flushed");
+    let every_partition: Vec<TopicPartition> =
+        (0..6).map(|p| TopicPartition::new("shared", p)).collect();
+
+    for (protocol, strategy) in [
+        ("classic", "range"),
+        ("classic", "roundrobin"),
+        ("classic", "cooperative-sticky"),
+        ("consumer", "range"),
+    ] {
+        let group = format!("g-{protocol}-{strategy}");
+        let config = ClientConfig::new(&bootstrap)
+            .set("group.id", group.as_str())
+            .set("group.protocol", protocol)
+            .set("partition.assignment.strategy", strategy)
+            .set("auto.offset.reset", "earliest")
+            .set("auto.commit.interval.ms", "200")
+            .set("heartbeat.interval.ms", "500");
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let a = Arc::new(Consumer::new(config.clone()).expect("consumer"));
+        let b = Arc::new(Consumer::new(config).expect("consumer"));
+        a.subscribe(&["shared"]).expect("subscribe");
+        b.subscribe(&["shared"]).expect("subscribe");
+        let tasks = [
+            member(a.clone(), seen.clone(), stop.clone()),
+            member(b.clone(), seen.clone(), stop.clone()),
+        ];
+        // Every record is read, and the two members split the partitions between them.
+        wait_for(&format!("{group}: all records"), || {
+            seen.lock().expect("lock").len() == total
+        })
+        .await;
+        let mut split = (Vec::new(), Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while Instant::now() < deadline {
+            split = (a.assignment().await, b.assignment().await);
+            if split.0.len() == 3 && split.1.len() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut both: Vec<TopicPartition> = split.0.iter().chain(&split.1).cloned().collect();
+        both.sort();
+        assert_eq!(both, every_partition, "{group}: disjoint halves {split:?}");
+        // One leaves: the other takes every partition, and what was committed is the end.
+        stop.store(true, Ordering::Release);
+        for task in tasks {
+            task.await.expect("member");
+        }
+        if let Err(error) = b.close().await {
+            panic!(
+                "{group}: close: {error}\n{}",
+                support::tail(&node.logs(), 40)
+            );
+        }
+        stop.store(false, Ordering::Release);
+        let task = member(a.clone(), seen.clone(), stop.clone());
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while a.assignment().await.len() != 6 {
+            assert!(
+                Instant::now() < deadline,
+                "{group}: the survivor takes every partition"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.store(true, Ordering::Release);
+        task.await.expect("member");
+        a.commit_sync().await.expect("commit");
+        let committed = a.committed(&every_partition).await.expect("committed");
+        assert_eq!(committed.values().sum::<i64>(), total as i64, "{group}");
+        a.close().await.expect("close");
+        println!("{group}: split {split:?}");
+    }
+
+    // A group of one SDK member and one confluent-kafka member: the assignment protocol is
+    // the same on both sides, so they split the partitions and read everything between them.
+    let python = std::thread::spawn({
+        let bootstrap = bootstrap.clone();
+        move || {
+            std::process::Command::new("python3")
+                .args([
+                    "-c",
+                    CONFLUENT_MEMBER,
+                    &bootstrap,
+                    "shared",
+                    "g-mixed",
+                    "12",
+                ])
+                .output()
+                .expect("python3")
+        }
+    });
+    let consumer = Arc::new(
+        Consumer::new(
+            ClientConfig::new(&bootstrap)
+                .set("group.id", "g-mixed")
+                .set("partition.assignment.strategy", "range")
+                .set("auto.offset.reset", "earliest"),
+        )
+        .expect("consumer"),
+    );
+    consumer.subscribe(&["shared"]).expect("subscribe");
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let task = member(consumer.clone(), seen.clone(), stop.clone());
+    let mut ours = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(9);
+    while Instant::now() < deadline {
+        ours = consumer.assignment().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let output = tokio::task::spawn_blocking(move || python.join().expect("python"))
+        .await
+        .expect("joined");
+    stop.store(true, Ordering::Release);
+    task.await.expect("member");
+    consumer.close().await.expect("close");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let theirs: serde_json::Value =
+        serde_json::from_str(stdout.trim().lines().last().unwrap_or("")).expect("json");
+    let their_partitions: Vec<i32> = theirs["assigned"]
+        .as_array()
+        .expect("assigned")
+        .iter()
+        .filter_map(|p| p.as_i64().map(|p| p as i32))
+        .collect();
+    let mut all: Vec<i32> = ours
+        .iter()
+        .map(|tp| tp.partition)
+        .chain(their_partitions.clone())
+        .collect();
+    all.sort();
+    assert_eq!(
+        all,
+        [0, 1, 2, 3, 4, 5],
+        "ours {ours:?}, confluent's {their_partitions:?}"
+    );
+    assert_eq!(ours.len(), 3, "range splits six partitions three and three");
+    let mut union = seen.lock().expect("lock").clone();
+    for pair in theirs["records"].as_array().expect("records") {
+        union.insert((
+            pair[0].as_i64().expect("partition") as i32,
+            pair[1].as_i64().expect("offset"),
+        ));
+    }
+    assert_eq!(union.len(), total, "between them they read every record");
 }

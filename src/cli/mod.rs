@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod common;
 pub mod configs;
+pub mod consume;
 pub mod fuzz;
 pub mod groups;
 pub mod perf;

@@ -84,6 +84,15 @@ pub enum Error {
     #[error("protocol: {0}")]
     Protocol(String),
 
+    /// A partition has no committed offset and `auto.offset.reset` is `none`.
+    #[error(
+        "partition {partition} has no committed offset and auto.offset.reset is none; seek to an offset, or set auto.offset.reset to earliest or latest"
+    )]
+    NoOffset {
+        /// The partition, as `topic-partition`.
+        partition: String,
+    },
+
     /// The producer, consumer or admin client was closed.
     #[error("the client is closed")]
     Closed,

@@ -8,6 +8,8 @@
 //! ```
 //!
 //! - [`Producer`]: batched, compressed, idempotent sends with delivery futures.
+//! - [`Consumer`]: partitions assigned by hand or by a consumer group (classic protocol with
+//!   the range, roundrobin and cooperative-sticky assignors, or KIP-848), commits, seeks.
 //! - [`Admin`]: topics, partitions, configs, cluster, records.
 //! - [`ClientConfig`]: settings by Kafka's client config names (`bootstrap.servers`, ...).
 //! - [`Connection`]: one pipelined connection to a broker, for requests the clients above do
@@ -19,10 +21,13 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod assignor;
 mod cluster;
 mod config;
 mod connection;
+mod consumer;
 mod error;
+mod group;
 mod partitioner;
 mod producer;
 
@@ -30,9 +35,15 @@ pub use admin::{
     Admin, AlterConfigOp, ClusterDescription, ConfigEntry, NewTopic, RESOURCE_BROKER,
     RESOURCE_TOPIC, TopicDescription,
 };
+pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
+pub use consumer::{
+    Consumer, ConsumerRecord, IsolationLevel, OffsetReset, RebalanceListener, TimestampType,
+    TopicPartition,
+};
 pub use error::{Error, Result, io_reason, is_retriable_code};
+pub use group::GroupProtocol;
 pub use partitioner::{murmur2, partition_for_key};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

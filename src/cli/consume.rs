@@ -1,0 +1,228 @@
+//! `sluice consume TOPIC`: a console consumer on the SDK's [`Consumer`], as Kafka's
+//! `kafka-console-consumer`: prints records as they arrive, from the end by default or from
+//! the beginning, a partition and offset, or a consumer group's committed offsets.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use sluice::client::{ClientConfig, Consumer, ConsumerRecord, TopicPartition};
+
+use super::common::{Connect, block_on, parse_key_value};
+
+/// How each record is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RecordFormat {
+    /// The value only.
+    Value,
+    /// The key, the separator, the value.
+    KeyValue,
+    /// One JSON object per record: topic, partition, offset, timestamp, key, value, headers.
+    Json,
+}
+
+#[derive(Args)]
+#[command(after_help = "Examples:
+  sluice consume orders --from-beginning                 every record, then new ones
+  sluice consume orders --group billing                  as a member of group billing
+  sluice consume orders --partition 2 --offset 100 --max-messages 10
+  sluice consume --include 'orders-.*' --format json      every topic matching a pattern")]
+pub struct ConsumeArgs {
+    /// The topic to read (or --include a pattern).
+    #[arg(required_unless_present = "include")]
+    topic: Option<String>,
+    /// Reads every topic whose name matches this regular expression (through a group).
+    #[arg(long, conflicts_with = "topic")]
+    include: Option<String>,
+    /// Starts at the oldest record when there is no committed offset (else at the end).
+    #[arg(long)]
+    from_beginning: bool,
+    /// Reads only this partition (without a group).
+    #[arg(long)]
+    partition: Option<i32>,
+    /// Where to start in --partition: an offset, earliest or latest.
+    #[arg(long, requires = "partition")]
+    offset: Option<String>,
+    /// Reads as a member of this consumer group: partitions shared with its other members,
+    /// starting from (and committing) the group's offsets.
+    #[arg(long, conflicts_with = "partition")]
+    group: Option<String>,
+    /// Exits after this many records.
+    #[arg(long)]
+    max_messages: Option<u64>,
+    /// Exits when no record arrives for this long (milliseconds).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// How to print each record.
+    #[arg(long, value_enum, default_value = "value")]
+    format: RecordFormat,
+    /// Between key and value with --format key-value.
+    #[arg(long, default_value = "\t")]
+    key_separator: String,
+    /// read_uncommitted or read_committed.
+    #[arg(long, default_value = "read_uncommitted")]
+    isolation_level: String,
+    /// Any consumer setting, key=value (repeatable): --consumer-property fetch.min.bytes=1024
+    #[arg(long = "consumer-property", value_parser = parse_key_value)]
+    properties: Vec<(String, String)>,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    let mut config: ClientConfig = args.connect.config()?;
+    config.insert("isolation.level", args.isolation_level.clone());
+    config.insert(
+        "auto.offset.reset",
+        if args.from_beginning {
+            "earliest"
+        } else {
+            "latest"
+        },
+    );
+    match (&args.group, &args.include) {
+        (Some(group), _) => config.insert("group.id", group.clone()),
+        (None, Some(_)) => {
+            // A pattern needs a group; a throwaway one commits nothing, as Kafka's tool does.
+            config.insert("group.id", format!("sluice-console-{}", std::process::id()));
+            config.insert("enable.auto.commit", "false");
+        }
+        (None, None) => {}
+    }
+    for (key, value) in &args.properties {
+        config.insert(key, value.clone());
+    }
+    block_on(async move {
+        let consumer = Consumer::new(config)?;
+        start(&consumer, &args).await?;
+        let outcome = print_records(&consumer, &args).await;
+        let closed = consumer.close().await;
+        let count = outcome?;
+        closed?;
+        eprintln!("Processed a total of {count} messages");
+        Ok(())
+    })
+}
+
+/// Subscribes or assigns as the flags say, failing at once for a topic that does not exist.
+async fn start(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(pattern) = &args.include {
+        consumer.subscribe_pattern(pattern)?;
+        return Ok(());
+    }
+    let topic = args.topic.as_deref().unwrap_or_default();
+    let partitions = consumer.partitions_for(topic).await?;
+    if args.group.is_some() {
+        consumer.subscribe(&[topic])?;
+        return Ok(());
+    }
+    let partitions = match args.partition {
+        Some(partition) => {
+            let tp = TopicPartition::new(topic, partition);
+            if !partitions.contains(&tp) {
+                anyhow::bail!(
+                    "topic {topic} has no partition {partition} (it has {}); pick one below that",
+                    partitions.len()
+                );
+            }
+            vec![tp]
+        }
+        None => partitions,
+    };
+    consumer.assign(&partitions).await?;
+    match args.offset.as_deref() {
+        None => {}
+        Some("earliest") => consumer.seek_to_beginning(&partitions).await?,
+        Some("latest") => consumer.seek_to_end(&partitions).await?,
+        Some(text) => {
+            let offset: i64 = text.parse().map_err(|_| {
+                anyhow::anyhow!("--offset {text:?} is not an offset, earliest or latest")
+            })?;
+            for tp in &partitions {
+                consumer.seek(tp, offset).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints records until --max-messages, --timeout-ms, Ctrl-C, or a closed output.
+async fn print_records(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Result<u64> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut count = 0u64;
+    let mut last_record = Instant::now();
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        if args.max_messages.is_some_and(|max| count >= max) {
+            break;
+        }
+        if let Some(timeout) = args.timeout_ms {
+            if last_record.elapsed() >= Duration::from_millis(timeout) {
+                break;
+            }
+        }
+        let records = tokio::select! {
+            records = consumer.poll(Duration::from_millis(200)) => records?,
+            _ = &mut interrupted => break,
+        };
+        if !records.is_empty() {
+            last_record = Instant::now();
+        }
+        for record in records {
+            if args.max_messages.is_some_and(|max| count >= max) {
+                break;
+            }
+            let line = format_record(&record, args.format, &args.key_separator);
+            if writeln!(out, "{line}").is_err() {
+                return Ok(count); // the reader went away (`| head`)
+            }
+            count += 1;
+        }
+        if out.flush().is_err() {
+            return Ok(count);
+        }
+    }
+    Ok(count)
+}
+
+fn text(bytes: &Option<bytes::Bytes>) -> String {
+    match bytes {
+        Some(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        None => "null".to_owned(),
+    }
+}
+
+fn format_record(record: &ConsumerRecord, format: RecordFormat, separator: &str) -> String {
+    match format {
+        RecordFormat::Value => text(&record.value),
+        RecordFormat::KeyValue => {
+            format!("{}{separator}{}", text(&record.key), text(&record.value))
+        }
+        RecordFormat::Json => {
+            let json_bytes = |bytes: &Option<bytes::Bytes>| match bytes {
+                Some(bytes) => {
+                    serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned())
+                }
+                None => serde_json::Value::Null,
+            };
+            let headers: BTreeMap<&str, serde_json::Value> = record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), json_bytes(v)))
+                .collect();
+            serde_json::json!({
+                "topic": &*record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp": record.timestamp,
+                "key": json_bytes(&record.key),
+                "value": json_bytes(&record.value),
+                "headers": headers,
+            })
+            .to_string()
+        }
+    }
+}

@@ -1,0 +1,905 @@
+//! A consumer's group membership: the classic protocol (JoinGroup, SyncGroup with the leader
+//! assigning, Heartbeat, LeaveGroup; eager or cooperative rebalances) and KIP-848's
+//! (ConsumerGroupHeartbeat, the coordinator assigning, the member reconciling). The poll side
+//! ([`ensure_active`]) joins and applies assignments, since it owns the positions to commit on
+//! revocation; a background task heartbeats and flags what the poll side must do.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ConsumerGroupHeartbeatRequest, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, SyncGroupRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::Notify;
+
+use super::assignor::{self, Assignor, Subscription};
+use super::cluster::ClusterMetadata;
+use super::connection::Connection;
+use super::consumer::{
+    self, Inner, Settings, State, Subscription as ConsumerSubscription, TopicPartition,
+};
+use super::error::{Error, Result};
+use super::partitioner::Random;
+use crate::protocol::errors;
+
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// JoinGroup and SyncGroup; the group leader assigns.
+    Classic,
+    /// KIP-848: the coordinator assigns through ConsumerGroupHeartbeat.
+    Consumer,
+}
+
+#[derive(Debug, Default)]
+struct Member {
+    member_id: String,
+    /// The classic generation, or the KIP-848 member epoch; -1 (classic) or 0 (KIP-848)
+    /// while not a member.
+    generation: i32,
+    joined: bool,
+    joining: bool,
+    assignor: Option<Assignor>,
+    /// The topics this member subscribed to when it last joined (or heartbeat).
+    subscribed: BTreeSet<String>,
+    /// Partition counts the leader assigned from, to notice new partitions.
+    leader_counts: Option<BTreeMap<String, i32>>,
+    missing_topics: bool,
+    /// The group took the partitions away (fenced, timed out): the poll side drops them.
+    lost: bool,
+    /// KIP-848: the coordinator's latest assignment, by topic id.
+    target: Option<BTreeSet<([u8; 16], i32)>>,
+    /// KIP-848: what this member owns, reported on each heartbeat.
+    owned: BTreeSet<([u8; 16], i32)>,
+    heartbeat_interval: Option<Duration>,
+    /// An error the application must see (fenced static member, unsupported protocol).
+    fatal: Option<Error>,
+}
+
+/// What the poll side and the heartbeat task share.
+pub(crate) struct GroupShared {
+    pub group_id: String,
+    protocol: GroupProtocol,
+    member: Mutex<Member>,
+    coordinator: Mutex<Option<Arc<Connection>>>,
+    needs_rejoin: AtomicBool,
+    heartbeat_started: AtomicBool,
+    closed: AtomicBool,
+    last_poll: Mutex<Instant>,
+    /// Wakes a waiting poll: a rebalance to join, an assignment to apply.
+    pub rejoin_requested: Notify,
+    /// Wakes the heartbeat task early (KIP-848: acknowledge an assignment now).
+    heartbeat_now: Notify,
+}
+
+impl GroupShared {
+    pub fn new(group_id: String, settings: &Settings) -> GroupShared {
+        GroupShared {
+            group_id,
+            protocol: settings.group_protocol,
+            member: Mutex::new(Member {
+                generation: match settings.group_protocol {
+                    GroupProtocol::Classic => -1,
+                    GroupProtocol::Consumer => 0,
+                },
+                ..Member::default()
+            }),
+            coordinator: Mutex::new(None),
+            needs_rejoin: AtomicBool::new(true),
+            heartbeat_started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            last_poll: Mutex::new(Instant::now()),
+            rejoin_requested: Notify::new(),
+            heartbeat_now: Notify::new(),
+        }
+    }
+
+    fn member(&self) -> MutexGuard<'_, Member> {
+        self.member.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn member_id(&self) -> Option<String> {
+        let member = self.member();
+        (!member.member_id.is_empty()).then(|| member.member_id.clone())
+    }
+
+    pub fn request_rejoin(&self) {
+        self.needs_rejoin.store(true, Ordering::Release);
+        self.rejoin_requested.notify_waiters();
+        if self.protocol == GroupProtocol::Consumer {
+            // KIP-848 tells the coordinator of a new subscription on the next heartbeat.
+            self.heartbeat_now.notify_one();
+        }
+    }
+
+    pub fn polled(&self) {
+        *self.last_poll.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    pub fn missing_topics(&self) -> bool {
+        self.member().missing_topics
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.heartbeat_now.notify_one();
+    }
+
+    /// (member id, generation or epoch) for OffsetCommit: the member's while it is one, else
+    /// ("", -1) as a consumer outside the group commits.
+    pub fn commit_identity(&self) -> (String, i32) {
+        let member = self.member();
+        if member.joined {
+            (member.member_id.clone(), member.generation)
+        } else {
+            (String::new(), -1)
+        }
+    }
+
+    pub fn forget_coordinator(&self) {
+        *self.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Metadata was refreshed: rebalance if the subscribed topics, or (for the classic leader)
+    /// their partition counts, changed.
+    pub fn metadata_changed(&self, subscribed: &BTreeSet<String>, metadata: &ClusterMetadata) {
+        let mut member = self.member();
+        member.missing_topics = subscribed.iter().any(|t| {
+            metadata
+                .topics
+                .get(t)
+                .is_none_or(|m| m.error_code != errors::NONE)
+        });
+        let counts_changed = member.leader_counts.as_ref().is_some_and(|counts| {
+            counts.iter().any(|(topic, &count)| {
+                metadata.topics.get(topic).is_some_and(|m| {
+                    m.error_code == errors::NONE && m.partitions.len() as i32 != count
+                })
+            }) || subscribed.iter().any(|t| {
+                !counts.contains_key(t)
+                    && metadata
+                        .topics
+                        .get(t)
+                        .is_some_and(|m| m.error_code == errors::NONE)
+            })
+        });
+        if member.joined && (member.subscribed != *subscribed || counts_changed) {
+            drop(member);
+            tracing::info!(group = %self.group_id, "subscribed topics changed; rejoining");
+            self.request_rejoin();
+        }
+    }
+}
+
+pub(crate) fn is_coordinator_error(error: &Error) -> bool {
+    match error {
+        Error::Kafka { code, .. } => matches!(
+            *code,
+            errors::NOT_COORDINATOR
+                | errors::COORDINATOR_NOT_AVAILABLE
+                | errors::COORDINATOR_LOAD_IN_PROGRESS
+        ),
+        Error::Connect { .. }
+        | Error::Disconnected { .. }
+        | Error::Timeout { .. }
+        | Error::NoBrokerReachable { .. } => true,
+        _ => false,
+    }
+}
+
+/// The coordinator's connection, found (FindCoordinator) and opened when needed.
+pub(crate) async fn coordinator(inner: &Inner, group: &GroupShared) -> Result<Arc<Connection>> {
+    if let Some(connection) = group
+        .coordinator
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+    {
+        if !connection.is_closed() {
+            return Ok(connection.clone());
+        }
+    }
+    let (_, addr) = consumer::find_coordinator(inner, &group.group_id).await?;
+    let connection = Arc::new(consumer::coordinator_connection(inner, &addr).await?);
+    *group.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+    Ok(connection)
+}
+
+fn str_bytes(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_owned())
+}
+
+/// Makes sure the consumer is an active member with its assignment applied: joins or rejoins
+/// (classic) or reconciles the coordinator's assignment (KIP-848). Called by every poll.
+pub(crate) async fn ensure_active(
+    inner: &Arc<Inner>,
+    group: &Arc<GroupShared>,
+    state: &mut State,
+) -> Result<()> {
+    if let Some(error) = group.member().fatal.clone() {
+        return Err(error);
+    }
+    if !group.heartbeat_started.swap(true, Ordering::AcqRel) {
+        tokio::spawn(heartbeat_loop(Arc::downgrade(inner), group.clone()));
+    }
+    let lost = std::mem::take(&mut group.member().lost);
+    if lost {
+        let owned = state.assignment();
+        if !owned.is_empty() {
+            tracing::warn!(group = %group.group_id, partitions = owned.len(), "partitions lost: the group gave them to other members");
+            if let Some(listener) = inner.listener() {
+                listener.on_partitions_lost(&owned);
+            }
+            state.partitions.clear();
+        }
+    }
+    match group.protocol {
+        GroupProtocol::Classic => ensure_classic(inner, group, state).await,
+        GroupProtocol::Consumer => reconcile(inner, group, state).await,
+    }
+}
+
+async fn ensure_classic(
+    inner: &Arc<Inner>,
+    group: &Arc<GroupShared>,
+    state: &mut State,
+) -> Result<()> {
+    if !group.needs_rejoin.load(Ordering::Acquire) && group.member().joined {
+        return Ok(());
+    }
+    let cooperative = group
+        .member()
+        .assignor
+        .is_some_and(Assignor::is_cooperative);
+    if !cooperative && !state.partitions.is_empty() {
+        revoke(inner, state, &state.assignment()).await;
+    }
+    let mut metadata = inner.cluster.cached();
+    if let ConsumerSubscription::Topics(topics) = &state.subscription {
+        let topics: Vec<String> = topics.iter().cloned().collect();
+        metadata = inner
+            .cluster
+            .refresh(Some(&topics))
+            .await
+            .unwrap_or(metadata);
+    } else if metadata.topics.is_empty() {
+        metadata = inner.cluster.refresh(None).await.unwrap_or(metadata);
+    }
+    let topics = consumer::subscribed_topics(state, &metadata);
+    group.member().joining = true;
+    let outcome = join_and_sync(inner, group, state, &topics, &metadata).await;
+    let (assigned, cooperative, generation, member_id) = {
+        let mut member = group.member();
+        member.joining = false;
+        let assigned = outcome?;
+        member.joined = true;
+        member.subscribed = topics;
+        (
+            assigned,
+            member.assignor.is_some_and(Assignor::is_cooperative),
+            member.generation,
+            member.member_id.clone(),
+        )
+    };
+    let owned = state.assignment();
+    let revoked: Vec<TopicPartition> = owned
+        .iter()
+        .filter(|tp| !assigned.contains(tp))
+        .cloned()
+        .collect();
+    let added: Vec<TopicPartition> = assigned
+        .iter()
+        .filter(|tp| !owned.contains(tp))
+        .cloned()
+        .collect();
+    tracing::info!(
+        group = %group.group_id, member_id, generation,
+        assigned = assigned.len(), added = added.len(), revoked = revoked.len(),
+        "joined the group"
+    );
+    if !revoked.is_empty() {
+        revoke(inner, state, &revoked).await;
+        if cooperative {
+            // Cooperative: what was revoked goes to its new owner in a follow-up rebalance.
+            group.request_rejoin();
+        }
+    }
+    state.add_partitions(&added);
+    if let Some(listener) = inner.listener() {
+        if !added.is_empty() || !cooperative {
+            listener.on_partitions_assigned(&added);
+        }
+    }
+    Ok(())
+}
+
+/// Commits what was read from `partitions` (with auto-commit), tells the listener, and drops
+/// them.
+async fn revoke(inner: &Inner, state: &mut State, partitions: &[TopicPartition]) {
+    if inner.settings.enable_auto_commit {
+        let offsets = state.positions(Some(partitions));
+        if !offsets.is_empty() {
+            if let Err(error) = consumer::commit(inner, offsets).await {
+                tracing::warn!(%error, "commit before revoking partitions failed");
+            }
+        }
+    }
+    if let Some(listener) = inner.listener() {
+        listener.on_partitions_revoked(partitions);
+    }
+    state.remove_partitions(partitions);
+}
+
+/// JoinGroup then SyncGroup until both succeed; returns the partitions assigned.
+async fn join_and_sync(
+    inner: &Arc<Inner>,
+    group: &Arc<GroupShared>,
+    state: &State,
+    topics: &BTreeSet<String>,
+    metadata: &ClusterMetadata,
+) -> Result<Vec<TopicPartition>> {
+    let settings = &inner.settings;
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        if attempt > 1 {
+            let backoff = settings.retry_backoff * attempt.min(10);
+            tokio::time::sleep(backoff).await;
+        }
+        if group.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        group.needs_rejoin.store(false, Ordering::Release);
+        let connection = match coordinator(inner, group).await {
+            Ok(connection) => connection,
+            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
+                tracing::debug!(%error, "group coordinator not reachable yet");
+                group.forget_coordinator();
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let (member_id, generation, cooperative) = {
+            let member = group.member();
+            (
+                member.member_id.clone(),
+                member.generation,
+                member.assignor.is_some_and(Assignor::is_cooperative),
+            )
+        };
+        let subscription = Subscription {
+            topics: topics.clone(),
+            owned: if cooperative {
+                state.assignment()
+            } else {
+                Vec::new()
+            },
+            generation,
+        };
+        let metadata_bytes = subscription.encode()?;
+        let request = JoinGroupRequest::default()
+            .with_group_id(GroupId(str_bytes(&group.group_id)))
+            .with_session_timeout_ms(settings.session_timeout.as_millis() as i32)
+            .with_rebalance_timeout_ms(settings.max_poll_interval.as_millis() as i32)
+            .with_member_id(str_bytes(&member_id))
+            .with_group_instance_id(settings.group_instance_id.as_deref().map(str_bytes))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(
+                settings
+                    .assignors
+                    .iter()
+                    .map(|a| {
+                        JoinGroupRequestProtocol::default()
+                            .with_name(StrBytes::from_static_str(a.name()))
+                            .with_metadata(metadata_bytes.clone())
+                    })
+                    .collect(),
+            )
+            .with_reason(None);
+        let response = match connection.send(&request).await {
+            Ok(response) => response,
+            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
+                group.forget_coordinator();
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        match response.error_code {
+            errors::NONE => {}
+            errors::MEMBER_ID_REQUIRED => {
+                group.member().member_id = response.member_id.to_string();
+                attempt = 0;
+                continue;
+            }
+            errors::UNKNOWN_MEMBER_ID => {
+                let mut member = group.member();
+                member.member_id.clear();
+                member.generation = -1;
+                continue;
+            }
+            errors::REBALANCE_IN_PROGRESS => continue,
+            errors::NOT_COORDINATOR
+            | errors::COORDINATOR_NOT_AVAILABLE
+            | errors::COORDINATOR_LOAD_IN_PROGRESS
+                if attempt < 50 =>
+            {
+                group.forget_coordinator();
+                continue;
+            }
+            code => {
+                return Err(
+                    Error::kafka(code, format!("group {}", group.group_id), None)
+                        .unwrap_or(Error::Closed),
+                );
+            }
+        }
+        let assignor = response
+            .protocol_name
+            .as_deref()
+            .and_then(Assignor::parse)
+            .ok_or_else(|| {
+                Error::Protocol(format!(
+                    "the group chose assignor {:?}, which this client did not offer",
+                    response.protocol_name.as_deref()
+                ))
+            })?;
+        {
+            let mut member = group.member();
+            member.member_id = response.member_id.to_string();
+            member.generation = response.generation_id;
+            member.assignor = Some(assignor);
+            member.leader_counts = None;
+        }
+        let assignments = if response.leader == response.member_id {
+            leader_assign(inner, group, assignor, &response, metadata).await?
+        } else {
+            Vec::new()
+        };
+        let request = SyncGroupRequest::default()
+            .with_group_id(GroupId(str_bytes(&group.group_id)))
+            .with_generation_id(response.generation_id)
+            .with_member_id(response.member_id.clone())
+            .with_group_instance_id(settings.group_instance_id.as_deref().map(str_bytes))
+            .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+            .with_protocol_name(Some(StrBytes::from_static_str(assignor.name())))
+            .with_assignments(assignments);
+        let sync = match connection.send(&request).await {
+            Ok(sync) => sync,
+            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
+                group.forget_coordinator();
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        match sync.error_code {
+            errors::NONE => return assignor::decode_assignment(&sync.assignment),
+            errors::REBALANCE_IN_PROGRESS => continue,
+            errors::UNKNOWN_MEMBER_ID | errors::ILLEGAL_GENERATION => {
+                let mut member = group.member();
+                if sync.error_code == errors::UNKNOWN_MEMBER_ID {
+                    member.member_id.clear();
+                }
+                member.generation = -1;
+                continue;
+            }
+            errors::NOT_COORDINATOR
+            | errors::COORDINATOR_NOT_AVAILABLE
+            | errors::COORDINATOR_LOAD_IN_PROGRESS
+                if attempt < 50 =>
+            {
+                group.forget_coordinator();
+                continue;
+            }
+            code => {
+                return Err(
+                    Error::kafka(code, format!("group {}", group.group_id), None)
+                        .unwrap_or(Error::Closed),
+                );
+            }
+        }
+    }
+}
+
+/// The leader's part: every member's subscription, the partitions of their topics, the
+/// assignor's answer, encoded per member.
+async fn leader_assign(
+    inner: &Inner,
+    group: &GroupShared,
+    assignor: Assignor,
+    response: &JoinGroupResponse,
+    metadata: &ClusterMetadata,
+) -> Result<Vec<SyncGroupRequestAssignment>> {
+    let mut members = BTreeMap::new();
+    for member in &response.members {
+        let subscription = Subscription::decode(&member.metadata)?;
+        members.insert(member.member_id.to_string(), subscription);
+    }
+    let topics: BTreeSet<String> = members
+        .values()
+        .flat_map(|s| s.topics.iter().cloned())
+        .collect();
+    let wanted: Vec<String> = topics.iter().cloned().collect();
+    let fresh;
+    let metadata = if wanted.iter().all(|t| metadata.topics.contains_key(t)) {
+        metadata
+    } else {
+        fresh = inner.cluster.refresh(Some(&wanted)).await?;
+        &*fresh
+    };
+    let counts: BTreeMap<String, i32> = topics
+        .iter()
+        .filter_map(|t| {
+            let m = metadata.topics.get(t)?;
+            (m.error_code == errors::NONE).then(|| (t.clone(), m.partitions.len() as i32))
+        })
+        .collect();
+    let assignment = assignor.assign(&members, &counts);
+    tracing::debug!(group = %group.group_id, members = members.len(), topics = counts.len(), "assigned partitions as the group leader");
+    group.member().leader_counts = Some(counts);
+    assignment
+        .into_iter()
+        .map(|(member_id, partitions)| {
+            Ok(SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member_id))
+                .with_assignment(assignor::encode_assignment(&partitions)?))
+        })
+        .collect()
+}
+
+/// KIP-848: applies the coordinator's latest assignment (revoking first, committing what was
+/// read), and tells the coordinator on the next heartbeat, which is sent at once.
+async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut State) -> Result<()> {
+    // Keep the subscription the heartbeat sends up to date.
+    if group.needs_rejoin.swap(false, Ordering::AcqRel) {
+        let metadata = match &state.subscription {
+            ConsumerSubscription::Pattern(_) => inner
+                .cluster
+                .refresh(None)
+                .await
+                .unwrap_or_else(|_| inner.cluster.cached()),
+            _ => inner.cluster.cached(),
+        };
+        group.member().subscribed = consumer::subscribed_topics(state, &metadata);
+        group.heartbeat_now.notify_one();
+    }
+    let Some(target) = group.member().target.clone() else {
+        return Ok(());
+    };
+    let mut metadata = inner.cluster.cached();
+    let by_id = |metadata: &ClusterMetadata, id: &[u8; 16]| {
+        metadata
+            .topics
+            .values()
+            .find(|t| &t.topic_id == id)
+            .map(|t| t.name.clone())
+    };
+    if target.iter().any(|(id, _)| by_id(&metadata, id).is_none()) {
+        metadata = inner.cluster.refresh(None).await?;
+    }
+    let mut assigned = Vec::new();
+    let mut known = BTreeSet::new();
+    for (id, partition) in &target {
+        if let Some(name) = by_id(&metadata, id) {
+            assigned.push(TopicPartition::new(&name, *partition));
+            known.insert((*id, *partition));
+        }
+    }
+    let owned = state.assignment();
+    let revoked: Vec<TopicPartition> = owned
+        .iter()
+        .filter(|tp| !assigned.contains(tp))
+        .cloned()
+        .collect();
+    let added: Vec<TopicPartition> = assigned
+        .iter()
+        .filter(|tp| !owned.contains(tp))
+        .cloned()
+        .collect();
+    if revoked.is_empty() && added.is_empty() && group.member().owned == known {
+        return Ok(());
+    }
+    if !revoked.is_empty() {
+        revoke(inner, state, &revoked).await;
+    }
+    state.add_partitions(&added);
+    if !added.is_empty() {
+        if let Some(listener) = inner.listener() {
+            listener.on_partitions_assigned(&added);
+        }
+    }
+    let (member_id, epoch) = {
+        let mut member = group.member();
+        member.owned = known;
+        member.joined = true;
+        (member.member_id.clone(), member.generation)
+    };
+    tracing::info!(group = %group.group_id, member_id, epoch, assigned = assigned.len(), added = added.len(), revoked = revoked.len(), "reconciled the group's assignment");
+    group.heartbeat_now.notify_one();
+    Ok(())
+}
+
+/// Leaves the group: LeaveGroup (classic; static members stay, as in Java) or a heartbeat
+/// with epoch -1 (-2 for a static member) for KIP-848.
+pub(crate) async fn leave(inner: &Inner, group: &GroupShared) {
+    let (member_id, epoch, joined) = {
+        let member = group.member();
+        (member.member_id.clone(), member.generation, member.joined)
+    };
+    let reset = || {
+        let mut member = group.member();
+        member.joined = false;
+        member.generation = match group.protocol {
+            GroupProtocol::Classic => -1,
+            GroupProtocol::Consumer => 0,
+        };
+        member.owned.clear();
+        member.target = None;
+    };
+    if member_id.is_empty() || (!joined && epoch <= 0) {
+        reset();
+        return;
+    }
+    let Ok(connection) = coordinator(inner, group).await else {
+        reset();
+        return;
+    };
+    let static_member = inner.settings.group_instance_id.is_some();
+    let outcome = match group.protocol {
+        GroupProtocol::Classic if static_member => Ok(()),
+        GroupProtocol::Classic => {
+            // Versions 0-2 name the member in one field, 3 and up in a list.
+            let request =
+                LeaveGroupRequest::default().with_group_id(GroupId(str_bytes(&group.group_id)));
+            let request = match connection.version_for::<LeaveGroupRequest>(5) {
+                Ok(version) if version >= 3 => request.with_members(vec![
+                    MemberIdentity::default()
+                        .with_member_id(str_bytes(&member_id))
+                        .with_group_instance_id(None)
+                        .with_reason(
+                            (version >= 5)
+                                .then(|| StrBytes::from_static_str("the consumer is closing")),
+                        ),
+                ]),
+                _ => request.with_member_id(str_bytes(&member_id)),
+            };
+            connection.send(&request).await.map(|_| ())
+        }
+        GroupProtocol::Consumer => {
+            let request = ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(str_bytes(&group.group_id)))
+                .with_member_id(str_bytes(&member_id))
+                .with_member_epoch(if static_member { -2 } else { -1 })
+                .with_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes))
+                .with_rack_id(None)
+                .with_subscribed_topic_names(None)
+                .with_subscribed_topic_regex(None)
+                .with_server_assignor(None)
+                .with_topic_partitions(None);
+            connection.send(&request).await.map(|_| ())
+        }
+    };
+    if let Err(error) = outcome {
+        tracing::debug!(%error, group = %group.group_id, "leaving the group failed; the session timeout removes the member");
+    }
+    reset();
+}
+
+/// Heartbeats while the consumer lives; flags rebalances and lost partitions for the poll
+/// side; leaves the group when poll is not called within `max.poll.interval.ms`.
+async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
+    let mut random = Random::new();
+    loop {
+        let interval = {
+            let Some(inner) = inner.upgrade() else { return };
+            group
+                .member()
+                .heartbeat_interval
+                .unwrap_or(inner.settings.heartbeat_interval)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = group.heartbeat_now.notified() => {}
+        }
+        if group.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let since_poll = group
+            .last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if since_poll > inner.settings.max_poll_interval && group.member().joined {
+            tracing::warn!(
+                group = %group.group_id,
+                since_poll_ms = since_poll.as_millis() as u64,
+                "poll was not called within max.poll.interval.ms; leaving the group so others take the partitions (raise max.poll.interval.ms or process less per poll)"
+            );
+            leave(&inner, &group).await;
+            group.member().lost = true;
+            group.request_rejoin();
+            continue;
+        }
+        let outcome = match group.protocol {
+            GroupProtocol::Classic => classic_heartbeat(&inner, &group).await,
+            GroupProtocol::Consumer => consumer_heartbeat(&inner, &group, &mut random).await,
+        };
+        if let Err(error) = outcome {
+            if is_coordinator_error(&error) {
+                tracing::debug!(%error, group = %group.group_id, "heartbeat failed; finding the coordinator again");
+                group.forget_coordinator();
+            } else {
+                tracing::warn!(%error, group = %group.group_id, "heartbeat failed");
+                group.member().fatal = Some(error);
+                group.rejoin_requested.notify_waiters();
+            }
+            tokio::time::sleep(inner.settings.retry_backoff).await;
+        }
+    }
+}
+
+async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
+    let (member_id, generation) = {
+        let member = group.member();
+        if !member.joined || member.joining || member.generation < 0 {
+            return Ok(());
+        }
+        (member.member_id.clone(), member.generation)
+    };
+    let connection = coordinator(inner, group).await?;
+    let request = HeartbeatRequest::default()
+        .with_group_id(GroupId(str_bytes(&group.group_id)))
+        .with_generation_id(generation)
+        .with_member_id(str_bytes(&member_id))
+        .with_group_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes));
+    let timeout = inner.cluster.config.request_timeout;
+    let response = tokio::time::timeout(timeout, connection.send(&request))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("heartbeat to group {}", group.group_id),
+            after: timeout,
+        })??;
+    match response.error_code {
+        errors::NONE => Ok(()),
+        errors::REBALANCE_IN_PROGRESS => {
+            // Only for the generation it was sent in: an answer overtaken by a join is stale.
+            let current = {
+                let member = group.member();
+                member.generation == generation && !member.joining
+            };
+            if current {
+                tracing::info!(group = %group.group_id, generation, "the group is rebalancing; rejoining");
+                group.request_rejoin();
+            }
+            Ok(())
+        }
+        errors::UNKNOWN_MEMBER_ID | errors::ILLEGAL_GENERATION => {
+            tracing::warn!(group = %group.group_id, error = %errors::name(response.error_code), "the group no longer knows this member; rejoining");
+            let mut member = group.member();
+            if member.generation == generation {
+                if response.error_code == errors::UNKNOWN_MEMBER_ID {
+                    member.member_id.clear();
+                }
+                member.generation = -1;
+                member.joined = false;
+                member.lost = true;
+            }
+            drop(member);
+            group.request_rejoin();
+            Ok(())
+        }
+        code => Err(
+            Error::kafka(code, format!("group {}", group.group_id), None).unwrap_or(Error::Closed),
+        ),
+    }
+}
+
+async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Random) -> Result<()> {
+    let (member_id, epoch, subscribed, owned) = {
+        let mut member = group.member();
+        if member.member_id.is_empty() {
+            // Version 1 has the member make up its id (a UUID's worth of randomness).
+            member.member_id = (0..4)
+                .map(|_| format!("{:08x}", random.below(i32::MAX) as u32))
+                .collect();
+        }
+        let mut owned: BTreeMap<[u8; 16], Vec<i32>> = BTreeMap::new();
+        for (id, partition) in &member.owned {
+            owned.entry(*id).or_default().push(*partition);
+        }
+        (
+            member.member_id.clone(),
+            member.generation,
+            member.subscribed.clone(),
+            owned,
+        )
+    };
+    let connection = coordinator(inner, group).await?;
+    let request = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(str_bytes(&group.group_id)))
+        .with_member_id(str_bytes(&member_id))
+        .with_member_epoch(epoch)
+        .with_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes))
+        .with_rack_id(None)
+        .with_rebalance_timeout_ms(inner.settings.max_poll_interval.as_millis() as i32)
+        .with_subscribed_topic_names(Some(
+            subscribed.iter().map(|t| TopicName(str_bytes(t))).collect(),
+        ))
+        .with_subscribed_topic_regex(None)
+        .with_server_assignor(None)
+        .with_topic_partitions(Some(
+            owned
+                .into_iter()
+                .map(|(id, partitions)| {
+                    TopicPartitions::default()
+                        .with_topic_id(uuid::Uuid::from_bytes(id))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        ));
+    let timeout = inner.cluster.config.request_timeout;
+    let response = tokio::time::timeout(timeout, connection.send(&request))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("heartbeat to group {}", group.group_id),
+            after: timeout,
+        })??;
+    match response.error_code {
+        errors::NONE => {
+            let mut member = group.member();
+            if let Some(id) = &response.member_id {
+                member.member_id = id.to_string();
+            }
+            member.generation = response.member_epoch;
+            if response.heartbeat_interval_ms > 0 {
+                member.heartbeat_interval =
+                    Some(Duration::from_millis(response.heartbeat_interval_ms as u64));
+            }
+            if let Some(assignment) = &response.assignment {
+                member.target = Some(
+                    assignment
+                        .topic_partitions
+                        .iter()
+                        .flat_map(|t| {
+                            let id = *t.topic_id.as_bytes();
+                            t.partitions.iter().map(move |&p| (id, p))
+                        })
+                        .collect(),
+                );
+                drop(member);
+                group.rejoin_requested.notify_waiters();
+            }
+            Ok(())
+        }
+        errors::UNKNOWN_MEMBER_ID | errors::FENCED_MEMBER_EPOCH => {
+            tracing::warn!(group = %group.group_id, error = %errors::name(response.error_code), "fenced by the group; rejoining with epoch 0");
+            let mut member = group.member();
+            member.generation = 0;
+            member.joined = false;
+            member.lost = true;
+            member.owned.clear();
+            member.target = None;
+            if response.error_code == errors::UNKNOWN_MEMBER_ID {
+                member.member_id.clear();
+            }
+            drop(member);
+            group.rejoin_requested.notify_waiters();
+            group.heartbeat_now.notify_one();
+            Ok(())
+        }
+        code => Err(Error::kafka(
+            code,
+            format!("group {}", group.group_id),
+            response.error_message.as_deref(),
+        )
+        .unwrap_or(Error::Closed)),
+    }
+}
