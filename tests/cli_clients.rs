@@ -439,3 +439,139 @@ fn perf_creates_the_partitions_it_asks_for_and_names_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn consume_prints_what_kcat_wrote_from_offsets_groups_and_patterns() {
+    use std::io::Write;
+    use std::process::Stdio;
+
+    let node = SingleNode::start(&["auto.create.topics.enable=false"]);
+    let bootstrap = node.bootstrap();
+    ok(&node, &["topics", "create", "feed", "--partitions", "3"]);
+    let mut kcat = Command::new("kcat")
+        .args([
+            "-b", &bootstrap, "-P", "-t", "feed", "-K", ":", "-H", "src=kcat",
+        ])
+        .args(["-X", "partitioner=murmur2_random"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("kcat (scripts/test installs it)");
+    let input: String = (0..40).map(|i| format!("key-{i}:value {i}\n")).collect();
+    kcat.stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    assert!(kcat.wait().expect("kcat").success());
+    let consume = |args: &[&str]| {
+        let mut all = vec!["consume"];
+        all.extend_from_slice(args);
+        all.extend(["--bootstrap-server", bootstrap.as_str()]);
+        let output = sluice(&all);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "sluice {all:?}: {stderr}");
+        (stdout, stderr)
+    };
+
+    // Everything, as JSON with metadata.
+    let (out, err) = consume(&[
+        "feed",
+        "--from-beginning",
+        "--max-messages",
+        "40",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(err.trim(), "Processed a total of 40 messages");
+    let mut values = Vec::new();
+    for line in out.lines() {
+        let record: serde_json::Value = serde_json::from_str(line).expect("json line");
+        let key = record["key"].as_str().expect("key");
+        let i: usize = key["key-".len()..].parse().expect("numbered");
+        assert_eq!(record["value"], format!("value {i}"));
+        assert_eq!(record["headers"]["src"], "kcat");
+        assert_eq!(record["topic"], "feed");
+        let partition = sluice::client::partition_for_key(key.as_bytes(), 3);
+        assert_eq!(
+            record["partition"], partition,
+            "kcat hashes keys as the SDK does"
+        );
+        values.push(i);
+    }
+    values.sort();
+    assert_eq!(values, (0..40).collect::<Vec<_>>());
+
+    // One partition from an offset, key and value, the same record kcat finds there.
+    let (out, _) = consume(&[
+        "feed",
+        "--partition",
+        "1",
+        "--offset",
+        "2",
+        "--max-messages",
+        "1",
+        "--format",
+        "key-value",
+        "--key-separator",
+        "=",
+    ]);
+    let theirs = Command::new("kcat")
+        .args([
+            "-b", &bootstrap, "-C", "-t", "feed", "-p", "1", "-o", "2", "-c", "1", "-e", "-q",
+        ])
+        .args(["-f", "%k=%s\n"])
+        .output()
+        .expect("kcat");
+    assert_eq!(out, String::from_utf8_lossy(&theirs.stdout));
+
+    // A group reads everything once and commits: the next run starts after it.
+    let (out, err) = consume(&[
+        "feed",
+        "--group",
+        "cli-g",
+        "--from-beginning",
+        "--timeout-ms",
+        "3000",
+    ]);
+    assert_eq!(out.lines().count(), 40, "{err}");
+    assert!(err.ends_with("Processed a total of 40 messages\n"), "{err}");
+    let (out, _) = consume(&[
+        "feed",
+        "--group",
+        "cli-g",
+        "--from-beginning",
+        "--timeout-ms",
+        "1500",
+    ]);
+    assert_eq!(out, "", "the group's commits are where the next run starts");
+    let described = ok(&node, &["groups", "describe", "cli-g", "--output", "json"]);
+    assert!(described.contains("\"total_lag\": 0"), "{described}");
+
+    // From the end by default: nothing old; a pattern subscription reads every match.
+    let (out, _) = consume(&["feed", "--timeout-ms", "1000"]);
+    assert_eq!(out, "");
+    ok(&node, &["topics", "create", "feed-2", "--partitions", "1"]);
+    let (out, _) = consume(&[
+        "--include",
+        "fe.*",
+        "--from-beginning",
+        "--max-messages",
+        "40",
+    ]);
+    assert_eq!(out.lines().count(), 40);
+
+    // Errors: Kafka's names, one line, exit 4 for the cluster's refusal, 2 for usage.
+    let err = fails(&node, &["consume", "nope", "--timeout-ms", "500"], 4);
+    assert!(
+        err.starts_with("error: UNKNOWN_TOPIC_OR_PARTITION: topic nope"),
+        "{err}"
+    );
+    let err = fails(&node, &["consume", "feed", "--partition", "9"], 1);
+    assert!(
+        err.contains("topic feed has no partition 9 (it has 3)"),
+        "{err}"
+    );
+    let output = sluice(&["consume", "feed", "--offset", "3"]);
+    assert_eq!(output.status.code(), Some(2), "--offset needs --partition");
+}
