@@ -234,7 +234,7 @@ def main():
                           f"{c['records_s']:>13,.0f} {c['mb_s']:>8.1f} {c['mb_s'] / loopback:>6.2f}x"
                           f"  (raw {disk:.0f}/{loopback:.0f})", flush=True)
         print()
-        print("our client (sluice perf produce|consume: prebuilt batches of 512 records, 4 connections;"
+        print("our client (sluice perf produce-batches|consume-batches: prebuilt batches of 512 records, 4 connections;"
               " fetches of 1 MiB per partition, records counted, not decoded)")
         print(f"{'case':<28} {'produce rec/s':>13} {'MB/s':>8} {'x disk':>7} {'req p50':>7} {'req p99':>7} "
               f"{'p99.9':>8} | {'consume rec/s':>13} {'MB/s':>8} {'x loop':>7}")
@@ -244,10 +244,10 @@ def main():
                     topic = f"sdk-{record_bytes}-{partitions}-{acks}"
                     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result()
                     disk, loopback = raw_limits()
-                    p = sluice_perf(args.sluice, "produce", broker.bootstrap, topic, partitions,
+                    p = sluice_perf(args.sluice, "produce-batches", broker.bootstrap, topic, partitions,
                                     ["--record-bytes", str(record_bytes), "--acks", acks,
                                      "--seconds", str(args.seconds)])
-                    c = sluice_perf(args.sluice, "consume", broker.bootstrap, topic, partitions, [])
+                    c = sluice_perf(args.sluice, "consume-batches", broker.bootstrap, topic, partitions, [])
                     label = "all" if acks == "-1" else acks
                     print(f"{record_bytes:>4} B, {partitions} part, acks={label:<3}  {p['produce_records_s']:>13,.0f} "
                           f"{p['produce_mb_s']:>8.1f} {p['produce_mb_s'] / disk:>6.2f}x {p['produce_request_p50_ms']:>7.2f} "

@@ -2,7 +2,7 @@
 """Replication benchmark on three nodes of this machine.
 
 Starts three `sluice server` processes (every node a voter and a broker), creates an RF=1 and
-an RF=3 topic (8 partitions each), and alternates `sluice perf produce` runs of 1 KiB records:
+an RF=3 topic (8 partitions each), and alternates `sluice perf produce-batches` runs of 1 KiB records:
 RF=1 with acks=1, then RF=3 with acks=all, the ratio of each pair reported. During the RF=3
 runs it samples every node's `sluice_follower_lag_max_records` every 100 ms and reports the
 lag's p50/p99/max (in records).
@@ -40,7 +40,7 @@ def gauge(http_port, name):
 
 
 def perf(binary, bootstrap, topic, acks, seconds):
-    out = subprocess.run([binary, "perf", "produce", "--bootstrap-server", bootstrap, "--topic", topic,
+    out = subprocess.run([binary, "perf", "produce-batches", "--bootstrap-server", bootstrap, "--topic", topic,
                           "--partitions", "8", "--acks", acks, "--seconds", str(seconds),
                           "--record-bytes", "1024"], check=True, stdout=subprocess.PIPE, text=True).stdout
     return {k: float(v) for k, v in (line.split() for line in out.strip().splitlines())}

@@ -8,6 +8,7 @@ pub mod consume;
 pub mod fuzz;
 pub mod groups;
 pub mod perf;
+pub mod perf_client;
 pub mod perf_kafka;
 pub mod perf_quorum;
 pub mod produce;

@@ -35,15 +35,21 @@ pub enum Target {
     Quorum(QuorumArgs),
     /// The storage engine: append, read and restart throughput against raw disk bandwidth.
     Log(LogArgs),
-    /// Produce to a running broker through its Kafka port with our client: prebuilt batches,
-    /// several connections; records/s, MB/s, request latency.
-    Produce(super::perf_kafka::ProduceArgs),
+    /// The SDK producer against a running broker, with kafka-producer-perf-test's flags:
+    /// records/s, MB/s, per-record latency p50/p95/p99/p99.9/max, progress every 5 s.
+    Produce(super::perf_client::ProduceArgs),
+    /// The SDK consumer reading a topic from its beginning, with kafka-consumer-perf-test's
+    /// flags: records/s, MB/s.
+    Consume(super::perf_client::ConsumeArgs),
+    /// The broker's own limit: prebuilt batches produced over several connections, without a
+    /// client's per-record work; records/s, MB/s, request latency.
+    ProduceBatches(super::perf_kafka::ProduceArgs),
     /// One producer beside many idle long-polling consumers (one connection and one empty
     /// partition each): produce latency and broker CPU, beside TCP loopback round trips.
     IdleConsumers(super::perf_kafka::IdleConsumersArgs),
-    /// Fetch a topic from offset 0 to its high watermark with our client (records counted,
+    /// Fetch a topic from offset 0 to its high watermark with raw fetches (records counted,
     /// not decoded); records/s, MB/s.
-    Consume(super::perf_kafka::ConsumeArgs),
+    ConsumeBatches(super::perf_kafka::ConsumeArgs),
     /// The raw limits other benchmarks compare with, as `name value` lines: disk write
     /// bandwidth (pwrite + fdatasync) in DIR and TCP loopback copy bandwidth.
     Raw {
@@ -131,8 +137,10 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
-        Target::Produce(args) => super::perf_kafka::produce(args),
-        Target::Consume(args) => super::perf_kafka::consume(args),
+        Target::Produce(args) => super::perf_client::produce(args),
+        Target::Consume(args) => super::perf_client::consume(args),
+        Target::ProduceBatches(args) => super::perf_kafka::produce(args),
+        Target::ConsumeBatches(args) => super::perf_kafka::consume(args),
         Target::IdleConsumers(args) => super::perf_kafka::idle_consumers(args),
         Target::Raw { dir, total_bytes } => {
             fs::create_dir_all(&dir)?;

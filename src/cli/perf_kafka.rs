@@ -184,7 +184,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
 /// Each partition's leader address. A topic that does not exist is created with
 /// `partitions` partitions (the cluster's default replication factor); one with fewer
 /// partitions than asked is refused, saying how to get more.
-async fn partition_leaders(
+pub async fn partition_leaders(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
