@@ -583,4 +583,55 @@ async fn consumer_groups_share_partitions_with_every_assignor_and_with_confluent
         ));
     }
     assert_eq!(union.len(), total, "between them they read every record");
+
+    // The admin client's view of the groups: listed, described, offsets read, moved, deleted.
+    let listed = admin.list_groups().await.expect("list groups");
+    for group in ["g-classic-range", "g-consumer-range", "g-mixed"] {
+        assert!(
+            listed.iter().any(|g| g.group_id == group),
+            "{group} in {listed:?}"
+        );
+    }
+    let described = admin
+        .describe_group("g-classic-range")
+        .await
+        .expect("describe");
+    assert_eq!(described.state, "Empty");
+    assert!(described.members.is_empty());
+    let offsets = admin
+        .list_group_offsets("g-classic-range")
+        .await
+        .expect("offsets");
+    assert_eq!(offsets.values().sum::<i64>(), total as i64);
+    let rewound: BTreeMap<TopicPartition, i64> = offsets.keys().map(|tp| (tp.clone(), 0)).collect();
+    admin
+        .alter_group_offsets("g-classic-range", &rewound)
+        .await
+        .expect("alter offsets");
+    let offsets = admin
+        .list_group_offsets("g-classic-range")
+        .await
+        .expect("offsets");
+    assert_eq!(offsets.values().sum::<i64>(), 0);
+    let ends = admin
+        .list_offsets(
+            &offsets.keys().cloned().collect(),
+            sluice::client::OffsetSpec::Latest,
+        )
+        .await
+        .expect("list offsets");
+    assert_eq!(ends.values().flatten().sum::<i64>(), total as i64);
+    admin
+        .delete_groups(&["g-classic-range".to_string()])
+        .await
+        .expect("delete");
+    let error = admin
+        .describe_group("g-classic-range")
+        .await
+        .expect_err("deleted");
+    assert_eq!(
+        error.code(),
+        Some(sluice::protocol::errors::GROUP_ID_NOT_FOUND),
+        "{error}"
+    );
 }

@@ -5,32 +5,13 @@
 //! `delete`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand, ValueEnum};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
-    ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use clap::{Args, Subcommand};
 use serde::Serialize;
-use sluice::client::Connection;
-use sluice::protocol::errors;
+use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
-/// ListOffsets' special timestamps.
-const LATEST: i64 = -1;
-const EARLIEST: i64 = -2;
+use super::common::{Connect, Format, block_on};
 
 #[derive(Subcommand)]
 pub enum GroupsCommand {
@@ -69,16 +50,10 @@ pub enum GroupsCommand {
 
 #[derive(Args)]
 pub struct Common {
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    connect: Connect,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     output: Format,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
-    Text,
-    Json,
 }
 
 #[derive(Args)]
@@ -103,10 +78,7 @@ pub struct ResetTarget {
 }
 
 pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
+    block_on(async move {
         match command {
             GroupsCommand::List { common } => list(&common).await,
             GroupsCommand::Describe { group, common } => describe(&common, &group).await,
@@ -122,340 +94,6 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
     })
 }
 
-fn name(text: &str) -> StrBytes {
-    StrBytes::from_string(text.to_owned())
-}
-
-/// Fails with Kafka's error name, the broker's message and what was being done.
-fn check(code: i16, message: Option<&StrBytes>, doing: &str) -> anyhow::Result<()> {
-    if code == errors::NONE {
-        return Ok(());
-    }
-    match message.map(|m| m.as_str()).filter(|m| !m.is_empty()) {
-        Some(message) => bail!("{doing}: {}: {message}", errors::name(code)),
-        None => bail!("{doing}: {}", errors::name(code)),
-    }
-}
-
-/// Connections to the cluster's brokers, opened as needed.
-struct Cluster {
-    bootstrap: String,
-    brokers: BTreeMap<i32, String>,
-    connections: BTreeMap<String, Connection>,
-}
-
-impl Cluster {
-    async fn connect(bootstrap: &str) -> anyhow::Result<Cluster> {
-        let mut cluster = Cluster {
-            bootstrap: bootstrap.to_owned(),
-            brokers: BTreeMap::new(),
-            connections: BTreeMap::new(),
-        };
-        let metadata = cluster.metadata(Some(Vec::new())).await?;
-        cluster.brokers = metadata
-            .brokers
-            .iter()
-            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
-            .collect();
-        Ok(cluster)
-    }
-
-    async fn connection(&mut self, addr: &str) -> anyhow::Result<&mut Connection> {
-        if !self.connections.contains_key(addr) {
-            let connection = Connection::connect(addr, TIMEOUT).await?;
-            self.connections.insert(addr.to_owned(), connection);
-        }
-        self.connections
-            .get_mut(addr)
-            .context("connection just opened")
-    }
-
-    /// Metadata for `topics` (None: all).
-    async fn metadata(&mut self, topics: Option<Vec<String>>) -> anyhow::Result<MetadataResponse> {
-        let request = MetadataRequest::default().with_topics(topics.map(|topics| {
-            topics
-                .into_iter()
-                .map(|t| MetadataRequestTopic::default().with_name(Some(TopicName(name(&t)))))
-                .collect()
-        }));
-        let bootstrap = self.bootstrap.clone();
-        self.connection(&bootstrap)
-            .await?
-            .call(ApiKey::Metadata, 9, &request)
-            .await
-            .context("Metadata")
-    }
-
-    /// The address of `group`'s coordinator.
-    async fn coordinator(&mut self, group: &str) -> anyhow::Result<String> {
-        let request = FindCoordinatorRequest::default()
-            .with_key(name(group))
-            .with_key_type(0);
-        let bootstrap = self.bootstrap.clone();
-        // The coordinator may be loading (or __consumer_offsets being created): retry a while.
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let response: FindCoordinatorResponse = self
-                .connection(&bootstrap)
-                .await?
-                .call(ApiKey::FindCoordinator, 3, &request)
-                .await
-                .context("FindCoordinator")?;
-            if response.error_code == errors::COORDINATOR_NOT_AVAILABLE
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            check(
-                response.error_code,
-                response.error_message.as_ref(),
-                &format!("finding the coordinator of group {group}"),
-            )?;
-            return Ok(format!("{}:{}", response.host, response.port));
-        }
-    }
-
-    /// DescribeGroups of one group at its coordinator, retried while it loads.
-    async fn describe(&mut self, group: &str) -> anyhow::Result<Described> {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let coordinator = self.coordinator(group).await?;
-            let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(name(group))]);
-            let response: DescribeGroupsResponse = self
-                .connection(&coordinator)
-                .await?
-                .call(ApiKey::DescribeGroups, 5, &request)
-                .await
-                .context("DescribeGroups")?;
-            let described = response
-                .groups
-                .into_iter()
-                .next()
-                .context("DescribeGroups answered no group")?;
-            if matches!(
-                described.error_code,
-                errors::COORDINATOR_LOAD_IN_PROGRESS | errors::NOT_COORDINATOR
-            ) && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            if described.error_code == errors::GROUP_ID_NOT_FOUND {
-                // Not a classic group: a KIP-848 consumer group describes itself elsewhere.
-                if let Some(consumer) = self.describe_consumer_group(&coordinator, group).await? {
-                    return Ok(consumer);
-                }
-            }
-            check(
-                described.error_code,
-                None,
-                &format!("describing group {group}"),
-            )?;
-            let members = described
-                .members
-                .into_iter()
-                .map(|m| Member {
-                    member_id: m.member_id.to_string(),
-                    group_instance_id: m.group_instance_id.map(|i| i.to_string()),
-                    client_id: m.client_id.to_string(),
-                    host: m.client_host.to_string(),
-                    assignment: decode_assignment(&m.member_assignment),
-                })
-                .collect();
-            return Ok(Described {
-                coordinator,
-                state: described.group_state.to_string(),
-                protocol_type: described.protocol_type.to_string(),
-                protocol: described.protocol_data.to_string(),
-                members,
-            });
-        }
-    }
-
-    /// ConsumerGroupDescribe of a KIP-848 group; `None` when it is not one.
-    async fn describe_consumer_group(
-        &mut self,
-        coordinator: &str,
-        group: &str,
-    ) -> anyhow::Result<Option<Described>> {
-        let request =
-            ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(name(group))]);
-        let response: ConsumerGroupDescribeResponse = self
-            .connection(coordinator)
-            .await?
-            .call(ApiKey::ConsumerGroupDescribe, 0, &request)
-            .await
-            .context("ConsumerGroupDescribe")?;
-        let Some(described) = response.groups.into_iter().next() else {
-            return Ok(None);
-        };
-        if described.error_code == errors::GROUP_ID_NOT_FOUND {
-            return Ok(None);
-        }
-        check(
-            described.error_code,
-            described.error_message.as_ref(),
-            &format!("describing group {group}"),
-        )?;
-        let members = described
-            .members
-            .into_iter()
-            .map(|m| Member {
-                member_id: m.member_id.to_string(),
-                group_instance_id: m.instance_id.map(|i| i.to_string()),
-                client_id: m.client_id.to_string(),
-                host: m.client_host.to_string(),
-                assignment: m
-                    .assignment
-                    .topic_partitions
-                    .into_iter()
-                    .flat_map(|tp| {
-                        let topic = tp.topic_name.to_string();
-                        tp.partitions.into_iter().map(move |p| (topic.clone(), p))
-                    })
-                    .collect(),
-            })
-            .collect();
-        Ok(Some(Described {
-            coordinator: coordinator.to_owned(),
-            state: described.group_state.to_string(),
-            protocol_type: "consumer".into(),
-            protocol: format!("{} (KIP-848)", described.assignor_name.as_str()),
-            members,
-        }))
-    }
-
-    /// The committed offsets of `group` (every partition that has one).
-    async fn committed(
-        &mut self,
-        coordinator: &str,
-        group: &str,
-    ) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
-        let request = OffsetFetchRequest::default()
-            .with_group_id(GroupId(name(group)))
-            .with_topics(None);
-        let response: OffsetFetchResponse = self
-            .connection(coordinator)
-            .await?
-            .call(ApiKey::OffsetFetch, 7, &request)
-            .await
-            .context("OffsetFetch")?;
-        check(
-            response.error_code,
-            None,
-            &format!("fetching the offsets of group {group}"),
-        )?;
-        let mut offsets = BTreeMap::new();
-        for topic in response.topics {
-            for partition in topic.partitions {
-                check(
-                    partition.error_code,
-                    None,
-                    &format!("offset of {}-{}", topic.name.0, partition.partition_index),
-                )?;
-                if partition.committed_offset >= 0 {
-                    offsets.insert(
-                        (topic.name.to_string(), partition.partition_index),
-                        partition.committed_offset,
-                    );
-                }
-            }
-        }
-        Ok(offsets)
-    }
-
-    /// ListOffsets at `timestamp` (LATEST, EARLIEST or a time) for each partition, from its
-    /// leader; `None` where no offset answers (a time after every record).
-    async fn offsets_at(
-        &mut self,
-        partitions: &BTreeSet<(String, i32)>,
-        timestamp: i64,
-    ) -> anyhow::Result<BTreeMap<(String, i32), Option<i64>>> {
-        let topics: BTreeSet<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
-        let metadata = self.metadata(Some(topics.into_iter().collect())).await?;
-        let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
-        for topic in &metadata.topics {
-            let topic_name = topic
-                .name
-                .as_ref()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
-            check(topic.error_code, None, &format!("topic {topic_name}"))?;
-            for partition in &topic.partitions {
-                let key = (topic_name.clone(), partition.partition_index);
-                if partitions.contains(&key) {
-                    by_leader
-                        .entry(partition.leader_id.0)
-                        .or_default()
-                        .push(key);
-                }
-            }
-        }
-        let mut answers = BTreeMap::new();
-        for (leader, keys) in by_leader {
-            let addr = self
-                .brokers
-                .get(&leader)
-                .cloned()
-                .with_context(|| format!("partition leader {leader} is not available"))?;
-            let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-            for (topic, partition) in keys {
-                topics.entry(topic).or_default().push(partition);
-            }
-            let request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(topic, partitions)| {
-                            ListOffsetsTopic::default()
-                                .with_name(TopicName(name(&topic)))
-                                .with_partitions(
-                                    partitions
-                                        .into_iter()
-                                        .map(|p| {
-                                            ListOffsetsPartition::default()
-                                                .with_partition_index(p)
-                                                .with_timestamp(timestamp)
-                                        })
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                );
-            let response: ListOffsetsResponse = self
-                .connection(&addr)
-                .await?
-                .call(ApiKey::ListOffsets, 5, &request)
-                .await
-                .context("ListOffsets")?;
-            for topic in response.topics {
-                for p in topic.partitions {
-                    check(
-                        p.error_code,
-                        None,
-                        &format!("offsets of {}-{}", topic.name.0, p.partition_index),
-                    )?;
-                    answers.insert(
-                        (topic.name.to_string(), p.partition_index),
-                        (p.offset >= 0).then_some(p.offset),
-                    );
-                }
-            }
-        }
-        Ok(answers)
-    }
-}
-
-struct Described {
-    coordinator: String,
-    state: String,
-    protocol_type: String,
-    protocol: String,
-    members: Vec<Member>,
-}
-
 #[derive(Serialize)]
 struct Member {
     member_id: String,
@@ -465,52 +103,27 @@ struct Member {
     assignment: Vec<(String, i32)>,
 }
 
-/// A consumer-protocol assignment's partitions (empty for other protocols or none).
-fn decode_assignment(bytes: &[u8]) -> Vec<(String, i32)> {
-    if bytes.len() < 2 {
-        return Vec::new();
-    }
-    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-    let mut buf = bytes::Bytes::copy_from_slice(&bytes[2..]);
-    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
-        Ok(assignment) => assignment
-            .assigned_partitions
-            .into_iter()
-            .flat_map(|tp| {
-                let topic = tp.topic.to_string();
-                tp.partitions.into_iter().map(move |p| (topic.clone(), p))
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+fn members(described: &GroupDescription) -> Vec<Member> {
+    described
+        .members
+        .iter()
+        .map(|m| Member {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id.clone(),
+            client_id: m.client_id.clone(),
+            host: m.host.clone(),
+            assignment: m
+                .assignment
+                .iter()
+                .map(|tp| (tp.topic.clone(), tp.partition))
+                .collect(),
+        })
+        .collect()
 }
 
 async fn list(common: &Common) -> anyhow::Result<()> {
-    let mut cluster = Cluster::connect(&common.bootstrap_server).await?;
-    let mut groups = BTreeMap::new();
-    let brokers: Vec<(i32, String)> = cluster.brokers.clone().into_iter().collect();
-    for (id, addr) in brokers {
-        let response: ListGroupsResponse = cluster
-            .connection(&addr)
-            .await?
-            .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
-            .await
-            .with_context(|| format!("ListGroups from broker {id}"))?;
-        check(
-            response.error_code,
-            None,
-            &format!("listing the groups of broker {id}"),
-        )?;
-        for group in response.groups {
-            groups.insert(
-                group.group_id.to_string(),
-                (
-                    group.group_state.to_string(),
-                    group.protocol_type.to_string(),
-                ),
-            );
-        }
-    }
+    let admin: Admin = common.connect.admin()?;
+    let groups = admin.list_groups().await?;
     #[derive(Serialize)]
     struct Listed {
         group: String,
@@ -519,10 +132,10 @@ async fn list(common: &Common) -> anyhow::Result<()> {
     }
     let listed: Vec<Listed> = groups
         .into_iter()
-        .map(|(group, (state, protocol_type))| Listed {
-            group,
-            state,
-            protocol_type,
+        .map(|g| Listed {
+            group: g.group_id,
+            state: g.state,
+            protocol_type: g.protocol_type,
         })
         .collect();
     if common.output == Format::Json {
@@ -555,21 +168,24 @@ struct PartitionLag {
 }
 
 async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
-    let mut cluster = Cluster::connect(&common.bootstrap_server).await?;
-    let described = cluster.describe(group).await?;
-    if described.state == "Dead" {
-        bail!("group {group}: GROUP_ID_NOT_FOUND: no such group");
-    }
-    let committed = cluster.committed(&described.coordinator, group).await?;
+    let admin: Admin = common.connect.admin()?;
+    let described = admin.describe_group(group).await?;
+    let members = members(&described);
+    let committed: BTreeMap<(String, i32), i64> = admin
+        .list_group_offsets(group)
+        .await?
+        .into_iter()
+        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
+        .collect();
     let mut owner: BTreeMap<(String, i32), &Member> = BTreeMap::new();
-    for member in &described.members {
+    for member in &members {
         for key in &member.assignment {
             owner.insert(key.clone(), member);
         }
     }
     let partitions: BTreeSet<(String, i32)> =
         committed.keys().chain(owner.keys()).cloned().collect();
-    let ends = cluster.offsets_at(&partitions, LATEST).await?;
+    let ends = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
     let rows: Vec<PartitionLag> = partitions
         .iter()
         .map(|key| {
@@ -609,7 +225,7 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
             state: &described.state,
             protocol_type: &described.protocol_type,
             protocol: &described.protocol,
-            members: &described.members,
+            members: &members,
             partitions: &rows,
             total_lag,
         };
@@ -654,8 +270,8 @@ async fn reset_offsets(
     target: &ResetTarget,
     execute: bool,
 ) -> anyhow::Result<()> {
-    let mut cluster = Cluster::connect(&common.bootstrap_server).await?;
-    let described = cluster.describe(group).await?;
+    let admin: Admin = common.connect.admin()?;
+    let described = admin.describe_group(group).await?;
     if !described.members.is_empty() {
         bail!(
             "group {group} has {} active members (state {}): offsets can only be reset while \
@@ -664,20 +280,23 @@ async fn reset_offsets(
             described.state
         );
     }
-    let metadata = cluster.metadata(Some(vec![topic.to_owned()])).await?;
-    let found = metadata
-        .topics
+    let partitions: BTreeSet<(String, i32)> = admin
+        .describe_topics(&[topic.to_owned()])
+        .await?
         .first()
-        .context("Metadata answered no topic")?;
-    check(found.error_code, None, &format!("topic {topic}"))?;
-    let partitions: BTreeSet<(String, i32)> = found
+        .context("Metadata answered no topic")?
         .partitions
         .iter()
-        .map(|p| (topic.to_owned(), p.partition_index))
+        .map(|p| (topic.to_owned(), p.partition))
         .collect();
-    let earliest = cluster.offsets_at(&partitions, EARLIEST).await?;
-    let latest = cluster.offsets_at(&partitions, LATEST).await?;
-    let committed = cluster.committed(&described.coordinator, group).await?;
+    let earliest = offsets_at(&admin, &partitions, OffsetSpec::Earliest).await?;
+    let latest = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
+    let committed: BTreeMap<(String, i32), i64> = admin
+        .list_group_offsets(group)
+        .await?
+        .into_iter()
+        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
+        .collect();
     let at_time = match &target.to_datetime {
         Some(text) => {
             let millis = parse_datetime_ms(text).with_context(|| {
@@ -686,7 +305,7 @@ async fn reset_offsets(
                      milliseconds"
                 )
             })?;
-            Some(cluster.offsets_at(&partitions, millis).await?)
+            Some(offsets_at(&admin, &partitions, OffsetSpec::Timestamp(millis)).await?)
         }
         None => None,
     };
@@ -717,37 +336,14 @@ async fn reset_offsets(
         };
         plan.push((key.clone(), committed.get(key).copied(), new_offset));
     }
-    let mut errors_by_partition = BTreeMap::new();
     if execute {
-        let request = OffsetCommitRequest::default()
-            .with_group_id(GroupId(name(group)))
-            .with_generation_id_or_member_epoch(-1)
-            .with_member_id(name(""))
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(name(topic)))
-                    .with_partitions(
-                        plan.iter()
-                            .map(|((_, p), _, offset)| {
-                                OffsetCommitRequestPartition::default()
-                                    .with_partition_index(*p)
-                                    .with_committed_offset(*offset)
-                                    .with_committed_leader_epoch(-1)
-                            })
-                            .collect(),
-                    ),
-            ]);
-        let response: OffsetCommitResponse = cluster
-            .connection(&described.coordinator)
-            .await?
-            .call(ApiKey::OffsetCommit, 8, &request)
-            .await
-            .context("OffsetCommit")?;
-        for t in response.topics {
-            for p in t.partitions {
-                errors_by_partition.insert(p.partition_index, p.error_code);
-            }
-        }
+        let offsets: BTreeMap<TopicPartition, i64> = plan
+            .iter()
+            .map(|((topic, partition), _, offset)| {
+                (TopicPartition::new(topic, *partition), *offset)
+            })
+            .collect();
+        admin.alter_group_offsets(group, &offsets).await?;
     }
     #[derive(Serialize)]
     struct Reset {
@@ -755,22 +351,16 @@ async fn reset_offsets(
         partition: i32,
         committed_offset: Option<i64>,
         new_offset: i64,
-        error: Option<String>,
     }
     let rows: Vec<Reset> = plan
         .into_iter()
         .map(|((topic, partition), committed_offset, new_offset)| Reset {
-            error: errors_by_partition
-                .get(&partition)
-                .filter(|code| **code != errors::NONE)
-                .map(|code| errors::name(*code).into_owned()),
             topic,
             partition,
             committed_offset,
             new_offset,
         })
         .collect();
-    let failed = rows.iter().filter(|r| r.error.is_some()).count();
     if common.output == Format::Json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -780,53 +370,47 @@ async fn reset_offsets(
         );
         for r in &rows {
             println!(
-                "{:<20}  {:>9}  {:>14}  {:>10}{}",
+                "{:<20}  {:>9}  {:>14}  {:>10}",
                 r.topic,
                 r.partition,
                 r.committed_offset.map_or("-".to_owned(), |o| o.to_string()),
                 r.new_offset,
-                r.error
-                    .as_deref()
-                    .map(|e| format!("  {e}"))
-                    .unwrap_or_default()
             );
         }
         if !execute {
             println!("\ndry run: nothing committed (add --execute to commit these offsets)");
         }
     }
-    if failed > 0 {
-        bail!("{failed} partitions were not reset");
-    }
     Ok(())
 }
 
 async fn delete(common: &Common, group: &str) -> anyhow::Result<()> {
-    let mut cluster = Cluster::connect(&common.bootstrap_server).await?;
-    let coordinator = cluster.coordinator(group).await?;
-    let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(name(group))]);
-    let response: DeleteGroupsResponse = cluster
-        .connection(&coordinator)
-        .await?
-        .call(ApiKey::DeleteGroups, 2, &request)
-        .await
-        .context("DeleteGroups")?;
-    let result = response
-        .results
-        .first()
-        .context("DeleteGroups answered no group")?;
-    if result.error_code == errors::NON_EMPTY_GROUP {
-        bail!(
-            "deleting group {group}: NON_EMPTY_GROUP: the group has active members; stop its consumers first"
-        );
-    }
-    check(result.error_code, None, &format!("deleting group {group}"))?;
+    let admin: Admin = common.connect.admin()?;
+    admin.delete_groups(&[group.to_owned()]).await?;
     if common.output == Format::Json {
         println!("{}", serde_json::json!({ "group": group, "deleted": true }));
     } else {
         println!("deleted group {group}");
     }
     Ok(())
+}
+
+/// Each partition's offset at `spec` (`None`: no record at or after the time).
+async fn offsets_at(
+    admin: &Admin,
+    partitions: &BTreeSet<(String, i32)>,
+    spec: OffsetSpec,
+) -> anyhow::Result<BTreeMap<(String, i32), Option<i64>>> {
+    let asked: BTreeSet<TopicPartition> = partitions
+        .iter()
+        .map(|(topic, partition)| TopicPartition::new(topic, *partition))
+        .collect();
+    Ok(admin
+        .list_offsets(&asked, spec)
+        .await?
+        .into_iter()
+        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
+        .collect())
 }
 
 /// `2026-12-01T10:00:00[.sss][Z|±hh:mm]` (UTC without a zone) or milliseconds since the epoch.

@@ -167,6 +167,10 @@ impl Admin {
         self.cluster.refresh(topics).await
     }
 
+    pub(crate) fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
     fn timeout_ms(&self) -> i32 {
         i32::try_from(self.cluster.config.request_timeout.as_millis()).unwrap_or(i32::MAX)
     }

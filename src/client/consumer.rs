@@ -747,7 +747,13 @@ impl Consumer {
         &self,
         timestamps: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>> {
-        list_offsets(&self.inner, timestamps).await
+        list_offsets(
+            &self.inner.cluster,
+            timestamps,
+            self.inner.settings.isolation_level,
+            self.inner.settings.retry_backoff,
+        )
+        .await
     }
 
     /// The first offset of each partition still in the log.
@@ -756,7 +762,13 @@ impl Consumer {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
         let asked = partitions.iter().map(|tp| (tp.clone(), -2)).collect();
-        list_offsets(&self.inner, &asked).await
+        list_offsets(
+            &self.inner.cluster,
+            &asked,
+            self.inner.settings.isolation_level,
+            self.inner.settings.retry_backoff,
+        )
+        .await
     }
 
     /// The end of each partition (the high watermark, or the last stable offset for
@@ -766,7 +778,13 @@ impl Consumer {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
         let asked = partitions.iter().map(|tp| (tp.clone(), -1)).collect();
-        list_offsets(&self.inner, &asked).await
+        list_offsets(
+            &self.inner.cluster,
+            &asked,
+            self.inner.settings.isolation_level,
+            self.inner.settings.retry_backoff,
+        )
+        .await
     }
 
     /// The partition count of `topic` (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
@@ -951,7 +969,13 @@ impl Consumer {
         if to_list.is_empty() {
             return Ok(());
         }
-        let found = list_offsets(&self.inner, &to_list).await?;
+        let found = list_offsets(
+            &self.inner.cluster,
+            &to_list,
+            self.inner.settings.isolation_level,
+            self.inner.settings.retry_backoff,
+        )
+        .await?;
         for (tp, asked) in to_list {
             let Some(p) = state.partitions.get_mut(&tp) else {
                 continue;
@@ -1443,8 +1467,10 @@ pub(crate) async fn committed(
 /// ListOffsets for each partition at its timestamp (-2 earliest, -1 latest), asked of each
 /// partition's leader; partitions with no such offset are absent.
 pub(crate) async fn list_offsets(
-    inner: &Inner,
+    cluster: &Cluster,
     asked: &BTreeMap<TopicPartition, i64>,
+    isolation_level: IsolationLevel,
+    retry_backoff: Duration,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     let mut found = BTreeMap::new();
     let mut pending: BTreeMap<TopicPartition, i64> = asked.clone();
@@ -1457,7 +1483,7 @@ pub(crate) async fn list_offsets(
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let metadata = inner.cluster.refresh(Some(&topics)).await?;
+        let metadata = cluster.refresh(Some(&topics)).await?;
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<ListOffsetsPartition>>> =
             BTreeMap::new();
         for (tp, &timestamp) in &pending {
@@ -1495,7 +1521,7 @@ pub(crate) async fn list_offsets(
         for (leader, topics) in by_leader {
             let request = ListOffsetsRequest::default()
                 .with_replica_id(BrokerId(-1))
-                .with_isolation_level(match inner.settings.isolation_level {
+                .with_isolation_level(match isolation_level {
                     IsolationLevel::ReadUncommitted => 0,
                     IsolationLevel::ReadCommitted => 1,
                 })
@@ -1516,7 +1542,7 @@ pub(crate) async fn list_offsets(
                             .unwrap_or(Error::Closed),
                     );
                 }
-                inner.cluster.broker(leader).await?.send(&request).await
+                cluster.broker(leader).await?.send(&request).await
             }
             .await
             {
@@ -1549,7 +1575,7 @@ pub(crate) async fn list_offsets(
                     Error::Protocol("no answer for some partitions' offsets".into())
                 }));
             }
-            tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(50))).await;
+            tokio::time::sleep(retry_backoff.max(Duration::from_millis(50))).await;
         }
     }
     Ok(found)
@@ -1713,16 +1739,16 @@ pub(crate) async fn coordinator_connection(inner: &Inner, addr: &str) -> Result<
 }
 
 /// Finds the coordinator of `group_id`: (node id, `host:port`).
-pub(crate) async fn find_coordinator(inner: &Inner, group_id: &str) -> Result<(i32, String)> {
+pub(crate) async fn find_coordinator(cluster: &Cluster, group_id: &str) -> Result<(i32, String)> {
     let request = FindCoordinatorRequest::default()
         .with_key(StrBytes::from_string(group_id.to_owned()))
         .with_key_type(0);
-    let connection = inner.cluster.any().await?;
+    let connection = cluster.any().await?;
     // Version 4 and up batch keys in another field; 3 carries one group.
     let response = match connection.send_at_most(&request, 3).await {
         Ok(response) => response,
         Err(error) => {
-            inner.cluster.forget(connection.addr());
+            cluster.forget(connection.addr());
             return Err(error);
         }
     };

@@ -207,7 +207,7 @@ pub(crate) async fn coordinator(inner: &Inner, group: &GroupShared) -> Result<Ar
             return Ok(connection.clone());
         }
     }
-    let (_, addr) = consumer::find_coordinator(inner, &group.group_id).await?;
+    let (_, addr) = consumer::find_coordinator(&inner.cluster, &group.group_id).await?;
     let connection = Arc::new(consumer::coordinator_connection(inner, &addr).await?);
     *group.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
     Ok(connection)

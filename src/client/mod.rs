@@ -10,7 +10,8 @@
 //! - [`Producer`]: batched, compressed, idempotent sends with delivery futures.
 //! - [`Consumer`]: partitions assigned by hand or by a consumer group (classic protocol with
 //!   the range, roundrobin and cooperative-sticky assignors, or KIP-848), commits, seeks.
-//! - [`Admin`]: topics, partitions, configs, cluster, records.
+//! - [`Admin`]: topics, partitions, configs, consumer groups and their offsets, the cluster,
+//!   records.
 //! - [`ClientConfig`]: settings by Kafka's client config names (`bootstrap.servers`, ...).
 //! - [`Connection`]: one pipelined connection to a broker, for requests the clients above do
 //!   not wrap (any `kafka_protocol` request, at the highest version both sides speak).
@@ -21,6 +22,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod admin_groups;
 mod assignor;
 mod cluster;
 mod config;
@@ -35,6 +37,7 @@ pub use admin::{
     Admin, AlterConfigOp, ClusterDescription, ConfigEntry, NewTopic, RESOURCE_BROKER,
     RESOURCE_TOPIC, TopicDescription,
 };
+pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use config::{ClientConfig, parse_pairs, parse_servers};
