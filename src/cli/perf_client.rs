@@ -235,11 +235,14 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         let started = Instant::now();
         for sent_count in 0..args.num_records {
             if args.throughput > 0 {
-                // Sleep when ahead of the offered rate (Kafka's ThroughputThrottler).
+                // Sleep when ahead of the offered rate (Kafka's ThroughputThrottler). A thread
+                // sleep, not the runtime's millisecond timer: records go out evenly instead
+                // of in bursts at each millisecond (this loop is the only work on this
+                // thread; the producer's tasks run on the runtime's workers).
                 let due = Duration::from_secs_f64(sent_count as f64 / args.throughput as f64);
                 let ahead = due.saturating_sub(started.elapsed());
-                if ahead > Duration::from_millis(1) {
-                    tokio::time::sleep(ahead).await;
+                if ahead > Duration::from_micros(50) {
+                    std::thread::sleep(ahead);
                 }
             }
             let record = ProducerRecord::new(&args.topic, payload.clone());

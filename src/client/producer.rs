@@ -22,14 +22,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, Semaphore};
 
 use super::cluster::Cluster;
 use super::config::{ClientConfig, CommonConfig};
@@ -122,15 +122,85 @@ pub struct RecordMetadata {
 }
 
 /// Resolves when the record is acknowledged (or has failed for good).
-pub struct DeliveryFuture(oneshot::Receiver<Result<RecordMetadata>>);
+///
+/// The records of a batch share one completion (no channel per record): the future holds
+/// the batch and the record's place in it.
+pub struct DeliveryFuture {
+    batch: Arc<BatchCompletion>,
+    index: i64,
+    timestamp: i64,
+    registered: Option<Waker>,
+}
 
 impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed)))
+        let this = &mut *self;
+        let mut shared = this.batch.lock();
+        match &shared.outcome {
+            Some(Ok((base_offset, log_append_time))) => Poll::Ready(Ok(RecordMetadata {
+                topic: this.batch.topic.to_string(),
+                partition: this.batch.partition,
+                offset: if *base_offset < 0 {
+                    -1
+                } else {
+                    base_offset + this.index
+                },
+                timestamp: if *log_append_time >= 0 {
+                    *log_append_time
+                } else {
+                    this.timestamp
+                },
+            })),
+            Some(Err(error)) => Poll::Ready(Err(error.clone())),
+            None => {
+                if !this
+                    .registered
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    shared.wakers.push(cx.waker().clone());
+                    this.registered = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The outcome of one batch, shared by its records' futures.
+struct BatchCompletion {
+    topic: Arc<str>,
+    partition: i32,
+    shared: Mutex<CompletionState>,
+}
+
+#[derive(Default)]
+struct CompletionState {
+    /// (base offset, log append time or -1), or the batch's error.
+    outcome: Option<Result<(i64, i64)>>,
+    wakers: Vec<Waker>,
+}
+
+impl BatchCompletion {
+    fn lock(&self) -> MutexGuard<'_, CompletionState> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Settles the batch once (later calls are ignored) and wakes its waiting futures.
+    fn complete(&self, outcome: Result<(i64, i64)>) {
+        let wakers = {
+            let mut state = self.lock();
+            if state.outcome.is_some() {
+                return;
+            }
+            state.outcome = Some(outcome);
+            std::mem::take(&mut state.wakers)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
     }
 }
 
@@ -237,17 +307,13 @@ impl Settings {
     }
 }
 
-struct Waiter {
-    tx: oneshot::Sender<Result<RecordMetadata>>,
-    timestamp: i64,
-}
-
 /// Records appended to a partition, not yet sent.
 struct OpenBatch {
     builder: BatchBuilder,
     size_bytes: usize,
     created: Instant,
-    waiters: Vec<Waiter>,
+    completion: Arc<BatchCompletion>,
+    records: usize,
 }
 
 /// A batch that was sent at least once: its bytes carry its producer id and sequence.
@@ -255,7 +321,7 @@ struct SentBatch {
     bytes: Bytes,
     sequence: i32,
     created: Instant,
-    waiters: Vec<Waiter>,
+    completion: Arc<BatchCompletion>,
     size_bytes: usize,
     attempts: u32,
 }
@@ -394,7 +460,6 @@ impl Producer {
         // The bytes are given back when the batch completes.
         permit.forget();
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
-        let (tx, rx) = oneshot::channel();
         {
             let mut state = inner.lock();
             let partition = match record.partition {
@@ -428,13 +493,18 @@ impl Producer {
             let needs_new = queue
                 .open
                 .back()
-                .is_none_or(|b| b.size_bytes + size > batch_size && !b.waiters.is_empty());
+                .is_none_or(|b| b.size_bytes + size > batch_size && b.records > 0);
             if needs_new {
                 queue.open.push_back(OpenBatch {
                     builder: BatchBuilder::new(0, timestamp),
                     size_bytes: crate::protocol::batch::BATCH_HEADER_BYTES,
                     created: Instant::now(),
-                    waiters: Vec::new(),
+                    completion: Arc::new(BatchCompletion {
+                        topic: Arc::from(record.topic.as_str()),
+                        partition,
+                        shared: Mutex::new(CompletionState::default()),
+                    }),
+                    records: 0,
                 });
             }
             let batch = queue.open.back_mut().ok_or(Error::Closed)?;
@@ -450,17 +520,28 @@ impl Producer {
                 &headers,
             );
             batch.size_bytes += size;
-            batch.waiters.push(Waiter { tx, timestamp });
-            // Wake the sender for a full batch, and for a new one (it must learn its linger
-            // deadline).
-            if batch.size_bytes >= batch_size
-                || batch.waiters.len() == 1
-                || inner.settings.linger.is_zero()
-            {
+            let future = DeliveryFuture {
+                batch: batch.completion.clone(),
+                index: batch.records as i64,
+                timestamp,
+                registered: None,
+            };
+            batch.records += 1;
+            let full = batch.size_bytes >= batch_size;
+            let first = batch.records == 1;
+            // Wake the sender for a full batch, for a new one (it must learn its linger
+            // deadline), and for a partition whose oldest batch has lingered long enough: a
+            // busy runtime fires the sender's timer late, a steady stream of sends notices
+            // the deadline within microseconds.
+            let lingered = queue
+                .open
+                .front()
+                .is_some_and(|front| front.created + inner.settings.linger <= Instant::now());
+            if full || first || lingered || inner.settings.linger.is_zero() {
                 inner.wake.notify_one();
             }
+            Ok(future)
         }
-        Ok(DeliveryFuture(rx))
     }
 
     /// Sends everything buffered now and waits until all of it is acknowledged or failed.
@@ -660,6 +741,9 @@ async fn refresh_stale_topics(inner: &Arc<Inner>) {
 
 /// The batches to send now, by leader, and when the next lingering batch is due.
 #[allow(clippy::type_complexity)]
+/// How much earlier than its linger a batch may go (the timer's granularity).
+const LINGER_SLACK: Duration = Duration::from_millis(1);
+
 fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) {
     let settings = &inner.settings;
     let metadata = inner.cluster.cached();
@@ -733,13 +817,16 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
         let Some(front) = queue.open.front() else {
             continue;
         };
+        // The timer wakes up to a millisecond late: a batch within a millisecond of its
+        // linger goes now, so none waits longer than linger.ms.
         let due = front.created + settings.linger;
         let ready = queue.open.len() > 1
             || front.size_bytes >= settings.batch_size
-            || due <= now
+            || due <= now + LINGER_SLACK
             || flushing;
         if !ready {
-            next_deadline = Some(next_deadline.map_or(due, |d| d.min(due)));
+            let wake_at = due.checked_sub(LINGER_SLACK).unwrap_or(due);
+            next_deadline = Some(next_deadline.map_or(wake_at, |d| d.min(wake_at)));
             continue;
         }
         if *bytes_so_far > 0 && *bytes_so_far + front.size_bytes > settings.max_request_size {
@@ -751,7 +838,7 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
             continue;
         };
         let sequence = queue.next_sequence;
-        let count = open.waiters.len() as i32;
+        let count = open.records as i32;
         queue.next_sequence = queue.next_sequence.wrapping_add(count) & i32::MAX;
         let builder = if settings.idempotent {
             open.builder.producer(producer_id, producer_epoch, sequence)
@@ -761,10 +848,9 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
         let bytes = match builder.build_compressed(settings.codec) {
             Ok(bytes) => Bytes::from(bytes),
             Err(reason) => {
-                fail_waiters(
-                    open.waiters,
-                    &Error::Protocol(format!("compressing a batch: {reason}")),
-                );
+                open.completion.complete(Err(Error::Protocol(format!(
+                    "compressing a batch: {reason}"
+                ))));
                 inner
                     .memory
                     .add_permits(open.size_bytes - crate::protocol::batch::BATCH_HEADER_BYTES);
@@ -780,7 +866,7 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
                 bytes,
                 sequence,
                 created: open.created,
-                waiters: open.waiters,
+                completion: open.completion,
                 size_bytes: open.size_bytes - crate::protocol::batch::BATCH_HEADER_BYTES,
                 attempts: 1,
             },
@@ -810,12 +896,6 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
         next_deadline = Some(now + settings.retry_backoff);
     }
     (by_leader, next_deadline)
-}
-
-fn fail_waiters(waiters: Vec<Waiter>, error: &Error) {
-    for waiter in waiters {
-        let _ = waiter.tx.send(Err(error.clone()));
-    }
 }
 
 /// A request queued on its leader's connection: its answer to come (`None` with acks=0).
@@ -892,22 +972,9 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
         queue.in_flight = queue.in_flight.saturating_sub(1);
         match outcome {
             Ok((base_offset, log_append_time)) => {
-                for (i, waiter) in batch.waiters.into_iter().enumerate() {
-                    let _ = waiter.tx.send(Ok(RecordMetadata {
-                        topic: tp.0.clone(),
-                        partition: tp.1,
-                        offset: if base_offset < 0 {
-                            -1
-                        } else {
-                            base_offset + i as i64
-                        },
-                        timestamp: if log_append_time >= 0 {
-                            log_append_time
-                        } else {
-                            waiter.timestamp
-                        },
-                    }));
-                }
+                batch
+                    .completion
+                    .complete(Ok((base_offset, log_append_time)));
                 inner.memory.add_permits(batch.size_bytes);
             }
             Err(error) => {
@@ -948,7 +1015,7 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
                     } else {
                         error
                     };
-                    fail_waiters(batch.waiters, &error);
+                    batch.completion.complete(Err(error));
                     inner.memory.add_permits(batch.size_bytes);
                     if settings.idempotent {
                         state.needs_new_producer_id = true;
