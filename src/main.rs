@@ -101,6 +101,24 @@ fn error_chain(error: &anyhow::Error) -> String {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Server { .. }) {
+        // A client command piped into `head` ends quietly when the reader goes away, as
+        // Unix tools do. (SIGPIPE stays ignored: the network clients write to sockets
+        // without MSG_NOSIGNAL, and a peer closing one must not kill the process.)
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if message.starts_with("failed printing to stdout") {
+                std::process::exit(0);
+            }
+            default_hook(info);
+        }));
+    }
     // A server narrates what it does; a benchmark prints its figures and only warnings.
     let default_level = match cli.command {
         Command::Server { .. } => "info,openraft=warn",

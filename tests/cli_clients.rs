@@ -631,3 +631,39 @@ fn consume_prints_what_kcat_wrote_from_offsets_groups_and_patterns() {
     let output = sluice(&["consume", "feed", "--offset", "3"]);
     assert_eq!(output.status.code(), Some(2), "--offset needs --partition");
 }
+
+#[test]
+fn cluster_status_says_which_listener_it_needs_and_output_can_be_cut_short() {
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    // A Kafka port where a CONTROLLER listener belongs: one line saying so, no transport dump.
+    let err = fails_raw(
+        &["cluster", "status", "--bootstrap-controller", &bootstrap],
+        1,
+    );
+    assert!(err.contains("did not answer as a controller"), "{err}");
+    assert!(
+        err.contains("--bootstrap-server takes a Kafka one"),
+        "{err}"
+    );
+    assert!(!err.contains("hyper") && !err.contains("tonic"), "{err}");
+    let err = fails_raw(
+        &["cluster", "status", "--bootstrap-controller", "127.0.0.1:1"],
+        1,
+    );
+    assert_eq!(
+        err.trim(),
+        "error: cannot connect to 127.0.0.1:1: Connection refused; is a node's CONTROLLER listener there?"
+    );
+    // Piped into a reader that stops early (`| head -1`): no panic, no backtrace.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["cluster", "status", "--bootstrap-server", &bootstrap])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

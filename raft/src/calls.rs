@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tonic::transport::Endpoint;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::network::MESSAGE_BYTES_MAX;
 
@@ -66,12 +66,57 @@ impl proto::controller_server::Controller for ControllerService {
     }
 }
 
+/// A failed controller call, said once: the cause without the transport's error chain.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("cannot reach {addr}: {reason}")]
+    #[error("cannot connect to {addr}: {reason}; is a node's CONTROLLER listener there?")]
     Unreachable { addr: String, reason: String },
-    #[error("call to {addr} failed: {status}")]
+    #[error("{}", failed_message(addr, status))]
     Failed { addr: String, status: Status },
+}
+
+impl CallError {
+    /// Whether no connection could be made (the node is down or the address is wrong).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, CallError::Unreachable { .. })
+    }
+}
+
+/// The innermost I/O error's text in `error`'s chain, without the OS error number.
+fn io_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut found = None;
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            let text = io.to_string();
+            found = Some(match text.find(" (os error") {
+                Some(at) => text[..at].to_owned(),
+                None => text,
+            });
+        }
+        cause = current.source();
+    }
+    found
+}
+
+fn failed_message(addr: &str, status: &Status) -> String {
+    // Not an answer from a controller: the connection broke or was not HTTP/2 (a Kafka
+    // listener closes it on the first bytes).
+    let transport = status.code() == Code::Cancelled
+        || (matches!(
+            status.code(),
+            Code::Unknown | Code::Unavailable | Code::Internal
+        ) && (status.message().contains("transport error")
+            || status.message().contains("protocol error")));
+    if transport {
+        let cause = io_cause(status).unwrap_or_else(|| status.message().to_owned());
+        return format!(
+            "{addr} did not answer as a controller ({cause}); is it a Kafka listener? \
+             --bootstrap-controller takes a node's CONTROLLER listener (--bootstrap-server \
+             takes a Kafka one)"
+        );
+    }
+    format!("call to {addr} failed: {}", status.message())
 }
 
 /// One call to the controller service at `addr` (a node's internal listener).
@@ -86,7 +131,7 @@ pub async fn call(addr: &str, payload: Vec<u8>, timeout: Duration) -> Result<Vec
         .timeout(timeout)
         .connect()
         .await
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| unreachable(io_cause(&e).unwrap_or_else(|| e.to_string())))?;
     let mut client = ControllerClient::new(channel)
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use sluice::controller::service::{ControllerRequest, ControllerResponse, call_at};
 use sluice::protocol::errors;
@@ -72,8 +72,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
         };
         let response = call_at(addr, &request, Duration::from_secs(15))
             .await
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("calling the controller via {addr}"))?;
+            .map_err(anyhow::Error::msg)?;
         match response {
             ControllerResponse::Quorum(description) => {
                 println!(
@@ -124,10 +123,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
 /// (DescribeCluster) through a broker's Kafka listener.
 async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
     use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
-    use kafka_protocol::messages::{
-        ApiKey, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
-        DescribeQuorumResponse, TopicName,
-    };
+    use kafka_protocol::messages::{DescribeClusterRequest, DescribeQuorumRequest, TopicName};
     use kafka_protocol::protocol::StrBytes;
 
     let admin = sluice::client::Admin::new(
@@ -139,10 +135,8 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
             .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
             .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
     ]);
-    let quorum: DescribeQuorumResponse = connection
-        .call(ApiKey::DescribeQuorum, 2, &request)
-        .await
-        .context("DescribeQuorum")?;
+    // Version 2 carries the nodes' listeners; DescribeCluster 2 the fenced state.
+    let quorum = connection.send_at_most(&request, 2).await?;
     if let Some(error) = sluice::client::Error::kafka(
         quorum.error_code,
         "DescribeQuorum",
@@ -154,7 +148,7 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
         .topics
         .first()
         .and_then(|t| t.partitions.first())
-        .context("DescribeQuorum answered no partition")?;
+        .ok_or_else(|| anyhow::anyhow!("DescribeQuorum answered no partition"))?;
     println!(
         "leader {}  term {}  commit index {}",
         partition.leader_id.0, partition.leader_epoch, partition.high_watermark
@@ -195,16 +189,14 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
             );
         }
     }
-    let cluster: DescribeClusterResponse = connection
-        .call(
-            ApiKey::DescribeCluster,
-            2,
+    let cluster = connection
+        .send_at_most(
             &DescribeClusterRequest::default()
                 .with_include_fenced_brokers(true)
                 .with_endpoint_type(1),
+            2,
         )
-        .await
-        .context("DescribeCluster")?;
+        .await?;
     println!(
         "cluster {}  controller {}",
         cluster.cluster_id, cluster.controller_id.0

@@ -724,9 +724,27 @@ pub async fn call_at(
     let deadline = Instant::now() + timeout;
     let mut target = addr.to_owned();
     loop {
-        let reply = sluice_raft::calls::call(&target, payload.clone(), Duration::from_secs(5))
+        let reply = match sluice_raft::calls::call(&target, payload.clone(), Duration::from_secs(5))
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(reply) => reply,
+            // The leader `addr` named is down: ask `addr` again until the quorum elects
+            // another (or the time is up).
+            Err(error) if target != addr && error.is_unreachable() => {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "the quorum leader {target} (named by {addr}) is not reachable and no \
+                         other leader was elected within {timeout:?}; is a majority of the \
+                         voters running?"
+                    ));
+                }
+                tracing::debug!(leader = target, %error, "quorum leader unreachable; asking again");
+                target = addr.to_owned();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(error) => return Err(error.to_string()),
+        };
         match bincode::deserialize::<ControllerResponse>(&reply).map_err(|e| e.to_string())? {
             ControllerResponse::NotController {
                 leader_addr: Some(leader),
@@ -734,7 +752,14 @@ pub async fn call_at(
                 target = leader;
             }
             ControllerResponse::NotController { .. } if Instant::now() < deadline => {
+                target = addr.to_owned();
                 tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            ControllerResponse::NotController { .. } => {
+                return Err(format!(
+                    "the quorum has no leader yet (asked {addr} for {timeout:?}); is a \
+                     majority of the voters running?"
+                ));
             }
             response => return Ok(response),
         }
