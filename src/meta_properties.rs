@@ -40,8 +40,10 @@ pub enum MetaPropertiesError {
     },
     #[error("{path}: {reason}")]
     Invalid { path: String, reason: String },
-    #[error("{path}: {source}")]
+    #[error("{operation} {path}: {}", crate::client::io_reason(source))]
     Io {
+        /// What was being done: "creating", "reading", "writing", "syncing".
+        operation: &'static str,
         path: String,
         source: std::io::Error,
     },
@@ -50,14 +52,15 @@ pub enum MetaPropertiesError {
 /// Checks `dir`'s meta.properties against `expected`, writing it if the directory has none.
 /// Returns true when it formatted the directory.
 pub fn ensure(dir: &Path, expected: &MetaProperties) -> Result<bool, MetaPropertiesError> {
-    let io = |path: &Path| {
+    let io = |operation: &'static str, path: &Path| {
         let path = path.display().to_string();
         move |source| MetaPropertiesError::Io {
+            operation,
             path: path.clone(),
             source,
         }
     };
-    fs::create_dir_all(dir).map_err(io(dir))?;
+    fs::create_dir_all(dir).map_err(io("creating", dir))?;
     let path = dir.join(META_PROPERTIES);
     match fs::read_to_string(&path) {
         Ok(text) => {
@@ -87,16 +90,17 @@ pub fn ensure(dir: &Path, expected: &MetaProperties) -> Result<bool, MetaPropert
                 .write(true)
                 .truncate(true)
                 .open(&tmp)
-                .map_err(io(&tmp))?;
-            file.write_all(text.as_bytes()).map_err(io(&tmp))?;
-            file.sync_all().map_err(io(&tmp))?;
-            fs::rename(&tmp, &path).map_err(io(&path))?;
+                .map_err(io("writing", &tmp))?;
+            file.write_all(text.as_bytes())
+                .map_err(io("writing", &tmp))?;
+            file.sync_all().map_err(io("syncing", &tmp))?;
+            fs::rename(&tmp, &path).map_err(io("writing", &path))?;
             File::open(dir)
                 .and_then(|d| d.sync_all())
-                .map_err(io(dir))?;
+                .map_err(io("syncing", dir))?;
             Ok(true)
         }
-        Err(e) => Err(io(&path)(e)),
+        Err(e) => Err(io("reading", &path)(e)),
     }
 }
 

@@ -390,6 +390,35 @@ fn a_second_server_on_a_locked_data_dir_says_so_once() {
     );
     assert_eq!(stderr.matches("holds its lock").count(), 1, "{stderr}");
     assert!(!stderr.contains("corrupt"), "{stderr}");
+
+    // A data dir that cannot be created names the config key and what failed, once.
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    let good = tempfile::tempdir().expect("a dir");
+    for key in ["log.dirs", "metadata.log.dir"] {
+        let bad = file.path().join("data");
+        let output = sluice(&[
+            "server",
+            "--override",
+            &format!("log.dirs={}", good.path().display()),
+            "--override",
+            &format!("listeners=PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"),
+            "--override",
+            &format!("http.listener=127.0.0.1:{http}"),
+            "--override",
+            &format!("{key}={}", bad.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| !l.contains(" INFO ")).collect();
+        assert_eq!(
+            errors,
+            [format!(
+                "error: {key} entry {0} cannot be used: creating {0}: Not a directory; point {key} at a directory this user can write",
+                bad.display()
+            )],
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -323,6 +323,17 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
             "node {id} exited with {status} after SIGTERM"
         );
     }
+    // A paused, killed and restarted voter is normal operation: the logs say so once per
+    // event, at WARN and INFO, never at ERROR.
+    let logs = node_logs(dir.path());
+    let errors: Vec<&str> = logs.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "no ERROR for normal events: {errors:#?}");
+    let unreachable = logs.matches("quorum peer unreachable").count();
+    assert!(
+        (1..=6).contains(&unreachable),
+        "a peer going away is said once per node that notices: {unreachable} times"
+    );
+    assert!(logs.contains("quorum peer reachable again"));
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! A peer that cannot be reached is reported `Unreachable` (openraft then backs off), a refusal
 //! by the peer's Raft comes back as the `RemoteError` it is.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{
@@ -110,9 +112,12 @@ impl proto::raft_server::Raft for RaftService {
     }
 }
 
-/// Creates one [`GrpcNetwork`] per peer.
+/// Creates one [`GrpcNetwork`] per peer (openraft makes several per peer: replication,
+/// votes); they share what is known of each peer's reachability.
 #[derive(Debug, Clone, Default)]
-pub struct GrpcNetworkFactory;
+pub struct GrpcNetworkFactory {
+    peers: Arc<Mutex<HashMap<NodeId, bool>>>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
     type Network = GrpcNetwork;
@@ -122,6 +127,7 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
             target,
             addr: node.addr.clone(),
             client: None,
+            peers: self.peers.clone(),
         }
     }
 }
@@ -130,6 +136,20 @@ pub struct GrpcNetwork {
     target: NodeId,
     addr: String,
     client: Option<RaftClient<Channel>>,
+    peers: Arc<Mutex<HashMap<NodeId, bool>>>,
+}
+
+/// The innermost cause's text (an I/O error's, without the OS error number).
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    let text = cause.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>>;
@@ -142,6 +162,31 @@ enum Rpc {
 }
 
 impl GrpcNetwork {
+    /// Reports a peer going away or coming back once (openraft's own reports of each failed
+    /// RPC are switched off by default: a voter down is normal, not a person's to act on).
+    fn reachable(&self, failure: Option<&(dyn std::error::Error + 'static)>) {
+        let reachable = failure.is_none();
+        let was = self
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.target, reachable);
+        match (was, reachable) {
+            (Some(true) | None, false) => tracing::warn!(
+                peer = self.target,
+                addr = %self.addr,
+                reason = %failure.map(innermost).unwrap_or_default(),
+                "quorum peer unreachable; retrying in the background"
+            ),
+            (Some(false), true) => tracing::info!(
+                peer = self.target,
+                addr = %self.addr,
+                "quorum peer reachable again"
+            ),
+            _ => {}
+        }
+    }
+
     async fn connect(&mut self) -> Result<RaftClient<Channel>, tonic::transport::Error> {
         if let Some(client) = &self.client {
             return Ok(client.clone());
@@ -170,10 +215,13 @@ impl GrpcNetwork {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let mut client = self
-            .connect()
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let mut client = match self.connect().await {
+            Ok(client) => client,
+            Err(error) => {
+                self.reachable(Some(&error));
+                return Err(RPCError::Unreachable(Unreachable::new(&error)));
+            }
+        };
         let payload = encode(request);
         if payload.len() > MESSAGE_BYTES_MAX {
             // openraft retries with fewer entries.
@@ -189,7 +237,10 @@ impl GrpcNetwork {
             Rpc::InstallSnapshot => client.install_snapshot(request).await,
         };
         let reply = match result {
-            Ok(reply) => reply.into_inner(),
+            Ok(reply) => {
+                self.reachable(None);
+                reply.into_inner()
+            }
             Err(status) => {
                 if matches!(
                     status.code(),
@@ -197,6 +248,7 @@ impl GrpcNetwork {
                 ) {
                     // The connection is gone: reconnect on the next call.
                     self.client = None;
+                    self.reachable(Some(&status));
                     return Err(RPCError::Unreachable(Unreachable::new(&status)));
                 }
                 return Err(RPCError::Network(NetworkError::new(&status)));

@@ -102,7 +102,8 @@ pub struct Quorum {
     raft: Raft<TypeConfig>,
     state_machine: StateMachine,
     listen: SocketAddr,
-    server: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// The listener's stop signal and task, taken by the first shutdown.
+    server: std::sync::Mutex<Option<(oneshot::Sender<()>, JoinHandle<()>)>>,
     call_handler: HandlerSlot,
 }
 
@@ -130,7 +131,7 @@ impl Quorum {
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            GrpcNetworkFactory,
+            GrpcNetworkFactory::default(),
             log_store,
             state_machine.clone(),
         )
@@ -147,6 +148,21 @@ impl Quorum {
             addr: config.listen,
             source,
         })?;
+        // openraft's own log is off by default (see the server's log filter): a failure
+        // that stops the quorum on this node is reported here, once, for a person to act on.
+        let mut metrics = raft.metrics();
+        tokio::spawn(async move {
+            while metrics.changed().await.is_ok() {
+                let fatal = match &metrics.borrow().running_state {
+                    Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
+                    Err(fatal) => Some(fatal.to_string()),
+                };
+                if let Some(fatal) = fatal {
+                    tracing::error!(error = %fatal, "the metadata quorum stopped on this node; check the metadata log dir's disk and restart the node");
+                    return;
+                }
+            }
+        });
         let (stop, stopped) = oneshot::channel::<()>();
         let service = RaftService::new(raft.clone());
         let call_handler: HandlerSlot = Arc::default();
@@ -170,7 +186,7 @@ impl Quorum {
             raft,
             state_machine,
             listen,
-            server: Some((stop, server)),
+            server: std::sync::Mutex::new(Some((stop, server))),
             call_handler,
         };
         if config.voters.contains_key(&config.node_id) {
@@ -276,14 +292,17 @@ impl Quorum {
         }
     }
 
-    /// Stops Raft and the listener.
-    pub async fn shutdown(mut self) {
+    /// Stops Raft and the listener (once; later calls do nothing). Takes `&self`: tasks
+    /// that still hold the quorum see its calls fail as shut down.
+    pub async fn shutdown(&self) {
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some((stop, server)) = server else {
+            return;
+        };
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
-        if let Some((stop, server)) = self.server.take() {
-            let _ = stop.send(());
-            let _ = server.await;
-        }
+        let _ = stop.send(());
+        let _ = server.await;
     }
 }

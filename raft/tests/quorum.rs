@@ -105,6 +105,8 @@ async fn three_members_elect_commit_fail_over_and_catch_up() {
     // The leader goes; the other two elect one of themselves and keep committing.
     let old = members.remove(&leader).unwrap();
     old.shutdown().await;
+    // Dropped: its RocksDB closes, so it can be opened again below.
+    drop(old);
     let remaining: Vec<&Quorum> = members.values().collect();
     let started = std::time::Instant::now();
     let new_leader = leader_of(&remaining).await;

@@ -29,6 +29,10 @@ use super::error::{LogError, Result};
 use super::partition_log::{LoadState, Log};
 use super::topic_partition::TopicPartition;
 
+/// The metadata quorum's directory: beside the partitions in the first log dir by default
+/// (`metadata.log.dir`), and not a partition.
+pub const METADATA_DIR_NAME: &str = "__cluster_metadata";
+
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 pub const LOCK_FILE: &str = ".lock";
 /// Suffix of a partition directory scheduled for removal after its topic was deleted.
@@ -184,6 +188,9 @@ impl LogManager {
                 }
                 if name.ends_with(DELETE_DIR_SUFFIX) {
                     fs::remove_dir_all(entry.path()).map_err(|e| LogError::io(entry.path(), e))?;
+                    continue;
+                }
+                if name == METADATA_DIR_NAME {
                     continue;
                 }
                 let Some(tp) = TopicPartition::from_dir_name(&name) else {

@@ -34,9 +34,7 @@ use crate::server::{ListenerSettings, Server};
 use crate::txn::ProducerIdManager;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-/// The quorum's RocksDB lives here, inside `metadata.log.dir`. The name has no `-<n>`
-/// suffix, so the log manager never mistakes it for a partition.
-pub const METADATA_DIR_NAME: &str = "__cluster_metadata";
+pub use crate::log::manager::METADATA_DIR_NAME;
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(transparent)]
@@ -47,6 +45,14 @@ pub enum NodeError {
     Quorum(#[from] sluice_raft::QuorumError),
     #[error("{0}")]
     Config(String),
+    #[error(
+        "{key} entry {dir} cannot be used: {reason}; point {key} at a directory this user can write"
+    )]
+    DataDir {
+        key: &'static str,
+        dir: String,
+        reason: String,
+    },
     #[error("binding the Kafka listener {addr}: {source}")]
     Kafka {
         addr: std::net::SocketAddr,
@@ -87,7 +93,21 @@ impl Node {
             dirs.push(config.metadata_log_dir.clone());
         }
         for dir in &dirs {
-            if meta_properties::ensure(dir, &identity)? {
+            let key = if config.log_dirs.contains(dir) {
+                "log.dirs"
+            } else {
+                "metadata.log.dir"
+            };
+            let formatted =
+                meta_properties::ensure(dir, &identity).map_err(|error| match error {
+                    io @ meta_properties::MetaPropertiesError::Io { .. } => NodeError::DataDir {
+                        key,
+                        dir: dir.display().to_string(),
+                        reason: io.to_string(),
+                    },
+                    other => other.into(),
+                })?;
+            if formatted {
                 tracing::info!(dir = %dir.display(), cluster_id = %identity.cluster_id, node_id = identity.node_id, "formatted data directory");
             }
         }
@@ -301,10 +321,7 @@ impl Node {
         }
         tokio::task::block_in_place(|| self.replicas.snapshot_producer_state());
         drop(self.replicas);
-        match Arc::try_unwrap(self.quorum) {
-            Ok(quorum) => quorum.shutdown().await,
-            Err(_) => tracing::warn!("quorum still referenced at shutdown"),
-        }
+        self.quorum.shutdown().await;
         let logs = self.logs;
         tokio::task::block_in_place(|| logs.shutdown())?;
         tracing::info!("node stopped");
