@@ -1,11 +1,11 @@
-//! A raw Kafka client for tests: requests encoded by the `kafka-protocol` crate, one at a time
-//! over a TCP connection, so tests can send exactly what they mean.
+//! A raw Kafka client for tests: requests built with the `kafka-protocol` crate and sent at
+//! the version the test names, over the SDK's connection, so tests send exactly what they
+//! mean.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -13,9 +13,10 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, InitProducerIdRequest,
     InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use sluice::client::Connection;
 use sluice::log::batch::BatchBuilder;
 
 /// An idempotent batch of `count` records from `sequence` on, valued `<epoch>-<sequence>`.
@@ -33,27 +34,36 @@ pub fn idempotent_batch(producer_id: i64, epoch: i16, sequence: i32, count: usiz
     builder.build()
 }
 
+/// A test client on the SDK's [`Connection`], blocking: each call runs on a runtime of its
+/// own and is sent at exactly the version the test names.
 pub struct Client {
-    stream: TcpStream,
-    correlation_id: i32,
+    runtime: tokio::runtime::Runtime,
+    connection: Connection,
 }
 
 impl Client {
     /// A connection, or `None` when nothing listens on `port` (a node restarting).
     pub fn try_connect(port: u16) -> Option<Client> {
-        TcpStream::connect(("127.0.0.1", port)).ok()?;
-        Some(Client::connect(port))
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let connection = runtime
+            .block_on(Connection::connect_as(
+                &format!("127.0.0.1:{port}"),
+                "protocol-test",
+                Duration::from_secs(5),
+                Duration::from_secs(20),
+            ))
+            .ok()?;
+        Some(Client {
+            runtime,
+            connection,
+        })
     }
 
     pub fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        Client {
-            stream,
-            correlation_id: 0,
-        }
+        Client::try_connect(port).unwrap_or_else(|| panic!("connect to 127.0.0.1:{port}"))
     }
 
     pub fn call<Req: Encodable, Resp: Decodable>(
@@ -62,30 +72,9 @@ impl Client {
         version: i16,
         request: &Req,
     ) -> Resp {
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api_key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("protocol-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, api_key.request_header_version(version))
-            .expect("header");
-        request.encode(&mut body, version).expect("request");
-        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).expect("write");
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).expect("response size");
-        let mut response = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut response).expect("response");
-        let mut response = Bytes::from(response);
-        let header =
-            ResponseHeader::decode(&mut response, api_key.response_header_version(version))
-                .expect("response header");
-        assert_eq!(header.correlation_id, self.correlation_id);
-        Resp::decode(&mut response, version).expect("response body")
+        self.runtime
+            .block_on(self.connection.call(api_key, version, request))
+            .unwrap_or_else(|e| panic!("{api_key:?} v{version}: {e}"))
     }
 
     pub fn create_topic(&mut self, name: &str, partitions: i32) {
