@@ -122,6 +122,21 @@ async fn producer_writes_every_codec_and_keys_land_where_confluent_puts_them() {
     assert_eq!(low.get(&0), Some(&2));
     let cluster = admin.describe_cluster().await.expect("describe cluster");
     assert_eq!(cluster.brokers.len(), 1);
+
+    // A producer dropped without close still sends what it buffered (long before its
+    // linger), and its sender stops.
+    let producer = Producer::new(ClientConfig::new(&node.bootstrap()).set("linger.ms", "60000"))
+        .expect("producer");
+    let delivery = producer
+        .send(ProducerRecord::new("sdk-none", "sent after the drop"))
+        .await
+        .expect("send");
+    drop(producer);
+    let stored = tokio::time::timeout(Duration::from_secs(10), delivery)
+        .await
+        .expect("delivered without waiting for linger.ms")
+        .expect("stored");
+    assert!(stored.offset >= 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

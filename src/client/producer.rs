@@ -392,6 +392,19 @@ struct Inner {
 #[derive(Clone)]
 pub struct Producer {
     inner: Arc<Inner>,
+    /// Dropped with the last clone: the sender then sends what is buffered and stops.
+    _last: Arc<CloseOnDrop>,
+}
+
+/// Closes the producer when the last handle goes (the sender task holds `Inner` too, so it
+/// would otherwise run for ever).
+struct CloseOnDrop(Arc<Inner>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.wake.notify_one();
+    }
 }
 
 impl Producer {
@@ -419,7 +432,10 @@ impl Producer {
             closed: AtomicBool::new(false),
         });
         tokio::spawn(run_sender(inner.clone()));
-        Ok(Producer { inner })
+        Ok(Producer {
+            _last: Arc::new(CloseOnDrop(inner.clone())),
+            inner,
+        })
     }
 
     /// Appends `record` to its partition's batch, waiting for buffer space if needed, and
