@@ -6,9 +6,11 @@ and librdkafka's C benchmark `rdkafka_performance` (built outside the repository
 --rdkafka-performance) over the same workload: 100 B records to one partition, acks=all,
 idempotence on, linger.ms=5, per-record latency from send to acknowledgement.
 
-Two scenarios:
+Three scenarios:
 - as fast as each producer goes (throughput; latency then measures queueing in the client);
-- a fixed offered rate (--rate, default 100,000 records/s): latency at the same load.
+- a fixed offered rate (--rate, default 100,000 records/s): latency at the same load, with
+  batch.size=1000000 (librdkafka's default: batches go when linger.ms expires) and with
+  batch.size=16384 (Java's default: batches fill before linger.ms).
 
 Each scenario runs --rounds times per client, alternating, and reports the median round.
 rdkafka_performance writes every latency to a file (-l -A); percentiles are computed here as
@@ -33,12 +35,16 @@ SETTINGS = {"acks": "all", "linger.ms": "5", "enable.idempotence": "true",
             "batch.size": "1000000", "compression.type": "none"}
 
 
+def settings(batch_size):
+    return dict(SETTINGS, **{"batch.size": str(batch_size)})
+
+
 def percentile(values, p):
     return values[min(len(values) - 1, int(len(values) * p))] if values else 0.0
 
 
-def sdk_run(binary, bootstrap, topic, records, rate):
-    props = [f"{k}={v}" for k, v in SETTINGS.items()]
+def sdk_run(binary, bootstrap, topic, records, rate, batch_size):
+    props = [f"{k}={v}" for k, v in settings(batch_size).items()]
     out = subprocess.run([binary, "perf", "produce", "--bootstrap-server", bootstrap, "--topic", topic,
                           "--num-records", str(records), "--record-size", "100",
                           "--throughput", str(rate), "--output", "json", "--producer-props", *props],
@@ -47,13 +53,13 @@ def sdk_run(binary, bootstrap, topic, records, rate):
     return {k: figures[k] for k in ("records_per_sec", "p50_ms", "p99_ms", "p999_ms", "max_ms")}
 
 
-def rdkafka_run(tool, bootstrap, topic, records, rate, work):
+def rdkafka_run(tool, bootstrap, topic, records, rate, batch_size, work):
     latency_file = os.path.join(work, "latency.txt")
     args = [tool, "-P", "-t", topic, "-b", bootstrap, "-p", "0", "-s", "100", "-c", str(records),
             "-l", "-A", latency_file, "-q"]
     if rate > 0:
         args += ["-r", str(rate)]
-    for key, value in SETTINGS.items():
+    for key, value in settings(batch_size).items():
         args += ["-X", f"{key}={value}"]
     out = subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
     rate_seen = [float(m) for m in re.findall(r"(\d+) msgs/s", out)]
@@ -81,14 +87,17 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-sdk-vs-rdk-")
     broker = Broker(args.sluice, work)
     try:
-        scenarios = [("max", -1, args.records), ("rate", args.rate, min(args.records, args.rate * 10))]
+        at_rate = min(args.records, args.rate * 10)
+        scenarios = [("max", -1, args.records, 1_000_000), ("rate", args.rate, at_rate, 1_000_000),
+                     ("rate-16k-batches", args.rate, at_rate, 16384)]
         report = {}
-        for name, rate, records in scenarios:
+        for name, rate, records, batch_size in scenarios:
             sdk, rdk = [], []
             for i in range(args.rounds):
-                sdk.append(sdk_run(args.sluice, broker.bootstrap, f"sdk-{name}-{i}", records, rate))
+                sdk.append(sdk_run(args.sluice, broker.bootstrap, f"sdk-{name}-{i}", records, rate,
+                                   batch_size))
                 rdk.append(rdkafka_run(args.rdkafka_performance, broker.bootstrap, f"rdk-{name}-{i}",
-                                       records, rate, work))
+                                       records, rate, batch_size, work))
                 print(f"{name} round {i}: sdk {sdk[-1]}\n{name} round {i}: librdkafka {rdk[-1]}", flush=True)
             s, r = median_round(sdk), median_round(rdk)
             report[name] = {"sdk": s, "librdkafka": r,
