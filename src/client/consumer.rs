@@ -1812,6 +1812,53 @@ mod tests {
         }
     }
 
+    /// A batch from `producer_id` with `attributes` set (0x10 transactional, 0x20 control),
+    /// re-checksummed.
+    fn with_attributes(mut batch: Vec<u8>, producer_id: i64, attributes: i16) -> Vec<u8> {
+        batch[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        let current = i16::from_be_bytes([batch[21], batch[22]]);
+        batch[21..23].copy_from_slice(&(current | attributes).to_be_bytes());
+        let crc = compute_crc(&batch);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
+
+    #[test]
+    fn read_committed_skips_aborted_transactions_and_control_batches() {
+        // Offsets 0-1: producer 7, aborted; 2: its abort marker; 3-4: producer 8, committed;
+        // 5: its commit marker; 6: not transactional.
+        let control = |base: i64, producer_id: i64, kind: u8| {
+            let mut builder = BatchBuilder::new(base, 1_000);
+            builder.push(
+                1_000,
+                Some(&[0, 0, 0, kind][..]),
+                Some(&[0, 0, 0, 0, 0, 0][..]),
+                &[],
+            );
+            with_attributes(builder.build(), producer_id, 0x30)
+        };
+        let mut bytes = with_attributes(batch(0, &["a0", "a1"], 0), 7, 0x10);
+        bytes.extend(control(2, 7, 0));
+        bytes.extend(with_attributes(batch(3, &["c3", "c4"], 0), 8, 0x10));
+        bytes.extend(control(5, 8, 1));
+        bytes.extend(batch(6, &["p6"], 0));
+        let bytes = Bytes::from(bytes);
+        let topic: Arc<str> = Arc::from("t");
+        let values = |decoded: &Decoded| -> Vec<String> {
+            decoded
+                .records
+                .iter()
+                .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into())
+                .collect()
+        };
+        let committed = decode_records(&topic, 0, &bytes, 0, vec![(7, 0)], true).expect("decodes");
+        assert_eq!(values(&committed), ["c3", "c4", "p6"]);
+        assert_eq!(committed.next_offset, Some(7));
+        // read_uncommitted: everything but the markers.
+        let all = decode_records(&topic, 0, &bytes, 0, Vec::new(), true).expect("decodes");
+        assert_eq!(values(&all), ["a0", "a1", "c3", "c4", "p6"]);
+    }
+
     #[test]
     fn corrupt_batches_are_refused() {
         let mut bytes = batch(0, &["a"], 0);
