@@ -167,6 +167,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     for key in unknown {
         tracing::warn!(%key, "unknown configuration key (ignored)");
     }
+    raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice")
@@ -182,4 +183,39 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
         node.shutdown().await?;
         anyhow::Ok(())
     })
+}
+
+/// Raises the soft limit on open files to the hard limit (partitions, segments and
+/// connections each hold descriptors; distributions default the soft limit far below the
+/// hard one) and logs both, so an operator sees what the broker can open.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into the struct passed; nothing else is touched.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot read the open files limit");
+        return;
+    }
+    let soft_before = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct passed; raising the soft limit up to the hard
+        // one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        } else {
+            tracing::warn!(error = %std::io::Error::last_os_error(), soft = soft_before, hard = limit.rlim_max, "cannot raise the open files limit");
+        }
+    }
+    tracing::info!(
+        soft_before,
+        soft = limit.rlim_cur,
+        hard = limit.rlim_max,
+        "open files limit"
+    );
 }

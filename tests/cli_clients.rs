@@ -355,6 +355,23 @@ fn produce_writes_stdin_lines_that_kcat_reads_back() {
 #[test]
 fn a_second_server_on_a_locked_data_dir_says_so_once() {
     let node = SingleNode::start(&[]);
+    // The broker raised its soft open-files limit to the hard one, and said so.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    let logs = node.logs();
+    assert!(
+        logs.contains("open files limit")
+            && logs.contains(&format!("soft={} hard={}", limit.rlim_max, limit.rlim_max)),
+        "{}",
+        support::tail(&logs, 20)
+    );
     let (kafka, quorum, http) = (
         support::free_port(),
         support::free_port(),

@@ -525,6 +525,26 @@ fn min_insync_rejects_when_two_replicas_down() {
     let mut batch = sluice::log::batch::BatchBuilder::new(0, 1_700_000_000_000);
     batch.push(1_700_000_000_000, None, Some(b"guarded"), &[]);
     let batch = batch.build();
+    // KIP-951: a follower answers NOT_LEADER_OR_FOLLOWER (Produce v10+) naming the leader
+    // and its endpoint, so a client retries there without asking for metadata first.
+    let mut follower = support::raw::Client::connect(cluster.nodes[4].kafka_port);
+    let answer = follower.produce_at(11, "guarded", 0, batch.clone());
+    let partition = &answer.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 6, "NOT_LEADER_OR_FOLLOWER");
+    assert_eq!(partition.current_leader.leader_id.0, 4, "{answer:?}");
+    assert!(partition.current_leader.leader_epoch >= 0, "{answer:?}");
+    assert!(
+        answer
+            .node_endpoints
+            .iter()
+            .any(|e| e.node_id.0 == 4 && e.port == i32::from(cluster.nodes[3].kafka_port)),
+        "{answer:?}"
+    );
+    let old = follower.produce_at(9, "guarded", 0, batch.clone());
+    assert!(
+        old.node_endpoints.is_empty(),
+        "no KIP-951 fields before v10"
+    );
     assert_eq!(client.produce("guarded", 0, batch.clone()), (0, 0));
     cluster.kill9(4);
     cluster.kill9(0);

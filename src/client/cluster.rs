@@ -295,6 +295,42 @@ impl Cluster {
         Ok(metadata)
     }
 
+    /// KIP-951: a broker named `partition`'s new leader (and its endpoint). The cache takes
+    /// it when the epoch is newer than what it knows and the leader's address is known, so a
+    /// retry goes there without a Metadata request. Returns whether it did.
+    pub fn learn_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader: i32,
+        leader_epoch: i32,
+        endpoint: Option<BrokerInfo>,
+    ) -> bool {
+        let mut cached = self.metadata.write().unwrap_or_else(|p| p.into_inner());
+        let newer = cached
+            .partition(topic, partition)
+            .is_some_and(|p| p.leader_epoch < leader_epoch || p.leader < 0);
+        let address_known = endpoint.is_some() || cached.brokers.contains_key(&leader);
+        if !newer || !address_known {
+            return false;
+        }
+        let mut next = (**cached).clone();
+        if let Some(broker) = endpoint {
+            next.brokers.insert(leader, broker);
+        }
+        if let Some(entry) = next
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.iter_mut().find(|p| p.partition == partition))
+        {
+            entry.leader = leader;
+            entry.leader_epoch = leader_epoch;
+            entry.error_code = crate::protocol::errors::NONE;
+        }
+        *cached = Arc::new(next);
+        true
+    }
+
     /// Drops the connection to `addr` (it failed); the next call opens a new one.
     pub fn forget(&self, addr: &str) {
         self.lock_connections().remove(addr);
@@ -307,5 +343,62 @@ impl Cluster {
 
     fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
         self.connections.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_newer_leader_named_by_a_broker_replaces_the_cached_one() {
+        let cluster = Cluster::new(CommonConfig {
+            bootstrap_servers: vec!["a:1".into()],
+            client_id: "test".into(),
+            request_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+        });
+        let broker = |id: i32| BrokerInfo {
+            node_id: id,
+            host: "h".into(),
+            port: 9000 + id,
+            rack: None,
+        };
+        let partition = PartitionMetadata {
+            partition: 0,
+            error_code: 0,
+            leader: 1,
+            leader_epoch: 3,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            offline_replicas: Vec::new(),
+        };
+        let metadata = ClusterMetadata {
+            brokers: BTreeMap::from([(1, broker(1))]),
+            topics: BTreeMap::from([(
+                "t".to_string(),
+                TopicMetadata {
+                    name: "t".into(),
+                    error_code: 0,
+                    topic_id: [0; 16],
+                    is_internal: false,
+                    partitions: vec![partition],
+                },
+            )]),
+            ..ClusterMetadata::default()
+        };
+        *cluster.metadata.write().expect("lock") = Arc::new(metadata);
+        // An unknown broker without its endpoint cannot be reached: not taken.
+        assert!(!cluster.learn_leader("t", 0, 2, 4, None));
+        assert!(cluster.learn_leader("t", 0, 2, 4, Some(broker(2))));
+        let cached = cluster.cached();
+        let p = cached.partition("t", 0).expect("partition");
+        assert_eq!((p.leader, p.leader_epoch), (2, 4));
+        assert_eq!(cached.brokers[&2].port, 9002);
+        // Not newer than what is known: ignored.
+        assert!(!cluster.learn_leader("t", 0, 3, 4, Some(broker(3))));
+        assert!(!cluster.learn_leader("t", 7, 3, 9, Some(broker(3))));
     }
 }

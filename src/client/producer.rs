@@ -1000,15 +1000,22 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
                 let retriable = error.is_retriable() || out_of_order;
                 let expired = batch.created.elapsed() >= settings.delivery_timeout;
                 if retriable && !expired && batch.attempts <= settings.retries {
-                    if matches!(
-                        code,
-                        Some(
-                            errors::NOT_LEADER_OR_FOLLOWER
-                                | errors::LEADER_NOT_AVAILABLE
-                                | errors::UNKNOWN_TOPIC_OR_PARTITION
-                                | errors::FENCED_LEADER_EPOCH
-                        )
-                    ) || code.is_none()
+                    // KIP-951: the answer may name the new leader; then the retry goes
+                    // there without a Metadata request.
+                    let learned = match &result {
+                        Ok(Some(response)) => learn_leader(&inner, response, &tp),
+                        _ => false,
+                    };
+                    if !learned
+                        && (matches!(
+                            code,
+                            Some(
+                                errors::NOT_LEADER_OR_FOLLOWER
+                                    | errors::LEADER_NOT_AVAILABLE
+                                    | errors::UNKNOWN_TOPIC_OR_PARTITION
+                                    | errors::FENCED_LEADER_EPOCH
+                            )
+                        ) || code.is_none())
                     {
                         state.stale_topics.push(tp.0.clone());
                     }
@@ -1043,6 +1050,41 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
     drop(state);
     inner.progress.notify_waiters();
     inner.wake.notify_one();
+}
+
+/// Takes a partition's new leader from a Produce answer's KIP-951 fields into the metadata
+/// cache; false when the answer names none (or none newer than what is known).
+fn learn_leader(inner: &Inner, response: &ProduceResponse, tp: &TopicPartition) -> bool {
+    let Some(partition) = response
+        .responses
+        .iter()
+        .filter(|t| t.name.0.as_str() == tp.0)
+        .flat_map(|t| t.partition_responses.iter())
+        .find(|p| p.index == tp.1)
+    else {
+        return false;
+    };
+    let leader = partition.current_leader.leader_id.0;
+    if leader < 0 {
+        return false;
+    }
+    let endpoint = response
+        .node_endpoints
+        .iter()
+        .find(|e| e.node_id.0 == leader)
+        .map(|e| super::BrokerInfo {
+            node_id: leader,
+            host: e.host.to_string(),
+            port: e.port,
+            rack: e.rack.as_ref().map(|r| r.to_string()),
+        });
+    inner.cluster.learn_leader(
+        &tp.0,
+        tp.1,
+        leader,
+        partition.current_leader.leader_epoch,
+        endpoint,
+    )
 }
 
 /// A partition's answer: (base offset, log append time) or its error.

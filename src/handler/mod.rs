@@ -212,6 +212,45 @@ pub(crate) fn listener_endpoint<'a>(
         .find(|e| e.name == listener)
 }
 
+/// Where a partition's leader is, by the committed image (KIP-951's `current_leader` and
+/// `node_endpoints`).
+pub(crate) struct LeaderHint {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    /// The leader's (host, port, rack) on the listener the client used.
+    pub endpoint: Option<(String, i32, Option<String>)>,
+}
+
+pub(crate) fn leader_hint(
+    image: &sluice_raft::image::MetadataImage,
+    listener: &str,
+    topic: &str,
+    partition: i32,
+) -> Option<LeaderHint> {
+    let registration = image.topic_by_name(topic)?.partitions.get(&partition)?;
+    let leader_id = registration.leader;
+    if leader_id < 0 {
+        return None;
+    }
+    let endpoint = image
+        .brokers
+        .get(&registration.leader)
+        .filter(|b| !b.fenced)
+        .and_then(|b| {
+            let endpoint = listener_endpoint(b, listener)?;
+            Some((
+                endpoint.host.clone(),
+                i32::from(endpoint.port),
+                b.registration.rack.clone(),
+            ))
+        });
+    Some(LeaderHint {
+        leader_id,
+        leader_epoch: registration.leader_epoch,
+        endpoint,
+    })
+}
+
 /// The client's address as Kafka shows it in group descriptions (`/127.0.0.1`).
 pub(crate) fn client_host(context: &RequestContext) -> String {
     format!("/{}", context.peer.ip())

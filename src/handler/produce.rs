@@ -9,9 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
@@ -229,5 +230,53 @@ pub async fn handle(
                 .with_partition_responses(partitions),
         );
     }
-    Some(Ok(ProduceResponse::default().with_responses(topics)))
+    let mut response = ProduceResponse::default().with_responses(topics);
+    if context.api_version >= 10 {
+        add_leader_hints(broker, context, &mut response);
+    }
+    Some(Ok(response))
+}
+
+/// KIP-951: a partition this broker does not lead (NOT_LEADER_OR_FOLLOWER,
+/// FENCED_LEADER_EPOCH) is answered with its current leader and that leader's endpoint, so
+/// the client sends its retry there without asking for metadata first.
+fn add_leader_hints(broker: &Broker, context: &RequestContext, response: &mut ProduceResponse) {
+    let image = broker.image();
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    for topic in &mut response.responses {
+        for partition in &mut topic.partition_responses {
+            if !matches!(
+                partition.error_code,
+                errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+            ) {
+                continue;
+            }
+            let Some(hint) = super::leader_hint(
+                &image,
+                &context.listener_name,
+                topic.name.as_str(),
+                partition.index,
+            ) else {
+                continue;
+            };
+            if hint.leader_id == broker.broker_id {
+                continue; // this broker's own view is behind the image: no better answer
+            }
+            partition.current_leader = LeaderIdAndEpoch::default()
+                .with_leader_id(BrokerId(hint.leader_id))
+                .with_leader_epoch(hint.leader_epoch);
+            if let Some((host, port, rack)) = hint.endpoint {
+                if !endpoints.iter().any(|e| e.node_id.0 == hint.leader_id) {
+                    endpoints.push(
+                        NodeEndpoint::default()
+                            .with_node_id(BrokerId(hint.leader_id))
+                            .with_host(str_bytes(host))
+                            .with_port(port)
+                            .with_rack(rack.map(str_bytes)),
+                    );
+                }
+            }
+        }
+    }
+    response.node_endpoints = endpoints;
 }

@@ -152,6 +152,19 @@ impl Client {
 
     /// Produces `records` to one partition (acks=all): (error code, base offset).
     pub fn produce(&mut self, topic: &str, partition: i32, records: Vec<u8>) -> (i16, i64) {
+        let response = self.produce_at(8, topic, partition, records);
+        let p = &response.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    /// One batch to one partition with acks=all, at Produce `version`; the whole answer.
+    pub fn produce_at(
+        &mut self,
+        version: i16,
+        topic: &str,
+        partition: i32,
+        records: Vec<u8>,
+    ) -> ProduceResponse {
         let request = ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(10_000)
@@ -164,9 +177,7 @@ impl Client {
                             .with_records(Some(Bytes::from(records))),
                     ]),
             ]);
-        let response: ProduceResponse = self.call(ApiKey::Produce, 8, &request);
-        let p = &response.responses[0].partition_responses[0];
-        (p.error_code, p.base_offset)
+        self.call(ApiKey::Produce, version, &request)
     }
 
     pub fn latest_offset(&mut self, topic: &str, partition: i32) -> i64 {
