@@ -253,6 +253,13 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
         "paused broker {paused} fenced after {} ms (session timeout 3000 ms)",
         paused_at.elapsed().as_millis()
     );
+    // Paused, its listener still accepts connections: only the session's expiry fences it.
+    let logs = node_logs(dir.path());
+    assert!(
+        logs.contains("broker session expired: fencing it")
+            && !logs.contains("its process is gone"),
+        "a paused broker is fenced by its session, not as dead"
+    );
     signal(&nodes[&paused], libc::SIGCONT);
     wait_for_gauge(
         &http(&all),
@@ -296,12 +303,24 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
         "leader {leader} killed; node {new_leader} leads and commits after {} ms",
         killed_at.elapsed().as_millis()
     );
-    // The new controller fences the dead broker once its session expires.
+    // The new controller fences the dead broker: its listener refuses connections, so
+    // without waiting for its session to expire.
     wait_for_gauge(
         &http(&rest),
         "sluice_brokers_unfenced",
         2,
         Duration::from_secs(20),
+    );
+    eprintln!(
+        "dead broker {leader} fenced {} ms after its kill -9",
+        killed_at.elapsed().as_millis()
+    );
+    assert!(
+        node_logs(dir.path()).contains(&format!(
+            "broker missed its heartbeat and its listeners refuse connections (its process is gone): fencing it broker={leader}"
+        )),
+        "{}",
+        node_logs(dir.path())
     );
 
     // The killed node restarts from its data, follows the new leader, catches up, re-registers.

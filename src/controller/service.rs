@@ -172,6 +172,9 @@ pub struct ControllerService {
     deciding: tokio::sync::Mutex<()>,
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`.
     leader_rebalance_interval: Mutex<Option<Duration>>,
+    /// A broker silent this long (a missed `broker.heartbeat.interval.ms`) has its listener
+    /// probed: a refused connection means its process is gone, and it is fenced at once.
+    probe_after: Mutex<Option<Duration>>,
 }
 
 #[derive(Default)]
@@ -194,7 +197,16 @@ impl ControllerService {
             sessions: Mutex::new(Sessions::default()),
             deciding: tokio::sync::Mutex::new(()),
             leader_rebalance_interval: Mutex::new(None),
+            probe_after: Mutex::new(None),
         })
+    }
+
+    /// Turns on probing: a broker that missed its heartbeat for `after` has its listeners
+    /// probed; when every one refuses the connection its process is gone (a paused or
+    /// partitioned broker does not refuse: its connection hangs), and it is fenced without
+    /// waiting for `broker.session.timeout.ms`.
+    pub fn probe_silent_brokers(&self, after: Duration) {
+        *self.probe_after.lock().unwrap_or_else(|p| p.into_inner()) = Some(after);
     }
 
     /// Turns on leader rebalancing: every `interval`, the active controller gives each
@@ -516,7 +528,9 @@ impl ControllerService {
     /// went offline and came back at a new epoch on the same broker). After such a gap, as
     /// after a stall of the timer itself, every session starts afresh.
     pub async fn run_session_timer(self: Arc<Self>) {
-        let tick = (self.session_timeout / 4).max(Duration::from_millis(100));
+        let tick = (self.session_timeout / 4)
+            .clamp(Duration::from_millis(100), Duration::from_millis(500));
+        let probe_after = *self.probe_after.lock().unwrap_or_else(|p| p.into_inner());
         // When this leader last confirmed its leadership with a quorum.
         let mut confirmed_at = Instant::now();
         let mut unconfirmed_warned = false;
@@ -550,7 +564,7 @@ impl ControllerService {
             let unconfirmed = confirmed_at.elapsed().saturating_sub(tick);
             confirmed_at = Instant::now();
             let image = quorum.image();
-            let expired: Vec<BrokerId> = {
+            let (mut expired, overdue): (Vec<BrokerId>, Vec<BrokerId>) = {
                 let mut sessions = self.sessions(metrics.current_term);
                 let now = Instant::now();
                 if stalled > self.session_timeout / 2 || unconfirmed > self.session_timeout / 2 {
@@ -567,16 +581,29 @@ impl ControllerService {
                         *heard = now;
                     }
                 }
-                image
-                    .unfenced_brokers()
-                    .map(|b| b.registration.broker_id)
-                    .filter(|id| {
-                        // A broker first seen by this leader gets a full session from now.
-                        let heard = *sessions.last_heard.entry(*id).or_insert(now);
-                        now.duration_since(heard) > self.session_timeout
-                    })
-                    .collect()
+                let mut expired = Vec::new();
+                let mut overdue = Vec::new();
+                for id in image.unfenced_brokers().map(|b| b.registration.broker_id) {
+                    // A broker first seen by this leader gets a full session from now; it
+                    // is probed at once (a quorum leader that died may have taken a broker
+                    // with it, and this controller has not heard from anyone yet).
+                    let first_seen = !sessions.last_heard.contains_key(&id);
+                    let silent = now.duration_since(*sessions.last_heard.entry(id).or_insert(now));
+                    if silent > self.session_timeout {
+                        expired.push(id);
+                    } else if probe_after.is_some_and(|after| first_seen || silent > after) {
+                        overdue.push(id);
+                    }
+                }
+                (expired, overdue)
             };
+            let mut refused = Vec::new();
+            for broker in overdue {
+                if listeners_refuse(&image, broker).await {
+                    refused.push(broker);
+                }
+            }
+            expired.extend(refused.iter().copied());
             for broker in expired {
                 // Each fencing is decided on the image that includes the previous one.
                 let _deciding = self.deciding.lock().await;
@@ -588,11 +615,18 @@ impl ControllerService {
                 if image.brokers.get(&broker).is_none_or(|b| b.fenced) {
                     continue;
                 }
-                tracing::warn!(
-                    broker,
-                    timeout_ms = self.session_timeout.as_millis() as u64,
-                    "broker session expired: fencing it"
-                );
+                if refused.contains(&broker) {
+                    tracing::warn!(
+                        broker,
+                        "broker missed its heartbeat and its listeners refuse connections (its process is gone): fencing it"
+                    );
+                } else {
+                    tracing::warn!(
+                        broker,
+                        timeout_ms = self.session_timeout.as_millis() as u64,
+                        "broker session expired: fencing it"
+                    );
+                }
                 match super::fence_broker(&image, broker, &self.defaults) {
                     Ok(records) => {
                         if let Err(error) = quorum.propose(records).await {
@@ -604,6 +638,27 @@ impl ControllerService {
             }
         }
     }
+}
+
+/// Whether every listener `broker` registered refuses a TCP connection: nothing listens
+/// there, so its process is gone. A paused or unreachable broker's connection succeeds (the
+/// kernel accepts it) or times out; neither counts.
+async fn listeners_refuse(image: &sluice_raft::MetadataImage, broker: BrokerId) -> bool {
+    let Some(registration) = image.brokers.get(&broker) else {
+        return false;
+    };
+    let endpoints = &registration.registration.endpoints;
+    if endpoints.is_empty() {
+        return false;
+    }
+    for endpoint in endpoints {
+        let connect = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port));
+        match tokio::time::timeout(Duration::from_millis(300), connect).await {
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 impl CallHandler for ControllerService {
