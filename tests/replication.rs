@@ -545,6 +545,34 @@ fn min_insync_rejects_when_two_replicas_down() {
         old.node_endpoints.is_empty(),
         "no KIP-951 fields before v10"
     );
+    // The same for Fetch v16+ (a consumer's fetch sent to a follower).
+    let fetch = kafka_protocol::messages::FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_static_str("guarded"),
+                ))
+                .with_topic_id(topic_id(&mut follower, "guarded"))
+                .with_partitions(vec![
+                    kafka_protocol::messages::fetch_request::FetchPartition::default()
+                        .with_partition(0)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let answer: kafka_protocol::messages::FetchResponse =
+        follower.call(kafka_protocol::messages::ApiKey::Fetch, 16, &fetch);
+    let partition = &answer.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 6, "NOT_LEADER_OR_FOLLOWER");
+    assert_eq!(partition.current_leader.leader_id.0, 4, "{answer:?}");
+    assert!(
+        answer
+            .node_endpoints
+            .iter()
+            .any(|e| e.node_id.0 == 4 && e.port == i32::from(cluster.nodes[3].kafka_port)),
+        "{answer:?}"
+    );
     assert_eq!(client.produce("guarded", 0, batch.clone()), (0, 0));
     cluster.kill9(4);
     cluster.kill9(0);
@@ -921,4 +949,18 @@ fn sigterm_under_load_stops_every_task_in_order() {
         "{} acknowledged, {stored} stored across five SIGTERMs",
         acked.len()
     );
+}
+
+/// A topic's id, from Metadata (Fetch v13+ names topics by id).
+fn topic_id(client: &mut support::raw::Client, topic: &str) -> uuid::Uuid {
+    let request = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![
+        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(
+            Some(kafka_protocol::messages::TopicName(
+                kafka_protocol::protocol::StrBytes::from_string(topic.to_owned()),
+            )),
+        ),
+    ]));
+    let response: kafka_protocol::messages::MetadataResponse =
+        client.call(kafka_protocol::messages::ApiKey::Metadata, 12, &request);
+    response.topics[0].topic_id
 }

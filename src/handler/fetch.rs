@@ -5,8 +5,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::FetchRequest;
-use kafka_protocol::messages::fetch_response::{EpochEndOffset, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
+use kafka_protocol::messages::{BrokerId, FetchRequest};
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
@@ -143,7 +145,14 @@ pub async fn handle(
                 .metrics
                 .bytes_out
                 .fetch_add(bytes as u64, Ordering::Relaxed);
-            return respond(broker, version, session_id, &mode, results);
+            return respond(
+                broker,
+                &context.listener_name,
+                version,
+                session_id,
+                &mode,
+                results,
+            );
         }
         match &delayed {
             // At the deadline the next round answers with what is there.
@@ -311,6 +320,7 @@ fn read_partition(
 
 fn respond(
     broker: &Broker,
+    listener: &str,
     version: i16,
     session_id: i32,
     mode: &Mode,
@@ -328,7 +338,12 @@ fn respond(
         );
     }
     let mut topics: Vec<FetchTopicAnswer> = Vec::new();
-    for (w, data, slice, changed) in results {
+    let mut node_endpoints: Vec<NodeEndpoint> = Vec::new();
+    let image = (version >= 16).then(|| broker.image());
+    for (w, mut data, slice, changed) in results {
+        if let Some(image) = &image {
+            add_leader_hint(broker, image, listener, &w, &mut data, &mut node_endpoints);
+        }
         let has_records = slice.as_ref().is_some_and(|s| s.len > 0);
         if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
             continue;
@@ -358,5 +373,44 @@ fn respond(
         error_code: errors::NONE,
         session_id,
         topics,
+        node_endpoints,
+    }
+}
+
+/// KIP-951 (v16+): a partition this broker does not lead is answered with its current leader
+/// and that leader's endpoint, so the client fetches there without a Metadata request.
+fn add_leader_hint(
+    broker: &Broker,
+    image: &MetadataImage,
+    listener: &str,
+    w: &Wanted,
+    data: &mut PartitionData,
+    node_endpoints: &mut Vec<NodeEndpoint>,
+) {
+    if !matches!(
+        data.error_code,
+        errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+    ) {
+        return;
+    }
+    let Some(hint) = super::leader_hint(image, listener, &w.topic, w.partition) else {
+        return;
+    };
+    if hint.leader_id == broker.broker_id {
+        return;
+    }
+    data.current_leader = LeaderIdAndEpoch::default()
+        .with_leader_id(BrokerId(hint.leader_id))
+        .with_leader_epoch(hint.leader_epoch);
+    if let Some((host, port, rack)) = hint.endpoint {
+        if !node_endpoints.iter().any(|e| e.node_id.0 == hint.leader_id) {
+            node_endpoints.push(
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(hint.leader_id))
+                    .with_host(super::str_bytes(host))
+                    .with_port(port)
+                    .with_rack(rack.map(super::str_bytes)),
+            );
+        }
     }
 }

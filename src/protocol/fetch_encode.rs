@@ -43,6 +43,8 @@ pub struct FetchAnswer {
     pub error_code: i16,
     pub session_id: i32,
     pub topics: Vec<FetchTopicAnswer>,
+    /// KIP-951 (v16+): the endpoints of leaders named in partitions' `current_leader`.
+    pub node_endpoints: Vec<kafka_protocol::messages::fetch_response::NodeEndpoint>,
 }
 
 impl FetchAnswer {
@@ -169,7 +171,22 @@ pub fn encode(
         }
     }
     if flexible {
-        out.put_u8(0); // the response's tagged fields
+        if version >= 16 && !answer.node_endpoints.is_empty() {
+            // The response's one tagged field: NodeEndpoints (tag 0), a compact array.
+            let mut field = BytesMut::new();
+            put_array_length(&mut field, answer.node_endpoints.len(), true);
+            for endpoint in &answer.node_endpoints {
+                endpoint
+                    .encode(&mut field, version)
+                    .map_err(|e| encode_error(e.to_string()))?;
+            }
+            put_unsigned_varint(&mut out, 1);
+            put_unsigned_varint(&mut out, 0);
+            put_unsigned_varint(&mut out, field.len() as u64);
+            out.put_slice(&field);
+        } else {
+            out.put_u8(0); // the response's tagged fields: none
+        }
     }
     total += out.len();
     parts.push(Part::Bytes(out.freeze()));
@@ -236,7 +253,19 @@ mod tests {
                     records: slice,
                 }
             };
+            let node_endpoints = if version >= 16 {
+                vec![
+                    kafka_protocol::messages::fetch_response::NodeEndpoint::default()
+                        .with_node_id(kafka_protocol::messages::BrokerId(3))
+                        .with_host(StrBytes::from_static_str("broker-3"))
+                        .with_port(9092)
+                        .with_rack(Some(StrBytes::from_static_str("r1"))),
+                ]
+            } else {
+                Vec::new()
+            };
             let answer = FetchAnswer {
+                node_endpoints: node_endpoints.clone(),
                 error_code: 0,
                 session_id: if version >= 7 { 42 } else { 0 },
                 topics: vec![
@@ -262,7 +291,8 @@ mod tests {
 
             let mut expected_response = FetchResponse::default()
                 .with_session_id(answer.session_id)
-                .with_error_code(answer.error_code);
+                .with_error_code(answer.error_code)
+                .with_node_endpoints(node_endpoints);
             for topic in &answer.topics {
                 let mut t = FetchableTopicResponse::default();
                 if version >= 13 {
