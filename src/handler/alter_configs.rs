@@ -5,10 +5,9 @@
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::incremental_alter_configs::{apply, config_resource};
+use super::incremental_alter_configs::{Changes, alter_resource};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
-use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -19,36 +18,31 @@ pub async fn handle(
 ) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
-        let name = resource.resource_name.to_string();
+        let outcome = alter_resource(
+            broker,
+            resource.resource_type,
+            resource.resource_name.as_str(),
+            request.validate_only,
+            |current| {
+                let mut changes: Changes = resource
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                // The request is the whole set: what was set and is not named goes back to
+                // its default.
+                for key in current.keys() {
+                    if !changes.iter().any(|(k, _)| k == key) {
+                        changes.push((key.clone(), None));
+                    }
+                }
+                Ok(changes)
+            },
+        )
+        .await;
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
-            .with_resource_name(resource.resource_name.clone());
-        let target = match config_resource(resource.resource_type, &name) {
-            Ok(target) => target,
-            Err(message) => {
-                responses.push(
-                    response
-                        .with_error_code(errors::INVALID_REQUEST)
-                        .with_error_message(Some(str_bytes(message))),
-                );
-                continue;
-            }
-        };
-        let image = broker.image();
-        let mut changes: Vec<(String, Option<String>)> = resource
-            .configs
-            .iter()
-            .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-            .collect();
-        // The request is the whole set: what was set and is not named goes back to default.
-        if let Some(current) = image.configs.get(&target) {
-            for key in current.keys() {
-                if !changes.iter().any(|(k, _)| k == key) {
-                    changes.push((key.clone(), None));
-                }
-            }
-        }
-        let outcome = apply(broker, &image, target, changes, request.validate_only).await;
+            .with_resource_name(resource.resource_name);
         responses.push(match outcome {
             Ok(()) => response,
             Err((code, message)) => response

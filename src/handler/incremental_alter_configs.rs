@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use sluice_raft::image::MetadataImage;
-use sluice_raft::records::ConfigResource;
+use sluice_raft::records::{ConfigMap, ConfigResource};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{RequestContext, str_bytes};
@@ -23,6 +24,9 @@ const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 const ALTER_WAIT: Duration = Duration::from_secs(30);
 
+/// Keys with the value to set, or `None` to return them to their defaults.
+pub(super) type Changes = Vec<(String, Option<String>)>;
+
 pub async fn handle(
     broker: &Broker,
     _context: &RequestContext,
@@ -30,76 +34,17 @@ pub async fn handle(
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
-        let name = resource.resource_name.to_string();
+        let outcome = alter_resource(
+            broker,
+            resource.resource_type,
+            resource.resource_name.as_str(),
+            request.validate_only,
+            |current| incremental_changes(current, &resource.configs),
+        )
+        .await;
         let response = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
-            .with_resource_name(resource.resource_name.clone());
-        let target = match config_resource(resource.resource_type, &name) {
-            Ok(target) => target,
-            Err(message) => {
-                responses.push(
-                    response
-                        .with_error_code(errors::INVALID_REQUEST)
-                        .with_error_message(Some(str_bytes(message))),
-                );
-                continue;
-            }
-        };
-        let image = broker.image();
-        let current = image.configs.get(&target).cloned().unwrap_or_default();
-        let mut changes: Vec<(String, Option<String>)> = Vec::new();
-        let mut invalid = None;
-        for config in &resource.configs {
-            let key = config.name.to_string();
-            let value = config.value.as_ref().map(|v| v.to_string());
-            let change = match (config.config_operation, value) {
-                (SET, Some(value)) => Some(value),
-                (DELETE, _) => None,
-                (APPEND | SUBTRACT, Some(value)) => {
-                    let mut items: Vec<String> = current
-                        .get(&key)
-                        .map(|v| {
-                            v.split(',')
-                                .map(|s| s.trim().to_owned())
-                                .filter(|s| !s.is_empty())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        if config.config_operation == APPEND {
-                            if !items.iter().any(|i| i == item) {
-                                items.push(item.to_owned());
-                            }
-                        } else {
-                            items.retain(|i| i != item);
-                        }
-                    }
-                    if items.is_empty() {
-                        None
-                    } else {
-                        Some(items.join(","))
-                    }
-                }
-                (SET | APPEND | SUBTRACT, None) => {
-                    invalid = Some(format!("{key}: a value is required"));
-                    break;
-                }
-                (other, _) => {
-                    invalid = Some(format!("{key}: unknown operation {other}"));
-                    break;
-                }
-            };
-            changes.push((key, change));
-        }
-        if let Some(message) = invalid {
-            responses.push(
-                response
-                    .with_error_code(errors::INVALID_CONFIG)
-                    .with_error_message(Some(str_bytes(message))),
-            );
-            continue;
-        }
-        let outcome = apply(broker, &image, target, changes, request.validate_only).await;
+            .with_resource_name(resource.resource_name);
         responses.push(match outcome {
             Ok(()) => response,
             Err((code, message)) => response
@@ -110,9 +55,71 @@ pub async fn handle(
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+/// The changes SET, DELETE, APPEND and SUBTRACT make to `current`: a value to set, or `None`
+/// to return a key to its default. INVALID_CONFIG for a missing value or unknown operation.
+fn incremental_changes(
+    current: &ConfigMap,
+    configs: &[AlterableConfig],
+) -> Result<Changes, (i16, String)> {
+    let invalid = |message: String| (errors::INVALID_CONFIG, message);
+    let mut changes = Vec::with_capacity(configs.len());
+    for config in configs {
+        let key = config.name.to_string();
+        let value = config.value.as_ref().map(|v| v.to_string());
+        let change = match (config.config_operation, value) {
+            (SET, Some(value)) => Some(value),
+            (DELETE, _) => None,
+            (APPEND | SUBTRACT, Some(value)) => {
+                let mut items: Vec<String> = current
+                    .get(&key)
+                    .map(|v| {
+                        v.split(',')
+                            .map(|s| s.trim().to_owned())
+                            .filter(|s| !s.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if config.config_operation == APPEND {
+                        if !items.iter().any(|i| i == item) {
+                            items.push(item.to_owned());
+                        }
+                    } else {
+                        items.retain(|i| i != item);
+                    }
+                }
+                (!items.is_empty()).then(|| items.join(","))
+            }
+            (SET | APPEND | SUBTRACT, None) => {
+                return Err(invalid(format!("{key}: a value is required")));
+            }
+            (other, _) => return Err(invalid(format!("{key}: unknown operation {other}"))),
+        };
+        changes.push((key, change));
+    }
+    Ok(changes)
+}
+
+/// One resource of an AlterConfigs or IncrementalAlterConfigs request: the resource parsed
+/// (INVALID_REQUEST when it cannot be), `changes` computed from its current configs, then
+/// validated and (unless `validate_only`) committed. The error code and message otherwise.
+pub(super) async fn alter_resource(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    validate_only: bool,
+    changes: impl FnOnce(&ConfigMap) -> Result<Changes, (i16, String)>,
+) -> Result<(), (i16, String)> {
+    let target = config_resource(resource_type, name).map_err(|m| (errors::INVALID_REQUEST, m))?;
+    let image = broker.image();
+    let empty = ConfigMap::new();
+    let changes = changes(image.configs.get(&target).unwrap_or(&empty))?;
+    apply(broker, &image, target, changes, validate_only).await
+}
+
 /// The config resource a request names: a topic, a broker by id, or (empty name) every
 /// broker's cluster-wide default.
-pub(super) fn config_resource(resource_type: i8, name: &str) -> Result<ConfigResource, String> {
+fn config_resource(resource_type: i8, name: &str) -> Result<ConfigResource, String> {
     match resource_type {
         RESOURCE_TOPIC => Ok(ConfigResource::Topic(name.to_owned())),
         RESOURCE_BROKER if name.is_empty() => Ok(ConfigResource::Broker(None)),
@@ -126,11 +133,11 @@ pub(super) fn config_resource(resource_type: i8, name: &str) -> Result<ConfigRes
 
 /// Validates `changes` (a value to set, or `None` to return a key to its default) and, unless
 /// `validate_only`, has the controller commit them and waits until this node applied them.
-pub(super) async fn apply(
+async fn apply(
     broker: &Broker,
     image: &MetadataImage,
     target: ConfigResource,
-    changes: Vec<(String, Option<String>)>,
+    changes: Changes,
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     if validate_only {
