@@ -171,12 +171,7 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
     let admin: Admin = common.connect.admin()?;
     let described = admin.describe_group(group).await?;
     let members = members(&described);
-    let committed: BTreeMap<(String, i32), i64> = admin
-        .list_group_offsets(group)
-        .await?
-        .into_iter()
-        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
-        .collect();
+    let committed = committed_offsets(&admin, group).await?;
     let mut owner: BTreeMap<(String, i32), &Member> = BTreeMap::new();
     for member in &members {
         for key in &member.assignment {
@@ -291,12 +286,7 @@ async fn reset_offsets(
         .collect();
     let earliest = offsets_at(&admin, &partitions, OffsetSpec::Earliest).await?;
     let latest = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
-    let committed: BTreeMap<(String, i32), i64> = admin
-        .list_group_offsets(group)
-        .await?
-        .into_iter()
-        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
-        .collect();
+    let committed = committed_offsets(&admin, group).await?;
     let at_time = match &target.to_datetime {
         Some(text) => {
             let millis = parse_datetime_ms(text).with_context(|| {
@@ -393,6 +383,19 @@ async fn delete(common: &Common, group: &str) -> anyhow::Result<()> {
         println!("deleted group {group}");
     }
     Ok(())
+}
+
+/// The group's committed offsets, by (topic, partition).
+async fn committed_offsets(
+    admin: &Admin,
+    group: &str,
+) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
+    Ok(admin
+        .list_group_offsets(group)
+        .await?
+        .into_iter()
+        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
+        .collect())
 }
 
 /// Each partition's offset at `spec` (`None`: no record at or after the time).

@@ -183,6 +183,15 @@ impl Progress {
     }
 }
 
+/// The client's tasks on two workers (this machine kind's cores); the calling thread drives
+/// the benchmark loop.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     if args.record_size == 0 {
         bail!("--record-size must be at least 1");
@@ -191,11 +200,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     for (key, value) in &args.producer_props {
         config.insert(key, value.clone());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
+    runtime()?.block_on(async move {
         // Created with --partitions if missing; refused if it has fewer; leaders known.
         super::perf_kafka::partition_leaders(&args.connect.bootstrap_server, &args.topic, args.partitions)
             .await?;
@@ -289,11 +294,7 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     for (key, value) in &args.consumer_props {
         config.insert(key, value.clone());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
+    runtime()?.block_on(async move {
         let consumer = Consumer::new(config)?;
         let partitions = consumer.partitions_for(&args.topic).await?;
         match &args.group {

@@ -129,8 +129,8 @@ impl Admin {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match consumer::find_coordinator(self.cluster(), group).await {
-                Ok((_, addr)) => {
+            match self.cluster().find_coordinator(group).await {
+                Ok(addr) => {
                     let connection = self.cluster().connection_to(&addr).await?;
                     return Ok((addr, connection));
                 }
@@ -181,12 +181,11 @@ impl Admin {
                     .await?
                 {
                     Some(described) => Ok(described),
-                    None => Err(Error::kafka(
+                    None => Err(Error::from_code(
                         errors::GROUP_ID_NOT_FOUND,
                         format!("group {group}"),
                         None,
-                    )
-                    .unwrap_or(Error::Closed)),
+                    )),
                 };
             }
             kafka(described.error_code, format!("group {group}"), None)?;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::config::CommonConfig;
@@ -293,6 +293,30 @@ impl Cluster {
         let metadata = Arc::new(metadata);
         *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = metadata.clone();
         Ok(metadata)
+    }
+
+    /// The `host:port` of `group_id`'s coordinator (FindCoordinator to any broker).
+    pub async fn find_coordinator(&self, group_id: &str) -> Result<String> {
+        let request = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group_id.to_owned()))
+            .with_key_type(0);
+        let connection = self.any().await?;
+        // Version 4 and up batch keys in another field; 3 carries one group.
+        let response = match connection.send_at_most(&request, 3).await {
+            Ok(response) => response,
+            Err(error) => {
+                self.forget(connection.addr());
+                return Err(error);
+            }
+        };
+        if let Some(error) = Error::kafka(
+            response.error_code,
+            format!("group {group_id}"),
+            response.error_message.as_deref(),
+        ) {
+            return Err(error);
+        }
+        Ok(format!("{}:{}", response.host.as_str(), response.port))
     }
 
     /// KIP-951: a broker named `partition`'s new leader (and its endpoint). The cache takes

@@ -22,8 +22,8 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, GroupId, ListOffsetsRequest,
-    OffsetCommitRequest, OffsetFetchRequest, TopicName,
+    BrokerId, FetchRequest, FetchResponse, GroupId, ListOffsetsRequest, OffsetCommitRequest,
+    OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{Notify, mpsc};
@@ -31,8 +31,7 @@ use tokio::sync::{Notify, mpsc};
 use super::assignor::Assignor;
 use super::cluster::Cluster;
 use super::config::{ClientConfig, CommonConfig};
-use super::connection::Connection;
-use super::error::{Error, Result};
+use super::error::{Error, Result, is_retriable_code};
 use super::group::{self, GroupProtocol, GroupShared};
 use crate::protocol::batch::{BatchHeader, BatchIter, RecordIter, compute_crc, read_varint};
 use crate::protocol::codec;
@@ -419,6 +418,20 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// [`list_offsets`] with this consumer's isolation level and backoff.
+    async fn list_offsets(
+        &self,
+        asked: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        list_offsets(
+            &self.cluster,
+            asked,
+            self.settings.isolation_level,
+            self.settings.retry_backoff,
+        )
+        .await
+    }
+
     pub fn listener(&self) -> Option<Arc<dyn RebalanceListener>> {
         self.listener
             .lock()
@@ -747,13 +760,7 @@ impl Consumer {
         &self,
         timestamps: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>> {
-        list_offsets(
-            &self.inner.cluster,
-            timestamps,
-            self.inner.settings.isolation_level,
-            self.inner.settings.retry_backoff,
-        )
-        .await
+        self.inner.list_offsets(timestamps).await
     }
 
     /// The first offset of each partition still in the log.
@@ -762,13 +769,7 @@ impl Consumer {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
         let asked = partitions.iter().map(|tp| (tp.clone(), -2)).collect();
-        list_offsets(
-            &self.inner.cluster,
-            &asked,
-            self.inner.settings.isolation_level,
-            self.inner.settings.retry_backoff,
-        )
-        .await
+        self.inner.list_offsets(&asked).await
     }
 
     /// The end of each partition (the high watermark, or the last stable offset for
@@ -778,13 +779,7 @@ impl Consumer {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
         let asked = partitions.iter().map(|tp| (tp.clone(), -1)).collect();
-        list_offsets(
-            &self.inner.cluster,
-            &asked,
-            self.inner.settings.isolation_level,
-            self.inner.settings.retry_backoff,
-        )
-        .await
+        self.inner.list_offsets(&asked).await
     }
 
     /// The partition count of `topic` (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
@@ -969,13 +964,7 @@ impl Consumer {
         if to_list.is_empty() {
             return Ok(());
         }
-        let found = list_offsets(
-            &self.inner.cluster,
-            &to_list,
-            self.inner.settings.isolation_level,
-            self.inner.settings.retry_backoff,
-        )
-        .await?;
+        let found = self.inner.list_offsets(&to_list).await?;
         for (tp, asked) in to_list {
             let Some(p) = state.partitions.get_mut(&tp) else {
                 continue;
@@ -1167,6 +1156,20 @@ impl Consumer {
                 return Ok(());
             }
         };
+        if response.error_code != errors::NONE {
+            let error = Error::from_code(
+                response.error_code,
+                format!("fetch from broker {}", done.broker),
+                None,
+            );
+            if !error.is_retriable() {
+                return Err(error);
+            }
+            tracing::debug!(broker = done.broker, %error, "fetch refused; retrying");
+            state.metadata_stale = true;
+            tokio::time::sleep(self.inner.settings.retry_backoff).await;
+            return Ok(());
+        }
         let asked: HashMap<TopicPartition, (u64, i64)> = done
             .asked
             .into_iter()
@@ -1200,18 +1203,15 @@ impl Consumer {
                         p.unknown(Start::Reset(self.inner.settings.auto_offset_reset));
                         continue;
                     }
-                    errors::TOPIC_AUTHORIZATION_FAILED | errors::CORRUPT_MESSAGE => {
-                        return Err(Error::kafka(
-                            partition.error_code,
-                            format!("partition {tp}"),
-                            None,
-                        )
-                        .unwrap_or(Error::Closed));
-                    }
-                    code => {
+                    // A leader moved or is catching up: find it again and fetch on.
+                    code if code != errors::CORRUPT_MESSAGE && is_retriable_code(code) => {
                         tracing::debug!(partition = %tp, error = %errors::name(code), "fetch error; refreshing metadata");
                         state.metadata_stale = true;
                         continue;
+                    }
+                    // Not authorized, corrupt, unsupported: the application must know.
+                    code => {
+                        return Err(Error::from_code(code, format!("partition {tp}"), None));
                     }
                 }
                 p.high_watermark = if self.inner.settings.isolation_level
@@ -1498,12 +1498,11 @@ pub(crate) async fn list_offsets(
                 continue;
             }
             let Some(partition) = metadata.partition(&tp.topic, tp.partition) else {
-                return Err(Error::kafka(
+                return Err(Error::from_code(
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("partition {tp}"),
                     None,
-                )
-                .unwrap_or(Error::Closed));
+                ));
             };
             by_leader
                 .entry(partition.leader)
@@ -1537,10 +1536,11 @@ pub(crate) async fn list_offsets(
                 );
             let response = match async {
                 if leader < 0 {
-                    return Err(
-                        Error::kafka(errors::LEADER_NOT_AVAILABLE, "list offsets", None)
-                            .unwrap_or(Error::Closed),
-                    );
+                    return Err(Error::from_code(
+                        errors::LEADER_NOT_AVAILABLE,
+                        "list offsets",
+                        None,
+                    ));
                 }
                 cluster.broker(leader).await?.send(&request).await
             }
@@ -1721,48 +1721,6 @@ fn decode_headers(
         headers.push((key, value));
     }
     Ok(headers)
-}
-
-/// Connects to the coordinator at `addr` on a connection of its own, so group requests never
-/// queue behind a fetch's long poll; its timeout covers a rebalance.
-pub(crate) async fn coordinator_connection(inner: &Inner, addr: &str) -> Result<Connection> {
-    let config = &inner.cluster.config;
-    Connection::connect_as(
-        addr,
-        &config.client_id,
-        config.connect_timeout,
-        config
-            .request_timeout
-            .max(inner.settings.max_poll_interval + Duration::from_secs(5)),
-    )
-    .await
-}
-
-/// Finds the coordinator of `group_id`: (node id, `host:port`).
-pub(crate) async fn find_coordinator(cluster: &Cluster, group_id: &str) -> Result<(i32, String)> {
-    let request = FindCoordinatorRequest::default()
-        .with_key(StrBytes::from_string(group_id.to_owned()))
-        .with_key_type(0);
-    let connection = cluster.any().await?;
-    // Version 4 and up batch keys in another field; 3 carries one group.
-    let response = match connection.send_at_most(&request, 3).await {
-        Ok(response) => response,
-        Err(error) => {
-            cluster.forget(connection.addr());
-            return Err(error);
-        }
-    };
-    if let Some(error) = Error::kafka(
-        response.error_code,
-        format!("group {group_id}"),
-        response.error_message.as_deref(),
-    ) {
-        return Err(error);
-    }
-    Ok((
-        response.node_id.0,
-        format!("{}:{}", response.host.as_str(), response.port),
-    ))
 }
 
 #[cfg(test)]

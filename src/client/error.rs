@@ -113,11 +113,16 @@ pub fn io_reason(error: &std::io::Error) -> String {
 impl Error {
     /// A Kafka error code with what it was about; `None` for code 0.
     pub fn kafka(code: i16, context: impl Into<String>, message: Option<&str>) -> Option<Error> {
-        (code != errors::NONE).then(|| Error::Kafka {
+        (code != errors::NONE).then(|| Error::from_code(code, context, message))
+    }
+
+    /// A code the caller knows is an error (not NONE), with what it was about.
+    pub(crate) fn from_code(code: i16, context: impl Into<String>, message: Option<&str>) -> Error {
+        Error::Kafka {
             code,
             context: context.into(),
             message: message.filter(|m| !m.is_empty()).map(str::to_owned),
-        })
+        }
     }
 
     /// The Kafka error code, for `Kafka` errors.

@@ -207,10 +207,25 @@ pub(crate) async fn coordinator(inner: &Inner, group: &GroupShared) -> Result<Ar
             return Ok(connection.clone());
         }
     }
-    let (_, addr) = consumer::find_coordinator(&inner.cluster, &group.group_id).await?;
-    let connection = Arc::new(consumer::coordinator_connection(inner, &addr).await?);
+    let addr = inner.cluster.find_coordinator(&group.group_id).await?;
+    let connection = Arc::new(coordinator_connection(inner, &addr).await?);
     *group.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
     Ok(connection)
+}
+
+/// Connects to the coordinator at `addr` on a connection of its own, so group requests never
+/// queue behind a fetch's long poll; its timeout covers a rebalance.
+async fn coordinator_connection(inner: &Inner, addr: &str) -> Result<Connection> {
+    let config = &inner.cluster.config;
+    Connection::connect_as(
+        addr,
+        &config.client_id,
+        config.connect_timeout,
+        config
+            .request_timeout
+            .max(inner.settings.max_poll_interval + Duration::from_secs(5)),
+    )
+    .await
 }
 
 fn str_bytes(text: &str) -> StrBytes {
@@ -289,17 +304,7 @@ async fn ensure_classic(
             member.member_id.clone(),
         )
     };
-    let owned = state.assignment();
-    let revoked: Vec<TopicPartition> = owned
-        .iter()
-        .filter(|tp| !assigned.contains(tp))
-        .cloned()
-        .collect();
-    let added: Vec<TopicPartition> = assigned
-        .iter()
-        .filter(|tp| !owned.contains(tp))
-        .cloned()
-        .collect();
+    let (revoked, added) = changes(&state.assignment(), &assigned);
     tracing::info!(
         group = %group.group_id, member_id, generation,
         assigned = assigned.len(), added = added.len(), revoked = revoked.len(),
@@ -319,6 +324,20 @@ async fn ensure_classic(
         }
     }
     Ok(())
+}
+
+/// What moving from `owned` to `assigned` revokes and adds.
+fn changes(
+    owned: &[TopicPartition],
+    assigned: &[TopicPartition],
+) -> (Vec<TopicPartition>, Vec<TopicPartition>) {
+    let missing_from = |from: &[TopicPartition], other: &[TopicPartition]| {
+        from.iter()
+            .filter(|tp| !other.contains(tp))
+            .cloned()
+            .collect()
+    };
+    (missing_from(owned, assigned), missing_from(assigned, owned))
 }
 
 /// Commits what was read from `partitions` (with auto-commit), tells the listener, and drops
@@ -360,12 +379,10 @@ async fn join_and_sync(
         group.needs_rejoin.store(false, Ordering::Release);
         let connection = match coordinator(inner, group).await {
             Ok(connection) => connection,
-            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
-                tracing::debug!(%error, "group coordinator not reachable yet");
-                group.forget_coordinator();
+            Err(error) => {
+                retry_after(group, error, attempt)?;
                 continue;
             }
-            Err(error) => return Err(error),
         };
         let (member_id, generation, cooperative) = {
             let member = group.member();
@@ -405,42 +422,22 @@ async fn join_and_sync(
             )
             .with_reason(None);
         let response = match connection.send(&request).await {
-            Ok(response) => response,
-            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
-                group.forget_coordinator();
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
-        match response.error_code {
-            errors::NONE => {}
-            errors::MEMBER_ID_REQUIRED => {
+            Ok(response) if response.error_code == errors::NONE => response,
+            Ok(response) if response.error_code == errors::MEMBER_ID_REQUIRED => {
+                // KIP-394: join again at once with the id the coordinator gave.
                 group.member().member_id = response.member_id.to_string();
                 attempt = 0;
                 continue;
             }
-            errors::UNKNOWN_MEMBER_ID => {
-                let mut member = group.member();
-                member.member_id.clear();
-                member.generation = -1;
+            Ok(response) => {
+                retry_after(group, group_error(group, response.error_code), attempt)?;
                 continue;
             }
-            errors::REBALANCE_IN_PROGRESS => continue,
-            errors::NOT_COORDINATOR
-            | errors::COORDINATOR_NOT_AVAILABLE
-            | errors::COORDINATOR_LOAD_IN_PROGRESS
-                if attempt < 50 =>
-            {
-                group.forget_coordinator();
+            Err(error) => {
+                retry_after(group, error, attempt)?;
                 continue;
             }
-            code => {
-                return Err(
-                    Error::kafka(code, format!("group {}", group.group_id), None)
-                        .unwrap_or(Error::Closed),
-                );
-            }
-        }
+        };
         let assignor = response
             .protocol_name
             .as_deref()
@@ -471,40 +468,43 @@ async fn join_and_sync(
             .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
             .with_protocol_name(Some(StrBytes::from_static_str(assignor.name())))
             .with_assignments(assignments);
-        let sync = match connection.send(&request).await {
-            Ok(sync) => sync,
-            Err(error) if is_coordinator_error(&error) && attempt < 50 => {
-                group.forget_coordinator();
-                continue;
+        match connection.send(&request).await {
+            Ok(sync) if sync.error_code == errors::NONE => {
+                return assignor::decode_assignment(&sync.assignment);
             }
-            Err(error) => return Err(error),
-        };
-        match sync.error_code {
-            errors::NONE => return assignor::decode_assignment(&sync.assignment),
-            errors::REBALANCE_IN_PROGRESS => continue,
-            errors::UNKNOWN_MEMBER_ID | errors::ILLEGAL_GENERATION => {
-                let mut member = group.member();
-                if sync.error_code == errors::UNKNOWN_MEMBER_ID {
-                    member.member_id.clear();
-                }
-                member.generation = -1;
-                continue;
-            }
-            errors::NOT_COORDINATOR
-            | errors::COORDINATOR_NOT_AVAILABLE
-            | errors::COORDINATOR_LOAD_IN_PROGRESS
-                if attempt < 50 =>
-            {
-                group.forget_coordinator();
-                continue;
-            }
-            code => {
-                return Err(
-                    Error::kafka(code, format!("group {}", group.group_id), None)
-                        .unwrap_or(Error::Closed),
-                );
-            }
+            Ok(sync) => retry_after(group, group_error(group, sync.error_code), attempt)?,
+            Err(error) => retry_after(group, error, attempt)?,
         }
+    }
+}
+
+/// A group's error code as the SDK's error.
+fn group_error(group: &GroupShared, code: i16) -> Error {
+    Error::from_code(code, format!("group {}", group.group_id), None)
+}
+
+/// After a failed JoinGroup or SyncGroup: `Ok` to join again (the member's identity reset as
+/// the error says; the coordinator found again after coordinator errors, for a while), the
+/// error when it is for the application.
+fn retry_after(group: &GroupShared, error: Error, attempt: u32) -> Result<()> {
+    match error.code() {
+        Some(errors::REBALANCE_IN_PROGRESS) => Ok(()),
+        Some(errors::UNKNOWN_MEMBER_ID) => {
+            let mut member = group.member();
+            member.member_id.clear();
+            member.generation = -1;
+            Ok(())
+        }
+        Some(errors::ILLEGAL_GENERATION) => {
+            group.member().generation = -1;
+            Ok(())
+        }
+        _ if is_coordinator_error(&error) && attempt < 50 => {
+            tracing::debug!(%error, group = %group.group_id, "group coordinator not reachable yet");
+            group.forget_coordinator();
+            Ok(())
+        }
+        _ => Err(error),
     }
 }
 
@@ -592,17 +592,7 @@ async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut Sta
             known.insert((*id, *partition));
         }
     }
-    let owned = state.assignment();
-    let revoked: Vec<TopicPartition> = owned
-        .iter()
-        .filter(|tp| !assigned.contains(tp))
-        .cloned()
-        .collect();
-    let added: Vec<TopicPartition> = assigned
-        .iter()
-        .filter(|tp| !owned.contains(tp))
-        .cloned()
-        .collect();
+    let (revoked, added) = changes(&state.assignment(), &assigned);
     if revoked.is_empty() && added.is_empty() && group.member().owned == known {
         return Ok(());
     }
@@ -796,9 +786,7 @@ async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
             group.request_rejoin();
             Ok(())
         }
-        code => Err(
-            Error::kafka(code, format!("group {}", group.group_id), None).unwrap_or(Error::Closed),
-        ),
+        code => Err(group_error(group, code)),
     }
 }
 
@@ -895,11 +883,10 @@ async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Ran
             group.heartbeat_now.notify_one();
             Ok(())
         }
-        code => Err(Error::kafka(
+        code => Err(Error::from_code(
             code,
             format!("group {}", group.group_id),
             response.error_message.as_deref(),
-        )
-        .unwrap_or(Error::Closed)),
+        )),
     }
 }

@@ -338,11 +338,14 @@ fn respond(
         );
     }
     let mut topics: Vec<FetchTopicAnswer> = Vec::new();
-    let mut node_endpoints: Vec<NodeEndpoint> = Vec::new();
-    let image = (version >= 16).then(|| broker.image());
+    let mut hints = (version >= 16).then(|| super::LeaderHints::new(broker, listener));
     for (w, mut data, slice, changed) in results {
-        if let Some(image) = &image {
-            add_leader_hint(broker, image, listener, &w, &mut data, &mut node_endpoints);
+        if let Some(hints) = &mut hints {
+            if let Some((leader, epoch)) = hints.hint(&w.topic, w.partition, data.error_code) {
+                data.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
+            }
         }
         let has_records = slice.as_ref().is_some_and(|s| s.len > 0);
         if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
@@ -373,44 +376,19 @@ fn respond(
         error_code: errors::NONE,
         session_id,
         topics,
-        node_endpoints,
-    }
-}
-
-/// KIP-951 (v16+): a partition this broker does not lead is answered with its current leader
-/// and that leader's endpoint, so the client fetches there without a Metadata request.
-fn add_leader_hint(
-    broker: &Broker,
-    image: &MetadataImage,
-    listener: &str,
-    w: &Wanted,
-    data: &mut PartitionData,
-    node_endpoints: &mut Vec<NodeEndpoint>,
-) {
-    if !matches!(
-        data.error_code,
-        errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
-    ) {
-        return;
-    }
-    let Some(hint) = super::leader_hint(image, listener, &w.topic, w.partition) else {
-        return;
-    };
-    if hint.leader_id == broker.broker_id {
-        return;
-    }
-    data.current_leader = LeaderIdAndEpoch::default()
-        .with_leader_id(BrokerId(hint.leader_id))
-        .with_leader_epoch(hint.leader_epoch);
-    if let Some((host, port, rack)) = hint.endpoint {
-        if !node_endpoints.iter().any(|e| e.node_id.0 == hint.leader_id) {
-            node_endpoints.push(
-                NodeEndpoint::default()
-                    .with_node_id(BrokerId(hint.leader_id))
-                    .with_host(super::str_bytes(host))
-                    .with_port(port)
-                    .with_rack(rack.map(super::str_bytes)),
-            );
-        }
+        node_endpoints: hints
+            .map(|hints| {
+                hints
+                    .endpoints()
+                    .map(|(id, host, port, rack)| {
+                        NodeEndpoint::default()
+                            .with_node_id(BrokerId(id))
+                            .with_host(super::str_bytes(host))
+                            .with_port(port)
+                            .with_rack(rack.map(super::str_bytes))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }

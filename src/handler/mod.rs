@@ -42,6 +42,7 @@ mod sync_group;
 
 pub use describe_configs::topic_config_entries;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::protocol::errors;
 use crate::protocol::fetch_encode::FetchAnswer;
 
 /// How long a data request waits for the replicas to catch up with the metadata image.
@@ -212,43 +214,71 @@ pub(crate) fn listener_endpoint<'a>(
         .find(|e| e.name == listener)
 }
 
-/// Where a partition's leader is, by the committed image (KIP-951's `current_leader` and
-/// `node_endpoints`).
-pub(crate) struct LeaderHint {
-    pub leader_id: i32,
-    pub leader_epoch: i32,
-    /// The leader's (host, port, rack) on the listener the client used.
-    pub endpoint: Option<(String, i32, Option<String>)>,
+/// KIP-951: for answers saying this broker does not lead a partition (NOT_LEADER_OR_FOLLOWER,
+/// FENCED_LEADER_EPOCH), where its leader is by the committed image, and the endpoints of
+/// the leaders named, on the listener the client used, so it retries there without a
+/// Metadata request.
+pub(crate) struct LeaderHints<'a> {
+    broker_id: i32,
+    image: Arc<sluice_raft::image::MetadataImage>,
+    listener: &'a str,
+    /// (host, port, rack) by leader id.
+    endpoints: BTreeMap<i32, (String, i32, Option<String>)>,
 }
 
-pub(crate) fn leader_hint(
-    image: &sluice_raft::image::MetadataImage,
-    listener: &str,
-    topic: &str,
-    partition: i32,
-) -> Option<LeaderHint> {
-    let registration = image.topic_by_name(topic)?.partitions.get(&partition)?;
-    let leader_id = registration.leader;
-    if leader_id < 0 {
-        return None;
+impl<'a> LeaderHints<'a> {
+    pub fn new(broker: &crate::broker::Broker, listener: &'a str) -> Self {
+        LeaderHints {
+            broker_id: broker.broker_id,
+            image: broker.image(),
+            listener,
+            endpoints: BTreeMap::new(),
+        }
     }
-    let endpoint = image
-        .brokers
-        .get(&registration.leader)
-        .filter(|b| !b.fenced)
-        .and_then(|b| {
-            let endpoint = listener_endpoint(b, listener)?;
-            Some((
-                endpoint.host.clone(),
-                i32::from(endpoint.port),
-                b.registration.rack.clone(),
-            ))
-        });
-    Some(LeaderHint {
-        leader_id,
-        leader_epoch: registration.leader_epoch,
-        endpoint,
-    })
+
+    /// (leader id, leader epoch) for a partition answered with `error_code`, when the image
+    /// names a leader other than this broker (whose own view would be no better).
+    pub fn hint(&mut self, topic: &str, partition: i32, error_code: i16) -> Option<(i32, i32)> {
+        if !matches!(
+            error_code,
+            errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+        ) {
+            return None;
+        }
+        let registration = self
+            .image
+            .topic_by_name(topic)?
+            .partitions
+            .get(&partition)?;
+        let leader = registration.leader;
+        if leader < 0 || leader == self.broker_id {
+            return None;
+        }
+        let endpoint = self
+            .image
+            .brokers
+            .get(&leader)
+            .filter(|b| !b.fenced)
+            .and_then(|b| {
+                let endpoint = listener_endpoint(b, self.listener)?;
+                Some((
+                    endpoint.host.clone(),
+                    i32::from(endpoint.port),
+                    b.registration.rack.clone(),
+                ))
+            });
+        if let Some(endpoint) = endpoint {
+            self.endpoints.insert(leader, endpoint);
+        }
+        Some((leader, registration.leader_epoch))
+    }
+
+    /// The named leaders' (id, host, port, rack).
+    pub fn endpoints(self) -> impl Iterator<Item = (i32, String, i32, Option<String>)> {
+        self.endpoints
+            .into_iter()
+            .map(|(id, (host, port, rack))| (id, host, port, rack))
+    }
 }
 
 /// The client's address as Kafka shows it in group descriptions (`/127.0.0.1`).

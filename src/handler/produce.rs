@@ -241,42 +241,25 @@ pub async fn handle(
 /// FENCED_LEADER_EPOCH) is answered with its current leader and that leader's endpoint, so
 /// the client sends its retry there without asking for metadata first.
 fn add_leader_hints(broker: &Broker, context: &RequestContext, response: &mut ProduceResponse) {
-    let image = broker.image();
-    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    let mut hints = super::LeaderHints::new(broker, &context.listener_name);
     for topic in &mut response.responses {
         for partition in &mut topic.partition_responses {
-            if !matches!(
-                partition.error_code,
-                errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
-            ) {
-                continue;
-            }
-            let Some(hint) = super::leader_hint(
-                &image,
-                &context.listener_name,
-                topic.name.as_str(),
-                partition.index,
-            ) else {
-                continue;
-            };
-            if hint.leader_id == broker.broker_id {
-                continue; // this broker's own view is behind the image: no better answer
-            }
-            partition.current_leader = LeaderIdAndEpoch::default()
-                .with_leader_id(BrokerId(hint.leader_id))
-                .with_leader_epoch(hint.leader_epoch);
-            if let Some((host, port, rack)) = hint.endpoint {
-                if !endpoints.iter().any(|e| e.node_id.0 == hint.leader_id) {
-                    endpoints.push(
-                        NodeEndpoint::default()
-                            .with_node_id(BrokerId(hint.leader_id))
-                            .with_host(str_bytes(host))
-                            .with_port(port)
-                            .with_rack(rack.map(str_bytes)),
-                    );
-                }
+            let hint = hints.hint(topic.name.as_str(), partition.index, partition.error_code);
+            if let Some((leader, epoch)) = hint {
+                partition.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch);
             }
         }
     }
-    response.node_endpoints = endpoints;
+    response.node_endpoints = hints
+        .endpoints()
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(host))
+                .with_port(port)
+                .with_rack(rack.map(str_bytes))
+        })
+        .collect();
 }
