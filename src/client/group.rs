@@ -736,6 +736,23 @@ async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
     }
 }
 
+/// A heartbeat within `request.timeout.ms` (the coordinator connection's own timeout covers
+/// a whole rebalance, too long for a heartbeat).
+async fn send_heartbeat<R: kafka_protocol::protocol::Request>(
+    inner: &Inner,
+    group: &GroupShared,
+    connection: &Connection,
+    request: &R,
+) -> Result<R::Response> {
+    let timeout = inner.cluster.config.request_timeout;
+    tokio::time::timeout(timeout, connection.send(request))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("heartbeat to group {}", group.group_id),
+            after: timeout,
+        })?
+}
+
 async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
     let (member_id, generation) = {
         let member = group.member();
@@ -750,13 +767,7 @@ async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
         .with_generation_id(generation)
         .with_member_id(str_bytes(&member_id))
         .with_group_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes));
-    let timeout = inner.cluster.config.request_timeout;
-    let response = tokio::time::timeout(timeout, connection.send(&request))
-        .await
-        .map_err(|_| Error::Timeout {
-            what: format!("heartbeat to group {}", group.group_id),
-            after: timeout,
-        })??;
+    let response = send_heartbeat(inner, group, &connection, &request).await?;
     match response.error_code {
         errors::NONE => Ok(()),
         errors::REBALANCE_IN_PROGRESS => {
@@ -833,13 +844,7 @@ async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Ran
                 })
                 .collect(),
         ));
-    let timeout = inner.cluster.config.request_timeout;
-    let response = tokio::time::timeout(timeout, connection.send(&request))
-        .await
-        .map_err(|_| Error::Timeout {
-            what: format!("heartbeat to group {}", group.group_id),
-            after: timeout,
-        })??;
+    let response = send_heartbeat(inner, group, &connection, &request).await?;
     match response.error_code {
         errors::NONE => {
             let mut member = group.member();
