@@ -9,8 +9,14 @@
 //! Broker sessions live in the leader's memory: a broker unheard for
 //! `broker.session.timeout.ms` is fenced and its leaderships move. A new leader starts every
 //! session afresh, so a change of controller fences nobody by itself.
+//!
+//! A broker whose process died is found sooner: the leader holds an idle connection to each
+//! unfenced broker's listener ([`ControllerService::run_liveness_watch`]); when the kernel
+//! closes it, or a heartbeat is missed, the listeners are probed, and a broker whose every
+//! listener refuses connections is fenced at once. A paused or partitioned broker neither
+//! closes the connection nor refuses one: it waits out its session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -175,6 +181,10 @@ pub struct ControllerService {
     /// A broker silent this long (a missed `broker.heartbeat.interval.ms`) has its listener
     /// probed: a refused connection means its process is gone, and it is fenced at once.
     probe_after: Mutex<Option<Duration>>,
+    /// Brokers whose watched listener connection ended: probed on the session timer's next
+    /// round, which `suspected` wakes.
+    suspects: Mutex<HashSet<BrokerId>>,
+    suspected: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -198,6 +208,8 @@ impl ControllerService {
             deciding: tokio::sync::Mutex::new(()),
             leader_rebalance_interval: Mutex::new(None),
             probe_after: Mutex::new(None),
+            suspects: Mutex::new(HashSet::new()),
+            suspected: tokio::sync::Notify::new(),
         })
     }
 
@@ -207,6 +219,70 @@ impl ControllerService {
     /// waiting for `broker.session.timeout.ms`.
     pub fn probe_silent_brokers(&self, after: Duration) {
         *self.probe_after.lock().unwrap_or_else(|p| p.into_inner()) = Some(after);
+    }
+
+    /// Keeps, while this node leads the quorum, an idle connection to one listener of each
+    /// unfenced broker. A broker's listener sends nothing unasked, so the connection ends
+    /// only when the broker's process does (the kernel closes its sockets at once, even
+    /// after kill -9), when the broker closes it (`connections.max.idle.ms`, a shutdown), or
+    /// when a network error breaks it. Each end makes the broker a suspect, probed at once;
+    /// only a refused probe fences. Runs until the quorum is gone.
+    pub async fn run_liveness_watch(self: Arc<Self>) {
+        let mut watches: HashMap<BrokerId, (i64, tokio::task::JoinHandle<()>)> = HashMap::new();
+        loop {
+            let wanted: HashMap<BrokerId, (i64, String, u16)> = match self.quorum.upgrade() {
+                None => break,
+                Some(quorum) if !quorum.is_leader() => HashMap::new(),
+                Some(quorum) => quorum
+                    .image()
+                    .unfenced_brokers()
+                    .filter_map(|broker| {
+                        let registration = &broker.registration;
+                        let endpoint = registration.endpoints.first()?;
+                        Some((
+                            registration.broker_id,
+                            (
+                                registration.broker_epoch,
+                                endpoint.host.clone(),
+                                endpoint.port,
+                            ),
+                        ))
+                    })
+                    .collect(),
+            };
+            watches.retain(|broker, (epoch, task)| {
+                let keep = wanted.get(broker).is_some_and(|(e, ..)| e == epoch);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for (broker, (epoch, host, port)) in wanted {
+                watches.entry(broker).or_insert_with(|| {
+                    let service = Arc::downgrade(&self);
+                    (
+                        epoch,
+                        tokio::spawn(watch_listener(service, broker, host, port)),
+                    )
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        for (_, task) in watches.into_values() {
+            task.abort();
+        }
+    }
+
+    fn suspect(&self, broker: BrokerId) {
+        self.suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(broker);
+        self.suspected.notify_one();
+    }
+
+    fn take_suspects(&self) -> HashSet<BrokerId> {
+        std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Turns on leader rebalancing: every `interval`, the active controller gives each
@@ -536,7 +612,10 @@ impl ControllerService {
         let mut unconfirmed_warned = false;
         loop {
             let slept_from = Instant::now();
-            tokio::time::sleep(tick).await;
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                () = self.suspected.notified() => {}
+            }
             let stalled = slept_from.elapsed().saturating_sub(tick);
             let Some(quorum) = self.quorum.upgrade() else {
                 return;
@@ -564,6 +643,7 @@ impl ControllerService {
             let unconfirmed = confirmed_at.elapsed().saturating_sub(tick);
             confirmed_at = Instant::now();
             let image = quorum.image();
+            let suspects = self.take_suspects();
             let (mut expired, overdue): (Vec<BrokerId>, Vec<BrokerId>) = {
                 let mut sessions = self.sessions(metrics.current_term);
                 let now = Instant::now();
@@ -591,7 +671,9 @@ impl ControllerService {
                     let silent = now.duration_since(*sessions.last_heard.entry(id).or_insert(now));
                     if silent > self.session_timeout {
                         expired.push(id);
-                    } else if probe_after.is_some_and(|after| first_seen || silent > after) {
+                    } else if probe_after
+                        .is_some_and(|after| first_seen || silent > after || suspects.contains(&id))
+                    {
                         overdue.push(id);
                     }
                 }
@@ -637,6 +719,39 @@ impl ControllerService {
                 }
             }
         }
+    }
+}
+
+/// One broker's watched connection (see [`ControllerService::run_liveness_watch`]): each
+/// time it ends, or cannot be made, the broker becomes a suspect. Reconnects after a pause
+/// so a live broker is watched again; aborted when the broker is fenced or this node no
+/// longer leads.
+async fn watch_listener(
+    service: Weak<ControllerService>,
+    broker: BrokerId,
+    host: String,
+    port: u16,
+) {
+    use tokio::io::AsyncReadExt;
+    loop {
+        let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+        if let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
+            let mut discard = [0u8; 64];
+            // Nothing is ever sent, so nothing is answered: any read ends the watch.
+            while let Ok(read @ 1..) = stream.read(&mut discard).await {
+                tracing::debug!(broker, read, "unexpected bytes on a liveness watch");
+            }
+        }
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        tracing::debug!(
+            broker,
+            "liveness watch ended: probing the broker's listeners"
+        );
+        service.suspect(broker);
+        drop(service);
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

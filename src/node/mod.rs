@@ -155,14 +155,16 @@ impl Node {
         };
         let session_timeout = Duration::from_millis(config.broker_session_timeout_ms);
         let controller = ControllerService::new(&quorum, defaults, session_timeout);
-        // One missed heartbeat (and a little): a dead broker is found by its refused
-        // listener long before its session expires; a paused one waits out the session.
+        // A closed liveness watch or one missed heartbeat (and a little): a dead broker is
+        // found by its refused listener long before its session expires; a paused one waits
+        // out the session.
         controller.probe_silent_brokers(
             Duration::from_millis(config.broker_heartbeat_interval_ms) + Duration::from_millis(250),
         );
         quorum.set_call_handler(controller.clone());
         let mut tasks = vec![
             tokio::spawn(Arc::clone(&controller).run_session_timer()),
+            tokio::spawn(Arc::clone(&controller).run_liveness_watch()),
             tokio::spawn(Arc::clone(&controller).run_reassignments()),
         ];
         if config.auto_leader_rebalance_enable {
