@@ -185,9 +185,10 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     })
 }
 
-/// Raises the soft limit on open files to the hard limit (partitions, segments and
-/// connections each hold descriptors; distributions default the soft limit far below the
-/// hard one) and logs both, so an operator sees what the broker can open.
+/// Raises the soft limit on open files to the hard limit (segments and connections hold
+/// descriptors; distributions default the soft limit far below the hard one), gives half
+/// of it to open segment files, and logs all three, so an operator sees what the broker can
+/// open.
 fn raise_open_files_limit() {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -212,10 +213,16 @@ fn raise_open_files_limit() {
             tracing::warn!(error = %std::io::Error::last_os_error(), soft = soft_before, hard = limit.rlim_max, "cannot raise the open files limit");
         }
     }
+    // Half the descriptors for segment files, the rest for connections, indexes being
+    // opened, checkpoints and the quorum: open segments are a bounded set, not one per
+    // segment (see `log::handles`).
+    let segment_files_max = usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX);
+    sluice::log::handles::set_limit(segment_files_max);
     tracing::info!(
         soft_before,
         soft = limit.rlim_cur,
         hard = limit.rlim_max,
+        segment_files_max = sluice::log::handles::limit(),
         "open files limit"
     );
 }

@@ -109,6 +109,27 @@ impl Broker {
 }
 
 impl Broker {
+    /// The error for a partition this broker has no replica open for: its log could not be
+    /// opened (KAFKA_STORAGE_ERROR), it is hosted elsewhere (NOT_LEADER_OR_FOLLOWER), or it
+    /// does not exist (UNKNOWN_TOPIC_OR_PARTITION).
+    pub fn unserved_partition_error(
+        &self,
+        image: &MetadataImage,
+        tp: &crate::log::TopicPartition,
+    ) -> i16 {
+        if self.replicas.is_offline(tp) {
+            return errors::KAFKA_STORAGE_ERROR;
+        }
+        let known = image
+            .topic_by_name(&tp.topic)
+            .is_some_and(|t| t.partitions.contains_key(&tp.partition));
+        if known {
+            errors::NOT_LEADER_OR_FOLLOWER
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        }
+    }
+
     /// The partition this broker leads, with its state, or the error code a client gets: the
     /// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION), led elsewhere (NOT_LEADER_OR_FOLLOWER),
     /// or the client's leader epoch is older (FENCED_LEADER_EPOCH) or newer (UNKNOWN_LEADER_EPOCH)
@@ -123,14 +144,7 @@ impl Broker {
         let broker = self;
         let tp = crate::log::TopicPartition::new(topic, partition);
         let Some(found) = broker.replicas.partition(&tp) else {
-            let known = image
-                .topic_by_name(topic)
-                .is_some_and(|t| t.partitions.contains_key(&partition));
-            return Err(if known {
-                errors::NOT_LEADER_OR_FOLLOWER
-            } else {
-                errors::UNKNOWN_TOPIC_OR_PARTITION
-            });
+            return Err(broker.unserved_partition_error(image, &tp));
         };
         let state = found.state();
         if state.leader != broker.broker_id {

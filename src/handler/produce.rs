@@ -74,14 +74,8 @@ pub async fn handle(
                 continue;
             }
             let Some(partition) = broker.replicas.partition(&tp) else {
-                let known = image
-                    .topic_by_name(&name)
-                    .is_some_and(|t| t.partitions.contains_key(&data.index));
-                partitions.push(response.with_error_code(if known {
-                    errors::NOT_LEADER_OR_FOLLOWER
-                } else {
-                    errors::UNKNOWN_TOPIC_OR_PARTITION
-                }));
+                partitions
+                    .push(response.with_error_code(broker.unserved_partition_error(&image, &tp)));
                 continue;
             };
             let Some(records) = data.records else {

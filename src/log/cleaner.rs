@@ -173,7 +173,7 @@ impl Log {
                 .segments
                 .range(..plan.first_uncleanable_offset)
                 .map(|(_, s)| s.snapshot())
-                .collect()
+                .collect::<Result<_, _>>()?
         };
         let mut map = OffsetMap::new(offset_map_bytes);
         let end = build_offset_map(

@@ -56,6 +56,16 @@ pub enum LogError {
     #[error("log {0} is offline after an I/O error")]
     Offline(String),
 
+    /// The log could not be opened at start; the broker serves the others.
+    #[error(
+        "log {topic_partition} could not be opened at start, so it is offline on this broker ({reason}); repair or remove {dir} and restart"
+    )]
+    OpenFailed {
+        topic_partition: String,
+        dir: PathBuf,
+        reason: String,
+    },
+
     /// A `log.dirs` entry this broker cannot use: locked by another process, or not
     /// creatable or writable.
     #[error("log.dirs entry {dir} cannot be used: {reason}")]
@@ -85,6 +95,7 @@ impl LogError {
             LogError::InvalidArgument(_) => code::INVALID_REQUEST,
             LogError::Io { .. }
             | LogError::Offline(_)
+            | LogError::OpenFailed { .. }
             | LogError::CorruptFile { .. }
             | LogError::LogDirUnusable { .. } => code::KAFKA_STORAGE_ERROR,
         }

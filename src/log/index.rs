@@ -8,25 +8,35 @@
 //! batch at `relative_offset`, no record's timestamp exceeds `timestamp`. Timestamps strictly
 //! increase from entry to entry.
 //!
-//! The index of the active segment is preallocated to `segment.index.bytes` and mapped
-//! read-write; when the segment rolls (or the log closes) the file is trimmed to its entries so
-//! that its length tells the entry count on the next start. After a crash the active segment's
-//! index is rebuilt from the log by recovery, so its length does not matter then.
+//! The index of the active segment lives in memory (at most `segment.index.bytes`); when the
+//! segment is sealed (it rolls, or the log closes) its entries are written to the file, whose
+//! length then tells the entry count, and the file is mapped read-only. Neither state holds a
+//! file descriptor, and an active index holds no mapping, so an idle partition costs neither
+//! (`vm.max_map_count` and `RLIMIT_NOFILE` stay out of reach of the partition count). The file
+//! of an active index is emptied when it becomes active: after a crash it says nothing, and
+//! the segment is scanned from its start (recovery rebuilds the entries).
 
 use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use memmap2::MmapMut;
+use memmap2::Mmap;
 
 use super::error::{LogError, Result};
 
-/// A file of fixed-size entries, mapped read-write, the first `entries` of which are valid.
+#[derive(Debug)]
+enum Entries {
+    /// Active: appended to in memory.
+    Memory(Vec<u8>),
+    /// Sealed: the file, mapped read-only; `None` when it is empty.
+    Mapped(Option<Mmap>),
+}
+
+/// Fixed-size entries, the first `entries` of which are valid.
 #[derive(Debug)]
 struct IndexFile {
     path: PathBuf,
-    file: Arc<File>,
-    mmap: Option<MmapMut>,
+    data: Entries,
     entry_bytes: usize,
     entries: usize,
     max_entries: usize,
@@ -34,54 +44,103 @@ struct IndexFile {
 
 impl IndexFile {
     /// Opens (or creates) the file. A file that exists is taken to hold `len / entry_bytes`
-    /// entries; `capacity_bytes` is the size it may grow to while the segment is active.
+    /// entries; `capacity_bytes` bounds the entries while the segment is active.
     fn open(path: &Path, entry_bytes: usize, capacity_bytes: usize, active: bool) -> Result<Self> {
-        let io = |e| LogError::io(path, e);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io)?;
-        let length = file.metadata().map_err(io)?.len() as usize;
-        let entries = length / entry_bytes;
         let mut index = IndexFile {
             path: path.to_path_buf(),
-            file: Arc::new(file),
-            mmap: None,
+            data: Entries::Mapped(None),
             entry_bytes,
-            entries,
-            max_entries: entries,
+            entries: 0,
+            max_entries: 0,
         };
+        index.map()?;
         if active {
-            index.resize(capacity_bytes.max(entries * entry_bytes))?;
-        } else {
-            index.resize(entries * entry_bytes)?;
+            index.make_active(capacity_bytes)?;
         }
         Ok(index)
     }
 
-    fn resize(&mut self, bytes: usize) -> Result<()> {
-        let bytes = bytes / self.entry_bytes * self.entry_bytes;
-        self.mmap = None;
+    fn open_file(&self) -> Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+
+    /// Maps the file read-only and takes its length as the entries.
+    fn map(&mut self) -> Result<()> {
         let io = |e| LogError::io(&self.path, e);
-        self.file.set_len(bytes as u64).map_err(io)?;
-        self.max_entries = bytes / self.entry_bytes;
-        self.entries = self.entries.min(self.max_entries);
-        if bytes > 0 {
-            // SAFETY: the file is owned by this index for the life of the mapping; the broker
-            // never truncates it while mapped (resize drops the mapping first).
-            let mmap = unsafe { MmapMut::map_mut(&self.file) }.map_err(io)?;
-            self.mmap = Some(mmap);
-        }
+        let file = self.open_file()?;
+        let length = file.metadata().map_err(io)?.len() as usize;
+        let entries = length / self.entry_bytes;
+        let mapping = if entries == 0 {
+            None
+        } else {
+            // SAFETY: the broker changes a sealed index's file only through this index, which
+            // drops the mapping first (`make_active`, `trim`); the descriptor may close once
+            // mapped.
+            Some(unsafe { Mmap::map(&file) }.map_err(io)?)
+        };
+        self.data = Entries::Mapped(mapping);
+        self.entries = entries;
+        self.max_entries = entries;
         Ok(())
+    }
+
+    /// Seals: writes the valid entries to the file (cut to their length) and maps it.
+    fn trim(&mut self) -> Result<()> {
+        let bytes = self.entries * self.entry_bytes;
+        if let Entries::Mapped(mapping) = &self.data {
+            if mapping.as_ref().map_or(0, |m| m.len()) == bytes {
+                return Ok(());
+            }
+        }
+        let io = |e| LogError::io(&self.path, e);
+        let mut file = self.open_file()?;
+        match std::mem::replace(&mut self.data, Entries::Mapped(None)) {
+            Entries::Memory(memory) => {
+                file.set_len(0).map_err(io)?;
+                file.write_all(&memory[..bytes]).map_err(io)?;
+            }
+            // A truncated sealed index: only the length changes.
+            Entries::Mapped(mapping) => {
+                drop(mapping);
+                file.set_len(bytes as u64).map_err(io)?;
+            }
+        }
+        drop(file);
+        self.map()
+    }
+
+    /// Makes the index appendable again, up to `capacity_bytes`, and empties the file: until
+    /// the next seal its entries live only in memory.
+    fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
+        self.max_entries = (capacity_bytes / self.entry_bytes).max(self.entries);
+        let Entries::Mapped(mapping) = &self.data else {
+            return Ok(()); // active already
+        };
+        let bytes = self.entries * self.entry_bytes;
+        let memory = mapping
+            .as_ref()
+            .map_or_else(Vec::new, |m| m[..bytes].to_vec());
+        self.data = Entries::Memory(memory);
+        self.open_file()?
+            .set_len(0)
+            .map_err(|e| LogError::io(&self.path, e))
     }
 
     fn entry(&self, n: usize) -> &[u8] {
         debug_assert!(n < self.entries);
-        let mmap = self.mmap.as_ref().expect("an index with entries is mapped");
-        &mmap[n * self.entry_bytes..(n + 1) * self.entry_bytes]
+        let at = n * self.entry_bytes..(n + 1) * self.entry_bytes;
+        match &self.data {
+            Entries::Memory(memory) => &memory[at],
+            Entries::Mapped(mapping) => {
+                &mapping.as_ref().expect("an index with entries is mapped")[at]
+            }
+        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -91,9 +150,11 @@ impl IndexFile {
             self.path.display()
         );
         assert_eq!(bytes.len(), self.entry_bytes);
-        let at = self.entries * self.entry_bytes;
-        let mmap = self.mmap.as_mut().expect("a non-full index is mapped");
-        mmap[at..at + self.entry_bytes].copy_from_slice(bytes);
+        let Entries::Memory(memory) = &mut self.data else {
+            panic!("index {} is sealed", self.path.display());
+        };
+        memory.truncate(self.entries * self.entry_bytes);
+        memory.extend_from_slice(bytes);
         self.entries += 1;
     }
 
@@ -232,17 +293,21 @@ impl OffsetIndex {
         Ok(())
     }
 
-    /// The file, for an fsync outside the log's lock (fsync writes back mapped pages too).
-    pub fn file(&self) -> &Arc<File> {
-        &self.file.file
+    /// The file, to fsync once sealed (outside the log's lock).
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+    /// The file was renamed (the cleaner's suffixes).
+    pub fn set_path(&mut self, path: PathBuf) {
+        self.file.path = path;
     }
 
+    /// Seals: writes the entries to the file and maps it.
     pub fn trim(&mut self) -> Result<()> {
-        self.file.resize(self.file.entries * OFFSET_ENTRY_BYTES)
+        self.file.trim()
     }
     pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
-        self.file
-            .resize(capacity_bytes.max(self.file.entries * OFFSET_ENTRY_BYTES))
+        self.file.make_active(capacity_bytes)
     }
 }
 
@@ -343,16 +408,18 @@ impl TimeIndex {
         Ok(())
     }
 
-    pub fn file(&self) -> &Arc<File> {
-        &self.file.file
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+    pub fn set_path(&mut self, path: PathBuf) {
+        self.file.path = path;
     }
 
     pub fn trim(&mut self) -> Result<()> {
-        self.file.resize(self.file.entries * TIME_ENTRY_BYTES)
+        self.file.trim()
     }
     pub fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
-        self.file
-            .resize(capacity_bytes.max(self.file.entries * TIME_ENTRY_BYTES))
+        self.file.make_active(capacity_bytes)
     }
 }
 

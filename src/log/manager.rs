@@ -8,7 +8,7 @@
 //! start means no log needs recovery). Background threads run retention, time-based flushes,
 //! checkpoints, delayed file deletion and the log cleaner.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -106,6 +106,8 @@ pub struct LogManager {
     config: LogManagerConfig,
     clock: Arc<dyn Clock>,
     logs: RwLock<BTreeMap<TopicPartition, ManagedLog>>,
+    /// Logs that could not be opened at start: their directory and why.
+    failed: Mutex<HashMap<TopicPartition, (PathBuf, String)>>,
     cleaner_offsets: Mutex<BTreeMap<TopicPartition, u64>>,
     /// Files and directories to remove once their time (ms) has come.
     pending_deletes: Mutex<Vec<(i64, PathBuf)>>,
@@ -160,6 +162,7 @@ impl LogManager {
         let started = Instant::now();
         let mut locks = Vec::new();
         let mut logs = BTreeMap::new();
+        let mut failed = HashMap::new();
         let mut cleaner_offsets = BTreeMap::new();
         for (dir_index, dir) in config.log_dirs.iter().enumerate() {
             fs::create_dir_all(dir).map_err(|e| LogError::LogDirUnusable {
@@ -203,13 +206,28 @@ impl LogManager {
                     high_watermark: high_watermarks.get(&tp).copied().unwrap_or(0),
                     clean_shutdown: clean_shutdown && recovery_points.contains_key(&tp),
                 };
-                let (log, _) = Log::open(
+                let opened = Log::open(
                     &entry.path(),
                     tp.clone(),
                     config.default_log_config.clone(),
                     load,
                     Arc::clone(&clock),
-                )?;
+                );
+                let log = match opened {
+                    Ok((log, _)) => log,
+                    Err(error) => {
+                        // One partition's damage must not keep the broker from serving the
+                        // others: it stays offline here until repaired.
+                        let failed_open = LogError::OpenFailed {
+                            topic_partition: tp.to_string(),
+                            dir: entry.path(),
+                            reason: error.to_string(),
+                        };
+                        tracing::error!(topic_partition = %tp, error = %failed_open, "partition offline");
+                        failed.insert(tp, (entry.path(), error.to_string()));
+                        continue;
+                    }
+                };
                 // Recovery may have cut the log below the cleaner checkpoint (data appended
                 // after the checkpoint was written and never synced): what is appended next
                 // is dirty.
@@ -238,6 +256,7 @@ impl LogManager {
             config,
             clock,
             logs: RwLock::new(logs),
+            failed: Mutex::new(failed),
             cleaner_offsets: Mutex::new(cleaner_offsets),
             pending_deletes: Mutex::new(Vec::new()),
             _locks: locks,
@@ -271,10 +290,23 @@ impl LogManager {
             .collect()
     }
 
+    /// Partitions whose logs could not be opened at start (they stay offline).
+    pub fn failed(&self) -> Vec<TopicPartition> {
+        lock(&self.failed).keys().cloned().collect()
+    }
+
     /// The log of `tp`, created in the log dir holding the fewest logs if it does not exist.
+    /// A log that could not be opened at start is not replaced: it stays an error.
     pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {
         if let Some(log) = self.get(tp) {
             return Ok(log);
+        }
+        if let Some((dir, reason)) = lock(&self.failed).get(tp) {
+            return Err(LogError::OpenFailed {
+                topic_partition: tp.to_string(),
+                dir: dir.clone(),
+                reason: reason.clone(),
+            });
         }
         let mut logs = self.logs.write().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = logs.get(tp) {
@@ -314,7 +346,17 @@ impl LogManager {
             .unwrap_or_else(|p| p.into_inner())
             .remove(tp)
         else {
-            return Ok(false);
+            // A log that never opened goes the same way, with the default delay.
+            let Some((dir, _)) = lock(&self.failed).remove(tp) else {
+                return Ok(false);
+            };
+            let stamp = self.clock.now_ms();
+            let target =
+                dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+            fs::rename(&dir, &target).map_err(|e| LogError::io(&dir, e))?;
+            let due = stamp + self.config.default_log_config.file_delete_delay_ms;
+            lock(&self.pending_deletes).push((due, target));
+            return Ok(true);
         };
         lock(&self.cleaner_offsets).remove(tp);
         managed.log.mark_deleted();

@@ -5,7 +5,8 @@
 //!
 //! - `batch`: validation of producers' v2 record batches (the format itself is
 //!   `protocol::batch`, shared with the client SDK; codecs are `protocol::codec`).
-//! - `segment`: one `.log` file with its sparse `.index` and `.timeindex` (`index`).
+//! - `segment`: one `.log` file with its sparse `.index` and `.timeindex` (`index`); the
+//!   `.log` descriptors are a bounded set (`handles`), opened on use.
 //! - `partition_log`: [`Log`], a partition's segments: append (leader and follower paths),
 //!   read, roll, flush with group commit, recovery, truncation, log start offset.
 //! - `epoch`: the leader epoch cache and its `leader-epoch-checkpoint`.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod epoch;
 pub mod error;
 pub mod fault;
+pub mod handles;
 pub mod index;
 pub mod manager;
 pub mod partition_log;

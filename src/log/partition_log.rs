@@ -760,7 +760,7 @@ impl Log {
                     // Records below the log start are gone for readers: the rest of this
                     // segment is scanned below, outside the lock (it can be large).
                     if let Some(first) = segment.translate_offset(log_start)? {
-                        first_segment_scan = Some((segment.snapshot(), first.position, log_start));
+                        first_segment_scan = Some((segment.snapshot()?, first.position, log_start));
                     }
                     continue;
                 }

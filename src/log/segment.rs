@@ -7,7 +7,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +17,7 @@ use super::batch::{BATCH_HEADER_BYTES, BatchHeader, MAGIC_V2, RecordIter};
 use super::config::LogConfig;
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
+use super::handles::SegmentFile;
 use super::index::{OffsetIndex, TimeIndex};
 
 pub const LOG_SUFFIX: &str = ".log";
@@ -47,7 +47,9 @@ pub fn parse_base_offset(file_name: &str) -> Option<u64> {
 /// A file to fsync, with its path for the error message.
 pub struct SyncHandle {
     pub path: PathBuf,
-    pub file: Arc<File>,
+    /// `None` for a sealed index, which holds no descriptor: it is opened by its path. One
+    /// gone by then was deleted or replaced meanwhile, and has nothing left to sync.
+    pub file: Option<Arc<File>>,
     /// For a segment's `.log` file: its data size when the sync was asked for.
     pub data_bytes: Option<u64>,
 }
@@ -55,10 +57,15 @@ pub struct SyncHandle {
 /// fdatasyncs every handle (outside any lock; see [`Segment::sync_handles`]).
 pub fn sync_all(handles: &[SyncHandle]) -> Result<()> {
     for handle in handles {
-        handle
-            .file
-            .sync_data()
-            .map_err(|e| LogError::io(&handle.path, e))?;
+        let io = |e| LogError::io(&handle.path, e);
+        match &handle.file {
+            Some(file) => file.sync_data().map_err(io)?,
+            None => match File::open(&handle.path) {
+                Ok(file) => file.sync_data().map_err(io)?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(e)),
+            },
+        }
         if let Some(bytes) = handle.data_bytes {
             super::fault::durable_prefix(&handle.path, bytes);
         }
@@ -92,7 +99,8 @@ pub struct Segment {
     /// Appended to every file name: empty for a live segment, `.cleaned` / `.swap` while the
     /// cleaner builds a replacement.
     suffix: String,
-    file: Arc<File>,
+    /// The `.log`, through the bounded set of open files (`handles`).
+    file: SegmentFile,
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -180,10 +188,6 @@ impl Segment {
         active: bool,
         now_ms: i64,
     ) -> Result<Segment> {
-        // Segments are read front to back (consumers, followers, recovery): ask for the larger
-        // readahead window. Advice only; a failure changes nothing.
-        // SAFETY: an advisory call on a descriptor this segment owns.
-        let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
         // `segment.ms` counts from the first batch's timestamp, as Kafka's roll does, so that a
         // restart does not restart the clock.
         let mut created_ms = now_ms;
@@ -205,7 +209,10 @@ impl Segment {
             base_offset,
             dir: dir.to_path_buf(),
             suffix: suffix.to_owned(),
-            file: Arc::new(file),
+            file: SegmentFile::new(
+                &segment_path(dir, base_offset, &format!("{LOG_SUFFIX}{suffix}")),
+                file,
+            ),
             size,
             offset_index,
             time_index,
@@ -262,19 +269,29 @@ impl Segment {
             );
             let to = segment_path(&self.dir, self.base_offset, &format!("{kind}{suffix}"));
             fs::rename(&from, &to).map_err(|e| LogError::io(from, e))?;
+            match kind {
+                INDEX_SUFFIX => self.offset_index.set_path(to),
+                TIME_INDEX_SUFFIX => self.time_index.set_path(to),
+                _ => self.file.set_path(to),
+            }
         }
         self.suffix = suffix.to_owned();
         Ok(())
     }
 
-    pub fn snapshot(&self) -> SegmentSnapshot {
-        SegmentSnapshot {
+    /// The `.log`'s descriptor, opened again if the handle set closed it.
+    fn file(&self) -> Result<Arc<File>> {
+        self.file.get().map_err(|e| LogError::io(self.path(), e))
+    }
+
+    pub fn snapshot(&self) -> Result<SegmentSnapshot> {
+        Ok(SegmentSnapshot {
             base_offset: self.base_offset,
             next_offset: self.next_offset,
             size: self.size,
             max_timestamp: self.max_timestamp,
-            file: Arc::clone(&self.file),
-        }
+            file: self.file()?,
+        })
     }
 
     /// Whether an append of `bytes` bytes ending at `last_offset` must go to a new segment.
@@ -321,12 +338,13 @@ impl Segment {
         debug_assert!(!batches.is_empty());
         debug_assert!(batches[0].base_offset >= self.next_offset);
         let position = self.size;
+        let file = self.file()?;
         let written = self
-            .preallocate(position + bytes.len() as u64)
-            .and_then(|()| self.file.write_all_at(bytes, position));
+            .preallocate(&file, position + bytes.len() as u64)
+            .and_then(|()| file.write_all_at(bytes, position));
         if let Err(e) = written {
             self.allocated = position;
-            if let Err(cut) = self.file.set_len(position) {
+            if let Err(cut) = file.set_len(position) {
                 return Err(LogError::io(
                     self.path(),
                     io::Error::other(format!("{e}; truncating back failed: {cut}")),
@@ -350,14 +368,14 @@ impl Segment {
     }
 
     /// Writes zeros from the allocated end to well past `end`, when preallocating.
-    fn preallocate(&mut self, end: u64) -> io::Result<()> {
+    fn preallocate(&mut self, file: &File, end: u64) -> io::Result<()> {
         if self.preallocate_bytes == 0 || end <= self.allocated {
             return Ok(());
         }
         let target = end.max(self.allocated + self.preallocate_bytes);
         while self.allocated < target {
             let chunk = (target - self.allocated).min(ZEROS.len() as u64) as usize;
-            self.file.write_all_at(&ZEROS[..chunk], self.allocated)?;
+            file.write_all_at(&ZEROS[..chunk], self.allocated)?;
             self.allocated += chunk as u64;
         }
         Ok(())
@@ -396,7 +414,7 @@ impl Segment {
     /// Cuts preallocated zeros off, so a sealed segment's length is its data.
     fn trim_preallocation(&mut self) -> Result<()> {
         if self.allocated > self.size {
-            self.file
+            self.file()?
                 .set_len(self.size)
                 .map_err(|e| LogError::io(self.path(), e))?;
             self.allocated = self.size;
@@ -416,27 +434,17 @@ impl Segment {
     pub fn sync_handles(&self, indexes: bool, out: &mut Vec<SyncHandle>) {
         out.push(SyncHandle {
             path: self.path(),
-            file: Arc::clone(&self.file),
+            file: self.file.get().ok(),
             data_bytes: Some(self.size),
         });
         if indexes {
-            let index = |kind: &str| {
-                segment_path(
-                    &self.dir,
-                    self.base_offset,
-                    &format!("{kind}{}", self.suffix),
-                )
-            };
-            out.push(SyncHandle {
-                path: index(INDEX_SUFFIX),
-                file: Arc::clone(self.offset_index.file()),
-                data_bytes: None,
-            });
-            out.push(SyncHandle {
-                path: index(TIME_INDEX_SUFFIX),
-                file: Arc::clone(self.time_index.file()),
-                data_bytes: None,
-            });
+            for path in [self.offset_index.path(), self.time_index.path()] {
+                out.push(SyncHandle {
+                    path: path.to_path_buf(),
+                    file: None,
+                    data_bytes: None,
+                });
+            }
         }
     }
 
@@ -446,7 +454,7 @@ impl Segment {
             return Ok(None);
         }
         let mut bytes = [0u8; BATCH_HEADER_BYTES];
-        self.file
+        self.file()?
             .read_exact_at(&mut bytes, position)
             .map_err(|e| LogError::io(self.path(), e))?;
         let header = BatchHeader::parse(&bytes).expect("a whole header was read");
@@ -517,7 +525,7 @@ impl Segment {
         } else {
             self.batch_boundary_before(first.position + max_bytes, first_end)
         };
-        let slice = FileSlice::new(Arc::clone(&self.file), first.position, end - first.position);
+        let slice = FileSlice::new(self.file()?, first.position, end - first.position);
         Ok(Some((slice, first)))
     }
 
@@ -567,7 +575,7 @@ impl Segment {
 
     pub fn read_batch(&self, location: &BatchLocation) -> Result<Vec<u8>> {
         let mut bytes = vec![0u8; location.size as usize];
-        self.file
+        self.file()?
             .read_exact_at(&mut bytes, location.position)
             .map_err(|e| LogError::io(self.path(), e))?;
         Ok(bytes)
@@ -590,12 +598,11 @@ impl Segment {
         self.max_timestamp = -1;
         self.next_offset = self.base_offset;
         self.last_batch_offset = None;
-        let file_size = self
-            .file
+        let file = self.file()?;
+        let file_size = file
             .metadata()
             .map_err(|e| LogError::io(self.path(), e))?
             .len();
-        let file = Arc::clone(&self.file);
         let mut reader = ScanReader::new(&file, file_size);
         let mut position = 0u64;
         let mut valid = Vec::new();
@@ -614,8 +621,7 @@ impl Segment {
         self.index_recovered(&mut valid, index_interval_bytes, epochs)?;
         let truncated = file_size - position;
         if truncated > 0 {
-            self.file
-                .set_len(position)
+            file.set_len(position)
                 .map_err(|e| LogError::io(self.path(), e))?;
             super::fault::durable_prefix(&self.path(), position);
         }
@@ -711,7 +717,7 @@ impl Segment {
         let Some(location) = self.translate_offset(offset)? else {
             return Ok(None);
         };
-        self.file
+        self.file()?
             .set_len(location.position)
             .map_err(|e| LogError::io(self.path(), e))?;
         self.size = location.position;

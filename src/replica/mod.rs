@@ -14,7 +14,7 @@ pub mod isr;
 pub mod partition;
 pub mod purgatory;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -63,6 +63,9 @@ pub struct ReplicaManager {
     broker_id: BrokerId,
     logs: Arc<LogManager>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Hosted partitions whose log could not be opened: offline here, answered with
+    /// KAFKA_STORAGE_ERROR, said once.
+    offline: RwLock<HashSet<TopicPartition>>,
     /// Broker properties from `server.properties` (log defaults and `min.insync.replicas`).
     static_properties: BTreeMap<String, String>,
     /// Became leader / resigned, per partition: fetchers and coordinators follow them.
@@ -94,6 +97,7 @@ impl ReplicaManager {
             broker_id,
             logs,
             partitions: RwLock::new(HashMap::new()),
+            offline: RwLock::new(HashSet::new()),
             static_properties,
             leadership: broadcast::channel(LEADERSHIP_EVENTS_QUEUED).0,
             applied_index: watch::channel(0).0,
@@ -112,6 +116,14 @@ impl ReplicaManager {
             .unwrap_or_else(|p| p.into_inner())
             .get(topic_partition)
             .cloned()
+    }
+
+    /// Whether `tp` is hosted here but its log could not be opened.
+    pub fn is_offline(&self, tp: &TopicPartition) -> bool {
+        self.offline
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(tp)
     }
 
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
@@ -266,6 +278,25 @@ impl ReplicaManager {
             .iter()
             .map(|(tp, p)| (tp.clone(), Arc::clone(p)))
             .collect();
+        // An offline partition no longer hosted here: its log goes, as a hosted one's would.
+        let dropped: Vec<TopicPartition> = {
+            let mut offline = self.offline.write().unwrap_or_else(|p| p.into_inner());
+            let dropped = offline
+                .iter()
+                .filter(|tp| !wanted.contains_key(*tp))
+                .cloned()
+                .collect();
+            offline.retain(|tp| wanted.contains_key(tp));
+            dropped
+        };
+        for tp in dropped {
+            match self.logs.delete(&tp) {
+                Ok(_) => tracing::info!(topic_partition = %tp, "offline replica deleted"),
+                Err(error) => {
+                    tracing::error!(topic_partition = %tp, %error, "deleting the offline replica's log failed")
+                }
+            }
+        }
         // Gone from the image (topic deleted) or re-created under a new id: drop the replica.
         for (tp, partition) in &current {
             let keep = wanted
@@ -321,10 +352,22 @@ impl ReplicaManager {
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(tp.clone(), partition);
+                    self.offline
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&tp);
                     self.announce(&tp, &state);
                 }
                 Err(error) => {
-                    tracing::error!(topic_partition = %tp, %error, "cannot open the partition log")
+                    let first = self
+                        .offline
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(tp.clone());
+                    // A log that failed at start was reported by the log manager already.
+                    if first && !matches!(error, crate::log::LogError::OpenFailed { .. }) {
+                        tracing::error!(topic_partition = %tp, %error, "cannot open the partition log: it is offline on this broker")
+                    }
                 }
             }
         }
@@ -336,6 +379,19 @@ impl ReplicaManager {
     /// or the replica moved away, while this broker was down. Runs once, on the first image
     /// holding this process's registration: nothing it lacks can still be coming.
     fn sweep_stray_logs(&self, wanted: &HashMap<TopicPartition, (String, PartitionState)>) {
+        for tp in self.logs.failed() {
+            if wanted.contains_key(&tp) {
+                continue;
+            }
+            match self.logs.delete(&tp) {
+                Ok(_) => {
+                    tracing::info!(topic_partition = %tp, "deleted a stray log that could not be opened: this broker no longer hosts the partition")
+                }
+                Err(error) => {
+                    tracing::error!(topic_partition = %tp, %error, "deleting a stray log failed")
+                }
+            }
+        }
         for log in self.logs.all() {
             let tp = log.topic_partition().clone();
             let hosted = wanted.get(&tp).is_some_and(|(_, state)| {
@@ -529,6 +585,32 @@ impl ReplicaManager {
             "gauge",
             "Largest lag, in offsets, of a follower behind this broker's leader logs.",
             follower_lag_max,
+        );
+        gauge(
+            "sluice_offline_partitions",
+            "gauge",
+            "Partitions hosted here whose log could not be opened (see the ERROR naming each).",
+            self.offline.read().unwrap_or_else(|p| p.into_inner()).len() as u64,
+        );
+        let (segment_files_open, segment_files_opened, segment_files_closed) =
+            crate::log::handles::stats();
+        gauge(
+            "sluice_segment_files_open",
+            "gauge",
+            "Segment files with an open descriptor (a bounded set; see segment_files_max at start).",
+            segment_files_open as u64,
+        );
+        gauge(
+            "sluice_segment_files_opened_total",
+            "counter",
+            "Segment file opens, first and again after being closed to stay under the bound.",
+            segment_files_opened,
+        );
+        gauge(
+            "sluice_segment_files_closed_total",
+            "counter",
+            "Segment files closed to stay under the bound of open descriptors.",
+            segment_files_closed,
         );
         gauge(
             "sluice_isr_shrinks_total",

@@ -25,6 +25,8 @@ pub struct SingleNode {
     pub http_port: u16,
     overrides: Vec<String>,
     env: Vec<(String, String)>,
+    /// `RLIMIT_NOFILE` (soft and hard) for the server, when set.
+    pub open_files_limit: Option<u64>,
     child: Option<Child>,
     runs: u32,
 }
@@ -38,6 +40,16 @@ impl SingleNode {
     /// As [`SingleNode::start`], with environment variables for the server (set on every
     /// restart too).
     pub fn start_with_env(overrides: &[&str], env: &[(&str, &str)]) -> SingleNode {
+        Self::start_limited(overrides, env, None)
+    }
+
+    /// As [`SingleNode::start_with_env`], the server (and its restarts) limited to
+    /// `open_files` descriptors, soft and hard, so it cannot raise the limit.
+    pub fn start_limited(
+        overrides: &[&str],
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+    ) -> SingleNode {
         // Free ports are picked, released, then bound by the server: a test running beside
         // this one can take one in between. A server that cannot bind exits at once; then it
         // starts again on other ports.
@@ -52,6 +64,7 @@ impl SingleNode {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
+                open_files_limit: open_files,
                 child: None,
                 runs: 0,
             };
@@ -130,6 +143,23 @@ impl SingleNode {
             command.arg("--override").arg(o);
         }
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(limit) = self.open_files_limit {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit is async-signal-safe and touches only the child being started.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let stderr = std::fs::File::create(&log).expect("log file");
         self.child = Some(
             command
