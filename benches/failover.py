@@ -10,16 +10,20 @@ Then, for each scenario, kill -9 of a node and a restart:
 - `quorum-leader`: the node that leads the metadata quorum (and some partitions).
 
 Per partition it reports the stall: the longest gap between acknowledgements around the kill
-(0 for partitions whose leader lived, if nothing waited on the dead node). Phases, from the
-nodes' logs: when a controller fenced the dead broker and why, and when the partitions got new
-leaders as the producer saw them (first acknowledgement after the kill).
+(0 for partitions whose leader lived, if nothing waited on the dead node). The timeline, in
+seconds after the kill, from the surviving nodes' logs and the producer:
+
+- `quorum_leader_s`: a surviving node leads the metadata quorum (quorum-leader scenario);
+- `fenced_s`: the active controller fenced the dead broker, and why (`fence_reason`);
+- `leaders_moved_s`: the first and last partition leadership taken over by a survivor;
+- per partition, `first_ack_after_kill_s`: the producer's first acknowledgement after the kill.
 
 usage: benches/failover.py [--sluice PATH] [--rounds N]
 """
 import argparse
+import datetime
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -83,6 +87,32 @@ class Cluster:
             return f.read()
 
 
+def log_time(line):
+    """Seconds since the epoch of a log line's UTC timestamp."""
+    stamp = line.split()[0].rstrip("Z")
+    return datetime.datetime.fromisoformat(stamp).replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def timeline(cluster, victim, killed_wall):
+    """Phases after the kill, from the survivors' log lines (seconds after the kill)."""
+    after = lambda line: round(log_time(line) - killed_wall, 3)
+    lines = [l for i in cluster.nodes if i != victim for l in cluster.logs(i).splitlines()
+             if l[:4].isdigit() and log_time(l) >= killed_wall]
+    phases = {}
+    leads = [l for l in lines if "now leads the metadata quorum" in l]
+    if leads:
+        phases["quorum_leader_s"] = min(map(after, leads))
+    fences = [l for l in lines if "fencing it" in l and f"broker={victim}" in l]
+    if fences:
+        first = min(fences, key=log_time)
+        phases["fenced_s"] = after(first)
+        phases["fence_reason"] = "listeners refuse" if "refuse" in first else "session expired"
+    moved = sorted(after(l) for l in lines if "became leader" in l)
+    if moved:
+        phases["leaders_moved_s"] = [moved[0], moved[-1]]
+    return phases
+
+
 def leaders(admin, topics):
     md = admin.list_topics(timeout=10)
     return {(t, p): md.topics[t].partitions[p].leader for t in topics for p in md.topics[t].partitions}
@@ -123,6 +153,7 @@ def run_scenario(cluster, admin, topics, scenario):
         candidates = [n for n in set(owners.values()) if n != quorum_leader]
         victim = candidates[0] if candidates else [n for n in cluster.nodes if n != quorum_leader][0]
     killed_at = time.monotonic()
+    killed_wall = time.time()
     cluster.kill9(victim)
     time.sleep(20)
     stop.set()
@@ -139,9 +170,7 @@ def run_scenario(cluster, admin, topics, scenario):
             "stall_s": round(max(gaps) if gaps else float("nan"), 3),
             "first_ack_after_kill_s": round(first_after - killed_at, 3) if first_after else None,
         }
-    fence = re.findall(r"^(\S+).*fencing it.*broker=%d" % victim + r"|^(\S+).*broker=%d.*fencing it" % victim,
-                       "\n".join(cluster.logs(i) for i in cluster.nodes if i != victim), re.M)
-    result["fence_log"] = [a or b for a, b in fence][:2]
+    result["timeline"] = timeline(cluster, victim, killed_wall)
     cluster.start(victim)
     time.sleep(10)
     return result

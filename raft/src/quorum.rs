@@ -150,13 +150,31 @@ impl Quorum {
         })?;
         // openraft's own log is off by default (see the server's log filter): a failure
         // that stops the quorum on this node is reported here, once, for a person to act on.
+        // Leadership changes are logged here too (INFO, one line each), so a failover's
+        // timeline can be read from the nodes' logs.
         let mut metrics = raft.metrics();
+        let node_id = config.node_id;
         tokio::spawn(async move {
+            let mut leader = None;
             while metrics.changed().await.is_ok() {
-                let fatal = match &metrics.borrow().running_state {
-                    Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
-                    Err(fatal) => Some(fatal.to_string()),
+                let (fatal, now_leader, term) = {
+                    let current = metrics.borrow();
+                    let fatal = match &current.running_state {
+                        Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
+                        Err(fatal) => Some(fatal.to_string()),
+                    };
+                    (fatal, current.current_leader, current.current_term)
                 };
+                if now_leader != leader {
+                    leader = now_leader;
+                    match now_leader {
+                        Some(id) if id == node_id => {
+                            tracing::info!(term, "this node now leads the metadata quorum")
+                        }
+                        Some(id) => tracing::info!(leader = id, term, "metadata quorum leader"),
+                        None => tracing::info!(term, "metadata quorum has no leader"),
+                    }
+                }
                 if let Some(fatal) = fatal {
                     tracing::error!(error = %fatal, "the metadata quorum stopped on this node; check the metadata log dir's disk and restart the node");
                     return;

@@ -13,6 +13,7 @@
 //! - `retention` and `cleaner`: deleting old segments, compacting by key.
 //! - `manager`: [`LogManager`], all logs of the log dirs, checkpoints and background work.
 //! - `checkpoint`, `config`, `error`, `topic_partition`: file formats, settings, errors.
+//! - `writeback`: appended data written back incrementally, off the request path.
 //! - `fault`: a storage fault hook for the fault-injection suite (off unless asked for).
 
 pub mod batch;
@@ -29,6 +30,7 @@ pub mod partition_log;
 pub mod retention;
 pub mod segment;
 pub mod topic_partition;
+pub mod writeback;
 
 pub use config::{
     CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, SystemClock, TimestampType,

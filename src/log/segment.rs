@@ -113,6 +113,8 @@ pub struct Segment {
     index_capacity_bytes: usize,
     /// The `.log` file's length: `size` plus zeros written ahead when preallocating.
     allocated: u64,
+    /// Appended data before this position has had its writeback started (`writeback`).
+    written_back: u64,
     /// Zeros are written this far ahead of appends (0: never). Overwriting blocks that already
     /// exist lets an fdatasync skip the journal commit that a growing file needs, which halves
     /// its latency: this serves `flush.policy=always`.
@@ -223,6 +225,7 @@ impl Segment {
             created_ms,
             index_capacity_bytes: capacity,
             allocated: size,
+            written_back: size,
             preallocate_bytes: if config.flush_policy == super::config::FlushPolicy::Always {
                 PREALLOCATE_BYTES
             } else {
@@ -364,6 +367,13 @@ impl Segment {
             self.last_batch_offset = Some(batch.base_offset);
         }
         self.size = position + bytes.len() as u64;
+        // flush.policy=always syncs every append itself (preallocating for it).
+        self.written_back = self.written_back.min(position);
+        let pending = self.size - self.written_back;
+        if self.preallocate_bytes == 0 && pending >= super::writeback::WRITEBACK_BYTES {
+            super::writeback::start(file, self.written_back, pending);
+            self.written_back = self.size;
+        }
         Ok(())
     }
 
