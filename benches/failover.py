@@ -118,6 +118,9 @@ def leaders(admin, topics):
     return {(t, p): md.topics[t].partitions[p].leader for t in topics for p in md.topics[t].partitions}
 
 
+CLIENT_DEBUG = None
+
+
 def run_scenario(cluster, admin, topics, scenario):
     acks = {}  # (topic, partition) -> list of ack times
     lock = threading.Lock()
@@ -128,8 +131,11 @@ def run_scenario(cluster, admin, topics, scenario):
             with lock:
                 acks.setdefault((msg.topic(), msg.partition()), []).append(time.monotonic())
 
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 1, "message.timeout.ms": 60000})
+    settings = {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
+                "linger.ms": 1, "message.timeout.ms": 60000}
+    if CLIENT_DEBUG:
+        settings["debug"] = CLIENT_DEBUG
+    producer = Producer(settings)
 
     def send():
         i = 0
@@ -180,7 +186,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--scenarios", default="partition-leader,quorum-leader")
+    parser.add_argument("--client-debug", help="librdkafka debug contexts for the producer (to stderr)")
     args = parser.parse_args()
+    global CLIENT_DEBUG
+    CLIENT_DEBUG = args.client_debug
     work = tempfile.mkdtemp(prefix="sluice-failover-")
     cluster = Cluster(args.sluice, work)
     try:
@@ -198,7 +208,7 @@ def main():
             f.result()
         time.sleep(3)
         for _ in range(args.rounds):
-            for scenario in ("partition-leader", "quorum-leader"):
+            for scenario in args.scenarios.split(","):
                 print(json.dumps(run_scenario(cluster, admin, topics, scenario)), flush=True)
     finally:
         cluster.stop()

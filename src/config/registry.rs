@@ -554,7 +554,7 @@ pub const KEYS: &[Key] = &[
             max: 3_600_000,
         },
         "1000",
-        "how long a quorum member waits for a leader before an election",
+        "quorum election timeout: a member that stops hearing from the leader starts an election 1.5-2x this later",
     ),
     broker(
         "offsets.topic.num.partitions",

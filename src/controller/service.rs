@@ -735,13 +735,17 @@ async fn watch_listener(
     use tokio::io::AsyncReadExt;
     loop {
         let connect = tokio::net::TcpStream::connect((host.as_str(), port));
-        if let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
-            let mut discard = [0u8; 64];
-            // Nothing is ever sent, so nothing is answered: any read ends the watch.
-            while let Ok(read @ 1..) = stream.read(&mut discard).await {
-                tracing::debug!(broker, read, "unexpected bytes on a liveness watch");
+        let connected = match tokio::time::timeout(Duration::from_secs(1), connect).await {
+            Ok(Ok(mut stream)) => {
+                let mut discard = [0u8; 64];
+                // Nothing is ever sent, so nothing is answered: any read ends the watch.
+                while let Ok(read @ 1..) = stream.read(&mut discard).await {
+                    tracing::debug!(broker, read, "unexpected bytes on a liveness watch");
+                }
+                true
             }
-        }
+            _ => false,
+        };
         let Some(service) = service.upgrade() else {
             return;
         };
@@ -751,7 +755,11 @@ async fn watch_listener(
         );
         service.suspect(broker);
         drop(service);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A dying process may close its connections a moment before its listening socket,
+        // so the first probe can still connect: the watch tries again soon, and a refused
+        // reconnect makes the broker a suspect again.
+        let pause = if connected { 100 } else { 500 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
 

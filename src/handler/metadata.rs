@@ -2,6 +2,7 @@
 //! Unknown topics are created when the client allows it and `auto.create.topics.enable` is
 //! on (through the controller; the answer waits until the topic reaches this node's image).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::metadata_response::{
@@ -23,6 +24,9 @@ pub const VERSIONS: (i16, i16) = (0, 13);
 
 /// How long a Metadata request waits for a topic it auto-created to be committed.
 const AUTO_CREATE_WAIT: Duration = Duration::from_secs(5);
+/// How recent a lost leader connection must be to hold an answer back, and how long at most.
+const LOST_LEADER_RECENT: Duration = Duration::from_secs(2);
+const LOST_LEADER_WAIT: Duration = Duration::from_millis(300);
 
 pub async fn handle(
     broker: &Broker,
@@ -45,6 +49,10 @@ pub async fn handle(
                 image = broker.image();
             }
         }
+    }
+    let lost = broker.replicas.leaders_lost(LOST_LEADER_RECENT);
+    if !lost.is_empty() {
+        image = wait_for_fencing(broker, image, &lost).await;
     }
     let mut response = MetadataResponse::default()
         .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
@@ -116,6 +124,29 @@ pub async fn handle(
         }
     }
     response
+}
+
+/// A client asks for metadata when it loses a broker, and gets an answer in well under a
+/// millisecond: before the controller fenced a broker that died at the same moment (a few
+/// milliseconds later), so the answer still names the dead broker as leader, and librdkafka
+/// asks again only a second later. When this broker's replica fetcher has just lost its
+/// connection to a broker the image still counts as alive, the answer waits (at most
+/// `LOST_LEADER_WAIT`) for that broker to be fenced, and then names the new leaders.
+async fn wait_for_fencing(
+    broker: &Broker,
+    image: Arc<MetadataImage>,
+    lost: &[i32],
+) -> Arc<MetadataImage> {
+    let alive = |image: &MetadataImage, id: &i32| image.brokers.get(id).is_some_and(|b| !b.fenced);
+    if !lost.iter().any(|id| alive(&image, id)) {
+        return image;
+    }
+    broker
+        .wait_for_image(LOST_LEADER_WAIT, |image| {
+            !lost.iter().any(|id| alive(image, id))
+        })
+        .await;
+    broker.image()
 }
 
 async fn auto_create(broker: &Broker, names: &[String]) {

@@ -144,8 +144,13 @@ impl Node {
                 BTreeMap::new()
             },
         );
-        quorum_config.election_timeout_min_ms = election_ms;
-        quorum_config.election_timeout_max_ms = election_ms * 2;
+        // openraft waits its leader lease (the maximum election timeout) on top of a random
+        // election timeout once it has known a leader, and a voter refuses to vote while its
+        // own lease runs: with [E, 2E] an election after a quorum leader died began 3-4 s
+        // later and often needed a second round. [E/2, E] starts it 1.5-2 E after the last
+        // heartbeat, when every voter's lease has run out, so one round elects.
+        quorum_config.election_timeout_min_ms = (election_ms / 2).max(5);
+        quorum_config.election_timeout_max_ms = election_ms.max(10);
         quorum_config.heartbeat_interval_ms = (election_ms / 5).max(5);
         let quorum = Arc::new(Quorum::start(quorum_config).await?);
         let defaults = Defaults {

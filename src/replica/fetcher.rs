@@ -136,6 +136,7 @@ async fn fetch_from(
                 match Connection::connect(&addr, Duration::from_secs(30)).await {
                     Ok(conn) => connection.insert(conn),
                     Err(error) => {
+                        replicas.leader_lost(leader);
                         tracing::debug!(leader, %error, "replica fetcher cannot connect");
                         tokio::time::sleep(backoff).await;
                         continue;
@@ -156,12 +157,18 @@ async fn fetch_from(
         tracing::trace!(leader, partitions = partitions.len(), "replica fetch");
         match fetch_once(conn, &replicas, leader, &partitions, &settings).await {
             Ok(progress) => {
+                replicas.leader_reached(leader);
                 if !progress {
                     // Errors only (a leadership moving): wait for the image to catch up.
                     tokio::time::sleep(backoff).await;
                 }
             }
             Err(error) => {
+                // A closed connection (not a slow answer: a paused leader is no news) most
+                // likely means the leader's process is gone.
+                if matches!(error, crate::client::Error::Disconnected { .. }) {
+                    replicas.leader_lost(leader);
+                }
                 tracing::debug!(leader, %error, "replica fetch failed");
                 connection = None;
                 tokio::time::sleep(backoff).await;

@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use sluice_raft::image::MetadataImage;
 use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
@@ -66,6 +66,9 @@ pub struct ReplicaManager {
     /// Hosted partitions whose log could not be opened: offline here, answered with
     /// KAFKA_STORAGE_ERROR, said once.
     offline: RwLock<HashSet<TopicPartition>>,
+    /// Leaders this broker's replica fetcher lost the connection to (closed or refused), and
+    /// when: most likely dead, about to be fenced (see `leaders_lost`).
+    lost_leaders: Mutex<HashMap<BrokerId, Instant>>,
     /// Broker properties from `server.properties` (log defaults and `min.insync.replicas`).
     static_properties: BTreeMap<String, String>,
     /// Became leader / resigned, per partition: fetchers and coordinators follow them.
@@ -98,6 +101,7 @@ impl ReplicaManager {
             logs,
             partitions: RwLock::new(HashMap::new()),
             offline: RwLock::new(HashSet::new()),
+            lost_leaders: Mutex::new(HashMap::new()),
             static_properties,
             leadership: broadcast::channel(LEADERSHIP_EVENTS_QUEUED).0,
             applied_index: watch::channel(0).0,
@@ -116,6 +120,30 @@ impl ReplicaManager {
             .unwrap_or_else(|p| p.into_inner())
             .get(topic_partition)
             .cloned()
+    }
+
+    /// The replica fetcher's connection to `leader` ended or was refused.
+    pub fn leader_lost(&self, leader: BrokerId) {
+        self.lost_leaders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(leader, Instant::now());
+    }
+
+    /// The replica fetcher got an answer from `leader`.
+    pub fn leader_reached(&self, leader: BrokerId) {
+        let mut lost = self.lost_leaders.lock().unwrap_or_else(|p| p.into_inner());
+        if !lost.is_empty() {
+            lost.remove(&leader);
+        }
+    }
+
+    /// Leaders whose connection the replica fetcher lost within `recent` and has not got
+    /// back.
+    pub fn leaders_lost(&self, recent: Duration) -> Vec<BrokerId> {
+        let mut lost = self.lost_leaders.lock().unwrap_or_else(|p| p.into_inner());
+        lost.retain(|_, at| at.elapsed() < recent);
+        lost.keys().copied().collect()
     }
 
     /// Whether `tp` is hosted here but its log could not be opened.
