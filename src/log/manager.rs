@@ -312,11 +312,17 @@ impl LogManager {
         if let Some(existing) = logs.get(tp) {
             return Ok(Arc::clone(&existing.log));
         }
-        let mut counts = vec![0usize; self.config.log_dirs.len()];
-        for managed in logs.values() {
-            counts[managed.dir_index] += 1;
-        }
-        let dir_index = (0..counts.len()).min_by_key(|i| counts[*i]).unwrap_or(0);
+        // Counting is linear in the logs: only worth it when there is a choice (creating
+        // thousands of partitions counted them for each one).
+        let dir_index = if self.config.log_dirs.len() > 1 {
+            let mut counts = vec![0usize; self.config.log_dirs.len()];
+            for managed in logs.values() {
+                counts[managed.dir_index] += 1;
+            }
+            (0..counts.len()).min_by_key(|i| counts[*i]).unwrap_or(0)
+        } else {
+            0
+        };
         let dir = self.config.log_dirs[dir_index].join(tp.dir_name());
         let (log, _) = Log::open(
             &dir,

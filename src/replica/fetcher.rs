@@ -67,7 +67,7 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: F
         let mut leaders: Vec<BrokerId> = replicas
             .partitions()
             .iter()
-            .map(|p| p.state().leader)
+            .map(|p| p.leader())
             .filter(|leader| *leader != me && *leader >= 0)
             .collect();
         leaders.sort_unstable();
@@ -84,7 +84,15 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, settings: F
             });
         }
         // Re-check on leadership changes (a lag too: it rescans anyway), at least every second.
-        let _ = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
+        // The scan is linear in the partitions, so changes arriving together (a topic of
+        // thousands of partitions created, a broker fenced) make one scan, not one each.
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await {
+            use tokio::sync::broadcast::error::TryRecvError;
+            while !matches!(
+                changes.try_recv(),
+                Err(TryRecvError::Empty | TryRecvError::Closed)
+            ) {}
+        }
     }
 }
 
@@ -93,7 +101,7 @@ fn followed_from(replicas: &ReplicaManager, leader: BrokerId) -> Vec<Arc<Partiti
     replicas
         .partitions()
         .into_iter()
-        .filter(|p| p.state().leader == leader)
+        .filter(|p| p.leader() == leader)
         .collect()
 }
 

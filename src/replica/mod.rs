@@ -202,9 +202,24 @@ impl ReplicaManager {
 
     /// The log config of a topic: broker defaults, then the topic's own keys.
     pub fn topic_log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
+        self.topic_log_config_over(&self.broker_log_config(image), image, topic)
+    }
+
+    /// The topic defaults from the broker's properties as they stand.
+    fn broker_log_config(&self, image: &MetadataImage) -> LogConfig {
         let properties = self.effective_broker_properties(image);
-        let mut config = LogConfig::from_broker_properties(&properties)
-            .unwrap_or_else(|_| self.logs.config().default_log_config.clone());
+        LogConfig::from_broker_properties(&properties)
+            .unwrap_or_else(|_| self.logs.config().default_log_config.clone())
+    }
+
+    /// A topic's log config over the broker's defaults (`base`).
+    fn topic_log_config_over(
+        &self,
+        base: &LogConfig,
+        image: &MetadataImage,
+        topic: &str,
+    ) -> LogConfig {
+        let mut config = base.clone();
         if let Some(overrides) = image.configs.get(&ConfigResource::Topic(topic.to_owned())) {
             for (key, value) in overrides {
                 if let Err(error) = config.set(key, value) {
@@ -342,8 +357,15 @@ impl ReplicaManager {
             self.sweep_stray_logs(&wanted);
             self.caught_up.store(true, Ordering::Release);
         }
+        // Per image and topic, not per partition: thousands of partitions each rebuilt the
+        // broker's properties on every image.
+        let base = self.broker_log_config(image);
+        let mut topic_configs: HashMap<String, LogConfig> = HashMap::new();
         for (tp, (topic, state)) in wanted {
-            let config = self.topic_log_config(image, &topic);
+            let config = topic_configs
+                .entry(topic)
+                .or_insert_with_key(|topic| self.topic_log_config_over(&base, image, topic))
+                .clone();
             if let Some(partition) = self.partition(&tp) {
                 partition.update_config(config);
                 let before = partition.state();

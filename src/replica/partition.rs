@@ -222,6 +222,11 @@ impl Partition {
         self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The leader alone, without copying the replica set and ISR (scans of every partition).
+    pub fn leader(&self) -> BrokerId {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).leader
+    }
+
     /// Adopts what the committed image says. A new leader epoch starts leadership afresh
     /// (followers unknown, caught up as of now) or, as follower, asks for a truncation check.
     pub fn set_state(&self, state: PartitionState) {
