@@ -23,62 +23,15 @@ import os
 import resource
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice_node import Node, say
+
 PARTITIONS_PER_TOPIC = 10
 PARTITIONS_PER_REQUEST = 1000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def say(*args):
-    print(*args, file=sys.stderr, flush=True)
-
-
-class Node:
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
-        self.kafka, self.quorum, self.http = free_port(), free_port(), free_port()
-        self.process = None
-        self.bootstrap = f"127.0.0.1:{self.kafka}"
-
-    def start(self):
-        log = open(os.path.join(self.work, "node.log"), "a")
-        self.process = subprocess.Popen([
-            self.binary, "server",
-            "--override", "node.id=1",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{self.quorum}",
-            "--override", f"controller.quorum.voters=1@127.0.0.1:{self.quorum}",
-            "--override", f"http.listener=127.0.0.1:{self.http}",
-            "--override", f"log.dirs={os.path.join(self.work, 'data')}",
-        ], stdout=subprocess.DEVNULL, stderr=log)
-
-    def proc(self, name):
-        return f"/proc/{self.process.pid}/{name}"
-
-    def rss_mib(self):
-        with open(self.proc("status")) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-        return None
-
-    def fds(self):
-        return len(os.listdir(self.proc("fd")))
-
-    def maps(self):
-        with open(self.proc("maps")) as f:
-            return sum(1 for _ in f)
 
 
 def admin(node):
@@ -169,9 +122,7 @@ def main():
             row["restart_kill9_s"] = served(node, target)
             print(json.dumps(row), flush=True)
     finally:
-        if node.process and node.process.poll() is None:
-            node.process.terminate()
-            node.process.wait(300)
+        node.stop()
         if args.keep:
             say(f"kept {work}")
         else:

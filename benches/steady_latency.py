@@ -23,23 +23,12 @@ import collections
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def say(*args):
-    print(*args, file=sys.stderr, flush=True)
+from sluice_node import Node, say
 
 
 def dirty_mib():
@@ -86,33 +75,6 @@ class BlockedSampler(threading.Thread):
         return {f"{name}@{wchan}": round(n * self.every_s * 1000) for (name, wchan), n in self.counts.most_common(8)}
 
 
-class Node:
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
-        self.kafka, self.quorum, self.http = free_port(), free_port(), free_port()
-        self.bootstrap = f"127.0.0.1:{self.kafka}"
-        log = open(os.path.join(work, "node.log"), "a")
-        self.process = subprocess.Popen([
-            binary, "server",
-            "--override", "node.id=1",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{self.quorum}",
-            "--override", f"controller.quorum.voters=1@127.0.0.1:{self.quorum}",
-            "--override", f"http.listener=127.0.0.1:{self.http}",
-            "--override", f"log.dirs={os.path.join(work, 'data')}",
-        ], stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.kafka), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.2)
-        raise SystemExit("the node did not start")
-
-    def perf(self, *args):
-        return [self.binary, "perf", *args, "--bootstrap-server", self.bootstrap]
-
-
 def steady(node, topic, rate, seconds, consumer=False):
     records = rate * seconds
     subprocess.run([node.binary, "topics", "create", topic, "--partitions", "1",
@@ -148,6 +110,8 @@ def main():
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-steady-")
     node = Node(args.sluice, work)
+    node.start()
+    node.wait_listening()
     try:
         say("fresh")
         print(json.dumps({"run": "fresh", **steady(node, "steady-fresh", args.rate, args.seconds)}), flush=True)
@@ -163,8 +127,7 @@ def main():
         row = steady(node, "steady-consumer", args.rate, args.seconds, consumer=True)
         print(json.dumps({"run": "consumer", **row}), flush=True)
     finally:
-        node.process.send_signal(signal.SIGTERM)
-        node.process.wait(120)
+        node.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,0 +1,75 @@
+"""One `sluice server` process for the single-node benchmarks: free ports, the shipped
+defaults (only ports and log.dirs overridden), its log in the work dir, and what /proc says
+about it. Imported by benches/many_partitions.py and benches/steady_latency.py."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def say(*args):
+    """Progress, on stderr (stdout carries the results)."""
+    print(*args, file=sys.stderr, flush=True)
+
+
+class Node:
+    def __init__(self, binary, work):
+        self.binary, self.work = binary, work
+        self.kafka, self.quorum, self.http = free_port(), free_port(), free_port()
+        self.process = None
+        self.bootstrap = f"127.0.0.1:{self.kafka}"
+
+    def start(self):
+        """Starts the process (again, over the same data); returns at once."""
+        log = open(os.path.join(self.work, "node.log"), "a")
+        self.process = subprocess.Popen([
+            self.binary, "server",
+            "--override", "node.id=1",
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{self.quorum}",
+            "--override", f"controller.quorum.voters=1@127.0.0.1:{self.quorum}",
+            "--override", f"http.listener=127.0.0.1:{self.http}",
+            "--override", f"log.dirs={os.path.join(self.work, 'data')}",
+        ], stdout=subprocess.DEVNULL, stderr=log)
+
+    def wait_listening(self, timeout_s=60):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.kafka), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("the node did not start")
+
+    def stop(self, timeout_s=300):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout_s)
+
+    def perf(self, *args):
+        """A `sluice perf ...` command line against this node."""
+        return [self.binary, "perf", *args, "--bootstrap-server", self.bootstrap]
+
+    def proc(self, name):
+        return f"/proc/{self.process.pid}/{name}"
+
+    def rss_mib(self):
+        with open(self.proc("status")) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        return None
+
+    def fds(self):
+        return len(os.listdir(self.proc("fd")))
+
+    def maps(self):
+        with open(self.proc("maps")) as f:
+            return sum(1 for _ in f)
