@@ -168,6 +168,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
         tracing::warn!(%key, "unknown configuration key (ignored)");
     }
     raise_open_files_limit();
+    bound_index_mappings();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice")
@@ -183,6 +184,28 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
         node.shutdown().await?;
         anyhow::Ok(())
     })
+}
+
+/// Gives half of `vm.max_map_count` to the mappings of sealed indexes (the rest is for the
+/// allocator, thread stacks and libraries), and logs it: mappings beyond it are unmapped,
+/// the least recently used first, and mapped again on use (see `log::handles`).
+fn bound_index_mappings() {
+    let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok());
+    let Some(max_map_count) = max_map_count else {
+        tracing::info!(
+            index_mappings_max = sluice::log::handles::INDEX_MAPS.limit(),
+            "vm.max_map_count unreadable: keeping the default bound on index mappings"
+        );
+        return;
+    };
+    sluice::log::handles::INDEX_MAPS.set_limit(max_map_count / 2);
+    tracing::info!(
+        max_map_count,
+        index_mappings_max = sluice::log::handles::INDEX_MAPS.limit(),
+        "memory mappings limit"
+    );
 }
 
 /// Raises the soft limit on open files to the hard limit (segments and connections hold
@@ -217,12 +240,12 @@ fn raise_open_files_limit() {
     // opened, checkpoints and the quorum: open segments are a bounded set, not one per
     // segment (see `log::handles`).
     let segment_files_max = usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX);
-    sluice::log::handles::set_limit(segment_files_max);
+    sluice::log::handles::SEGMENT_FILES.set_limit(segment_files_max);
     tracing::info!(
         soft_before,
         soft = limit.rlim_cur,
         hard = limit.rlim_max,
-        segment_files_max = sluice::log::handles::limit(),
+        segment_files_max = sluice::log::handles::SEGMENT_FILES.limit(),
         "open files limit"
     );
 }

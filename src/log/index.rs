@@ -10,26 +10,47 @@
 //!
 //! The index of the active segment lives in memory (at most `segment.index.bytes`); when the
 //! segment is sealed (it rolls, or the log closes) its entries are written to the file, whose
-//! length then tells the entry count, and the file is mapped read-only. Neither state holds a
-//! file descriptor, and an active index holds no mapping, so an idle partition costs neither
-//! (`vm.max_map_count` and `RLIMIT_NOFILE` stay out of reach of the partition count). The file
-//! of an active index is emptied when it becomes active: after a crash it says nothing, and
-//! the segment is scanned from its start (recovery rebuilds the entries).
+//! length then tells the entry count, and the file is mapped read-only through the bounded set
+//! of index mappings (`handles::INDEX_MAPS`), which unmaps the least recently used and maps
+//! them again on use. No state holds a file descriptor, and an active index holds no mapping,
+//! so neither `RLIMIT_NOFILE` nor `vm.max_map_count` bounds the partitions or segments. The
+//! file of an active index is emptied when it becomes active: after a crash it says nothing,
+//! and the segment is scanned from its start (recovery rebuilds the entries). An index that
+//! cannot be mapped again (its file gone, no memory) reads as empty: lookups then scan the
+//! segment from its start, slower but right.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 
 use super::error::{LogError, Result};
+use super::handles::IndexMap;
 
 #[derive(Debug)]
 enum Entries {
     /// Active: appended to in memory.
     Memory(Vec<u8>),
-    /// Sealed: the file, mapped read-only; `None` when it is empty.
-    Mapped(Option<Mmap>),
+    /// Sealed: the file, mapped read-only on use; `None` when it is empty.
+    Mapped(Option<IndexMap>),
+}
+
+/// The entries' bytes for one use: borrowed from memory, or a mapping kept while used.
+enum View<'a> {
+    Borrowed(&'a [u8]),
+    Mapped(Arc<Mmap>),
+}
+
+impl std::ops::Deref for View<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            View::Borrowed(bytes) => bytes,
+            View::Mapped(mapping) => mapping,
+        }
+    }
 }
 
 /// Fixed-size entries, the first `entries` of which are valid.
@@ -37,6 +58,8 @@ enum Entries {
 struct IndexFile {
     path: PathBuf,
     data: Entries,
+    /// The length of the sealed file, as mapped.
+    mapped_bytes: usize,
     entry_bytes: usize,
     entries: usize,
     max_entries: usize,
@@ -49,6 +72,7 @@ impl IndexFile {
         let mut index = IndexFile {
             path: path.to_path_buf(),
             data: Entries::Mapped(None),
+            mapped_bytes: 0,
             entry_bytes,
             entries: 0,
             max_entries: 0,
@@ -70,33 +94,45 @@ impl IndexFile {
             .map_err(|e| LogError::io(&self.path, e))
     }
 
-    /// Maps the file read-only and takes its length as the entries.
+    /// Maps the file read-only (creating it empty if it is missing) and takes its length as
+    /// the entries.
     fn map(&mut self) -> Result<()> {
-        let io = |e| LogError::io(&self.path, e);
-        let file = self.open_file()?;
-        let length = file.metadata().map_err(io)?.len() as usize;
-        let entries = length / self.entry_bytes;
-        let mapping = if entries == 0 {
-            None
-        } else {
-            // SAFETY: the broker changes a sealed index's file only through this index, which
-            // drops the mapping first (`make_active`, `trim`); the descriptor may close once
-            // mapped.
-            Some(unsafe { Mmap::map(&file) }.map_err(io)?)
+        drop(self.open_file()?);
+        let (mapping, length) = match IndexMap::open(&self.path) {
+            Ok(Some((mapping, length))) => (Some(mapping), length),
+            Ok(None) => (None, 0),
+            Err(e) => return Err(LogError::io(&self.path, e)),
         };
         self.data = Entries::Mapped(mapping);
-        self.entries = entries;
-        self.max_entries = entries;
+        self.mapped_bytes = length;
+        self.entries = length / self.entry_bytes;
+        self.max_entries = self.entries;
         Ok(())
+    }
+
+    /// The valid entries' bytes (`entries * entry_bytes`, or none when a sealed index cannot
+    /// be mapped again), for `use_entries`.
+    fn with_entries<R>(&self, use_entries: impl FnOnce(&[u8]) -> R) -> R {
+        let view = match &self.data {
+            Entries::Memory(memory) => View::Borrowed(memory),
+            Entries::Mapped(None) => View::Borrowed(&[]),
+            Entries::Mapped(Some(mapping)) => match mapping.get() {
+                Ok(mapping) => View::Mapped(mapping),
+                Err(error) => {
+                    tracing::warn!(index = %self.path.display(), %error, "cannot map a sealed index: lookups scan its segment");
+                    View::Borrowed(&[])
+                }
+            },
+        };
+        let bytes = (self.entries * self.entry_bytes).min(view.len());
+        use_entries(&view[..bytes])
     }
 
     /// Seals: writes the valid entries to the file (cut to their length) and maps it.
     fn trim(&mut self) -> Result<()> {
         let bytes = self.entries * self.entry_bytes;
-        if let Entries::Mapped(mapping) = &self.data {
-            if mapping.as_ref().map_or(0, |m| m.len()) == bytes {
-                return Ok(());
-            }
+        if matches!(self.data, Entries::Mapped(_)) && self.mapped_bytes == bytes {
+            return Ok(());
         }
         let io = |e| LogError::io(&self.path, e);
         let mut file = self.open_file()?;
@@ -105,7 +141,8 @@ impl IndexFile {
                 file.set_len(0).map_err(io)?;
                 file.write_all(&memory[..bytes]).map_err(io)?;
             }
-            // A truncated sealed index: only the length changes.
+            // A truncated sealed index: only the length changes (the mapping is dropped
+            // first; one still in use by a reader keeps the old pages).
             Entries::Mapped(mapping) => {
                 drop(mapping);
                 file.set_len(bytes as u64).map_err(io)?;
@@ -119,28 +156,16 @@ impl IndexFile {
     /// the next seal its entries live only in memory.
     fn make_active(&mut self, capacity_bytes: usize) -> Result<()> {
         self.max_entries = (capacity_bytes / self.entry_bytes).max(self.entries);
-        let Entries::Mapped(mapping) = &self.data else {
+        if matches!(self.data, Entries::Memory(_)) {
             return Ok(()); // active already
-        };
-        let bytes = self.entries * self.entry_bytes;
-        let memory = mapping
-            .as_ref()
-            .map_or_else(Vec::new, |m| m[..bytes].to_vec());
+        }
+        let memory = self.with_entries(<[u8]>::to_vec);
+        self.entries = memory.len() / self.entry_bytes;
         self.data = Entries::Memory(memory);
+        self.mapped_bytes = 0;
         self.open_file()?
             .set_len(0)
             .map_err(|e| LogError::io(&self.path, e))
-    }
-
-    fn entry(&self, n: usize) -> &[u8] {
-        debug_assert!(n < self.entries);
-        let at = n * self.entry_bytes..(n + 1) * self.entry_bytes;
-        match &self.data {
-            Entries::Memory(memory) => &memory[at],
-            Entries::Mapped(mapping) => {
-                &mapping.as_ref().expect("an index with entries is mapped")[at]
-            }
-        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -158,23 +183,37 @@ impl IndexFile {
         self.entries += 1;
     }
 
-    /// The last entry `n` for which `below(n)` holds, given `below` is true for a prefix.
-    fn last_where(&self, below: impl Fn(&[u8]) -> bool) -> Option<usize> {
-        let (mut low, mut high) = (0, self.entries);
-        while low < high {
-            let middle = low + (high - low) / 2;
-            if below(self.entry(middle)) {
-                low = middle + 1;
-            } else {
-                high = middle;
-            }
-        }
-        low.checked_sub(1)
-    }
-
     fn is_full(&self) -> bool {
         self.entries >= self.max_entries
     }
+
+    fn set_path(&mut self, path: PathBuf) {
+        if let Entries::Mapped(Some(mapping)) = &self.data {
+            mapping.set_path(path.clone());
+        }
+        self.path = path;
+    }
+}
+
+/// The last entry `n` of `entries` (`size` bytes each) for which `below` holds, given it
+/// holds for a prefix.
+fn last_where(entries: &[u8], size: usize, below: impl Fn(&[u8]) -> bool) -> Option<usize> {
+    let entry = |n: usize| &entries[n * size..(n + 1) * size];
+    let (mut low, mut high) = (0, entries.len() / size);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        if below(entry(middle)) {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    low.checked_sub(1)
+}
+
+/// Entry `n` of `entries`, `size` bytes each.
+fn nth(entries: &[u8], size: usize, n: usize) -> &[u8] {
+    &entries[n * size..(n + 1) * size]
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -208,12 +247,21 @@ impl OffsetIndex {
         Ok(OffsetIndex { base_offset, file })
     }
 
-    fn decode(&self, n: usize) -> (u64, u32) {
-        let entry = self.file.entry(n);
+    fn decode(&self, entry: &[u8]) -> (u64, u32) {
         (
             self.base_offset + u64::from(u32_at(entry, 0)),
             u32_at(entry, 4),
         )
+    }
+
+    /// The entry with the largest key `<= key` (the segment start when none is).
+    fn last_at_or_below(&self, key: impl Fn(&[u8]) -> u64, limit: u64) -> (u64, u32) {
+        self.file.with_entries(|entries| {
+            last_where(entries, OFFSET_ENTRY_BYTES, |e| key(e) <= limit)
+                .map_or((self.base_offset, 0), |n| {
+                    self.decode(nth(entries, OFFSET_ENTRY_BYTES, n))
+                })
+        })
     }
 
     pub fn entries(&self) -> usize {
@@ -223,7 +271,12 @@ impl OffsetIndex {
         self.file.is_full()
     }
     pub fn last(&self) -> Option<(u64, u32)> {
-        self.file.entries.checked_sub(1).map(|n| self.decode(n))
+        self.file.with_entries(|entries| {
+            entries
+                .chunks_exact(OFFSET_ENTRY_BYTES)
+                .last()
+                .map(|e| self.decode(e))
+        })
     }
 
     pub fn append(&mut self, offset: u64, position: u32) {
@@ -247,25 +300,23 @@ impl OffsetIndex {
     /// The entry with the largest offset `<= offset`, or the segment start.
     pub fn lookup(&self, offset: u64) -> (u64, u32) {
         let relative = offset.saturating_sub(self.base_offset);
-        self.file
-            .last_where(|e| u64::from(u32_at(e, 0)) <= relative)
-            .map_or((self.base_offset, 0), |n| self.decode(n))
+        self.last_at_or_below(|e| u64::from(u32_at(e, 0)), relative)
     }
 
     /// The entry with the largest position `<= position`, or the segment start.
     pub fn lookup_position(&self, position: u64) -> (u64, u32) {
-        self.file
-            .last_where(|e| u64::from(u32_at(e, 4)) <= position)
-            .map_or((self.base_offset, 0), |n| self.decode(n))
+        self.last_at_or_below(|e| u64::from(u32_at(e, 4)), position)
     }
 
     /// Drops entries for offsets `>= offset`.
     pub fn truncate_to(&mut self, offset: u64) {
         let relative = offset.saturating_sub(self.base_offset);
-        self.file.entries = self
-            .file
-            .last_where(|e| u64::from(u32_at(e, 0)) < relative)
-            .map_or(0, |n| n + 1);
+        self.file.entries = self.file.with_entries(|entries| {
+            last_where(entries, OFFSET_ENTRY_BYTES, |e| {
+                u64::from(u32_at(e, 0)) < relative
+            })
+            .map_or(0, |n| n + 1)
+        });
     }
 
     pub fn reset(&mut self) {
@@ -275,22 +326,24 @@ impl OffsetIndex {
     /// Checks what a file we did not just rebuild claims: increasing offsets and positions
     /// within the segment.
     pub fn sanity_check(&self, segment_bytes: u64) -> Result<(), String> {
-        let mut previous: Option<(u64, u32)> = None;
-        for n in 0..self.file.entries {
-            let (offset, position) = self.decode(n);
-            if u64::from(position) >= segment_bytes.max(1) {
-                return Err(format!(
-                    "entry {n} points at byte {position} past the segment end"
-                ));
-            }
-            if let Some((po, pp)) = previous {
-                if offset <= po || position <= pp {
-                    return Err(format!("entry {n} does not increase"));
+        self.file.with_entries(|entries| {
+            let mut previous: Option<(u64, u32)> = None;
+            for (n, entry) in entries.chunks_exact(OFFSET_ENTRY_BYTES).enumerate() {
+                let (offset, position) = self.decode(entry);
+                if u64::from(position) >= segment_bytes.max(1) {
+                    return Err(format!(
+                        "entry {n} points at byte {position} past the segment end"
+                    ));
                 }
+                if let Some((po, pp)) = previous {
+                    if offset <= po || position <= pp {
+                        return Err(format!("entry {n} does not increase"));
+                    }
+                }
+                previous = Some((offset, position));
             }
-            previous = Some((offset, position));
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The file, to fsync once sealed (outside the log's lock).
@@ -299,7 +352,7 @@ impl OffsetIndex {
     }
     /// The file was renamed (the cleaner's suffixes).
     pub fn set_path(&mut self, path: PathBuf) {
-        self.file.path = path;
+        self.file.set_path(path);
     }
 
     /// Seals: writes the entries to the file and maps it.
@@ -329,8 +382,7 @@ impl TimeIndex {
         Ok(TimeIndex { base_offset, file })
     }
 
-    fn decode(&self, n: usize) -> (i64, u64) {
-        let entry = self.file.entry(n);
+    fn decode(&self, entry: &[u8]) -> (i64, u64) {
         (
             i64_at(entry, 0),
             self.base_offset + u64::from(u32_at(entry, 8)),
@@ -344,7 +396,12 @@ impl TimeIndex {
         self.file.is_full()
     }
     pub fn last(&self) -> Option<(i64, u64)> {
-        self.file.entries.checked_sub(1).map(|n| self.decode(n))
+        self.file.with_entries(|entries| {
+            entries
+                .chunks_exact(TIME_ENTRY_BYTES)
+                .last()
+                .map(|e| self.decode(e))
+        })
     }
 
     /// Adds an entry when `timestamp` is larger than the last one's; there must be room.
@@ -376,18 +433,21 @@ impl TimeIndex {
     /// offset is older than `timestamp`, so a scan for the first record `>= timestamp` can start
     /// after it. `None` when the scan must start at the segment's beginning.
     pub fn lookup_before(&self, timestamp: i64) -> Option<(i64, u64)> {
-        self.file
-            .last_where(|e| i64_at(e, 0) < timestamp)
-            .map(|n| self.decode(n))
+        self.file.with_entries(|entries| {
+            last_where(entries, TIME_ENTRY_BYTES, |e| i64_at(e, 0) < timestamp)
+                .map(|n| self.decode(nth(entries, TIME_ENTRY_BYTES, n)))
+        })
     }
 
     /// Drops entries for offsets `>= offset`.
     pub fn truncate_to(&mut self, offset: u64) {
         let relative = offset.saturating_sub(self.base_offset);
-        self.file.entries = self
-            .file
-            .last_where(|e| u64::from(u32_at(e, 8)) < relative)
-            .map_or(0, |n| n + 1);
+        self.file.entries = self.file.with_entries(|entries| {
+            last_where(entries, TIME_ENTRY_BYTES, |e| {
+                u64::from(u32_at(e, 8)) < relative
+            })
+            .map_or(0, |n| n + 1)
+        });
     }
 
     pub fn reset(&mut self) {
@@ -395,24 +455,26 @@ impl TimeIndex {
     }
 
     pub fn sanity_check(&self) -> Result<(), String> {
-        let mut previous: Option<(i64, u64)> = None;
-        for n in 0..self.file.entries {
-            let entry = self.decode(n);
-            if let Some(p) = previous {
-                if entry.0 <= p.0 || entry.1 < p.1 {
-                    return Err(format!("time index entry {n} does not increase"));
+        self.file.with_entries(|entries| {
+            let mut previous: Option<(i64, u64)> = None;
+            for (n, entry) in entries.chunks_exact(TIME_ENTRY_BYTES).enumerate() {
+                let entry = self.decode(entry);
+                if let Some(p) = previous {
+                    if entry.0 <= p.0 || entry.1 < p.1 {
+                        return Err(format!("time index entry {n} does not increase"));
+                    }
                 }
+                previous = Some(entry);
             }
-            previous = Some(entry);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.file.path
     }
     pub fn set_path(&mut self, path: PathBuf) {
-        self.file.path = path;
+        self.file.set_path(path);
     }
 
     pub fn trim(&mut self) -> Result<()> {

@@ -643,7 +643,7 @@ impl ReplicaManager {
             self.offline.read().unwrap_or_else(|p| p.into_inner()).len() as u64,
         );
         let (segment_files_open, segment_files_opened, segment_files_closed) =
-            crate::log::handles::stats();
+            crate::log::handles::SEGMENT_FILES.stats();
         gauge(
             "sluice_segment_files_open",
             "gauge",
@@ -661,6 +661,12 @@ impl ReplicaManager {
             "counter",
             "Segment files closed to stay under the bound of open descriptors.",
             segment_files_closed,
+        );
+        gauge(
+            "sluice_index_mappings_open",
+            "gauge",
+            "Sealed index files mapped (a bounded set; see index_mappings_max at start).",
+            crate::log::handles::INDEX_MAPS.stats().0 as u64,
         );
         gauge(
             "sluice_isr_shrinks_total",
