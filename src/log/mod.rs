@@ -6,7 +6,8 @@
 //! - `batch`: validation of producers' v2 record batches (the format itself is
 //!   `protocol::batch`, shared with the client SDK; codecs are `protocol::codec`).
 //! - `segment`: one `.log` file with its sparse `.index` and `.timeindex` (`index`); the
-//!   `.log` descriptors are a bounded set (`handles`), opened on use.
+//!   `.log` descriptors and the sealed indexes' mappings are bounded sets (`handles`), opened
+//!   on use.
 //! - `partition_log`: [`Log`], a partition's segments: append (leader and follower paths),
 //!   read, roll, flush with group commit, recovery, truncation, log start offset.
 //! - `epoch`: the leader epoch cache and its `leader-epoch-checkpoint`.
