@@ -839,7 +839,10 @@ fn logs_of_topics_deleted_while_a_broker_was_down_are_removed_when_it_returns() 
 fn a_leader_restarted_at_once_gives_up_its_leadership_and_retries_stay_single() {
     let mut cluster = Cluster::start(
         3,
-        // Sessions far longer than the test: only the registration can move the leadership.
+        // Sessions far longer than the test: the leadership moves by the fence of the
+        // liveness probe (the listener refuses while the process restarts) or by the new
+        // registration, whichever commits first; either way the restarted process replays
+        // metadata from disk that still names it leader.
         &["min.insync.replicas=2", "broker.session.timeout.ms=60000"],
     );
     confluent_cluster(&cluster, "create", &["restart", "1", "3"]);
