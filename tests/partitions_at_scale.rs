@@ -173,4 +173,21 @@ fn a_partition_whose_log_cannot_be_opened_stays_offline_and_the_rest_serve() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!node.data_dir().join("bad-0").exists());
+    // A topic of the same name starts afresh.
+    let mut client = Client::connect(node.kafka_port);
+    client.create_topic("bad", 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.produce("bad", 0, batch("b2")) {
+            (0, offset) => {
+                assert_eq!(offset, 0);
+                break;
+            }
+            (code, _) => assert!(
+                Instant::now() < deadline,
+                "the re-created topic answers {code}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -295,6 +295,11 @@ impl LogManager {
         lock(&self.failed).keys().cloned().collect()
     }
 
+    /// The directory of `tp`'s log if it could not be opened at start.
+    pub fn failed_dir(&self, tp: &TopicPartition) -> Option<PathBuf> {
+        lock(&self.failed).get(tp).map(|(dir, _)| dir.clone())
+    }
+
     /// The log of `tp`, created in the log dir holding the fewest logs if it does not exist.
     /// A log that could not be opened at start is not replaced: it stays an error.
     pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {

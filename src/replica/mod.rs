@@ -475,8 +475,13 @@ impl ReplicaManager {
         config: LogConfig,
         state: PartitionState,
     ) -> Result<Arc<Partition>, crate::log::LogError> {
-        if let Some(existing) = self.logs.get(tp) {
-            if read_topic_id(existing.dir()).is_some_and(|id| id != state.topic_id) {
+        let existing_dir = self
+            .logs
+            .get(tp)
+            .map(|log| log.dir().to_path_buf())
+            .or_else(|| self.logs.failed_dir(tp));
+        if let Some(dir) = existing_dir {
+            if read_topic_id(&dir).is_some_and(|id| id != state.topic_id) {
                 tracing::info!(topic_partition = %tp, "log belongs to an earlier topic of the same name: deleting it");
                 self.logs.delete(tp)?;
             }
