@@ -364,6 +364,10 @@ def case_record_errors():
         producer = Producer({"bootstrap.servers": BOOTSTRAP, "compression.type": codec,
                              "linger.ms": 1000, "batch.num.messages": 1000, "retries": 0,
                              "enable.idempotence": False, "acks": "all"})
+        # Connected and with the partition's leader known before the first record, so the
+        # hundred records go in one batch within linger.ms (records produced while the
+        # connection is still coming up can be sent early, in a batch of their own).
+        producer.list_topics("compacted", timeout=10)
         outcomes = {}
 
         def report(err, msg):
