@@ -2,7 +2,6 @@
 //! Unknown topics are created when the client allows it and `auto.create.topics.enable` is
 //! on (through the controller; the answer waits until the topic reaches this node's image).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::metadata_response::{
@@ -52,7 +51,8 @@ pub async fn handle(
     }
     let lost = broker.replicas.leaders_lost(LOST_LEADER_RECENT);
     if !lost.is_empty() {
-        image = wait_for_fencing(broker, image, &lost).await;
+        wait_for_fencing(broker, &lost).await;
+        image = broker.image();
     }
     let mut response = MetadataResponse::default()
         .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
@@ -132,21 +132,13 @@ pub async fn handle(
 /// asks again only a second later. When this broker's replica fetcher has just lost its
 /// connection to a broker the image still counts as alive, the answer waits (at most
 /// `LOST_LEADER_WAIT`) for that broker to be fenced, and then names the new leaders.
-async fn wait_for_fencing(
-    broker: &Broker,
-    image: Arc<MetadataImage>,
-    lost: &[i32],
-) -> Arc<MetadataImage> {
+async fn wait_for_fencing(broker: &Broker, lost: &[i32]) {
     let alive = |image: &MetadataImage, id: &i32| image.brokers.get(id).is_some_and(|b| !b.fenced);
-    if !lost.iter().any(|id| alive(&image, id)) {
-        return image;
-    }
     broker
         .wait_for_image(LOST_LEADER_WAIT, |image| {
             !lost.iter().any(|id| alive(image, id))
         })
         .await;
-    broker.image()
 }
 
 async fn auto_create(broker: &Broker, names: &[String]) {

@@ -124,6 +124,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn open_failed(tp: &TopicPartition, dir: &Path, reason: &str) -> LogError {
+    LogError::OpenFailed {
+        topic_partition: tp.to_string(),
+        dir: dir.to_path_buf(),
+        reason: reason.to_owned(),
+    }
+}
+
 fn lock_dir(dir: &Path) -> Result<File> {
     let unusable = |reason: String| LogError::LogDirUnusable {
         dir: dir.to_owned(),
@@ -218,13 +226,10 @@ impl LogManager {
                     Err(error) => {
                         // One partition's damage must not keep the broker from serving the
                         // others: it stays offline here until repaired.
-                        let failed_open = LogError::OpenFailed {
-                            topic_partition: tp.to_string(),
-                            dir: entry.path(),
-                            reason: error.to_string(),
-                        };
-                        tracing::error!(topic_partition = %tp, error = %failed_open, "partition offline");
-                        failed.insert(tp, (entry.path(), error.to_string()));
+                        let (dir, reason) = (entry.path(), error.to_string());
+                        let error = open_failed(&tp, &dir, &reason);
+                        tracing::error!(topic_partition = %tp, %error, "partition offline");
+                        failed.insert(tp, (dir, reason));
                         continue;
                     }
                 };
@@ -307,11 +312,7 @@ impl LogManager {
             return Ok(log);
         }
         if let Some((dir, reason)) = lock(&self.failed).get(tp) {
-            return Err(LogError::OpenFailed {
-                topic_partition: tp.to_string(),
-                dir: dir.clone(),
-                reason: reason.clone(),
-            });
+            return Err(open_failed(tp, dir, reason));
         }
         let mut logs = self.logs.write().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = logs.get(tp) {
@@ -361,23 +362,24 @@ impl LogManager {
             let Some((dir, _)) = lock(&self.failed).remove(tp) else {
                 return Ok(false);
             };
-            let stamp = self.clock.now_ms();
-            let target =
-                dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
-            fs::rename(&dir, &target).map_err(|e| LogError::io(&dir, e))?;
-            let due = stamp + self.config.default_log_config.file_delete_delay_ms;
-            lock(&self.pending_deletes).push((due, target));
-            return Ok(true);
+            let delay_ms = self.config.default_log_config.file_delete_delay_ms;
+            return self.schedule_removal(tp, &dir, delay_ms).map(|()| true);
         };
         lock(&self.cleaner_offsets).remove(tp);
         managed.log.mark_deleted();
-        let dir = managed.log.dir().to_path_buf();
+        let delay_ms = managed.log.config().file_delete_delay_ms;
+        self.schedule_removal(tp, managed.log.dir(), delay_ms)
+            .map(|()| true)
+    }
+
+    /// Renames a partition's directory to `<name>.<ms>-delete` at once and removes it after
+    /// `delay_ms` (readers holding its files finish undisturbed).
+    fn schedule_removal(&self, tp: &TopicPartition, dir: &Path, delay_ms: i64) -> Result<()> {
         let stamp = self.clock.now_ms();
         let target = dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
-        fs::rename(&dir, &target).map_err(|e| LogError::io(&dir, e))?;
-        let due = stamp + managed.log.config().file_delete_delay_ms;
-        lock(&self.pending_deletes).push((due, target));
-        Ok(true)
+        fs::rename(dir, &target).map_err(|e| LogError::io(dir, e))?;
+        lock(&self.pending_deletes).push((stamp + delay_ms, target));
+        Ok(())
     }
 
     /// Truncates a log (replication after a leader change) and checkpoints at once: a stale

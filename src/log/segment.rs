@@ -367,7 +367,8 @@ impl Segment {
             self.last_batch_offset = Some(batch.base_offset);
         }
         self.size = position + bytes.len() as u64;
-        // flush.policy=always syncs every append itself (preallocating for it).
+        // Behind a truncation, writeback resumes from the new end. flush.policy=always (which
+        // preallocates) syncs every append itself.
         self.written_back = self.written_back.min(position);
         let pending = self.size - self.written_back;
         if self.preallocate_bytes == 0 && pending >= super::writeback::WRITEBACK_BYTES {

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, OnceLock};
 
 /// Appended bytes of a segment between two writeback requests.
@@ -75,8 +75,6 @@ pub fn start(file: Arc<File>, offset: u64, len: u64) {
     let Some(queue) = queue() else {
         return;
     };
-    match queue.try_send(Range { file, offset, len }) {
-        Ok(()) | Err(TrySendError::Full(_)) => {}
-        Err(TrySendError::Disconnected(_)) => {}
-    }
+    // A full queue drops the request: the kernel's own writeback still runs.
+    let _ = queue.try_send(Range { file, offset, len });
 }
