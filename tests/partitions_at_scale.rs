@@ -191,3 +191,39 @@ fn a_partition_whose_log_cannot_be_opened_stays_offline_and_the_rest_serve() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn creates_past_max_broker_partitions_are_refused_and_nothing_of_them_is_committed() {
+    let node = SingleNode::start(&[
+        "max.broker.partitions=10",
+        "auto.create.topics.enable=false",
+    ]);
+    confluent(&node, "partition-limit", &[]);
+    // What the broker hosts and its limit, as the controller sees them.
+    let controller = format!("127.0.0.1:{}", node.quorum_port);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["cluster", "status", "--bootstrap-controller", &controller])
+        .output()
+        .expect("run sluice cluster status");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{text}");
+    assert!(
+        text.contains("partitions/max") && text.contains(" 5/10 "),
+        "{text}"
+    );
+    let logs = node.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("partitions_max=10") && l.contains("source=max.broker.partitions")),
+        "the start-up log names the limit and its source"
+    );
+
+    // Without the key the limit comes from memory, and the log says so.
+    let derived = SingleNode::start(&[]);
+    let logs = derived.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("partitions_max=") && l.contains("KiB per partition replica")),
+        "{logs}"
+    );
+}

@@ -48,6 +48,24 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// Ongoing partition reassignments.
     pub reassignments: BTreeMap<(Uuid, i32), Reassignment>,
+    /// The most partition replicas each broker can host, as its registration reported.
+    pub broker_partitions_max: BTreeMap<BrokerId, u32>,
+    /// Partition replicas per broker: derived from `topics`, kept up to date by replay so
+    /// placement never counts every partition.
+    #[serde(skip)]
+    replica_counts: BTreeMap<BrokerId, u32>,
+}
+
+/// The image as snapshot format 2 held it (before broker capacities).
+#[derive(Deserialize)]
+struct MetadataImageV2 {
+    index: u64,
+    brokers: BTreeMap<BrokerId, BrokerRegistration>,
+    topics: BTreeMap<Uuid, Arc<TopicImage>>,
+    topic_ids_by_name: BTreeMap<String, Uuid>,
+    configs: BTreeMap<ConfigResource, ConfigMap>,
+    next_producer_id: i64,
+    reassignments: BTreeMap<(Uuid, i32), Reassignment>,
 }
 
 /// The image as snapshot format 1 held it (before reassignments).
@@ -72,6 +90,39 @@ impl MetadataImage {
         self.topics.get(&topic_id)?.partitions.get(&partition)
     }
 
+    /// How many partition replicas `broker` hosts.
+    pub fn replica_count(&self, broker: BrokerId) -> u32 {
+        self.replica_counts.get(&broker).copied().unwrap_or(0)
+    }
+
+    fn count_replicas(&mut self, replicas: &[BrokerId], added: bool) {
+        for broker in replicas {
+            if added {
+                *self.replica_counts.entry(*broker).or_default() += 1;
+            } else if let Some(count) = self.replica_counts.get_mut(broker) {
+                *count -= 1;
+                if *count == 0 {
+                    self.replica_counts.remove(broker);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the derived replica counts (after decoding a snapshot).
+    fn recount(mut self) -> Self {
+        self.replica_counts.clear();
+        let mut counts: BTreeMap<BrokerId, u32> = BTreeMap::new();
+        for topic in self.topics.values() {
+            for partition in topic.partitions.values() {
+                for broker in &partition.replicas {
+                    *counts.entry(*broker).or_default() += 1;
+                }
+            }
+        }
+        self.replica_counts = counts;
+        self
+    }
+
     pub fn unfenced_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values().filter(|b| !b.fenced)
     }
@@ -88,7 +139,22 @@ impl MetadataImage {
             SNAPSHOT_FORMAT_VERSION => {
                 let (_, image): (u16, MetadataImage) =
                     bincode::deserialize(bytes).map_err(corrupt)?;
-                Ok(image)
+                Ok(image.recount())
+            }
+            2 => {
+                let (_, old): (u16, MetadataImageV2) =
+                    bincode::deserialize(bytes).map_err(corrupt)?;
+                Ok(MetadataImage {
+                    index: old.index,
+                    brokers: old.brokers,
+                    topics: old.topics,
+                    topic_ids_by_name: old.topic_ids_by_name,
+                    configs: old.configs,
+                    next_producer_id: old.next_producer_id,
+                    reassignments: old.reassignments,
+                    ..MetadataImage::default()
+                }
+                .recount())
             }
             1 => {
                 let (_, old): (u16, MetadataImageV1) =
@@ -100,16 +166,17 @@ impl MetadataImage {
                     topic_ids_by_name: old.topic_ids_by_name,
                     configs: old.configs,
                     next_producer_id: old.next_producer_id,
-                    reassignments: BTreeMap::new(),
-                })
+                    ..MetadataImage::default()
+                }
+                .recount())
             }
             other => Err(ReplayError::UnknownVersion(other)),
         }
     }
 }
 
-/// 2: the image holds reassignments (format 1 is still read).
-const SNAPSHOT_FORMAT_VERSION: u16 = 2;
+/// 2: the image holds reassignments; 3: broker capacities (formats 1 and 2 are still read).
+const SNAPSHOT_FORMAT_VERSION: u16 = 3;
 
 /// Why a record could not be replayed. Replay is deterministic, so every node refuses the
 /// same records; the controller validates before proposing, so this signals a bug or a
@@ -192,6 +259,17 @@ impl MetadataDelta {
             } => {
                 broker_mut(image, *broker_id, *broker_epoch)?;
                 image.brokers.remove(broker_id);
+                image.broker_partitions_max.remove(broker_id);
+            }
+            MetadataRecord::BrokerCapacity {
+                broker_id,
+                broker_epoch,
+                partitions_max,
+            } => {
+                broker_mut(image, *broker_id, *broker_epoch)?;
+                image
+                    .broker_partitions_max
+                    .insert(*broker_id, *partitions_max);
             }
             MetadataRecord::Topic { topic_id, name } => {
                 if image.topic_ids_by_name.contains_key(name) || image.topics.contains_key(topic_id)
@@ -216,6 +294,9 @@ impl MetadataDelta {
                     .remove(topic_id)
                     .ok_or(ReplayError::UnknownTopic(*topic_id))?;
                 image.topic_ids_by_name.remove(&topic.name);
+                for partition in topic.partitions.values() {
+                    image.count_replicas(&partition.replicas, false);
+                }
                 image.reassignments.retain(|(id, _), _| id != topic_id);
                 image
                     .configs
@@ -354,7 +435,7 @@ fn replay_partition(
         .topics
         .get_mut(&record.topic_id)
         .ok_or(ReplayError::UnknownTopic(record.topic_id))?;
-    Arc::make_mut(topic).partitions.insert(
+    let replaced = Arc::make_mut(topic).partitions.insert(
         record.partition,
         PartitionRegistration {
             replicas: record.replicas.clone(),
@@ -364,6 +445,10 @@ fn replay_partition(
             partition_epoch: record.partition_epoch,
         },
     );
+    if let Some(replaced) = replaced {
+        image.count_replicas(&replaced.replicas, false);
+    }
+    image.count_replicas(&record.replicas, true);
     Ok(())
 }
 
@@ -399,7 +484,11 @@ fn replay_partition_change(
         next.leader_epoch += 1;
     }
     next.partition_epoch += 1;
-    *partition = next;
+    let previous = std::mem::replace(partition, next);
+    if let Some(replicas) = &change.replicas {
+        image.count_replicas(&previous.replicas, false);
+        image.count_replicas(replicas, true);
+    }
     Ok(())
 }
 
@@ -607,5 +696,96 @@ mod tests {
             MetadataImage::decode(&image.encode()).expect("decode"),
             image
         );
+    }
+
+    #[test]
+    fn snapshots_of_format_2_decode_with_their_replica_counts() {
+        #[derive(Serialize)]
+        struct V2<'a> {
+            index: u64,
+            brokers: &'a BTreeMap<BrokerId, BrokerRegistration>,
+            topics: &'a BTreeMap<Uuid, Arc<TopicImage>>,
+            topic_ids_by_name: &'a BTreeMap<String, Uuid>,
+            configs: &'a BTreeMap<ConfigResource, ConfigMap>,
+            next_producer_id: i64,
+            reassignments: &'a BTreeMap<(Uuid, i32), Reassignment>,
+        }
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        for id in [1, 2, 3] {
+            delta.replay(&broker(id, id as i64)).expect("broker");
+        }
+        for record in topic_with_partition() {
+            delta.replay(&record).expect("topic");
+        }
+        let image = delta.apply(9);
+        let old = bincode::serialize(&(
+            2u16,
+            V2 {
+                index: image.index,
+                brokers: &image.brokers,
+                topics: &image.topics,
+                topic_ids_by_name: &image.topic_ids_by_name,
+                configs: &image.configs,
+                next_producer_id: image.next_producer_id,
+                reassignments: &image.reassignments,
+            },
+        ))
+        .expect("encode");
+        let decoded = MetadataImage::decode(&old).expect("decode v2");
+        assert_eq!(decoded, image);
+        assert_eq!(decoded.replica_count(2), 1);
+    }
+
+    #[test]
+    fn replica_counts_follow_partitions_moves_and_deletes() {
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        for id in [1, 2, 3, 4] {
+            delta.replay(&broker(id, id as i64)).expect("broker");
+        }
+        for record in topic_with_partition() {
+            delta.replay(&record).expect("topic");
+        }
+        delta
+            .replay(&MetadataRecord::BrokerCapacity {
+                broker_id: 4,
+                broker_epoch: 4,
+                partitions_max: 70,
+            })
+            .expect("capacity");
+        let image = delta.apply(1);
+        assert_eq!([1, 2, 3, 4].map(|b| image.replica_count(b)), [1, 1, 1, 0]);
+        assert_eq!(image.broker_partitions_max.get(&4), Some(&70));
+
+        let mut delta = MetadataDelta::new(&image);
+        delta
+            .replay(&MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(7),
+                partition: 0,
+                replicas: Some(vec![2, 3, 4]),
+                isr: Some(vec![2, 3]),
+                leader: Some(2),
+                ..Default::default()
+            }))
+            .expect("move");
+        let moved = delta.apply(2);
+        assert_eq!([1, 2, 3, 4].map(|b| moved.replica_count(b)), [0, 1, 1, 1]);
+        assert_eq!(
+            MetadataImage::decode(&moved.encode()).expect("decode"),
+            moved
+        );
+
+        let mut delta = MetadataDelta::new(&moved);
+        delta
+            .replay(&MetadataRecord::RemoveTopic { topic_id: Uuid(7) })
+            .expect("delete");
+        delta
+            .replay(&MetadataRecord::UnregisterBroker {
+                broker_id: 4,
+                broker_epoch: 4,
+            })
+            .expect("unregister");
+        let empty = delta.apply(3);
+        assert_eq!([2, 3, 4].map(|b| empty.replica_count(b)), [0, 0, 0]);
+        assert!(empty.broker_partitions_max.is_empty());
     }
 }

@@ -119,6 +119,13 @@ pub enum MetadataRecord {
         partition: i32,
         target: Option<Reassignment>,
     },
+    /// The most partition replicas a broker says it can host (`max.broker.partitions`),
+    /// reported with each registration. The controller places no new replica beyond it.
+    BrokerCapacity {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        partitions_max: u32,
+    },
 }
 
 /// An ongoing partition reassignment: the replicas wanted, and those it started from.

@@ -94,13 +94,21 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                         show(member.lag)
                     );
                 }
-                println!("{:<8} {:<8} {:<10} endpoints", "broker", "epoch", "state");
+                println!(
+                    "{:<8} {:<8} {:<10} {:>18} endpoints",
+                    "broker", "epoch", "state", "partitions/max"
+                );
                 for broker in &description.brokers {
+                    let partitions = match broker.partitions_max {
+                        Some(max) => format!("{}/{max}", broker.partitions),
+                        None => broker.partitions.to_string(),
+                    };
                     println!(
-                        "{:<8} {:<8} {:<10} {}",
+                        "{:<8} {:<8} {:<10} {:>18} {}",
                         broker.broker_id,
                         broker.broker_epoch,
                         if broker.fenced { "fenced" } else { "unfenced" },
+                        partitions,
                         broker.endpoints.join(",")
                     );
                 }

@@ -422,6 +422,14 @@ pub const KEYS: &[Key] = &[
         "the rack replicas are spread across",
     ),
     broker(
+        "max.broker.partitions",
+        int(-1, I32_MAX),
+        "-1",
+        "the most partition replicas this broker hosts; creates past it are refused \
+         (INVALID_PARTITIONS). -1: one per 256 KiB of memory (physical or the cgroup limit, \
+         the smaller)",
+    ),
+    broker(
         "num.partitions",
         int(1, I32_MAX),
         "1",

@@ -107,9 +107,13 @@ pub fn fence_broker(
 /// under the old leader epoch it could serve from a log cut short by the crash. It comes back
 /// as a follower, rejoins the ISRs as it catches up, and leads only through a new election
 /// (at a new leader epoch). A broker that shut down cleanly was fenced already: nothing moves.
+///
+/// `partitions_max` is the most partition replicas the broker can host
+/// (`max.broker.partitions`); placement puts no new replica on it beyond that.
 pub fn register_broker(
     image: &MetadataImage,
     registration: RegisterBroker,
+    partitions_max: Option<u32>,
     defaults: &Defaults,
 ) -> Vec<MetadataRecord> {
     let mut registration = registration;
@@ -123,7 +127,15 @@ pub fn register_broker(
             records.append(&mut fenced);
         }
     }
+    let (broker_id, broker_epoch) = (registration.broker_id, registration.broker_epoch);
     records.push(MetadataRecord::RegisterBroker(registration));
+    if let Some(partitions_max) = partitions_max {
+        records.push(MetadataRecord::BrokerCapacity {
+            broker_id,
+            broker_epoch,
+            partitions_max,
+        });
+    }
     records
 }
 

@@ -86,6 +86,12 @@ pub enum ControllerRequest {
         resource: sluice_raft::records::ConfigResource,
         changes: Vec<(String, Option<String>)>,
     },
+    /// A broker registers with the most partition replicas it can host
+    /// (`max.broker.partitions`). `RegisterBroker` above is the same without a limit.
+    RegisterBrokerWithCapacity {
+        registration: RegisterBroker,
+        partitions_max: u32,
+    },
 }
 
 /// What `sluice cluster status` shows: the quorum as its leader sees it.
@@ -117,6 +123,10 @@ pub struct BrokerDescription {
     pub fenced: bool,
     pub rack: Option<String>,
     pub endpoints: Vec<String>,
+    /// Partition replicas it hosts.
+    pub partitions: u32,
+    /// The most it hosts (`max.broker.partitions`); `None` when it did not say.
+    pub partitions_max: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -475,16 +485,38 @@ impl ControllerService {
                 Err(refused) => refused,
             };
         }
+        let partitions_max = match &request {
+            ControllerRequest::RegisterBrokerWithCapacity { partitions_max, .. } => {
+                Some(*partitions_max)
+            }
+            _ => None,
+        };
         let decided: Result<Decision, ControllerError> = match request {
-            ControllerRequest::RegisterBroker(mut registration) => {
+            ControllerRequest::RegisterBroker(mut registration)
+            | ControllerRequest::RegisterBrokerWithCapacity {
+                mut registration, ..
+            } => {
                 // The epoch only grows: past any this broker had, and past the log's end.
                 registration.broker_epoch = metrics.last_log_index.unwrap_or(0) as i64 + 1;
-                let records = super::register_broker(&image, registration.clone(), &self.defaults);
-                let epoch = match records.last() {
-                    Some(MetadataRecord::RegisterBroker(r)) => r.broker_epoch,
-                    _ => registration.broker_epoch,
-                };
-                if records.len() > 1 {
+                let records = super::register_broker(
+                    &image,
+                    registration.clone(),
+                    partitions_max,
+                    &self.defaults,
+                );
+                let epoch = records
+                    .iter()
+                    .find_map(|record| match record {
+                        MetadataRecord::RegisterBroker(r) => Some(r.broker_epoch),
+                        _ => None,
+                    })
+                    .unwrap_or(registration.broker_epoch);
+                if records.iter().any(|r| {
+                    !matches!(
+                        r,
+                        MetadataRecord::RegisterBroker(_) | MetadataRecord::BrokerCapacity { .. }
+                    )
+                }) {
                     tracing::info!(
                         broker_id = registration.broker_id,
                         "a restarted broker registered: its earlier incarnation's leaderships move and it leaves the ISRs"
@@ -880,6 +912,11 @@ fn describe(
                 .iter()
                 .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
                 .collect(),
+            partitions: image.replica_count(b.registration.broker_id),
+            partitions_max: image
+                .broker_partitions_max
+                .get(&b.registration.broker_id)
+                .copied(),
         })
         .collect();
     QuorumDescription {

@@ -20,6 +20,12 @@ fn apply(image: &MetadataImage, records: Vec<MetadataRecord>) -> MetadataImage {
 }
 
 fn cluster(brokers: i32) -> MetadataImage {
+    cluster_with_capacity(brokers, |_| None)
+}
+
+/// A cluster whose broker `id` registered with `capacity(id)` as its
+/// `max.broker.partitions`.
+fn cluster_with_capacity(brokers: i32, capacity: impl Fn(i32) -> Option<u32>) -> MetadataImage {
     let mut image = MetadataImage::default();
     for id in 1..=brokers {
         let registration = RegisterBroker {
@@ -35,7 +41,10 @@ fn cluster(brokers: i32) -> MetadataImage {
             rack: None,
             fenced: true,
         };
-        image = apply(&image, register_broker(&image, registration, &DEFAULTS));
+        image = apply(
+            &image,
+            register_broker(&image, registration, capacity(id), &DEFAULTS),
+        );
         image = apply(&image, unfence_broker(&image, id, 10).unwrap());
     }
     image
@@ -204,7 +213,7 @@ fn a_restarted_broker_registering_again_gives_up_its_leaderships() {
         rack: None,
         fenced: true,
     };
-    let image = apply(&image, register_broker(&image, again, &DEFAULTS));
+    let image = apply(&image, register_broker(&image, again, None, &DEFAULTS));
     assert!(image.brokers[&1].fenced);
     assert_eq!(image.brokers[&1].registration.broker_epoch, 20);
     for (number, partition) in &image.topic_by_name("orders").unwrap().partitions {
@@ -241,8 +250,11 @@ fn a_restarted_broker_registering_again_gives_up_its_leaderships() {
         rack: None,
         fenced: true,
     };
-    let image = apply(&image, register_broker(&image, retry.clone(), &DEFAULTS));
-    let records = register_broker(&image, retry, &DEFAULTS);
+    let image = apply(
+        &image,
+        register_broker(&image, retry.clone(), None, &DEFAULTS),
+    );
+    let records = register_broker(&image, retry, None, &DEFAULTS);
     assert_eq!(records.len(), 1, "{records:?}");
 }
 
@@ -580,4 +592,84 @@ fn reassignments_elect_the_first_live_in_sync_target_in_replica_order() {
     let back = cancelled.partition(Uuid(9), 0).unwrap();
     assert_eq!(back.replicas, start.replicas);
     assert_eq!(back.leader, start.replicas[0]);
+}
+
+#[test]
+fn creates_past_a_brokers_partition_limit_are_refused_and_placement_avoids_full_brokers() {
+    // Broker 1 hosts at most 4 replicas; brokers 2 and 3 did not say (no limit).
+    let image = cluster_with_capacity(3, |id| (id == 1).then_some(4));
+    let one = |partitions: i32| NewTopic {
+        name: format!("t{partitions}"),
+        partitions,
+        replication_factor: 1,
+        ..Default::default()
+    };
+    let refused = |result: Result<Vec<MetadataRecord>, ControllerError>| match result {
+        Err(error @ ControllerError::InvalidPartitions(_)) => {
+            assert_eq!(error.kafka_error_code(), errors::INVALID_PARTITIONS);
+            error.to_string()
+        }
+        other => panic!("expected INVALID_PARTITIONS, got {other:?}"),
+    };
+
+    // Three replicas on broker 1 fit; its count follows the image.
+    let assigned = NewTopic {
+        assignments: (0..3).map(|p| (p, vec![1])).collect(),
+        ..one(3)
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &assigned, Uuid(1), &DEFAULTS).unwrap(),
+    );
+    assert_eq!(image.replica_count(1), 3);
+
+    // Two more named on broker 1 do not, and the message says why and what to do.
+    let past = NewTopic {
+        name: "past".into(),
+        assignments: (0..2).map(|p| (p, vec![1])).collect(),
+        ..one(2)
+    };
+    let message = refused(create_topic(&image, &past, Uuid(2), &DEFAULTS));
+    assert!(
+        message.contains("broker 1 hosts 3 partition replicas and this would add 2")
+            && message.contains("max.broker.partitions of 4"),
+        "{message}"
+    );
+    let message = refused(create_partitions(&image, "t3", 5, &[vec![1], vec![1]]));
+    assert!(message.contains("broker 1"), "{message}");
+
+    // Placed by the controller, new replicas go where there is room: broker 1 takes one
+    // more and is then full, so 30 RF=3 partitions would need it and are refused, while
+    // RF=2 partitions fit on brokers 2 and 3.
+    let image = apply(
+        &image,
+        create_partitions(&image, "t3", 4, &[vec![1]]).unwrap(),
+    );
+    assert_eq!(image.replica_count(1), 4);
+    let wide = NewTopic {
+        replication_factor: 3,
+        ..one(30)
+    };
+    refused(create_topic(&image, &wide, Uuid(3), &DEFAULTS));
+    let two = NewTopic {
+        replication_factor: 2,
+        ..one(30)
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &two, Uuid(4), &DEFAULTS).unwrap(),
+    );
+    assert_eq!(
+        [1, 2, 3].map(|b| image.replica_count(b)),
+        [4, 30, 30],
+        "the full broker got none"
+    );
+
+    // Deleting a topic frees its replicas' room.
+    let image = apply(&image, delete_topic(&image, "t3").unwrap());
+    assert_eq!(image.replica_count(1), 0);
+    apply(
+        &image,
+        create_topic(&image, &past, Uuid(5), &DEFAULTS).unwrap(),
+    );
 }

@@ -40,7 +40,7 @@ pub fn create_topic(
             )));
         }
         placement::assign(
-            &candidates,
+            &with_room(image, candidates, factor as usize),
             0,
             partitions,
             factor as usize,
@@ -55,6 +55,7 @@ pub fn create_topic(
         validate_assignments(image, &topic.assignments, 0)?;
         topic.assignments.clone()
     };
+    check_capacity(image, &assignment)?;
     let mut records = vec![MetadataRecord::Topic {
         topic_id,
         name: topic.name.clone(),
@@ -188,6 +189,7 @@ pub fn create_partitions(
         let assigned: BTreeMap<i32, Vec<BrokerId>> =
             (current..).zip(assignments.iter().cloned()).collect();
         validate_assignments(image, &assigned, current)?;
+        check_capacity(image, &assigned)?;
         return Ok(partition_records(image, topic.id, assigned).collect());
     }
     let candidates = candidates(image);
@@ -198,11 +200,60 @@ pub fn create_partitions(
         )));
     }
     let assignment = placement::assign(
-        &candidates,
+        &with_room(image, candidates, factor),
         current,
         total - current,
         factor,
         (topic.id.0 % 1_000_003) as usize,
     );
+    check_capacity(image, &assignment)?;
     Ok(partition_records(image, topic.id, assignment).collect())
+}
+
+/// The candidates that can host another replica, if at least `factor` of them can; else all
+/// of them, so that `check_capacity` names the broker that is full.
+fn with_room(image: &MetadataImage, candidates: Vec<Candidate>, factor: usize) -> Vec<Candidate> {
+    let roomy: Vec<Candidate> = candidates
+        .iter()
+        .filter(|c| {
+            image
+                .broker_partitions_max
+                .get(&c.id)
+                .is_none_or(|max| image.replica_count(c.id) < *max)
+        })
+        .cloned()
+        .collect();
+    if roomy.len() >= factor {
+        roomy
+    } else {
+        candidates
+    }
+}
+
+/// Refuses an assignment that would put more partition replicas on a broker than it said it
+/// can host (`max.broker.partitions`), so nothing is committed that a broker cannot serve.
+fn check_capacity(
+    image: &MetadataImage,
+    assignment: &BTreeMap<i32, Vec<BrokerId>>,
+) -> Result<(), ControllerError> {
+    let mut added: BTreeMap<BrokerId, u32> = BTreeMap::new();
+    for replicas in assignment.values() {
+        for broker in replicas {
+            *added.entry(*broker).or_default() += 1;
+        }
+    }
+    for (broker, new) in added {
+        let Some(max) = image.broker_partitions_max.get(&broker).copied() else {
+            continue;
+        };
+        let hosted = image.replica_count(broker);
+        if u64::from(hosted) + u64::from(new) > u64::from(max) {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "broker {broker} hosts {hosted} partition replicas and this would add {new}, \
+                 past its max.broker.partitions of {max}; delete unused topics, add brokers, \
+                 or raise max.broker.partitions on broker {broker} if its memory allows"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -143,6 +143,12 @@ pub(super) async fn broker_lifecycle(
             "following the metadata quorum as a learner"
         );
     }
+    let (partitions_max, partitions_max_source) = config.partitions_max();
+    tracing::info!(
+        partitions_max,
+        source = %partitions_max_source,
+        "partition replicas this broker hosts at most (max.broker.partitions)"
+    );
     'register: loop {
         let registration = sluice_raft::records::RegisterBroker {
             broker_id,
@@ -152,7 +158,10 @@ pub(super) async fn broker_lifecycle(
             rack: config.broker_rack.clone(),
             fenced: true,
         };
-        let request = ControllerRequest::RegisterBroker(registration);
+        let request = ControllerRequest::RegisterBrokerWithCapacity {
+            registration,
+            partitions_max,
+        };
         let epoch = match call_controller(&quorum, &voters, &request, Duration::from_secs(30)).await
         {
             Ok(ControllerResponse::Ok {

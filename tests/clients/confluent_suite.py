@@ -415,6 +415,36 @@ def case_no_auto_create():
     check("not-there" not in client.list_topics(timeout=10).topics, "topic was auto-created")
 
 
+def case_partition_limit():
+    """On a broker started with max.broker.partitions=10: creates past it are refused with
+    INVALID_PARTITIONS and a message naming the limit, and nothing of them is committed."""
+    client = admin()
+
+    def refused(future, what):
+        try:
+            future.result(timeout=20)
+        except KafkaException as e:
+            error = e.args[0]
+            check(error.code() == KafkaError.INVALID_PARTITIONS, f"{what} gave {error}")
+            check("max.broker.partitions of 10" in error.str(), f"{what} said {error.str()}")
+            return
+        raise AssertionError(f"{what} was accepted")
+
+    check(error_code(create(client, "fits", 6)) is None, "create 6 of 10")
+    refused(create(client, "too-many", 5), "5 more partitions")
+    refused(create(client, "too-many", 5, validate_only=True), "5 more, validate_only")
+    check("too-many" not in client.list_topics(timeout=10).topics, "a refused topic exists")
+    grow = client.create_partitions([NewPartitions("fits", 11)], operation_timeout=10)
+    refused(grow["fits"], "growing fits to 11")
+    grow = client.create_partitions([NewPartitions("fits", 10)], operation_timeout=10)
+    check(error_code(grow["fits"]) is None, "growing fits to 10")
+    check(len(client.list_topics("fits", timeout=10).topics["fits"].partitions) == 10, "fits has 10")
+    refused(create(client, "one-more", 1), "an 11th partition")
+    # Deleting a topic frees its room.
+    check(error_code(client.delete_topics(["fits"], operation_timeout=10)["fits"]) is None, "delete fits")
+    check(error_code(create(client, "too-many", 5)) is None, "5 partitions after the delete")
+
+
 def case_auto_create():
     producer = Producer({"bootstrap.servers": BOOTSTRAP})
     errors = []
