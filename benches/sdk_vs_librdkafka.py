@@ -12,7 +12,11 @@ Three scenarios:
   batch.size=1000000 (librdkafka's default: batches go when linger.ms expires) and with
   batch.size=16384 (Java's default: batches fill before linger.ms).
 
-Each scenario runs --rounds times per client, alternating, and reports the median round.
+Each scenario runs --rounds times per client, alternating, and reports the median round, with
+the client process's CPU time (user + system) per second of its run: rdkafka_performance paces
+a fixed rate by spinning (about one core busy), `sluice perf` by sleeping. A busy core answers
+wake-ups sooner on this VM, so latency at a fixed rate is also reported for the SDK with a
+spinning process beside it (`sdk+spin`): the same CPU state as librdkafka's run.
 rdkafka_performance writes every latency to a file (-l -A); percentiles are computed here as
 `sluice perf produce` computes its own (the value at index floor(n * p) of the sorted list).
 
@@ -27,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kafka_perf import Broker  # noqa: E402
@@ -41,6 +46,29 @@ def settings(batch_size):
 
 def percentile(values, p):
     return values[min(len(values) - 1, int(len(values) * p))] if values else 0.0
+
+
+def children_cpu_s():
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+def timed(run):
+    """Runs `run()` and adds `cpu_per_s`: the child's CPU seconds per second of wall time."""
+    cpu, wall = children_cpu_s(), time.time()
+    figures = run()
+    figures["cpu_per_s"] = (children_cpu_s() - cpu) / max(time.time() - wall, 1e-9)
+    return figures
+
+
+def spinning(run):
+    """Runs `run()` with a process spinning on the CPU beside it."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        return run()
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def sdk_run(binary, bootstrap, topic, records, rate, batch_size):
@@ -92,17 +120,27 @@ def main():
                      ("rate-16k-batches", args.rate, at_rate, 16384)]
         report = {}
         for name, rate, records, batch_size in scenarios:
-            sdk, rdk = [], []
+            sdk, rdk, spun = [], [], []
             for i in range(args.rounds):
-                sdk.append(sdk_run(args.sluice, broker.bootstrap, f"sdk-{name}-{i}", records, rate,
-                                   batch_size))
-                rdk.append(rdkafka_run(args.rdkafka_performance, broker.bootstrap, f"rdk-{name}-{i}",
-                                       records, rate, batch_size, work))
+                sdk.append(timed(lambda: sdk_run(args.sluice, broker.bootstrap, f"sdk-{name}-{i}",
+                                                 records, rate, batch_size)))
+                rdk.append(timed(lambda: rdkafka_run(args.rdkafka_performance, broker.bootstrap,
+                                                     f"rdk-{name}-{i}", records, rate, batch_size,
+                                                     work)))
                 print(f"{name} round {i}: sdk {sdk[-1]}\n{name} round {i}: librdkafka {rdk[-1]}", flush=True)
+                if rate > 0:
+                    spun.append(spinning(lambda: sdk_run(args.sluice, broker.bootstrap,
+                                                         f"spun-{name}-{i}", records, rate,
+                                                         batch_size)))
+                    print(f"{name} round {i}: sdk+spin {spun[-1]}", flush=True)
             s, r = median_round(sdk), median_round(rdk)
             report[name] = {"sdk": s, "librdkafka": r,
                             "throughput_ratio": s["records_per_sec"] / max(r["records_per_sec"], 1e-9),
                             "p99_ratio": s["p99_ms"] / max(r["p99_ms"], 1e-9)}
+            if spun:
+                p = median_round(spun)
+                report[name]["sdk+spin"] = p
+                report[name]["p99_ratio_spin"] = p["p99_ms"] / max(r["p99_ms"], 1e-9)
         print(json.dumps(report, indent=2))
     finally:
         broker.stop()

@@ -764,7 +764,6 @@ mod tests {
                 replicas: Some(vec![2, 3, 4]),
                 isr: Some(vec![2, 3]),
                 leader: Some(2),
-                ..Default::default()
             }))
             .expect("move");
         let moved = delta.apply(2);
