@@ -328,6 +328,8 @@ struct SentBatch {
 
 #[derive(Default)]
 struct PartitionQueue {
+    /// The partition's topic, for its batches' completions.
+    topic: Arc<str>,
     /// Open batches, oldest first; all but the last are full.
     open: VecDeque<OpenBatch>,
     /// Batches to send again, by sequence (or send order, without idempotence).
@@ -462,17 +464,23 @@ impl Producer {
         }
         let partition_count = self.partition_count(&record.topic).await?;
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
-        let permit =
-            tokio::time::timeout(inner.settings.max_block, inner.memory.acquire_many(permits))
-                .await
-                .map_err(|_| Error::Timeout {
-                    what: format!(
-                        "buffer space for a record to {} (buffer.memory is full)",
-                        record.topic
-                    ),
-                    after: inner.settings.max_block,
-                })?
-                .map_err(|_| Error::Closed)?;
+        // Room in buffer.memory is the common case: taken without arming a timer.
+        let permit = match inner.memory.try_acquire_many(permits) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(Error::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                tokio::time::timeout(inner.settings.max_block, inner.memory.acquire_many(permits))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        what: format!(
+                            "buffer space for a record to {} (buffer.memory is full)",
+                            record.topic
+                        ),
+                        after: inner.settings.max_block,
+                    })?
+                    .map_err(|_| Error::Closed)?
+            }
+        };
         // The bytes are given back when the batch completes.
         permit.forget();
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
@@ -495,16 +503,27 @@ impl Producer {
                     }
                     _ => {
                         let State { sticky, random, .. } = &mut *state;
-                        *sticky
-                            .entry(record.topic.clone())
-                            .or_insert_with(|| random.below(partition_count))
+                        match sticky.get(&record.topic) {
+                            Some(partition) => *partition,
+                            None => *sticky
+                                .entry(record.topic.clone())
+                                .or_insert_with(|| random.below(partition_count)),
+                        }
                     }
                 },
             };
-            let queue = state
-                .partitions
-                .entry((record.topic.clone(), partition))
-                .or_default();
+            // The record's topic becomes the key (no copy per record); a new partition's
+            // queue keeps it once more, shared, for its batches' completions.
+            let queue = match state.partitions.entry((record.topic, partition)) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    let topic = Arc::from(entry.key().0.as_str());
+                    entry.insert(PartitionQueue {
+                        topic,
+                        ..PartitionQueue::default()
+                    })
+                }
+            };
             let batch_size = inner.settings.batch_size;
             let needs_new = queue
                 .open
@@ -516,7 +535,7 @@ impl Producer {
                     size_bytes: crate::protocol::batch::BATCH_HEADER_BYTES,
                     created: Instant::now(),
                     completion: Arc::new(BatchCompletion {
-                        topic: Arc::from(record.topic.as_str()),
+                        topic: queue.topic.clone(),
                         partition,
                         shared: Mutex::new(CompletionState::default()),
                     }),
