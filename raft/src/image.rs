@@ -663,52 +663,15 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_of_format_1_still_decode() {
+    fn snapshots_of_formats_1_and_2_still_decode_with_their_replica_counts() {
         #[derive(Serialize)]
-        struct V1<'a> {
+        struct Old<'a> {
             index: u64,
             brokers: &'a BTreeMap<BrokerId, BrokerRegistration>,
             topics: &'a BTreeMap<Uuid, Arc<TopicImage>>,
             topic_ids_by_name: &'a BTreeMap<String, Uuid>,
             configs: &'a BTreeMap<ConfigResource, ConfigMap>,
             next_producer_id: i64,
-        }
-        let mut delta = MetadataDelta::new(&MetadataImage::default());
-        delta.replay(&broker(1, 1)).expect("broker");
-        for record in topic_with_partition() {
-            delta.replay(&record).expect("topic");
-        }
-        let image = delta.apply(9);
-        let old = bincode::serialize(&(
-            1u16,
-            V1 {
-                index: image.index,
-                brokers: &image.brokers,
-                topics: &image.topics,
-                topic_ids_by_name: &image.topic_ids_by_name,
-                configs: &image.configs,
-                next_producer_id: image.next_producer_id,
-            },
-        ))
-        .expect("encode");
-        assert_eq!(MetadataImage::decode(&old).expect("decode v1"), image);
-        assert_eq!(
-            MetadataImage::decode(&image.encode()).expect("decode"),
-            image
-        );
-    }
-
-    #[test]
-    fn snapshots_of_format_2_decode_with_their_replica_counts() {
-        #[derive(Serialize)]
-        struct V2<'a> {
-            index: u64,
-            brokers: &'a BTreeMap<BrokerId, BrokerRegistration>,
-            topics: &'a BTreeMap<Uuid, Arc<TopicImage>>,
-            topic_ids_by_name: &'a BTreeMap<String, Uuid>,
-            configs: &'a BTreeMap<ConfigResource, ConfigMap>,
-            next_producer_id: i64,
-            reassignments: &'a BTreeMap<(Uuid, i32), Reassignment>,
         }
         let mut delta = MetadataDelta::new(&MetadataImage::default());
         for id in [1, 2, 3] {
@@ -718,22 +681,26 @@ mod tests {
             delta.replay(&record).expect("topic");
         }
         let image = delta.apply(9);
-        let old = bincode::serialize(&(
-            2u16,
-            V2 {
-                index: image.index,
-                brokers: &image.brokers,
-                topics: &image.topics,
-                topic_ids_by_name: &image.topic_ids_by_name,
-                configs: &image.configs,
-                next_producer_id: image.next_producer_id,
-                reassignments: &image.reassignments,
-            },
-        ))
-        .expect("encode");
-        let decoded = MetadataImage::decode(&old).expect("decode v2");
-        assert_eq!(decoded, image);
-        assert_eq!(decoded.replica_count(2), 1);
+        let old = Old {
+            index: image.index,
+            brokers: &image.brokers,
+            topics: &image.topics,
+            topic_ids_by_name: &image.topic_ids_by_name,
+            configs: &image.configs,
+            next_producer_id: image.next_producer_id,
+        };
+        // Format 1 is format 2 without the reassignments at its end.
+        let v1 = bincode::serialize(&(1u16, &old)).expect("encode v1");
+        let v2 = bincode::serialize(&(2u16, &old, &image.reassignments)).expect("encode v2");
+        for (format, bytes) in [(1, v1), (2, v2)] {
+            let decoded = MetadataImage::decode(&bytes).expect("decode");
+            assert_eq!(decoded, image, "format {format}");
+            assert_eq!(decoded.replica_count(2), 1, "format {format}");
+        }
+        assert_eq!(
+            MetadataImage::decode(&image.encode()).expect("decode"),
+            image
+        );
     }
 
     #[test]
