@@ -56,17 +56,10 @@ pub struct MetadataImage {
     replica_counts: BTreeMap<BrokerId, u32>,
 }
 
-/// The image as snapshot format 2 held it (before broker capacities).
+/// The image as snapshot format 2 held it (before broker capacities): format 1's fields, then
+/// the reassignments.
 #[derive(Deserialize)]
-struct MetadataImageV2 {
-    index: u64,
-    brokers: BTreeMap<BrokerId, BrokerRegistration>,
-    topics: BTreeMap<Uuid, Arc<TopicImage>>,
-    topic_ids_by_name: BTreeMap<String, Uuid>,
-    configs: BTreeMap<ConfigResource, ConfigMap>,
-    next_producer_id: i64,
-    reassignments: BTreeMap<(Uuid, i32), Reassignment>,
-}
+struct MetadataImageV2(MetadataImageV1, BTreeMap<(Uuid, i32), Reassignment>);
 
 /// The image as snapshot format 1 held it (before reassignments).
 #[derive(Deserialize)]
@@ -77,6 +70,23 @@ struct MetadataImageV1 {
     topic_ids_by_name: BTreeMap<String, Uuid>,
     configs: BTreeMap<ConfigResource, ConfigMap>,
     next_producer_id: i64,
+}
+
+impl MetadataImageV1 {
+    /// The current image from an older snapshot's fields.
+    fn upgrade(self, reassignments: BTreeMap<(Uuid, i32), Reassignment>) -> MetadataImage {
+        MetadataImage {
+            index: self.index,
+            brokers: self.brokers,
+            topics: self.topics,
+            topic_ids_by_name: self.topic_ids_by_name,
+            configs: self.configs,
+            next_producer_id: self.next_producer_id,
+            reassignments,
+            ..MetadataImage::default()
+        }
+        .recount()
+    }
 }
 
 impl MetadataImage {
@@ -142,33 +152,14 @@ impl MetadataImage {
                 Ok(image.recount())
             }
             2 => {
-                let (_, old): (u16, MetadataImageV2) =
+                let (_, MetadataImageV2(old, reassignments)): (u16, MetadataImageV2) =
                     bincode::deserialize(bytes).map_err(corrupt)?;
-                Ok(MetadataImage {
-                    index: old.index,
-                    brokers: old.brokers,
-                    topics: old.topics,
-                    topic_ids_by_name: old.topic_ids_by_name,
-                    configs: old.configs,
-                    next_producer_id: old.next_producer_id,
-                    reassignments: old.reassignments,
-                    ..MetadataImage::default()
-                }
-                .recount())
+                Ok(old.upgrade(reassignments))
             }
             1 => {
                 let (_, old): (u16, MetadataImageV1) =
                     bincode::deserialize(bytes).map_err(corrupt)?;
-                Ok(MetadataImage {
-                    index: old.index,
-                    brokers: old.brokers,
-                    topics: old.topics,
-                    topic_ids_by_name: old.topic_ids_by_name,
-                    configs: old.configs,
-                    next_producer_id: old.next_producer_id,
-                    ..MetadataImage::default()
-                }
-                .recount())
+                Ok(old.upgrade(BTreeMap::new()))
             }
             other => Err(ReplayError::UnknownVersion(other)),
         }
