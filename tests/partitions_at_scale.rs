@@ -194,10 +194,7 @@ fn a_partition_whose_log_cannot_be_opened_stays_offline_and_the_rest_serve() {
 
 #[test]
 fn creates_past_max_broker_partitions_are_refused_and_nothing_of_them_is_committed() {
-    let node = SingleNode::start(&[
-        "max.broker.partitions=10",
-        "auto.create.topics.enable=false",
-    ]);
+    let node = SingleNode::start(&["max.broker.partitions=10"]);
     confluent(&node, "partition-limit", &[]);
     // What the broker hosts and its limit, as the controller sees them.
     let controller = format!("127.0.0.1:{}", node.quorum_port);
@@ -210,6 +207,31 @@ fn creates_past_max_broker_partitions_are_refused_and_nothing_of_them_is_committ
     assert!(
         text.contains("partitions/max") && text.contains(" 5/10 "),
         "{text}"
+    );
+    // Full again: the SDK (sluice produce) is told at once why a new topic is not made.
+    confluent(&node, "create", &["filler", "5", "1"]);
+    let mut produce = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "produce",
+            "never-made",
+            "--bootstrap-server",
+            &node.bootstrap(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sluice produce");
+    drop(produce.stdin.take());
+    let output = produce.wait_with_output().expect("sluice produce");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("INVALID_PARTITIONS")
+            && stderr.contains("partitions/max")
+            && !stderr.contains("max.block.ms")
+            && stderr.lines().count() == 1,
+        "{stderr}"
     );
     let logs = node.logs();
     assert!(

@@ -207,6 +207,10 @@ fn hint(code: i16) -> Option<&'static str> {
         errors::INVALID_REPLICATION_FACTOR => {
             "the replication factor must be at least 1 and at most the number of brokers"
         }
+        errors::INVALID_PARTITIONS => {
+            "a partition count out of range, or brokers at their max.broker.partitions \
+             (`sluice cluster status --bootstrap-controller` shows partitions/max)"
+        }
         errors::POLICY_VIOLATION | errors::INVALID_CONFIG => {
             "see `sluice configs keys` for the keys and their ranges"
         }

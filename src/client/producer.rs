@@ -34,7 +34,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::cluster::Cluster;
 use super::config::{ClientConfig, CommonConfig};
 use super::connection::PendingResponse;
-use super::error::{Error, Result};
+use super::error::{Error, Result, is_retriable_code};
 use super::partitioner::{Random, partition_for_key};
 use crate::protocol::batch::BatchBuilder;
 use crate::protocol::errors;
@@ -650,14 +650,17 @@ impl Producer {
                 Err(_) => None,
             };
             let absent = last == Some(errors::UNKNOWN_TOPIC_OR_PARTITION);
-            if Instant::now() >= deadline || (absent && !wait_for_creation) {
+            // A topic error no retry mends (an auto-create the cluster refused, an invalid
+            // name) is said at once rather than after max.block.ms.
+            let permanent = last.is_some_and(|c| c != errors::NONE && !is_retriable_code(c));
+            if Instant::now() >= deadline || (absent && !wait_for_creation) || permanent {
                 let code = last
                     .filter(|&c| c != errors::NONE)
                     .unwrap_or(errors::UNKNOWN_TOPIC_OR_PARTITION);
                 return Err(Error::Kafka {
                     code,
                     context: format!("topic {topic}"),
-                    message: (!absent || wait_for_creation).then(|| {
+                    message: (!permanent && (!absent || wait_for_creation)).then(|| {
                         format!(
                             "not present in metadata after {} ms (max.block.ms)",
                             inner.settings.max_block.as_millis()

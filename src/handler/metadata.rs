@@ -2,6 +2,7 @@
 //! Unknown topics are created when the client allows it and `auto.create.topics.enable` is
 //! on (through the controller; the answer waits until the topic reaches this node's image).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use kafka_protocol::messages::metadata_response::{
@@ -33,6 +34,8 @@ pub async fn handle(
     request: MetadataRequest,
 ) -> MetadataResponse {
     let mut image = broker.image();
+    // Auto-creates the controller refused, by topic: answered with its error at once.
+    let mut refused: HashMap<String, i16> = HashMap::new();
     // Versions 0-3 have no allow_auto_topic_creation field: those clients always allow it.
     let allow_auto_create = (context.api_version < 4 || request.allow_auto_topic_creation)
         && broker.config.auto_create_topics_enable;
@@ -44,7 +47,7 @@ pub async fn handle(
                 .filter(|n| image.topic_by_name(n).is_none() && validate_topic_name(n).is_ok())
                 .collect();
             if !missing.is_empty() {
-                auto_create(broker, &missing).await;
+                refused = auto_create(broker, &missing).await;
                 image = broker.image();
             }
         }
@@ -96,6 +99,7 @@ pub async fn handle(
                             Some(n) if validate_topic_name(n).is_err() => {
                                 errors::INVALID_TOPIC_EXCEPTION
                             }
+                            Some(n) if refused.contains_key(n) => refused[n],
                             Some(_) if allow_auto_create => errors::LEADER_NOT_AVAILABLE,
                             Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                             None => errors::UNKNOWN_TOPIC_ID,
@@ -141,7 +145,12 @@ async fn wait_for_fencing(broker: &Broker, lost: &[i32]) {
         .await;
 }
 
-async fn auto_create(broker: &Broker, names: &[String]) {
+/// Asks the controller to create each of `names` with the broker's defaults, and waits (at
+/// most `AUTO_CREATE_WAIT`) for those it accepted to reach this broker's image. Returns the
+/// refused ones with their error (e.g. INVALID_PARTITIONS past `max.broker.partitions`), so
+/// the client learns why at once instead of retrying LEADER_NOT_AVAILABLE.
+async fn auto_create(broker: &Broker, names: &[String]) -> HashMap<String, i16> {
+    let mut refused = HashMap::new();
     for name in names {
         let topic = NewTopic {
             name: name.clone(),
@@ -158,15 +167,19 @@ async fn auto_create(broker: &Broker, names: &[String]) {
                 tracing::debug!(topic = %name, %message, "auto-create raced another")
             }
             Err((code, message)) => {
-                tracing::warn!(topic = %name, code, %message, "auto-create failed")
+                tracing::warn!(topic = %name, error = %errors::name(code), %message, "auto-create refused");
+                refused.insert(name.clone(), code);
             }
         }
     }
     broker
         .wait_for_image(AUTO_CREATE_WAIT, |image| {
-            names.iter().all(|n| image.topic_by_name(n).is_some())
+            names
+                .iter()
+                .all(|n| refused.contains_key(n) || image.topic_by_name(n).is_some())
         })
         .await;
+    refused
 }
 
 fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> MetadataResponseTopic {

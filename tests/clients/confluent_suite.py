@@ -440,6 +440,11 @@ def case_partition_limit():
     check(error_code(grow["fits"]) is None, "growing fits to 10")
     check(len(client.list_topics("fits", timeout=10).topics["fits"].partitions) == 10, "fits has 10")
     refused(create(client, "one-more", 1), "an 11th partition")
+    # An auto-create the cap refuses is answered with the refusal, not LEADER_NOT_AVAILABLE.
+    md = client.list_topics("auto-made", timeout=10)
+    err = md.topics["auto-made"].error
+    check(err is not None and err.code() == KafkaError.INVALID_PARTITIONS,
+          f"metadata for a refused auto-create: {err}")
     # Deleting a topic frees its room.
     check(error_code(client.delete_topics(["fits"], operation_timeout=10)["fits"]) is None, "delete fits")
     check(error_code(create(client, "too-many", 5)) is None, "5 partitions after the delete")
