@@ -511,10 +511,11 @@ impl ControllerService {
                         _ => None,
                     })
                     .unwrap_or(registration.broker_epoch);
+                // An earlier incarnation ended in the same commit (see `register_broker`).
                 if records.iter().any(|r| {
-                    !matches!(
+                    matches!(
                         r,
-                        MetadataRecord::RegisterBroker(_) | MetadataRecord::BrokerCapacity { .. }
+                        MetadataRecord::FenceBroker { .. } | MetadataRecord::PartitionChange(_)
                     )
                 }) {
                     tracing::info!(
