@@ -661,13 +661,14 @@ fn preferred_leaders_come_back_by_request_and_by_rebalance() {
     }
 }
 
-/// `sluice topics reassign` of partition 0 of `topic` to `replicas`, through the broker on
+/// `sluice topics reassign` of `partition` of `topic` to `replicas`, through the broker on
 /// `port`, waiting up to 60 s.
-fn reassign(port: u16, topic: &str, replicas: &str) -> std::process::Output {
+fn reassign(port: u16, topic: &str, partition: i32, replicas: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["topics", "reassign", "--bootstrap-server"])
         .arg(format!("127.0.0.1:{port}"))
-        .args(["--topic", topic, "--partition", "0", "--replicas", replicas])
+        .args(["--topic", topic, "--partition", &partition.to_string()])
+        .args(["--replicas", replicas])
         .args(["--wait-seconds", "60"])
         .output()
         .expect("sluice topics reassign")
@@ -690,7 +691,7 @@ fn reassignment_moves_replicas_without_loss() {
     cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
         producer.count() >= 5_000
     });
-    let output = reassign(cluster.nodes[1].kafka_port, "moved", "4,2,3");
+    let output = reassign(cluster.nodes[1].kafka_port, "moved", 0, "4,2,3");
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success() && printed.contains("done after"),
@@ -734,7 +735,7 @@ fn reassignment_moves_replicas_without_loss() {
     // empty because that broker's image did not hold the move yet.)
     confluent_cluster(&cluster, "create-assigned", &["widened", "3"]);
     let asked = cluster.nodes[1].kafka_port;
-    let output = reassign(asked, "widened", "2,3,1");
+    let output = reassign(asked, "widened", 0, "2,3,1");
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success() && printed.contains("done after"),
@@ -743,6 +744,56 @@ fn reassignment_moves_replicas_without_loss() {
     let (_, _, mut isr) = Client::connect(asked).partition_leader("widened", 0);
     isr.sort_unstable();
     assert_eq!(isr, vec![1, 2, 3], "ISR right after '{}'", printed.trim());
+}
+
+/// A move onto a broker at its `max.broker.partitions` is refused with
+/// INVALID_REPLICA_ASSIGNMENT (kafkajs, and `sluice topics reassign` with the reason), also
+/// when an earlier move of the same request took the last room, and nothing of it commits.
+#[test]
+fn moves_onto_a_full_broker_are_refused() {
+    let cluster = Cluster::start_with_voters(2, 1, &["max.broker.partitions=2"]);
+    confluent_cluster(&cluster, "create-assigned", &["full", "1/1"]);
+    confluent_cluster(&cluster, "create-assigned", &["half", "2"]);
+    // Broker 2 has room for one more: the first move takes it, the second is refused.
+    let output = Command::new("node")
+        .args([
+            "kafkajs_reassign.js",
+            &cluster.bootstrap(),
+            "full",
+            "0=2",
+            "1=2",
+        ])
+        .current_dir(clients_dir())
+        .output()
+        .expect("node kafkajs_reassign.js (scripts/test installs kafkajs)");
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        ["full-0 ok", "full-1 INVALID_REPLICA_ASSIGNMENT"],
+        "{printed}"
+    );
+    cluster.wait_until("full-0 moved to broker 2", Duration::from_secs(30), |c| {
+        leaders(c, "full")[0].2 == [2]
+    });
+    let output = reassign(cluster.nodes[0].kafka_port, "full", 1, "2");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("INVALID_REPLICA_ASSIGNMENT")
+            && stderr.contains("broker 2 hosts 2 partition replicas")
+            && stderr.contains("max.broker.partitions is 2"),
+        "{stderr}"
+    );
+    assert_eq!(
+        leaders(&cluster, "full")[1].2,
+        [1],
+        "the refused move left full-1 alone"
+    );
 }
 
 /// KIP-279: two failovers in a row under load (the first new leader dies too), then both old

@@ -3,29 +3,38 @@
 
 use super::*;
 
+/// Why one partition's move is refused: a Kafka error code and a message that says what to do.
+pub type Refusal = (i16, String);
+
 /// AlterPartitionReassignments for one partition: `Some(target)` starts (or redirects) a move
 /// to those replicas: they are added to the replica set now and follow the leader; once all
 /// are in the ISR, `complete_reassignments` drops the others. `None` cancels a move, back to
 /// the replicas it started from.
+///
+/// A broker a move adds hosts the replica from the start, so a move that would put a broker
+/// past its `max.broker.partitions` is refused. `adding` counts, per broker, the replicas that
+/// moves decided earlier in the same request add (not yet in `image`); this move's are added.
 pub fn reassign(
     image: &MetadataImage,
     topic: &str,
     partition: i32,
     target: Option<Vec<BrokerId>>,
-) -> Result<Vec<MetadataRecord>, i16> {
-    let unknown = || ControllerError::UnknownTopicOrPartition(format!("{topic}-{partition}"));
-    let topic_image = image
-        .topic_by_name(topic)
-        .ok_or_else(|| unknown().kafka_error_code())?;
-    let current = topic_image
-        .partitions
-        .get(&partition)
-        .ok_or_else(|| unknown().kafka_error_code())?;
+    adding: &mut BTreeMap<BrokerId, u32>,
+) -> Result<Vec<MetadataRecord>, Refusal> {
+    let unknown = || {
+        let error = ControllerError::UnknownTopicOrPartition(format!("{topic}-{partition}"));
+        (error.kafka_error_code(), error.to_string())
+    };
+    let topic_image = image.topic_by_name(topic).ok_or_else(unknown)?;
+    let current = topic_image.partitions.get(&partition).ok_or_else(unknown)?;
     let key = (topic_image.id, partition);
     let ongoing = image.reassignments.get(&key);
     let Some(target) = target else {
         let Some(ongoing) = ongoing else {
-            return Err(NO_REASSIGNMENT_IN_PROGRESS);
+            return Err((
+                NO_REASSIGNMENT_IN_PROGRESS,
+                format!("no reassignment of {topic}-{partition} is in progress"),
+            ));
         };
         let original = ongoing.original.clone();
         let mut change = PartitionChange {
@@ -61,7 +70,10 @@ pub fn reassign(
     let mut distinct = target.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    let invalid = |why: String| ControllerError::InvalidReplicaAssignment(why).kafka_error_code();
+    let invalid = |why: String| {
+        let error = ControllerError::InvalidReplicaAssignment(why);
+        (error.kafka_error_code(), error.to_string())
+    };
     if target.is_empty() || distinct.len() != target.len() {
         return Err(invalid(format!("replicas {target:?}")));
     }
@@ -75,6 +87,27 @@ pub fn reassign(
     // Target first (its first replica becomes the preferred leader), then those leaving.
     let mut replicas = target.clone();
     replicas.extend(current.replicas.iter().filter(|b| !target.contains(b)));
+    let added: Vec<BrokerId> = target
+        .iter()
+        .copied()
+        .filter(|b| !current.replicas.contains(b))
+        .collect();
+    for broker in &added {
+        let Some(max) = image.broker_partitions_max.get(broker).copied() else {
+            continue;
+        };
+        let hosted = image.replica_count(*broker) + adding.get(broker).copied().unwrap_or(0);
+        if hosted >= max {
+            return Err(invalid(format!(
+                "broker {broker} hosts {hosted} partition replicas and its \
+                 max.broker.partitions is {max}; move replicas off it, delete unused topics, or raise max.broker.partitions \
+                 on broker {broker} if its memory allows"
+            )));
+        }
+    }
+    for broker in added {
+        *adding.entry(broker).or_default() += 1;
+    }
     Ok(vec![
         MetadataRecord::Reassignment {
             topic_id: topic_image.id,

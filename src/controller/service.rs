@@ -16,7 +16,7 @@
 //! listener refuses connections is fenced at once. A paused or partitioned broker neither
 //! closes the connection nor refuses one: it waits out its session.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -152,6 +152,9 @@ pub enum ControllerResponse {
         code: i16,
         message: String,
     },
+    /// AlterPartitionReassignments results: (topic, partition, error code, message), the moves
+    /// committed. (A controller before this variant answers `Elections`, without messages.)
+    Reassignments(Vec<(String, i32, i16, String)>),
 }
 
 /// Records to commit, and what the response reports: a broker epoch, the fenced state.
@@ -411,19 +414,22 @@ impl ControllerService {
         if let ControllerRequest::Reassign(moves) = &request {
             let mut results = Vec::with_capacity(moves.len());
             let mut records = Vec::new();
+            let mut adding = BTreeMap::new();
             for (topic, partition, target) in moves {
-                match super::reassign(&image, topic, *partition, target.clone()) {
+                match super::reassign(&image, topic, *partition, target.clone(), &mut adding) {
                     Ok(mut decided) => {
                         records.append(&mut decided);
-                        results.push((topic.clone(), *partition, 0));
+                        results.push((topic.clone(), *partition, 0, String::new()));
                     }
-                    Err(code) => results.push((topic.clone(), *partition, code)),
+                    Err((code, message)) => {
+                        results.push((topic.clone(), *partition, code, message))
+                    }
                 }
             }
             if let Err(refused) = commit(&quorum, records).await {
                 return refused;
             }
-            return ControllerResponse::Elections(results);
+            return ControllerResponse::Reassignments(results);
         }
         if let ControllerRequest::ElectLeaders {
             election_type,

@@ -556,7 +556,14 @@ fn reassignments_elect_the_first_live_in_sync_target_in_replica_order() {
     let target = vec![outside[1], outside[0], follower];
     let image = apply(
         &image,
-        reassign(&image, "moving", 0, Some(target.clone())).unwrap(),
+        reassign(
+            &image,
+            "moving",
+            0,
+            Some(target.clone()),
+            &mut BTreeMap::new(),
+        )
+        .unwrap(),
     );
     // Every replica caught up: the ISR lists them in another order than the target.
     let mut everyone = image.partition(Uuid(9), 0).unwrap().replicas.clone();
@@ -587,7 +594,7 @@ fn reassignments_elect_the_first_live_in_sync_target_in_replica_order() {
     );
     let cancelled = apply(
         &led_by_newcomer,
-        reassign(&led_by_newcomer, "moving", 0, None).unwrap(),
+        reassign(&led_by_newcomer, "moving", 0, None, &mut BTreeMap::new()).unwrap(),
     );
     let back = cancelled.partition(Uuid(9), 0).unwrap();
     assert_eq!(back.replicas, start.replicas);
@@ -672,4 +679,62 @@ fn creates_past_a_brokers_partition_limit_are_refused_and_placement_avoids_full_
         &image,
         create_topic(&image, &past, Uuid(5), &DEFAULTS).unwrap(),
     );
+}
+
+#[test]
+fn moves_past_a_brokers_partition_limit_are_refused() {
+    // Broker 3 hosts at most 2 replicas; brokers 1 and 2 did not say.
+    let image = cluster_with_capacity(3, |id| (id == 3).then_some(2));
+    let on_one = NewTopic {
+        name: "m".into(),
+        partitions: 3,
+        replication_factor: 1,
+        assignments: (0..3).map(|p| (p, vec![1])).collect(),
+        ..Default::default()
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &on_one, Uuid(1), &DEFAULTS).unwrap(),
+    );
+    let refused = |result: Result<Vec<MetadataRecord>, Refusal>| match result {
+        Err((code, message)) => {
+            assert_eq!(code, errors::INVALID_REPLICA_ASSIGNMENT);
+            message
+        }
+        Ok(records) => panic!("expected INVALID_REPLICA_ASSIGNMENT, got {records:?}"),
+    };
+
+    // In one request, two moves onto broker 3 fit and the third does not: the count
+    // includes the moves decided before it.
+    let mut adding = BTreeMap::new();
+    let mut records = Vec::new();
+    for partition in 0..2 {
+        records.extend(reassign(&image, "m", partition, Some(vec![3]), &mut adding).unwrap());
+    }
+    let message = refused(reassign(&image, "m", 2, Some(vec![3]), &mut adding));
+    assert!(
+        message.contains("broker 3 hosts 2 partition replicas")
+            && message.contains("max.broker.partitions is 2"),
+        "{message}"
+    );
+    // Broker 3 hosts the moving replicas from the start.
+    let image = apply(&image, records);
+    assert_eq!(image.replica_count(3), 2);
+    refused(reassign(
+        &image,
+        "m",
+        2,
+        Some(vec![3]),
+        &mut BTreeMap::new(),
+    ));
+    // A move that keeps broker 3 where it is, or onto a broker without a limit, is not
+    // counted against it; cancelling frees its room.
+    reassign(&image, "m", 0, Some(vec![3]), &mut BTreeMap::new()).unwrap();
+    reassign(&image, "m", 2, Some(vec![2]), &mut BTreeMap::new()).unwrap();
+    let image = apply(
+        &image,
+        reassign(&image, "m", 0, None, &mut BTreeMap::new()).unwrap(),
+    );
+    assert_eq!(image.replica_count(3), 1);
+    reassign(&image, "m", 2, Some(vec![3]), &mut BTreeMap::new()).unwrap();
 }

@@ -70,11 +70,17 @@ pub async fn alter(
             .call_controller(ControllerRequest::Reassign(moves.clone()), timeout)
             .await
         {
+            Ok(ControllerResponse::Reassignments(outcomes)) => {
+                for (topic, partition, code, message) in outcomes {
+                    results.insert((topic, partition), (code, message));
+                }
+            }
+            // A controller of an earlier version: codes without messages.
             Ok(ControllerResponse::Elections(outcomes)) => {
                 for (topic, partition, code) in outcomes {
                     let message = match code {
                         0 => String::new(),
-                        85 => "no reassignment in progress".into(),
+                        errors::NO_REASSIGNMENT_IN_PROGRESS => "no reassignment in progress".into(),
                         _ => "reassignment refused".into(),
                     };
                     results.insert((topic, partition), (code, message));
