@@ -36,6 +36,9 @@ pub struct TopicImage {
     pub partitions: BTreeMap<i32, PartitionRegistration>,
 }
 
+/// The broker config that caps the partition replicas a broker hosts (KIP-578's name).
+pub const PARTITIONS_MAX_KEY: &str = "max.broker.partitions";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct MetadataImage {
     /// The Raft log index of the last record applied.
@@ -101,6 +104,22 @@ impl MetadataImage {
     }
 
     /// How many partition replicas `broker` hosts.
+    /// The most partition replicas `broker` hosts: `max.broker.partitions` set dynamically for
+    /// it, else set dynamically as the cluster-wide default, else what its registration
+    /// reported (its `server.properties` or memory). A dynamic -1 defers to the next of these.
+    /// `None`: no limit known.
+    pub fn partitions_max(&self, broker: BrokerId) -> Option<u32> {
+        let dynamic = |resource: ConfigResource| {
+            self.configs
+                .get(&resource)
+                .and_then(|configs| configs.get(PARTITIONS_MAX_KEY))
+                .and_then(|value| value.parse::<u32>().ok())
+        };
+        dynamic(ConfigResource::Broker(Some(broker)))
+            .or_else(|| dynamic(ConfigResource::Broker(None)))
+            .or_else(|| self.broker_partitions_max.get(&broker).copied())
+    }
+
     pub fn replica_count(&self, broker: BrokerId) -> u32 {
         self.replica_counts.get(&broker).copied().unwrap_or(0)
     }
@@ -691,6 +710,51 @@ mod tests {
         assert_eq!(
             MetadataImage::decode(&image.encode()).expect("decode"),
             image
+        );
+    }
+
+    #[test]
+    fn dynamic_max_broker_partitions_overrides_the_registered_one() {
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        for id in [1, 2] {
+            delta.replay(&broker(id, id as i64)).expect("broker");
+            delta
+                .replay(&MetadataRecord::BrokerCapacity {
+                    broker_id: id,
+                    broker_epoch: id as i64,
+                    partitions_max: 70,
+                })
+                .expect("capacity");
+        }
+        let set = |delta: &mut MetadataDelta, broker: Option<BrokerId>, value: &str| {
+            delta
+                .replay(&MetadataRecord::Config {
+                    resource: ConfigResource::Broker(broker),
+                    name: PARTITIONS_MAX_KEY.into(),
+                    value: Some(value.into()),
+                })
+                .expect("config");
+        };
+        let image = delta.apply(1);
+        assert_eq!(
+            [1, 2, 3].map(|b| image.partitions_max(b)),
+            [Some(70), Some(70), None]
+        );
+        // Cluster-wide, then for broker 2 alone (which wins); -1 defers to the next.
+        let mut delta = MetadataDelta::new(&image);
+        set(&mut delta, None, "50");
+        set(&mut delta, Some(2), "20");
+        let image = delta.apply(2);
+        assert_eq!(
+            [1, 2, 3].map(|b| image.partitions_max(b)),
+            [Some(50), Some(20), Some(50)]
+        );
+        let mut delta = MetadataDelta::new(&image);
+        set(&mut delta, None, "-1");
+        let image = delta.apply(3);
+        assert_eq!(
+            [1, 2, 3].map(|b| image.partitions_max(b)),
+            [Some(70), Some(20), None]
         );
     }
 

@@ -421,14 +421,18 @@ pub const KEYS: &[Key] = &[
         "",
         "the rack replicas are spread across",
     ),
-    broker(
-        "max.broker.partitions",
-        int(-1, I32_MAX),
-        "-1",
-        "the most partition replicas this broker hosts; creates past it are refused \
-         (INVALID_PARTITIONS). -1: one per 256 KiB of memory (physical or the cgroup limit, \
-         the smaller)",
-    ),
+    Key {
+        dynamic: true,
+        ..broker(
+            "max.broker.partitions",
+            int(-1, I32_MAX),
+            "-1",
+            "the most partition replicas this broker hosts; creates and moves past it are \
+             refused (INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT). -1: one per 256 KiB of \
+             memory (physical or the cgroup limit, the smaller). Dynamic: a value set for a \
+             broker, or cluster-wide, overrides it at once; -1 there defers to the next",
+        )
+    },
     broker(
         "num.partitions",
         int(1, I32_MAX),

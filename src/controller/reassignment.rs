@@ -93,7 +93,7 @@ pub fn reassign(
         .filter(|b| !current.replicas.contains(b))
         .collect();
     for broker in &added {
-        let Some(max) = image.broker_partitions_max.get(broker).copied() else {
+        let Some(max) = image.partitions_max(*broker) else {
             continue;
         };
         let hosted = image.replica_count(*broker) + adding.get(broker).copied().unwrap_or(0);

@@ -920,10 +920,7 @@ fn describe(
                 .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
                 .collect(),
             partitions: image.replica_count(b.registration.broker_id),
-            partitions_max: image
-                .broker_partitions_max
-                .get(&b.registration.broker_id)
-                .copied(),
+            partitions_max: image.partitions_max(b.registration.broker_id),
         })
         .collect();
     QuorumDescription {

@@ -217,9 +217,8 @@ fn with_room(image: &MetadataImage, candidates: Vec<Candidate>, factor: usize) -
         .iter()
         .filter(|c| {
             image
-                .broker_partitions_max
-                .get(&c.id)
-                .is_none_or(|max| image.replica_count(c.id) < *max)
+                .partitions_max(c.id)
+                .is_none_or(|max| image.replica_count(c.id) < max)
         })
         .cloned()
         .collect();
@@ -243,7 +242,7 @@ fn check_capacity(
         }
     }
     for (broker, new) in added {
-        let Some(max) = image.broker_partitions_max.get(&broker).copied() else {
+        let Some(max) = image.partitions_max(broker) else {
             continue;
         };
         let hosted = image.replica_count(broker);

@@ -420,13 +420,13 @@ def case_partition_limit():
     INVALID_PARTITIONS and a message naming the limit, and nothing of them is committed."""
     client = admin()
 
-    def refused(future, what):
+    def refused(future, what, limit=10):
         try:
             future.result(timeout=20)
         except KafkaException as e:
             error = e.args[0]
             check(error.code() == KafkaError.INVALID_PARTITIONS, f"{what} gave {error}")
-            check("max.broker.partitions of 10" in error.str(), f"{what} said {error.str()}")
+            check(f"max.broker.partitions of {limit}" in error.str(), f"{what} said {error.str()}")
             return
         raise AssertionError(f"{what} was accepted")
 
@@ -448,6 +448,27 @@ def case_partition_limit():
     # Deleting a topic frees its room.
     check(error_code(client.delete_topics(["fits"], operation_timeout=10)["fits"]) is None, "delete fits")
     check(error_code(create(client, "too-many", 5)) is None, "5 partitions after the delete")
+
+    # The limit changed at run time (a dynamic broker config) counts at once, and removing it
+    # goes back to the static 10.
+    def set_limit(value):
+        operation = AlterConfigOpType.SET if value else AlterConfigOpType.DELETE
+        r = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+            ConfigEntry("max.broker.partitions", value, incremental_operation=operation)])
+        client.incremental_alter_configs([r])[r].result(timeout=10)
+
+    set_limit("7")
+    broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+    entry = client.describe_configs([broker])[broker].result(timeout=10)["max.broker.partitions"]
+    check(entry.value == "7" and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+          and not entry.is_read_only, f"max.broker.partitions described as {entry}")
+    refused(create(client, "past-seven", 3), "3 more past a dynamic 7", limit=7)
+    check(error_code(create(client, "two", 2)) is None, "2 more up to a dynamic 7")
+    set_limit(None)
+    check(error_code(create(client, "three", 3)) is None, "3 more after the dynamic 7 is removed")
+    refused(create(client, "past-ten", 1), "one past the static 10 again")
+    for topic, future in client.delete_topics(["two", "three"], operation_timeout=10).items():
+        check(error_code(future) is None, f"delete {topic}")
 
 
 def case_auto_create():
