@@ -796,6 +796,75 @@ fn moves_onto_a_full_broker_are_refused() {
     );
 }
 
+/// A leader whose log fails while it runs (writes get an I/O error) reports it: another ISR
+/// member leads within seconds, the producer goes on, the failed replica leaves the ISR and
+/// copies nothing more. Then a follower's log fails: it leaves that ISR, the leader stays.
+/// Every acknowledged record is kept.
+#[test]
+fn a_leader_whose_log_fails_hands_its_leadership_over() {
+    let cluster = Cluster::start_with_write_faults(
+        3,
+        3,
+        &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
+    );
+    confluent_cluster(&cluster, "create-assigned", &["failing", "1,2,3/2,3,1"]);
+    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+        leaders(c, "failing")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    let producer = AckedProducer::start(&cluster, "failing");
+    cluster.wait_until("3,000 acknowledged", Duration::from_secs(60), |_| {
+        producer.count() >= 3_000
+    });
+    let failed_at = Instant::now();
+    cluster.fail_writes(0, &["failing-0"]);
+    cluster.wait_until(
+        "partition 0 led by another ISR member, broker 1 out of its ISR",
+        Duration::from_secs(30),
+        |c| {
+            let (_, leader, isr) = leaders(c, "failing")[0].clone();
+            leader != 1 && !isr.contains(&1) && isr.len() == 2
+        },
+    );
+    println!(
+        "new leader of failing-0 {:.1} s after its log failed",
+        failed_at.elapsed().as_secs_f64()
+    );
+    let before = producer.count();
+    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+        producer.count() >= before + 3_000
+    });
+    let (_, leader, isr) = leaders(&cluster, "failing")[1].clone();
+    assert_eq!((leader, isr.len()), (2, 3), "partition 1 moved");
+    // A follower's log failing: broker 3 leaves partition 1's ISR, which keeps its leader.
+    cluster.fail_writes(2, &["failing-1"]);
+    cluster.wait_until(
+        "broker 3 out of partition 1's ISR",
+        Duration::from_secs(30),
+        |c| {
+            let (_, leader, isr) = leaders(c, "failing")[1].clone();
+            leader == 2 && !isr.contains(&3) && isr.len() == 2
+        },
+    );
+    let before = producer.count();
+    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+        producer.count() >= before + 3_000
+    });
+    let acked = producer.stop();
+    let stored = assert_acked_stored_once_in_order(&cluster, "failing", &acked);
+    println!(
+        "log failures: {} acknowledged, {stored} stored, none lost",
+        acked.len()
+    );
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("reported replicas with failed logs to the controller"),
+        "{}",
+        support::tail(&logs, 60)
+    );
+}
+
 /// KIP-279: two failovers in a row under load (the first new leader dies too), then both old
 /// leaders return: every acknowledged record is kept and all three replicas end identical.
 #[test]

@@ -59,6 +59,43 @@ pub(super) fn without_broker(
     (change.leader.is_some() || change.isr.is_some()).then_some(change)
 }
 
+/// The broker's logs of these partitions failed (a storage error while running, or a log it
+/// could not open at start): it leaves their ISRs, and their leaderships move to other live
+/// ISR members, as Kafka does for the replicas of an offline log directory. Where it was the
+/// last ISR member the ISR keeps it, and a partition it led goes leaderless (offline) unless
+/// the topic allows an unclean election. Partitions it does not host are skipped.
+pub fn replicas_offline(
+    image: &MetadataImage,
+    broker: BrokerId,
+    partitions: &[(Uuid, i32)],
+    defaults: &Defaults,
+) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for (topic_id, partition) in partitions {
+        let Some(topic) = image.topics.get(topic_id) else {
+            continue;
+        };
+        let Some(current) = topic.partitions.get(partition) else {
+            continue;
+        };
+        if !current.replicas.contains(&broker) {
+            continue;
+        }
+        if let Some(change) = without_broker(
+            image,
+            &topic.name,
+            *topic_id,
+            *partition,
+            current,
+            broker,
+            defaults,
+        ) {
+            records.push(MetadataRecord::PartitionChange(change));
+        }
+    }
+    records
+}
+
 /// A broker missed its heartbeats (or shut down): fence it and move its leaderships.
 pub fn fence_broker(
     image: &MetadataImage,

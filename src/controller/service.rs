@@ -92,6 +92,13 @@ pub enum ControllerRequest {
         registration: RegisterBroker,
         partitions_max: u32,
     },
+    /// A broker's logs of these partitions (topic id, partition) failed: it leaves their ISRs
+    /// and leaderships (`replicas_offline`).
+    ReplicasOffline {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        partitions: Vec<(Uuid, i32)>,
+    },
 }
 
 /// What `sluice cluster status` shows: the quorum as its leader sees it.
@@ -585,6 +592,24 @@ impl ControllerService {
                     );
                     super::fence_broker(&image, broker_id, &self.defaults)
                         .map(|r| (r, None, Some(true)))
+                }
+                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
+            },
+            ControllerRequest::ReplicasOffline {
+                broker_id,
+                broker_epoch,
+                partitions,
+            } => match image.brokers.get(&broker_id) {
+                Some(b) if b.registration.broker_epoch == broker_epoch => {
+                    let records =
+                        super::replicas_offline(&image, broker_id, &partitions, &self.defaults);
+                    tracing::info!(
+                        broker_id,
+                        partitions = partitions.len(),
+                        changes = records.len(),
+                        "replicas offline after storage errors: moving their leaderships and out of the ISRs"
+                    );
+                    Ok((records, None, None))
                 }
                 _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
             },

@@ -738,3 +738,44 @@ fn moves_past_a_brokers_partition_limit_are_refused() {
     assert_eq!(image.replica_count(3), 1);
     reassign(&image, "m", 2, Some(vec![3]), &mut BTreeMap::new()).unwrap();
 }
+
+#[test]
+fn replicas_whose_log_failed_leave_the_isr_and_hand_over_leadership() {
+    let image = cluster(3);
+    let replicated = NewTopic {
+        name: "r".into(),
+        partitions: 2,
+        replication_factor: 3,
+        assignments: [(0, vec![1, 2, 3]), (1, vec![2, 3, 1])].into(),
+        ..Default::default()
+    };
+    let single = NewTopic {
+        name: "s".into(),
+        partitions: 1,
+        replication_factor: 1,
+        assignments: [(0, vec![1])].into(),
+        ..Default::default()
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &replicated, Uuid(1), &DEFAULTS).unwrap(),
+    );
+    let image = apply(
+        &image,
+        create_topic(&image, &single, Uuid(2), &DEFAULTS).unwrap(),
+    );
+    // Broker 1's logs of r-0 (it leads), r-1 (it follows) and s-0 (alone) failed; r-0 of a
+    // topic it does not host is skipped.
+    let failed = [(Uuid(1), 0), (Uuid(1), 1), (Uuid(2), 0), (Uuid(9), 0)];
+    let records = replicas_offline(&image, 1, &failed, &DEFAULTS);
+    let image = apply(&image, records);
+    let r0 = image.partition(Uuid(1), 0).unwrap();
+    assert_eq!((r0.leader, r0.isr.clone()), (2, vec![2, 3]));
+    let r1 = image.partition(Uuid(1), 1).unwrap();
+    assert_eq!((r1.leader, r1.isr.clone()), (2, vec![2, 3]));
+    // The last ISR member stays in it, and the partition goes leaderless (offline).
+    let s0 = image.partition(Uuid(2), 0).unwrap();
+    assert_eq!((s0.leader, s0.isr.clone()), (NO_LEADER, vec![1]));
+    // Said again, nothing changes.
+    assert!(replicas_offline(&image, 1, &failed, &DEFAULTS).is_empty());
+}

@@ -1,5 +1,8 @@
-//! A storage fault hook for the fault-injection suite (`jepsen/`): it lets a harness drop, after
-//! a kill -9, the segment bytes that were never fdatasync'ed, as a power cut would.
+//! Storage fault hooks for fault-injection tests. Without their environment variables they
+//! cost one atomic load per use.
+//!
+//! The sync journal lets a harness (`jepsen/`) drop, after a kill -9, the segment bytes that
+//! were never fdatasync'ed, as a power cut would.
 //!
 //! With `SLUICE_FAULT_SYNC_JOURNAL=<file>` in the environment, the log appends one line
 //! `<bytes> <segment path>` to that file whenever it knows a prefix of a segment's data is
@@ -11,10 +14,33 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 pub const SYNC_JOURNAL_ENV: &str = "SLUICE_FAULT_SYNC_JOURNAL";
+
+/// With `SLUICE_FAULT_FAIL_WRITES=<file>` in the environment, writes to the log of a partition
+/// named (`topic-partition`) on a line of that file fail with an I/O error, as on a failing
+/// disk: the test writes the file when the fault should begin. Used by `tests/replication.rs`.
+pub const FAIL_WRITES_ENV: &str = "SLUICE_FAULT_FAIL_WRITES";
+
+/// The injected error for a write to `topic_partition`'s log, when the fault hook names it.
+pub fn injected_write_error(topic_partition: &impl std::fmt::Display) -> Option<std::io::Error> {
+    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let file = FILE
+        .get_or_init(|| {
+            let path = PathBuf::from(std::env::var_os(FAIL_WRITES_ENV)?);
+            tracing::warn!(file = %path.display(), "storage fault hook on: writes to the partitions this file names fail");
+            Some(path)
+        })
+        .as_ref()?;
+    let named = std::fs::read_to_string(file).ok()?;
+    let topic_partition = topic_partition.to_string();
+    named
+        .lines()
+        .any(|l| l.trim() == topic_partition)
+        .then(|| std::io::Error::other(format!("injected write failure ({FAIL_WRITES_ENV})")))
+}
 
 fn journal() -> Option<&'static Mutex<File>> {
     static JOURNAL: OnceLock<Option<Mutex<File>>> = OnceLock::new();

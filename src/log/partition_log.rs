@@ -39,6 +39,10 @@ use crate::protocol::codec;
 /// The longest a flusher waits for concurrent appenders to join its fsync.
 const GROUP_COMMIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// Logs this process took offline after a storage error, counted: the replica layer checks
+/// its logs for ones to report to the controller only when this moves.
+pub static LOGS_GONE_OFFLINE: AtomicU64 = AtomicU64::new(0);
+
 /// Who is appending as leader: clients may not write control batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOrigin {
@@ -396,6 +400,7 @@ impl Log {
         if error.is_storage_error() {
             tracing::error!(topic_partition = %self.topic_partition, %error, "log is going offline");
             self.offline.store(true, Ordering::Release);
+            LOGS_GONE_OFFLINE.fetch_add(1, Ordering::Release);
         }
         Err(error)
     }
@@ -586,6 +591,9 @@ impl Log {
         config: &LogConfig,
         now: i64,
     ) -> Result<()> {
+        if let Some(error) = super::fault::injected_write_error(&self.topic_partition) {
+            return Err(LogError::io(state.active().path(), error));
+        }
         // Batches go to the active segment in runs; a run ends where the segment would
         // overflow (size, or offsets beyond what 32-bit index entries hold) and a roll follows.
         let mut start = 0;

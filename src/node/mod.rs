@@ -218,15 +218,21 @@ impl Node {
                     backoff_ms: config.replica_fetch_backoff_ms,
                 },
             )));
+            let voters: Vec<String> = config
+                .voters
+                .iter()
+                .map(|v| format!("{}:{}", v.host, v.port))
+                .collect();
             tasks.push(tokio::spawn(crate::replica::isr::run(
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
-                config
-                    .voters
-                    .iter()
-                    .map(|v| format!("{}:{}", v.host, v.port))
-                    .collect(),
+                voters.clone(),
                 Duration::from_millis(config.replica_lag_time_max_ms),
+            )));
+            tasks.push(tokio::spawn(crate::replica::offline::run(
+                Arc::clone(&replicas),
+                Arc::clone(&quorum),
+                voters,
             )));
             let listener_config = config
                 .listeners

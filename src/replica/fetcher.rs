@@ -101,7 +101,9 @@ fn followed_from(replicas: &ReplicaManager, leader: BrokerId) -> Vec<Arc<Partiti
     replicas
         .partitions()
         .into_iter()
-        .filter(|p| p.leader() == leader)
+        // A replica whose log failed copies nothing: it would only fail again, and it is
+        // reported to the controller instead (`offline`).
+        .filter(|p| p.leader() == leader && !p.is_offline())
         .collect()
 }
 

@@ -22,6 +22,12 @@ pub async fn run(
     loop {
         tokio::time::sleep(period).await;
         for partition in replicas.partitions() {
+            // A leader whose log failed changes no ISR: its report to the controller
+            // (`offline`) moves the leadership, and followers it could no longer serve
+            // must not be dropped before it goes.
+            if partition.is_offline() {
+                continue;
+            }
             let Some((state, isr)) = partition.wanted_isr(lag_max) else {
                 continue;
             };

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod compression;
 pub mod fetcher;
 pub mod isr;
+pub mod offline;
 pub mod partition;
 pub mod purgatory;
 
@@ -152,6 +153,32 @@ impl ReplicaManager {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .contains(tp)
+    }
+
+    /// Hosted partitions whose log is offline here: not opened at start, or taken offline by
+    /// a storage error since.
+    pub fn offline_partitions(&self) -> Vec<TopicPartition> {
+        let mut offline: Vec<TopicPartition> = self
+            .offline
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        offline.extend(
+            self.partitions
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter(|p| p.is_offline())
+                .map(|p| p.topic_partition.clone()),
+        );
+        offline
+    }
+
+    /// The broker epoch this process registered with (-1 before registering).
+    pub fn registered_epoch(&self) -> i64 {
+        self.registered_epoch.load(Ordering::Relaxed)
     }
 
     pub fn partitions(&self) -> Vec<Arc<Partition>> {

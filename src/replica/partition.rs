@@ -223,6 +223,11 @@ impl Partition {
     }
 
     /// The leader alone, without copying the replica set and ISR (scans of every partition).
+    /// Whether this replica's log went offline after a storage error.
+    pub fn is_offline(&self) -> bool {
+        self.log.is_offline()
+    }
+
     pub fn leader(&self) -> BrokerId {
         self.state.read().unwrap_or_else(|p| p.into_inner()).leader
     }

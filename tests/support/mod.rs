@@ -303,6 +303,8 @@ pub fn confluent(node: &SingleNode, case: &str, extra: &[&str]) -> String {
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<ClusterNode>,
+    /// The storage fault hook is armed on every node (`start_with_write_faults`).
+    write_faults: bool,
 }
 
 pub struct ClusterNode {
@@ -323,11 +325,32 @@ impl Cluster {
     /// `count` nodes, the first `voters` of them voters; the rest are broker-only nodes that
     /// follow the metadata log as learners.
     pub fn start_with_voters(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
+        Cluster::start_armed(count, voters, overrides, false)
+    }
+
+    /// As `start_with_voters`, with the storage fault hook armed on every node: `fail_writes`
+    /// then makes writes to the logs it names fail with an I/O error.
+    pub fn start_with_write_faults(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
+        Cluster::start_armed(count, voters, overrides, true)
+    }
+
+    /// From now on, writes on node `index` to the logs of `topic_partitions` (`topic-N`) fail.
+    pub fn fail_writes(&self, index: usize, topic_partitions: &[&str]) {
+        assert!(self.write_faults, "start_with_write_faults arms the hook");
+        let file = self.fail_writes_file(self.nodes[index].id);
+        std::fs::write(file, topic_partitions.join("\n")).expect("fault file");
+    }
+
+    fn fail_writes_file(&self, node_id: u64) -> PathBuf {
+        self.dir.path().join(format!("fail-writes-{node_id}"))
+    }
+
+    fn start_armed(count: u64, voters: u64, overrides: &[&str], write_faults: bool) -> Cluster {
         // Free ports are picked, released, then bound by the servers: a test running beside
         // this one can take one in between. A node that cannot bind exits at once; then the
         // whole cluster starts again on other ports.
         for _ in 0..2 {
-            let mut cluster = Cluster::try_start(count, voters, overrides);
+            let mut cluster = Cluster::try_start(count, voters, overrides, write_faults);
             if cluster.wait_for_gauge("sluice_brokers_unfenced", count as i64) {
                 return cluster;
             }
@@ -335,7 +358,7 @@ impl Cluster {
                 panic!("the cluster did not come up\n{}", tail(&cluster.logs(), 80));
             }
         }
-        let cluster = Cluster::try_start(count, voters, overrides);
+        let cluster = Cluster::try_start(count, voters, overrides, write_faults);
         cluster.wait_for_gauge_everywhere("sluice_brokers_unfenced", count as i64);
         cluster
     }
@@ -363,7 +386,7 @@ impl Cluster {
         false
     }
 
-    fn try_start(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
+    fn try_start(count: u64, voters: u64, overrides: &[&str], write_faults: bool) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let nodes: Vec<ClusterNode> = (1..=count)
             .map(|id| ClusterNode {
@@ -404,7 +427,11 @@ impl Cluster {
             }
             std::fs::write(&node.config, text).expect("config");
         }
-        let mut cluster = Cluster { dir, nodes };
+        let mut cluster = Cluster {
+            dir,
+            nodes,
+            write_faults,
+        };
         for index in 0..cluster.nodes.len() {
             cluster.start_node(index);
         }
@@ -421,20 +448,24 @@ impl Cluster {
 
     pub fn start_node(&mut self, index: usize) {
         let dir = self.dir.path().to_owned();
+        let fault_file = self
+            .write_faults
+            .then(|| self.fail_writes_file(self.nodes[index].id));
         let node = &mut self.nodes[index];
         node.runs += 1;
         let log = dir.join(format!("node-{}-run-{}.log", node.id, node.runs));
         let stderr = std::fs::File::create(&log).expect("log file");
-        node.child = Some(
-            Command::new(env!("CARGO_BIN_EXE_sluice"))
-                .arg("server")
-                .arg("--config")
-                .arg(&node.config)
-                .stdout(Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .expect("start sluice"),
-        );
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("server")
+            .arg("--config")
+            .arg(&node.config)
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        if let Some(file) = fault_file {
+            command.env("SLUICE_FAULT_FAIL_WRITES", file);
+        }
+        node.child = Some(command.spawn().expect("start sluice"));
     }
 
     pub fn kill9(&mut self, index: usize) {
