@@ -61,9 +61,10 @@ pub(super) fn without_broker(
 
 /// The broker's logs of these partitions failed (a storage error while running, or a log it
 /// could not open at start): it leaves their ISRs, and their leaderships move to other live
-/// ISR members, as Kafka does for the replicas of an offline log directory. Where it was the
-/// last ISR member the ISR keeps it, and a partition it led goes leaderless (offline) unless
-/// the topic allows an unclean election. Partitions it does not host are skipped.
+/// ISR members, as Kafka does for the replicas of an offline log directory. Where it is the
+/// last ISR member and leads, nothing changes unless the topic allows an unclean election:
+/// no one else holds every acknowledged record, and its answer, KAFKA_STORAGE_ERROR, says
+/// more than a leaderless partition would. Partitions it does not host are skipped.
 pub fn replicas_offline(
     image: &MetadataImage,
     broker: BrokerId,
@@ -81,7 +82,7 @@ pub fn replicas_offline(
         if !current.replicas.contains(&broker) {
             continue;
         }
-        if let Some(change) = without_broker(
+        let change = without_broker(
             image,
             &topic.name,
             *topic_id,
@@ -89,7 +90,8 @@ pub fn replicas_offline(
             current,
             broker,
             defaults,
-        ) {
+        );
+        if let Some(change) = change.filter(|c| c.leader != Some(NO_LEADER)) {
             records.push(MetadataRecord::PartitionChange(change));
         }
     }

@@ -80,7 +80,8 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, voters: Vec
                 tracing::warn!(
                     partitions = partitions.len(),
                     "reported replicas with failed logs to the controller: their leaderships \
-                     move and this broker leaves their ISRs until it restarts"
+                     move to other ISR members and this broker leaves their ISRs until it \
+                     restarts (a partition with no other ISR member stays here, offline)"
                 );
                 reported.extend(partitions);
             }
