@@ -78,6 +78,20 @@ impl AckedProducer {
     }
 }
 
+/// Creates `topic` with partitions on brokers 1,2,3 and 2,3,1, waits for full ISRs, and
+/// starts an acks=all producer on it; returns once `acked` records are acknowledged.
+fn replicated_under_load(cluster: &Cluster, topic: &str, acked: usize) -> AckedProducer {
+    confluent_cluster(cluster, "create-assigned", &[topic, "1,2,3/2,3,1"]);
+    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+        leaders(c, topic).iter().all(|(_, _, isr)| isr.len() == 3)
+    });
+    let producer = AckedProducer::start(cluster, topic);
+    cluster.wait_until("records acknowledged", Duration::from_secs(60), |_| {
+        producer.count() >= acked
+    });
+    producer
+}
+
 /// Every acknowledged record is stored exactly once, in order within its partition; returns
 /// the number stored.
 fn assert_acked_stored_once_in_order(cluster: &Cluster, topic: &str, acked: &[String]) -> usize {
@@ -683,14 +697,7 @@ fn reassignment_moves_replicas_without_loss() {
         3,
         &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
     );
-    confluent_cluster(&cluster, "create-assigned", &["moved", "1,2,3/2,3,1"]);
-    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
-        leaders(c, "moved").iter().all(|(_, _, isr)| isr.len() == 3)
-    });
-    let producer = AckedProducer::start(&cluster, "moved");
-    cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
-        producer.count() >= 5_000
-    });
+    let producer = replicated_under_load(&cluster, "moved", 5_000);
     let output = reassign(cluster.nodes[1].kafka_port, "moved", 0, "4,2,3");
     let printed = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
@@ -807,16 +814,7 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
         3,
         &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
     );
-    confluent_cluster(&cluster, "create-assigned", &["failing", "1,2,3/2,3,1"]);
-    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
-        leaders(c, "failing")
-            .iter()
-            .all(|(_, _, isr)| isr.len() == 3)
-    });
-    let producer = AckedProducer::start(&cluster, "failing");
-    cluster.wait_until("3,000 acknowledged", Duration::from_secs(60), |_| {
-        producer.count() >= 3_000
-    });
+    let producer = replicated_under_load(&cluster, "failing", 3_000);
     let failed_at = Instant::now();
     cluster.fail_writes(0, &["failing-0"]);
     cluster.wait_until(

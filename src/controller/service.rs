@@ -167,6 +167,20 @@ pub enum ControllerResponse {
 /// Records to commit, and what the response reports: a broker epoch, the fenced state.
 type Decision = (Vec<MetadataRecord>, Option<i64>, Option<bool>);
 
+/// The registration of `broker_id` when `broker_epoch` is its current incarnation's; a
+/// request from an earlier incarnation is refused.
+fn current_incarnation(
+    image: &sluice_raft::MetadataImage,
+    broker_id: BrokerId,
+    broker_epoch: i64,
+) -> Result<&sluice_raft::image::BrokerRegistration, ControllerError> {
+    image
+        .brokers
+        .get(&broker_id)
+        .filter(|b| b.registration.broker_epoch == broker_epoch)
+        .ok_or(ControllerError::StaleBrokerEpoch(broker_id))
+}
+
 /// Proposes a decision's records (none: nothing to do); the answer when they did not commit.
 async fn commit(quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<(), ControllerResponse> {
     if records.is_empty() {
@@ -545,20 +559,17 @@ impl ControllerService {
                 broker_id,
                 broker_epoch,
                 caught_up,
-            } => match image.brokers.get(&broker_id) {
-                Some(broker) if broker.registration.broker_epoch == broker_epoch => {
-                    self.sessions(metrics.current_term)
-                        .last_heard
-                        .insert(broker_id, Instant::now());
-                    if broker.fenced && caught_up {
-                        super::unfence_broker(&image, broker_id, broker_epoch)
-                            .map(|r| (r, None, Some(false)))
-                    } else {
-                        Ok((Vec::new(), None, Some(broker.fenced)))
-                    }
+            } => current_incarnation(&image, broker_id, broker_epoch).and_then(|broker| {
+                self.sessions(metrics.current_term)
+                    .last_heard
+                    .insert(broker_id, Instant::now());
+                if broker.fenced && caught_up {
+                    super::unfence_broker(&image, broker_id, broker_epoch)
+                        .map(|r| (r, None, Some(false)))
+                } else {
+                    Ok((Vec::new(), None, Some(broker.fenced)))
                 }
-                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
-            },
+            }),
             ControllerRequest::CreateTopic(topic) => super::create_topic(
                 &image,
                 &topic,
@@ -581,38 +592,32 @@ impl ControllerService {
             ControllerRequest::ControlledShutdown {
                 broker_id,
                 broker_epoch,
-            } => match image.brokers.get(&broker_id) {
-                Some(b) if b.registration.broker_epoch == broker_epoch => {
-                    self.sessions(metrics.current_term)
-                        .last_heard
-                        .remove(&broker_id);
-                    tracing::info!(
-                        broker_id,
-                        "controlled shutdown: moving the broker's leaderships"
-                    );
-                    super::fence_broker(&image, broker_id, &self.defaults)
-                        .map(|r| (r, None, Some(true)))
-                }
-                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
-            },
+            } => current_incarnation(&image, broker_id, broker_epoch).and_then(|_| {
+                self.sessions(metrics.current_term)
+                    .last_heard
+                    .remove(&broker_id);
+                tracing::info!(
+                    broker_id,
+                    "controlled shutdown: moving the broker's leaderships"
+                );
+                super::fence_broker(&image, broker_id, &self.defaults)
+                    .map(|r| (r, None, Some(true)))
+            }),
             ControllerRequest::ReplicasOffline {
                 broker_id,
                 broker_epoch,
                 partitions,
-            } => match image.brokers.get(&broker_id) {
-                Some(b) if b.registration.broker_epoch == broker_epoch => {
-                    let records =
-                        super::replicas_offline(&image, broker_id, &partitions, &self.defaults);
-                    tracing::info!(
-                        broker_id,
-                        partitions = partitions.len(),
-                        changes = records.len(),
-                        "replicas offline after storage errors: moving their leaderships and out of the ISRs"
-                    );
-                    Ok((records, None, None))
-                }
-                _ => Err(ControllerError::StaleBrokerEpoch(broker_id)),
-            },
+            } => current_incarnation(&image, broker_id, broker_epoch).map(|_| {
+                let records =
+                    super::replicas_offline(&image, broker_id, &partitions, &self.defaults);
+                tracing::info!(
+                    broker_id,
+                    partitions = partitions.len(),
+                    changes = records.len(),
+                    "replicas offline after storage errors: moving their leaderships and out of the ISRs"
+                );
+                (records, None, None)
+            }),
             ControllerRequest::AlterConfigs { resource, changes } => {
                 super::alter_configs(&image, &resource, &changes).map(|r| (r, None, None))
             }
