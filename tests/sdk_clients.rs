@@ -650,3 +650,100 @@ async fn consumer_groups_share_partitions_with_every_assignor_and_with_confluent
         "{error}"
     );
 }
+
+/// An nftables rule that drops the SYNs to a port on loopback, so a connect there hangs as
+/// to a partitioned broker; removed on drop.
+struct SynDrop {
+    table: String,
+}
+
+impl SynDrop {
+    fn on(port: u16) -> SynDrop {
+        let table = format!("sluice_syn_drop_{port}");
+        let script = format!(
+            "add table inet {table}\n\
+             add chain inet {table} input {{ type filter hook input priority 0; }}\n\
+             add rule inet {table} input tcp dport {port} tcp flags & (syn|ack) == syn drop\n"
+        );
+        let mut nft = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft (scripts/test installs nftables)");
+        use std::io::Write;
+        nft.stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("nft script");
+        assert!(nft.wait().expect("nft").success(), "nft refused {script}");
+        SynDrop { table }
+    }
+}
+
+impl Drop for SynDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+/// A leader the producer cannot reach (its connect hangs, as to a partitioned broker) delays
+/// only its own partitions: records for the other leader are delivered meanwhile, and the
+/// held one once the leader is reachable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_connect_hangs_delays_only_its_own_partitions() {
+    let cluster = support::Cluster::start_with_voters(2, 1, &[]);
+    support::confluent_cluster(&cluster, "create-assigned", &["split", "1/2"]);
+    // Bootstrapped from broker 1 only: no connection to broker 2 until partition 1 is sent to.
+    let bootstrap = format!("127.0.0.1:{}", cluster.nodes[0].kafka_port);
+    let producer = Producer::new(
+        ClientConfig::new(&bootstrap)
+            .set("linger.ms", "0")
+            .set("socket.connection.setup.timeout.ms", "60000")
+            .set("delivery.timeout.ms", "120000"),
+    )
+    .expect("producer");
+    let to = |partition: i32, value: &str| {
+        ProducerRecord::new("split", value.to_owned()).partition(partition)
+    };
+    producer
+        .send(to(0, "first"))
+        .await
+        .expect("send")
+        .await
+        .expect("first record to broker 1");
+    let blocked = SynDrop::on(cluster.nodes[1].kafka_port);
+    let mut held = producer.send(to(1, "held")).await.expect("send");
+    // Broker 1's partition goes on while the connect to broker 2 hangs (60 s): each record is
+    // delivered long before that.
+    for i in 0..20 {
+        let delivery = producer.send(to(0, &format!("r{i}"))).await.expect("send");
+        tokio::time::timeout(Duration::from_secs(20), delivery)
+            .await
+            .expect("a record to the reachable leader waited on the hanging one")
+            .expect("delivered");
+    }
+    assert!(
+        futures_poll_once(&mut held).await.is_none(),
+        "the record to the unreachable leader was answered"
+    );
+    drop(blocked);
+    let metadata = tokio::time::timeout(Duration::from_secs(90), held)
+        .await
+        .expect("the held record once broker 2 is reachable")
+        .expect("delivered");
+    assert_eq!(metadata.partition, 1);
+}
+
+/// Polls a future once: `Some` when it is ready.
+async fn futures_poll_once<F: std::future::Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut *future).poll(cx) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}

@@ -693,6 +693,10 @@ struct Outgoing {
 
 /// The sender: drains ready batches into Produce requests, one request task per leader.
 async fn run_sender(inner: Arc<Inner>) {
+    // One request queue per leader: a leader whose connection hangs (a partitioned broker's
+    // connect waits `socket.connection.setup.timeout.ms`) delays only its own partitions.
+    let mut leaders: HashMap<i32, tokio::sync::mpsc::UnboundedSender<Vec<Outgoing>>> =
+        HashMap::new();
     loop {
         if inner.closed.load(Ordering::Acquire)
             && inner
@@ -711,11 +715,19 @@ async fn run_sender(inner: Arc<Inner>) {
         refresh_stale_topics(&inner).await;
         let wake = inner.wake.notified();
         let (by_leader, next_deadline) = drain(&inner);
-        // Queued here, one after another, so each connection carries a partition's batches
-        // in sequence order; the answers are awaited apart.
         for (leader, batches) in by_leader {
-            let queued = queue_request(&inner, leader, &batches).await;
-            tokio::spawn(complete_request(inner.clone(), batches, queued));
+            let batches = match leaders.get(&leader) {
+                Some(queue) => match queue.send(batches) {
+                    Ok(()) => continue,
+                    Err(tokio::sync::mpsc::error::SendError(batches)) => batches,
+                },
+                None => batches,
+            };
+            let (queue, requests) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(send_to_leader(inner.clone(), leader, requests));
+            // A new channel takes every send.
+            let _ = queue.send(batches);
+            leaders.insert(leader, queue);
         }
         match next_deadline {
             Some(deadline) => {
@@ -723,6 +735,20 @@ async fn run_sender(inner: Arc<Inner>) {
             }
             None => wake.await,
         }
+    }
+}
+
+/// Queues the requests for `leader`, one after another, so its connection carries each
+/// partition's batches in sequence order; the answers are awaited apart. Ends when the sender
+/// drops its queue (the producer closed).
+async fn send_to_leader(
+    inner: Arc<Inner>,
+    leader: i32,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<Vec<Outgoing>>,
+) {
+    while let Some(batches) = requests.recv().await {
+        let queued = queue_request(&inner, leader, &batches).await;
+        tokio::spawn(complete_request(inner.clone(), batches, queued));
     }
 }
 
