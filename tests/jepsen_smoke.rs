@@ -114,8 +114,12 @@ fn group_commits_hold_while_members_crash_and_nodes_are_killed_and_paused() {
         "kill,pause",
         "--time",
         "25",
+        // A generation whose leader crashed ends only when the members' sessions do (6 s),
+        // and the next join waits for members that were told MEMBER_ID_REQUIRED (6 s more):
+        // 8 s after healing was too short on a loaded 2-core machine (no member had an
+        // assignment by the end).
         "--recovery",
-        "8",
+        "20",
         "--interval",
         "2",
         "--partitions",

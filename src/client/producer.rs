@@ -803,11 +803,11 @@ async fn refresh_stale_topics(inner: &Arc<Inner>) {
     }
 }
 
-/// The batches to send now, by leader, and when the next lingering batch is due.
-#[allow(clippy::type_complexity)]
 /// How much earlier than its linger a batch may go (the timer's granularity).
 const LINGER_SLACK: Duration = Duration::from_millis(1);
 
+/// The batches to send now, by leader, and when the next lingering batch is due.
+#[allow(clippy::type_complexity)]
 fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) {
     let settings = &inner.settings;
     let metadata = inner.cluster.cached();
