@@ -10,7 +10,10 @@ benchmark, built outside the repository; pass --rdkafka-performance):
 - one more unpinned read under `tcpdump` (headers only, on loopback), which splits each fetch
   cycle into: request -> first response byte (the broker's turnaround), first -> last byte
   (the transfer), and last byte -> next request (the client's own work before it asks again);
-- the broker's CPU per fetch, from /proc over an unpinned read.
+- the broker's CPU per fetch, from /proc over an unpinned read;
+- with the broker's threads on CPU 1, ROUNDS reads per placement of the client's two busy
+  threads (its application thread and its fetch thread `rdk:broker1`, placed 0.25 s into the
+  read): which of them shares a CPU with the broker decides the rate.
 
 usage: benches/consume_cycle.py --rdkafka-performance PATH [--sluice PATH] [--records N]
        [--rounds N]
@@ -43,6 +46,38 @@ def consume(tool, bootstrap, records, pin=None):
     if not rates:
         raise SystemExit(f"no rate in rdkafka_performance output:\n{out}")
     return int(rates[-1])
+
+
+def consume_placed(tool, bootstrap, records, app_cpu, fetch_cpu):
+    """One read with the client's application thread on `app_cpu` and its fetch thread on
+    `fetch_cpu` (set once both threads exist)."""
+    command = [tool, "-C", "-t", "bench", "-p", "0", "-o", "beginning", "-c", str(records),
+               "-b", bootstrap]
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(0.25)
+    for task in os.listdir(f"/proc/{client.pid}/task"):
+        try:
+            with open(f"/proc/{client.pid}/task/{task}/comm") as f:
+                name = f.read().strip()
+            if name == "rdkafka_perform":
+                os.sched_setaffinity(int(task), {app_cpu})
+            elif name == "rdk:broker1":
+                os.sched_setaffinity(int(task), {fetch_cpu})
+        except OSError:
+            pass
+    out, _ = client.communicate(timeout=600)
+    rates = RATE.findall(out)
+    if not rates:
+        raise SystemExit(f"no rate in rdkafka_performance output:\n{out}")
+    return int(rates[-1])
+
+
+def pin_process(pid, cpus):
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except OSError:
+            pass
 
 
 def cpu_ticks(pid):
@@ -149,6 +184,17 @@ def main():
               f"{100 * broker_share:.0f}% of it")
         print(f"broker CPU: {broker_cpu_s:.2f} s over {elapsed:.1f} s "
               f"({1e6 * broker_cpu_s / max(len(split), 1):.0f} us per fetch)")
+
+        if os.cpu_count() >= 2:
+            say("reading with the broker on CPU 1 and the client's threads placed by hand")
+            pin_process(node.process.pid, {1})
+            for app_cpu, fetch_cpu in ((0, 1), (1, 0), (0, 0), (1, 1)):
+                rates = [consume_placed(args.rdkafka_performance, node.bootstrap, args.records,
+                                        app_cpu, fetch_cpu) for _ in range(args.rounds)]
+                where = lambda cpu: f"CPU {cpu}" + (" (with the broker)" if cpu == 1 else "")
+                print(f"application thread on {where(app_cpu)}, fetch thread on "
+                      f"{where(fetch_cpu)} msgs/s: {', '.join(f'{r:,}' for r in rates)}")
+            pin_process(node.process.pid, set(range(os.cpu_count())))
     finally:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
