@@ -103,7 +103,6 @@ impl MetadataImage {
         self.topics.get(&topic_id)?.partitions.get(&partition)
     }
 
-    /// How many partition replicas `broker` hosts.
     /// The most partition replicas `broker` hosts: `max.broker.partitions` set dynamically for
     /// it, else set dynamically as the cluster-wide default, else what its registration
     /// reported (its `server.properties` or memory). A dynamic -1 defers to the next of these.
@@ -120,6 +119,7 @@ impl MetadataImage {
             .or_else(|| self.broker_partitions_max.get(&broker).copied())
     }
 
+    /// How many partition replicas `broker` hosts.
     pub fn replica_count(&self, broker: BrokerId) -> u32 {
         self.replica_counts.get(&broker).copied().unwrap_or(0)
     }
@@ -139,7 +139,6 @@ impl MetadataImage {
 
     /// Rebuilds the derived replica counts (after decoding a snapshot).
     fn recount(mut self) -> Self {
-        self.replica_counts.clear();
         let mut counts: BTreeMap<BrokerId, u32> = BTreeMap::new();
         for topic in self.topics.values() {
             for partition in topic.partitions.values() {

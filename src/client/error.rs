@@ -177,6 +177,10 @@ pub fn is_retriable_code(code: i16) -> bool {
 /// the topic does not exist; create it (sluice topics create) or check its name".
 fn kafka_message(code: i16, context: &str, message: Option<&str>) -> String {
     let mut text = errors::name(code).into_owned();
+    // A broker's message may open with the error's name in words ("invalid partitions: ..."),
+    // which the name before it already says.
+    let spoken = format!("{}: ", text.to_lowercase().replace('_', " "));
+    let message = message.map(|m| m.strip_prefix(spoken.as_str()).unwrap_or(m));
     for part in [Some(context), message, hint(code)].into_iter().flatten() {
         if !part.is_empty() && !text.contains(part) {
             text.push_str(": ");
@@ -246,5 +250,18 @@ mod tests {
         );
         assert!(!error.is_retriable());
         assert!(Error::kafka(errors::NONE, "topic t", None).is_none());
+        // The broker's message naming the error again in words is said once.
+        let error = Error::kafka(
+            errors::INVALID_PARTITIONS,
+            "topic t",
+            Some("invalid partitions: broker 1 is full"),
+        )
+        .expect("an error");
+        assert!(
+            error
+                .to_string()
+                .starts_with("INVALID_PARTITIONS: topic t: broker 1 is full"),
+            "{error}"
+        );
     }
 }

@@ -66,7 +66,8 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, voters: Vec
                     .then_some((topic.id, tp.partition))
             })
             .collect();
-        retry = false;
+        // Whether the last report failed: a streak of failures is said once.
+        let was_failing = std::mem::take(&mut retry);
         if partitions.is_empty() {
             continue;
         }
@@ -75,26 +76,31 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, voters: Vec
             broker_epoch: epoch,
             partitions: partitions.clone(),
         };
-        match call_controller(&quorum, &voters, &request, Duration::from_secs(10)).await {
-            Ok(ControllerResponse::Ok { .. }) => {
-                tracing::warn!(
-                    partitions = partitions.len(),
-                    "reported replicas with failed logs to the controller: their leaderships \
+        let failure =
+            match call_controller(&quorum, &voters, &request, Duration::from_secs(10)).await {
+                Ok(ControllerResponse::Ok { .. }) => {
+                    tracing::warn!(
+                        partitions = partitions.len(),
+                        "reported replicas with failed logs to the controller: their leaderships \
                      move to other ISR members and this broker leaves their ISRs until it \
                      restarts (a partition with no other ISR member stays here, offline)"
-                );
-                reported.extend(partitions);
+                    );
+                    reported.extend(partitions);
+                    None
+                }
+                Ok(other) => Some(format!("refused: {other:?}")),
+                Err(error) => Some(error.to_string()),
+            };
+        retry = failure.is_some();
+        match failure {
+            Some(reason) if !was_failing => {
+                tracing::warn!(%reason, "report of failed replicas did not go through; retrying every second")
             }
-            Ok(other) => {
-                tracing::warn!(?other, "report of failed replicas refused; retrying");
-                retry = true;
-                tokio::time::sleep(RETRY_BACKOFF).await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "report of failed replicas failed; retrying");
-                retry = true;
-                tokio::time::sleep(RETRY_BACKOFF).await;
-            }
+            Some(reason) => tracing::debug!(%reason, "report of failed replicas still failing"),
+            None => {}
+        }
+        if retry {
+            tokio::time::sleep(RETRY_BACKOFF).await;
         }
     }
 }
