@@ -70,6 +70,25 @@ impl AckedProducer {
         self.acked.lock().expect("lock").len()
     }
 
+    /// Waits (up to 60 s) for `more` records acknowledged from now on.
+    fn wait_for_more(&self, cluster: &Cluster, more: usize) {
+        let before = self.count();
+        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+            self.count() >= before + more
+        });
+    }
+
+    /// Stops, then checks that every acknowledged record of `topic` is stored once and in
+    /// order, and prints the counts for `what`.
+    fn stop_and_check(self, cluster: &Cluster, topic: &str, what: &str) {
+        let acked = self.stop();
+        let stored = assert_acked_stored_once_in_order(cluster, topic, &acked);
+        println!(
+            "{what}: {} acknowledged, {stored} stored, none lost",
+            acked.len()
+        );
+    }
+
     fn stop(mut self) -> Vec<String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -205,17 +224,9 @@ fn rolling_restart_loses_nothing() {
                 .iter()
                 .all(|(_, _, isr)| isr.len() == 3)
         });
-        let before = producer.count();
-        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-            producer.count() >= before + 2_000
-        });
+        producer.wait_for_more(&cluster, 2_000);
     }
-    let acked = producer.stop();
-    let stored = assert_acked_stored_once_in_order(&cluster, "rolling", &acked);
-    println!(
-        "rolling restart: {} acknowledged, {stored} stored, none lost",
-        acked.len()
-    );
+    producer.stop_and_check(&cluster, "rolling", "rolling restart");
 }
 
 #[test]
@@ -725,16 +736,8 @@ fn reassignment_moves_replicas_without_loss() {
     cluster.wait_until("broker 1 to drop its copy", Duration::from_secs(30), |c| {
         !c.dir.path().join("data-1").join("moved-0").exists()
     });
-    let before = producer.count();
-    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-        producer.count() >= before + 2_000
-    });
-    let acked = producer.stop();
-    let stored = assert_acked_stored_once_in_order(&cluster, "moved", &acked);
-    println!(
-        "reassignment: {} acknowledged, {stored} stored, none lost",
-        acked.len()
-    );
+    producer.wait_for_more(&cluster, 2_000);
+    producer.stop_and_check(&cluster, "moved", "reassignment");
 
     // "done" means committed and visible: right after it, the broker the command asked shows
     // the target replicas all in the ISR. (An empty RF=1 topic moved to three brokers printed
@@ -829,10 +832,7 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
         "new leader of failing-0 {:.1} s after its log failed",
         failed_at.elapsed().as_secs_f64()
     );
-    let before = producer.count();
-    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-        producer.count() >= before + 3_000
-    });
+    producer.wait_for_more(&cluster, 3_000);
     let (_, leader, isr) = leaders(&cluster, "failing")[1].clone();
     assert_eq!((leader, isr.len()), (2, 3), "partition 1 moved");
     // A follower's log failing: broker 3 leaves partition 1's ISR, which keeps its leader.
@@ -845,16 +845,8 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
             leader == 2 && !isr.contains(&3) && isr.len() == 2
         },
     );
-    let before = producer.count();
-    cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-        producer.count() >= before + 3_000
-    });
-    let acked = producer.stop();
-    let stored = assert_acked_stored_once_in_order(&cluster, "failing", &acked);
-    println!(
-        "log failures: {} acknowledged, {stored} stored, none lost",
-        acked.len()
-    );
+    producer.wait_for_more(&cluster, 3_000);
+    producer.stop_and_check(&cluster, "failing", "log failures");
     let logs = cluster.logs();
     assert!(
         logs.contains("reported replicas with failed logs to the controller"),
@@ -888,10 +880,7 @@ fn two_failovers_in_a_row_leave_no_divergence() {
         cluster.wait_until("a new leader", Duration::from_secs(60), |c| {
             leaders(c, "twice").iter().all(|(_, l, _)| *l == next)
         });
-        let before = producer.count();
-        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-            producer.count() >= before + 2_000
-        });
+        producer.wait_for_more(&cluster, 2_000);
     }
     cluster.start_node(3);
     cluster.start_node(4);
