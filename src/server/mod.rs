@@ -149,7 +149,13 @@ async fn serve_connection(
     let idle = Duration::from_millis(settings.idle_ms);
     let read_busy = Arc::clone(&busy);
     let request_bytes_max = settings.request_bytes_max;
-    let read_frames = async move {
+    // The reader is a task of its own. Were it a future joined with the processor in one
+    // task, each frame it queued would wake its own task, and tokio answers a task that wakes
+    // itself by waking a second worker thread to steal it: one needless cross-CPU wake per
+    // request, which on a busy machine preempts whoever runs there (a librdkafka consumer's
+    // fetch thread, measured: 3.5-4.1 M records/s instead of 4.6-5.5 M). A wake across
+    // tasks goes to the waking worker's LIFO slot and wakes no one.
+    let reader: tokio::task::JoinHandle<Result<(), String>> = tokio::spawn(async move {
         loop {
             let next = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
@@ -165,9 +171,10 @@ async fn serve_connection(
                 None => return Ok(()),
             }
         }
-    };
+    });
     let listener_name = settings.name.clone();
-    let process = async move {
+    let processed = async {
+        // Ends when the reader stops (its sender dropped) and every frame read is answered.
         while let Some(frame) = queued.recv().await {
             busy.store(true, Ordering::Relaxed);
             let answer = process_frame(broker, &listener_name, peer, frame).await;
@@ -187,8 +194,11 @@ async fn serve_connection(
         }
         let _ = writer.shutdown().await;
         Ok(())
-    };
-    let (read, processed) = tokio::join!(read_frames, process);
+    }
+    .await;
+    let read = reader
+        .await
+        .unwrap_or_else(|error| Err(format!("reader task: {error}")));
     processed.and(read)
 }
 
