@@ -169,10 +169,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     }
     raise_open_files_limit();
     bound_index_mappings();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("sluice")
-        .build()?;
+    let runtime = server_runtime(config.thread_affinity)?;
     runtime.block_on(async move {
         let node = sluice::node::Node::start(config).await?;
         let mut terminate =
@@ -184,6 +181,38 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
         node.shutdown().await?;
         anyhow::Ok(())
     })
+}
+
+/// The broker's runtime: one worker per CPU the process may use, each pinned to its own when
+/// `thread.affinity` is on (`sluice::thread_affinity`); the start-up log says which.
+fn server_runtime(thread_affinity: bool) -> anyhow::Result<tokio::runtime::Runtime> {
+    use sluice::thread_affinity::{WorkerPinning, unpin_current_thread};
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("sluice");
+    if !thread_affinity {
+        tracing::info!("thread.affinity=false: worker threads float across CPUs");
+        return Ok(builder.build()?);
+    }
+    let pinning = match WorkerPinning::for_process() {
+        Ok(Some(pinning)) => pinning,
+        Ok(None) => {
+            tracing::info!("one CPU: worker threads are not pinned");
+            return Ok(builder.build()?);
+        }
+        Err(error) => {
+            tracing::warn!(%error, "CPU affinity unreadable: worker threads float across CPUs");
+            return Ok(builder.build()?);
+        }
+    };
+    tracing::info!(cpus = ?pinning.cpus(), "worker threads pinned one per CPU (thread.affinity)");
+    let pinning = std::sync::Arc::new(pinning);
+    builder
+        .worker_threads(pinning.cpus().len())
+        // Blocking-pool threads start from a worker and would inherit its one CPU.
+        .on_thread_start(unpin_current_thread)
+        // Only workers park, and each does so first right after it starts.
+        .on_thread_park(move || pinning.pin_current_thread_once());
+    Ok(builder.build()?)
 }
 
 /// Gives half of `vm.max_map_count` to the mappings of sealed indexes (the rest is for the

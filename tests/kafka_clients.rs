@@ -113,6 +113,119 @@ fn kcat_lists_metadata_produces_a_file_and_consumes_the_same_bytes() {
     assert!(metadata.contains("partition 0, leader 1"), "{metadata}");
 }
 
+/// `thread.affinity` (on by default): each worker thread runs on a CPU of its own, and every
+/// other thread (tokio's blocking pool, the log's threads, the writeback thread the first
+/// MiBs appended start) keeps all of the process's CPUs, though started from a pinned
+/// worker. Off, no thread is pinned. kcat writes and reads meanwhile.
+#[test]
+fn worker_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
+    fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("list threads");
+        tasks
+            .filter_map(|task| {
+                let path = task.ok()?.path();
+                let name = std::fs::read_to_string(path.join("comm")).ok()?;
+                let status = std::fs::read_to_string(path.join("status")).ok()?;
+                let cpus = status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))?;
+                Some((name.trim().to_owned(), cpus.trim().to_owned()))
+            })
+            .collect()
+    }
+    fn write_and_read(node: &SingleNode) {
+        let bootstrap = node.bootstrap();
+        let input = node.dir.path().join("input.txt");
+        let lines: Vec<String> = (0..3000)
+            .map(|i| format!("{i:04} {}", "z".repeat(1000)))
+            .collect();
+        std::fs::write(&input, lines.join("\n") + "\n").expect("write input");
+        let input = input.display().to_string();
+        run_client(
+            node,
+            "kcat",
+            &["-b", &bootstrap, "-P", "-t", "spread", "-l", &input],
+        );
+        let consumed = run_client(
+            node,
+            "kcat",
+            &[
+                "-b", &bootstrap, "-C", "-t", "spread", "-e", "-q", "-f", "%s\n",
+            ],
+        );
+        assert_eq!(consumed.lines().count(), lines.len());
+    }
+    // What this test process may use is what the server it starts may use.
+    let process_cpus = std::fs::read_to_string("/proc/self/status")
+        .expect("own status")
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("Cpus_allowed_list:")
+                .map(|s| s.trim().to_owned())
+        })
+        .expect("Cpus_allowed_list");
+    let cpu_count: usize = process_cpus
+        .split(',')
+        .map(|range| match range.split_once('-') {
+            Some((first, last)) => {
+                let first: usize = first.parse().expect("a CPU number");
+                let last: usize = last.parse().expect("a CPU number");
+                last - first + 1
+            }
+            None => 1,
+        })
+        .sum();
+
+    let node = SingleNode::start(&[]);
+    write_and_read(&node);
+    let threads = thread_cpus(node.pid());
+    assert!(
+        threads.iter().any(|(name, _)| name == "log-writeback"),
+        "the writeback thread runs: {threads:?}"
+    );
+    let mut pinned: Vec<&str> = threads
+        .iter()
+        .filter(|(_, cpus)| *cpus != process_cpus)
+        .map(|(name, cpus)| {
+            assert_eq!(name, "sluice", "only workers are pinned: {threads:?}");
+            assert!(
+                cpus.parse::<usize>().is_ok(),
+                "a worker gets one CPU: {threads:?}"
+            );
+            cpus.as_str()
+        })
+        .collect();
+    pinned.sort_unstable();
+    pinned.dedup();
+    let logs = node.logs();
+    if cpu_count >= 2 {
+        assert_eq!(pinned.len(), cpu_count, "one worker per CPU: {threads:?}");
+        assert!(
+            logs.contains("worker threads pinned one per CPU"),
+            "the start-up log says so: {logs}"
+        );
+    } else {
+        assert!(
+            logs.contains("one CPU: worker threads are not pinned"),
+            "{logs}"
+        );
+    }
+    drop(node);
+
+    let floating = SingleNode::start(&["thread.affinity=false"]);
+    write_and_read(&floating);
+    let threads = thread_cpus(floating.pid());
+    assert!(
+        threads.iter().all(|(_, cpus)| *cpus == process_cpus),
+        "no thread pinned: {threads:?}"
+    );
+    assert!(
+        floating
+            .logs()
+            .contains("thread.affinity=false: worker threads float")
+    );
+}
+
 #[test]
 fn kafka_python_round_trips_records() {
     let node = SingleNode::start(&[]);

@@ -89,6 +89,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// `queued.max.requests`: requests read ahead per connection.
     pub queued_max_requests: usize,
+    /// `thread.affinity`: worker threads pinned one per CPU (`thread_affinity`).
+    pub thread_affinity: bool,
     /// `connections.max.idle.ms`
     pub connections_max_idle_ms: u64,
     pub replica_lag_time_max_ms: u64,
@@ -402,6 +404,7 @@ impl ServerConfig {
             socket_request_max_bytes: unsigned("socket.request.max.bytes")? as usize,
             max_connections: unsigned("max.connections")? as usize,
             queued_max_requests: unsigned("queued.max.requests")? as usize,
+            thread_affinity: boolean("thread.affinity")?,
             connections_max_idle_ms: unsigned("connections.max.idle.ms")?,
             replica_lag_time_max_ms: unsigned("replica.lag.time.max.ms")?,
             replica_fetch_max_bytes: number("replica.fetch.max.bytes")? as i32,

@@ -464,6 +464,13 @@ pub const KEYS: &[Key] = &[
         "connections the Kafka listener accepts",
     ),
     broker(
+        "thread.affinity",
+        Kind::Bool,
+        "true",
+        "pin the broker's worker threads one to each CPU it may use (thread-per-core); set \
+         false when several brokers or other busy processes share the CPUs",
+    ),
+    broker(
         "queued.max.requests",
         int(1, 100_000),
         "500",

@@ -529,14 +529,20 @@ impl LogManager {
         let manager = Arc::clone(self);
         let scheduler = std::thread::Builder::new()
             .name("log-scheduler".into())
-            .spawn(move || manager.run_scheduler())
+            .spawn(move || {
+                crate::thread_affinity::unpin_current_thread();
+                manager.run_scheduler()
+            })
             .map_err(|e| LogError::io("log-scheduler thread", e))?;
         threads.push(scheduler);
         if self.config.cleaner_enable {
             let manager = Arc::clone(self);
             let cleaner = std::thread::Builder::new()
                 .name("log-cleaner".into())
-                .spawn(move || manager.run_cleaner())
+                .spawn(move || {
+                    crate::thread_affinity::unpin_current_thread();
+                    manager.run_cleaner()
+                })
                 .map_err(|e| LogError::io("log-cleaner thread", e))?;
             threads.push(cleaner);
         }

@@ -36,6 +36,7 @@ fn queue() -> Option<&'static SyncSender<Range>> {
             let spawned = std::thread::Builder::new()
                 .name("log-writeback".into())
                 .spawn(move || {
+                    crate::thread_affinity::unpin_current_thread();
                     for range in receiver {
                         write_back(&range);
                     }
