@@ -5,8 +5,11 @@ One node (benches/sluice_node.py), RECORDS records of 100 B in one partition wri
 `rdkafka_performance -P`, then read back by `rdkafka_performance -C` (librdkafka's C
 benchmark, built outside the repository; pass --rdkafka-performance):
 
-- ROUNDS reads with the client's threads placed by the kernel, and ROUNDS with the client
-  pinned to one CPU (`taskset -c 0`), alternated; also `sluice perf consume` (the SDK);
+- ROUNDS reads with the client's threads placed by the kernel from a broker whose
+  threads float (`thread.affinity=false`) and ROUNDS from one with the default, network
+  threads pinned one per CPU, alternated (the node restarts over the same data between them);
+- with the default: ROUNDS reads with the client pinned to one CPU (`taskset -c 0`), and
+  `sluice perf consume` (the SDK);
 - one more unpinned read under `tcpdump` (headers only, on loopback), which splits each fetch
   cycle into: request -> first response byte (the broker's turnaround), first -> last byte
   (the transfer), and last byte -> next request (the client's own work before it asks again);
@@ -80,6 +83,15 @@ def pin_process(pid, cpus):
             pass
 
 
+def restart(node, overrides):
+    """Restarts the node with `overrides`; returns once it serves the partition again."""
+    node.stop()
+    node.overrides = overrides
+    node.start()
+    node.wait_listening()
+    time.sleep(2)
+
+
 def cpu_ticks(pid):
     total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -147,11 +159,16 @@ def main():
         subprocess.run([args.rdkafka_performance, "-P", "-t", "bench", "-s", "100", "-c",
                         str(args.records), "-b", node.bootstrap, "-X", "linger.ms=5"],
                        capture_output=True, check=True, timeout=600)
-        say("reading: unpinned and pinned to one CPU, alternated")
-        unpinned, pinned = [], []
+        say("reading: threads floating and network threads pinned (the default), alternated")
+        floating, default = [], []
         for _ in range(args.rounds):
-            unpinned.append(consume(args.rdkafka_performance, node.bootstrap, args.records))
-            pinned.append(consume(args.rdkafka_performance, node.bootstrap, args.records, 0))
+            restart(node, ["thread.affinity=false"])
+            floating.append(consume(args.rdkafka_performance, node.bootstrap, args.records))
+            restart(node, [])
+            default.append(consume(args.rdkafka_performance, node.bootstrap, args.records))
+        say("reading: client on one CPU; the SDK")
+        pinned = [consume(args.rdkafka_performance, node.bootstrap, args.records, 0)
+                  for _ in range(args.rounds)]
         sdk = subprocess.run(node.perf("consume", "--topic", "bench", "--messages",
                                        str(args.records), "--output", "json"),
                              capture_output=True, text=True, timeout=600).stdout.strip()
@@ -171,8 +188,14 @@ def main():
         elapsed = time.time() - started
         split = cycles(pcap, node.kafka)
 
-        print(f"librdkafka unpinned   msgs/s: {', '.join(f'{r:,}' for r in unpinned)}")
-        print(f"librdkafka on one CPU msgs/s: {', '.join(f'{r:,}' for r in pinned)}")
+        print(f"librdkafka, threads floating (thread.affinity=false) msgs/s: "
+              f"{', '.join(f'{r:,}' for r in floating)}")
+        print(f"librdkafka, network threads pinned (the default) msgs/s: "
+              f"{', '.join(f'{r:,}' for r in default)}")
+        print(f"  medians: {statistics.median(default):,.0f} pinned, {statistics.median(floating):,.0f} "
+              f"floating: {statistics.median(default) / statistics.median(floating):.2f}x")
+        print(f"librdkafka on one CPU (taskset), default broker msgs/s: "
+              f"{', '.join(f'{r:,}' for r in pinned)}")
         print(f"sluice perf consume (SDK): {sdk}")
         print(f"traced read: {traced:,} msgs/s, {len(split)} fetches of > 100 kB")
         print(f"  request -> first byte (broker turnaround) us: {summary([c[0] for c in split])}")

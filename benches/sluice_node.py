@@ -20,8 +20,9 @@ def say(*args):
 
 
 class Node:
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
+    def __init__(self, binary, work, overrides=()):
+        """`overrides`: more `key=value` settings, after the node's own."""
+        self.binary, self.work, self.overrides = binary, work, list(overrides)
         self.kafka, self.quorum, self.http = free_port(), free_port(), free_port()
         self.process = None
         self.bootstrap = f"127.0.0.1:{self.kafka}"
@@ -36,6 +37,7 @@ class Node:
             "--override", f"controller.quorum.voters=1@127.0.0.1:{self.quorum}",
             "--override", f"http.listener=127.0.0.1:{self.http}",
             "--override", f"log.dirs={os.path.join(self.work, 'data')}",
+            *[arg for override in self.overrides for arg in ("--override", override)],
         ], stdout=subprocess.DEVNULL, stderr=log)
 
     def wait_listening(self, timeout_s=60):

@@ -17,6 +17,7 @@ uninterruptible sleep (state D: waiting on I/O or on writeback throttling) are c
 thread name and kernel wait channel (`off_cpu_io_ms`, approximate: samples x 2 ms).
 
 usage: benches/steady_latency.py [--sluice PATH] [--rate 100000] [--seconds 30] [--burst-gb 1]
+       [--override KEY=VALUE ...]
 """
 import argparse
 import collections
@@ -107,9 +108,11 @@ def main():
     parser.add_argument("--rate", type=int, default=100_000)
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--burst-gb", type=float, default=1.0)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting, e.g. thread.affinity=false (repeatable)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-steady-")
-    node = Node(args.sluice, work)
+    node = Node(args.sluice, work, args.override)
     node.start()
     node.wait_listening()
     try:

@@ -22,7 +22,7 @@
 //! - `txn`: producer ids and idempotent producer state (transactions to come).
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
 //! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
-//! - `thread_affinity`: the broker's worker threads pinned one per CPU (`thread.affinity`).
+//! - `thread_affinity`: CPU affinity of threads (network threads pinned, `thread.affinity`).
 //! - `meta_properties`: which cluster and node a data directory belongs to.
 //! - `client`: a minimal Kafka client (replica fetchers, CLI, benchmarks).
 //!

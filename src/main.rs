@@ -169,7 +169,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     }
     raise_open_files_limit();
     bound_index_mappings();
-    let runtime = server_runtime(config.thread_affinity)?;
+    let runtime = server_runtime()?;
     runtime.block_on(async move {
         let node = sluice::node::Node::start(config).await?;
         let mut terminate =
@@ -183,36 +183,16 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     })
 }
 
-/// The broker's runtime: one worker per CPU the process may use, each pinned to its own when
-/// `thread.affinity` is on (`sluice::thread_affinity`); the start-up log says which.
-fn server_runtime(thread_affinity: bool) -> anyhow::Result<tokio::runtime::Runtime> {
-    use sluice::thread_affinity::{WorkerPinning, unpin_current_thread};
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name("sluice");
-    if !thread_affinity {
-        tracing::info!("thread.affinity=false: worker threads float across CPUs");
-        return Ok(builder.build()?);
-    }
-    let pinning = match WorkerPinning::for_process() {
-        Ok(Some(pinning)) => pinning,
-        Ok(None) => {
-            tracing::info!("one CPU: worker threads are not pinned");
-            return Ok(builder.build()?);
-        }
-        Err(error) => {
-            tracing::warn!(%error, "CPU affinity unreadable: worker threads float across CPUs");
-            return Ok(builder.build()?);
-        }
-    };
-    tracing::info!(cpus = ?pinning.cpus(), "worker threads pinned one per CPU (thread.affinity)");
-    let pinning = std::sync::Arc::new(pinning);
-    builder
-        .worker_threads(pinning.cpus().len())
-        // Blocking-pool threads start from a worker and would inherit its one CPU.
-        .on_thread_start(unpin_current_thread)
-        // Only workers park, and each does so first right after it starts.
-        .on_thread_park(move || pinning.pin_current_thread_once());
-    Ok(builder.build()?)
+/// The node's runtime. Its threads float across CPUs (with `thread.affinity` the Kafka
+/// listener's connections are served by pinned network threads of their own,
+/// `sluice::server::network`); a blocking-pool thread started from a pinned thread widens
+/// its affinity back first.
+fn server_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .on_thread_start(sluice::thread_affinity::unpin_current_thread)
+        .build()?)
 }
 
 /// Gives half of `vm.max_map_count` to the mappings of sealed indexes (the rest is for the

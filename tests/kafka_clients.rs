@@ -113,12 +113,12 @@ fn kcat_lists_metadata_produces_a_file_and_consumes_the_same_bytes() {
     assert!(metadata.contains("partition 0, leader 1"), "{metadata}");
 }
 
-/// `thread.affinity` (on by default): each worker thread runs on a CPU of its own, and every
-/// other thread (tokio's blocking pool, the log's threads, the writeback thread the first
-/// MiBs appended start) keeps all of the process's CPUs, though started from a pinned
-/// worker. Off, no thread is pinned. kcat writes and reads meanwhile.
+/// `thread.affinity` (on by default): one network thread per CPU, each pinned to its own,
+/// and every other thread (tokio's blocking pools, the log's threads, the writeback thread
+/// the first MiBs appended start from a network thread) keeps all of the process's CPUs.
+/// Off, no thread is pinned. kcat writes and reads meanwhile.
 #[test]
-fn worker_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
+fn network_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
     fn thread_cpus(pid: u32) -> Vec<(String, String)> {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("list threads");
         tasks
@@ -183,32 +183,34 @@ fn worker_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
         threads.iter().any(|(name, _)| name == "log-writeback"),
         "the writeback thread runs: {threads:?}"
     );
-    let mut pinned: Vec<&str> = threads
+    let mut pinned: Vec<(&str, &str)> = threads
         .iter()
         .filter(|(_, cpus)| *cpus != process_cpus)
         .map(|(name, cpus)| {
-            assert_eq!(name, "sluice", "only workers are pinned: {threads:?}");
             assert!(
-                cpus.parse::<usize>().is_ok(),
-                "a worker gets one CPU: {threads:?}"
+                name.starts_with("sluice-net-") && cpus.parse::<usize>().is_ok(),
+                "only network threads are pinned, each to one CPU: {threads:?}"
             );
-            cpus.as_str()
+            (name.as_str(), cpus.as_str())
         })
         .collect();
     pinned.sort_unstable();
     pinned.dedup();
     let logs = node.logs();
     if cpu_count >= 2 {
-        assert_eq!(pinned.len(), cpu_count, "one worker per CPU: {threads:?}");
+        let mut cpus: Vec<&str> = pinned.iter().map(|(_, cpu)| *cpu).collect();
+        cpus.dedup();
         assert!(
-            logs.contains("worker threads pinned one per CPU"),
+            pinned.len() == cpu_count && cpus.len() == cpu_count,
+            "one network thread per CPU: {threads:?}"
+        );
+        assert!(
+            logs.contains("network threads pinned one per CPU"),
             "the start-up log says so: {logs}"
         );
     } else {
-        assert!(
-            logs.contains("one CPU: worker threads are not pinned"),
-            "{logs}"
-        );
+        assert!(pinned.is_empty(), "{threads:?}");
+        assert!(logs.contains("one CPU: connections are served"), "{logs}");
     }
     drop(node);
 
@@ -216,13 +218,15 @@ fn worker_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
     write_and_read(&floating);
     let threads = thread_cpus(floating.pid());
     assert!(
-        threads.iter().all(|(_, cpus)| *cpus == process_cpus),
-        "no thread pinned: {threads:?}"
+        threads
+            .iter()
+            .all(|(name, cpus)| *cpus == process_cpus && !name.starts_with("sluice-net-")),
+        "no network threads, none pinned: {threads:?}"
     );
+    let logs = floating.logs();
     assert!(
-        floating
-            .logs()
-            .contains("thread.affinity=false: worker threads float")
+        logs.contains("thread.affinity=false: connections are served"),
+        "{logs}"
     );
 }
 

@@ -89,7 +89,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// `queued.max.requests`: requests read ahead per connection.
     pub queued_max_requests: usize,
-    /// `thread.affinity`: worker threads pinned one per CPU (`thread_affinity`).
+    /// `thread.affinity`: connections served by network threads pinned one per CPU
+    /// (`server::network`).
     pub thread_affinity: bool,
     /// `connections.max.idle.ms`
     pub connections_max_idle_ms: u64,

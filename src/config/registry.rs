@@ -467,8 +467,9 @@ pub const KEYS: &[Key] = &[
         "thread.affinity",
         Kind::Bool,
         "true",
-        "pin the broker's worker threads one to each CPU it may use (thread-per-core); set \
-         false when several brokers or other busy processes share the CPUs",
+        "serve each Kafka connection from one network thread, pinned to a CPU, one thread per \
+         CPU the process may use (thread-per-core); set false when several brokers or other \
+         busy processes share the CPUs",
     ),
     broker(
         "queued.max.requests",

@@ -30,6 +30,7 @@ use crate::meta_properties::{self, MetaProperties};
 use crate::metrics::Metrics;
 use crate::protocol::errors;
 use crate::replica::ReplicaManager;
+use crate::server::network::NetworkThreads;
 use crate::server::{ListenerSettings, Server};
 use crate::txn::ProducerIdManager;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -269,7 +270,28 @@ impl Node {
                 queued_requests_max: config.queued_max_requests,
                 idle_ms: config.connections_max_idle_ms,
             };
-            let started = Server::start(listener, settings, Arc::clone(&broker));
+            let network_threads = if config.thread_affinity {
+                match NetworkThreads::start() {
+                    Ok(Some(threads)) => {
+                        tracing::info!(cpus = ?threads.cpus(), "network threads pinned one per CPU (thread.affinity)");
+                        Some(Arc::new(threads))
+                    }
+                    Ok(None) => {
+                        tracing::info!("one CPU: connections are served by the node's threads");
+                        None
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "no network threads: connections are served by the node's threads");
+                        None
+                    }
+                }
+            } else {
+                tracing::info!(
+                    "thread.affinity=false: connections are served by the node's floating threads"
+                );
+                None
+            };
+            let started = Server::start(listener, settings, Arc::clone(&broker), network_threads);
             tracing::info!(listener = %listener_config.name, addr = %started.local_addr(), "Kafka listener started");
             server = Some(started);
             broker_context = Some(broker);

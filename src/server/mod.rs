@@ -7,6 +7,9 @@
 //! Kafka does: a client may pipeline requests, and a producer's pipelined batches are appended
 //! in the order sent. A frame that cannot be parsed closes its connection, and only that one.
 //!
+//! With `thread.affinity` each connection is served by one network thread, pinned to a CPU,
+//! for its whole life (`network`); without it, by the node's runtime.
+//!
 //! Shutdown (`Server::shutdown`): stop accepting, stop reading new requests, answer those
 //! already read, then return.
 
@@ -28,6 +31,9 @@ use crate::handler::{self, Answer, RequestContext};
 use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;
+
+pub mod network;
+use network::NetworkThreads;
 
 /// Limits of one listener (Kafka's keys).
 #[derive(Debug, Clone)]
@@ -53,12 +59,24 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(listener: TcpListener, settings: ListenerSettings, broker: Arc<Broker>) -> Server {
+    /// Serves connections on `network`'s threads when given, else on the current runtime.
+    pub fn start(
+        listener: TcpListener,
+        settings: ListenerSettings,
+        broker: Arc<Broker>,
+        network: Option<Arc<NetworkThreads>>,
+    ) -> Server {
         let (shutdown, stop) = watch::channel(false);
         let local_addr = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let accept_task = tokio::spawn(accept_loop(listener, Arc::new(settings), broker, stop));
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            Arc::new(settings),
+            broker,
+            network,
+            stop,
+        ));
         Server {
             shutdown,
             accept_task,
@@ -83,6 +101,7 @@ async fn accept_loop(
     listener: TcpListener,
     settings: Arc<ListenerSettings>,
     broker: Arc<Broker>,
+    network: Option<Arc<NetworkThreads>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
@@ -117,13 +136,33 @@ async fn accept_loop(
         let settings = Arc::clone(&settings);
         let broker = Arc::clone(&broker);
         let stop = stop.clone();
-        connections.spawn(async move {
-            if let Err(reason) = serve_connection(stream, peer, &settings, &broker, stop).await {
+        let serve = async move |stream: std::io::Result<TcpStream>| {
+            let served = match stream {
+                Ok(stream) => serve_connection(stream, peer, &settings, &broker, stop).await,
+                Err(error) => Err(format!("handing over to a network thread: {error}")),
+            };
+            if let Err(reason) = served {
                 tracing::debug!(%peer, %reason, "connection closed");
             }
             open.fetch_sub(1, Ordering::Relaxed);
             broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
-        });
+        };
+        match network.as_ref().and_then(|threads| threads.assign()) {
+            Some((thread, slot)) => {
+                // The socket moves to the network thread's own reactor.
+                let stream = stream.into_std();
+                connections.spawn_on(
+                    async move {
+                        let _slot = slot;
+                        serve(stream.and_then(TcpStream::from_std)).await
+                    },
+                    &thread,
+                );
+            }
+            None => {
+                connections.spawn(serve(Ok(stream)));
+            }
+        }
     }
     drop(listener);
     // Drain: each connection stops reading and answers what it has read.
