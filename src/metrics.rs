@@ -2,7 +2,7 @@
 //! out, connections. Counters are atomics; the HTTP listener renders them on `/metrics`.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
@@ -33,6 +33,9 @@ pub struct Metrics {
     /// Record bytes served to consumers and followers.
     pub bytes_out: AtomicU64,
     pub messages_in: AtomicU64,
+    /// Per network thread (`server::network`): the CPU it is pinned to and its open
+    /// connections. Set once the threads start; unset with `thread.affinity=false`.
+    pub network_threads: std::sync::OnceLock<Vec<(usize, std::sync::Arc<AtomicUsize>)>>,
 }
 
 impl Default for Metrics {
@@ -44,6 +47,7 @@ impl Default for Metrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             messages_in: AtomicU64::new(0),
+            network_threads: std::sync::OnceLock::new(),
         }
     }
 }
@@ -166,5 +170,20 @@ impl Metrics {
             "# HELP sluice_connections Open Kafka connections.\n# TYPE sluice_connections gauge\nsluice_connections {}",
             self.connections.load(Ordering::Relaxed)
         );
+        if let Some(threads) = self.network_threads.get() {
+            let _ = writeln!(
+                out,
+                "# HELP sluice_network_thread_connections Open Kafka connections served by each \
+                 network thread, by the CPU it is pinned to (thread.affinity).\n\
+                 # TYPE sluice_network_thread_connections gauge"
+            );
+            for (thread, (cpu, connections)) in threads.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "sluice_network_thread_connections{{thread=\"{thread}\",cpu=\"{cpu}\"}} {}",
+                    connections.load(Ordering::Relaxed)
+                );
+            }
+        }
     }
 }

@@ -208,6 +208,50 @@ fn network_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
             logs.contains("network threads pinned one per CPU"),
             "the start-up log says so: {logs}"
         );
+        // /metrics shows each thread's CPU and its connections, which add up to all the
+        // listener's; new connections go to the least busy thread, so 2 per thread opened
+        // here leave none without one.
+        let open: Vec<_> = (0..2 * cpu_count)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", node.kafka_port)).expect("connect"))
+            .collect();
+        let scrape = || -> (Vec<(String, i64)>, i64) {
+            let text = node.metrics_text();
+            let threads = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("sluice_network_thread_connections{"))
+                .filter_map(|line| {
+                    let (labels, value) = line.split_once("} ")?;
+                    Some((labels.to_owned(), value.trim().parse().ok()?))
+                })
+                .collect();
+            let all = text
+                .lines()
+                .find_map(|line| line.strip_prefix("sluice_connections "))
+                .and_then(|value| value.trim().parse().ok())
+                .unwrap_or(-1);
+            (threads, all)
+        };
+        let settled = |(threads, all): &(Vec<(String, i64)>, i64)| {
+            threads.iter().map(|(_, count)| count).sum::<i64>() == *all && *all >= open.len() as i64
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut now = scrape();
+        while !settled(&now) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            now = scrape();
+        }
+        assert!(settled(&now), "{now:?}");
+        assert_eq!(now.0.len(), cpu_count, "{now:?}");
+        assert!(now.0.iter().all(|(_, count)| *count >= 1), "{now:?}");
+        for (name, cpu) in &pinned {
+            let thread = name.trim_start_matches("sluice-net-");
+            let labels = format!("thread=\"{thread}\",cpu=\"{cpu}\"");
+            assert!(
+                now.0.iter().any(|(l, _)| *l == labels),
+                "{labels} in {now:?}"
+            );
+        }
+        drop(open);
     } else {
         assert!(pinned.is_empty(), "{threads:?}");
         assert!(logs.contains("one CPU: connections are served"), "{logs}");

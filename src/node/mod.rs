@@ -274,6 +274,10 @@ impl Node {
                 match NetworkThreads::start() {
                     Ok(Some(threads)) => {
                         tracing::info!(cpus = ?threads.cpus(), "network threads pinned one per CPU (thread.affinity)");
+                        let _ = broker
+                            .metrics
+                            .network_threads
+                            .set(threads.connection_counts());
                         Some(Arc::new(threads))
                     }
                     Ok(None) => {

@@ -74,6 +74,14 @@ impl NetworkThreads {
         self.threads.iter().map(|thread| thread.cpu).collect()
     }
 
+    /// Per thread, in order: its CPU and its count of open connections (for `/metrics`).
+    pub fn connection_counts(&self) -> Vec<(usize, Arc<AtomicUsize>)> {
+        self.threads
+            .iter()
+            .map(|thread| (thread.cpu, Arc::clone(&thread.connections)))
+            .collect()
+    }
+
     /// The network thread serving the fewest connections (the first of equals), and the
     /// slot that counts the new one there until dropped.
     pub fn assign(&self) -> Option<(Handle, ConnectionSlot)> {
