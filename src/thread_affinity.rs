@@ -2,9 +2,9 @@
 //!
 //! With it on, the Kafka listener's network threads are pinned one to each CPU the process
 //! may use (`server::network`). A thread inherits its creator's affinity, so every other
-//! thread a pinned one may start (tokio's blocking pools, the log's threads, the writeback
-//! thread the first append starts) first widens its own back to the process's CPUs with
-//! [`unpin_current_thread`].
+//! thread a pinned one may start (the node runtime's blocking pool, the log's threads, the
+//! writeback thread the first append starts) first widens its own back to the process's CPUs
+//! with [`unpin_current_thread`].
 
 use std::cell::Cell;
 use std::sync::OnceLock;

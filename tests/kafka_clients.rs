@@ -199,6 +199,7 @@ fn network_threads_are_pinned_one_per_cpu_and_no_other_thread_is() {
     let logs = node.logs();
     if cpu_count >= 2 {
         let mut cpus: Vec<&str> = pinned.iter().map(|(_, cpu)| *cpu).collect();
+        cpus.sort_unstable();
         cpus.dedup();
         assert!(
             pinned.len() == cpu_count && cpus.len() == cpu_count,

@@ -130,13 +130,17 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        open.fetch_add(1, Ordering::Relaxed);
-        broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
-        let open = Arc::clone(&open);
+        let assigned = network.as_ref().and_then(|threads| threads.assign());
+        let (thread, slot) = match assigned {
+            Some((thread, slot)) => (Some(thread), Some(slot)),
+            None => (None, None),
+        };
+        let counted = OpenConnection::new(&open, &broker, slot);
         let settings = Arc::clone(&settings);
         let broker = Arc::clone(&broker);
         let stop = stop.clone();
         let serve = async move |stream: std::io::Result<TcpStream>| {
+            let _counted = counted;
             let served = match stream {
                 Ok(stream) => serve_connection(stream, peer, &settings, &broker, stop).await,
                 Err(error) => Err(format!("handing over to a network thread: {error}")),
@@ -144,18 +148,13 @@ async fn accept_loop(
             if let Err(reason) = served {
                 tracing::debug!(%peer, %reason, "connection closed");
             }
-            open.fetch_sub(1, Ordering::Relaxed);
-            broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
         };
-        match network.as_ref().and_then(|threads| threads.assign()) {
-            Some((thread, slot)) => {
+        match thread {
+            Some(thread) => {
                 // The socket moves to the network thread's own reactor.
                 let stream = stream.into_std();
                 connections.spawn_on(
-                    async move {
-                        let _slot = slot;
-                        serve(stream.and_then(TcpStream::from_std)).await
-                    },
+                    async move { serve(stream.and_then(TcpStream::from_std)).await },
                     &thread,
                 );
             }
@@ -167,6 +166,40 @@ async fn accept_loop(
     drop(listener);
     // Drain: each connection stops reading and answers what it has read.
     while connections.join_next().await.is_some() {}
+}
+
+/// Counts a connection as open, against `max.connections`, in `/metrics` and on its network
+/// thread, until dropped: when its task ends, panics or is dropped.
+struct OpenConnection {
+    open: Arc<AtomicUsize>,
+    broker: Arc<Broker>,
+    _slot: Option<network::ConnectionSlot>,
+}
+
+impl OpenConnection {
+    fn new(
+        open: &Arc<AtomicUsize>,
+        broker: &Arc<Broker>,
+        slot: Option<network::ConnectionSlot>,
+    ) -> OpenConnection {
+        open.fetch_add(1, Ordering::Relaxed);
+        broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection {
+            open: Arc::clone(open),
+            broker: Arc::clone(broker),
+            _slot: slot,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.broker
+            .metrics
+            .connections
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A request frame as read, with when it arrived.

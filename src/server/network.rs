@@ -9,10 +9,11 @@
 //! (`benches/consume_cycle.py`).
 //!
 //! Each network thread is a tokio runtime of one worker (not a current-thread runtime: the
-//! produce path uses `block_in_place`), named `sluice-net-<i>`. A thread that runs its worker
-//! pins itself to the runtime's CPU when it first parks; a thread that takes the worker over
-//! during `block_in_place` does the same. Its blocking pool's threads start unpinned. A new
-//! connection goes to the thread serving the fewest.
+//! produce path uses `block_in_place`), named `sluice-net-<i>`. Every thread of that runtime
+//! is pinned to its CPU as it starts: its worker, and its blocking pool's threads, since
+//! `block_in_place` hands the worker over to one of those while an append blocks (the pool
+//! also runs the little `spawn_blocking` work of requests served here). A new connection goes
+//! to the thread serving the fewest.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,10 +56,7 @@ impl NetworkThreads {
                 .worker_threads(1)
                 .enable_all()
                 .thread_name(format!("sluice-net-{index}"))
-                // Blocking-pool threads start from the pinned worker and inherit its CPU.
-                .on_thread_start(thread_affinity::unpin_current_thread)
-                // Only a thread running the worker parks here: pin it (once per thread).
-                .on_thread_park(move || pin_worker(cpu))
+                .on_thread_start(move || pin_network_thread(cpu))
                 .build()?;
             threads.push(NetworkThread {
                 runtime: Some(runtime),
@@ -98,25 +96,18 @@ impl NetworkThreads {
     }
 }
 
-impl Drop for NetworkThreads {
+impl Drop for NetworkThread {
     fn drop(&mut self) {
-        // Dropping a runtime blocks, which is refused inside async code: connections still
-        // open are dropped without waiting (the listener has drained them by now).
-        for thread in &mut self.threads {
-            if let Some(runtime) = thread.runtime.take() {
-                runtime.shutdown_background();
-            }
+        // Dropping a runtime waits for its blocking threads, which is refused inside async
+        // code (the node starts and stops these threads there). Connections still open, after
+        // the listener's drain or its grace period, are dropped without waiting.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
 
-fn pin_worker(cpu: usize) {
-    thread_local! {
-        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    if DONE.with(|done| done.replace(true)) {
-        return;
-    }
+fn pin_network_thread(cpu: usize) {
     if let Err(error) = thread_affinity::pin_current_thread(cpu) {
         tracing::warn!(cpu, %error, "could not pin a network thread: it floats");
     }
@@ -158,6 +149,14 @@ mod tests {
         let ran_on = receiver
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the task ran")
+            .expect("affinity readable");
+        assert_eq!(ran_on, vec![cpus[0]]);
+        // So does its blocking pool, which runs the worker while an append blocks.
+        let blocking = first.0.spawn_blocking(thread_affinity::current_thread_cpus);
+        let ran_on = first
+            .0
+            .block_on(blocking)
+            .expect("blocking task")
             .expect("affinity readable");
         assert_eq!(ran_on, vec![cpus[0]]);
     }

@@ -406,12 +406,15 @@ impl Cluster {
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.quorum_port))
             .collect::<Vec<_>>()
             .join(",");
+        // The nodes share the machine's CPUs: their threads float (thread.affinity=false), as
+        // the three-node example configs say.
         for node in &nodes {
             let mut text = format!(
                 "node.id={}\nlisteners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}\n\
                  controller.quorum.voters={voters}\nhttp.listener=127.0.0.1:{}\nlog.dirs={}\n\
                  controller.quorum.election.timeout.ms=500\nbroker.session.timeout.ms=3000\n\
-                 broker.heartbeat.interval.ms=300\nreplica.fetch.backoff.ms=100\n",
+                 broker.heartbeat.interval.ms=300\nreplica.fetch.backoff.ms=100\n\
+                 thread.affinity=false\n",
                 node.id,
                 node.kafka_port,
                 node.quorum_port,
