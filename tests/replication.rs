@@ -855,6 +855,57 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
     );
 }
 
+/// An unclean election can only pick among live replicas, and a replica whose log failed is
+/// live: it wins when the ISR's last member dies and no healthy replica is up. Its broker
+/// reports it again as soon as it leads, and keeps doing so, so when a healthy replica comes
+/// back the leadership moves there (uncleanly, as the topic allows).
+#[test]
+fn an_unclean_election_onto_a_failed_replica_moves_on_when_a_healthy_one_returns() {
+    // Node 1, the failed replica, is the only voter: the quorum lives while 2 and 3 die.
+    let mut cluster = Cluster::start_with_write_faults(
+        3,
+        1,
+        &[
+            "unclean.leader.election.enable=true",
+            "min.insync.replicas=1",
+            "replica.lag.time.max.ms=2000",
+        ],
+    );
+    confluent_cluster(&cluster, "create-assigned", &["fallback", "2,1,3"]);
+    cluster.wait_until("a full ISR led by 2", Duration::from_secs(30), |c| {
+        let (_, leader, isr) = leaders(c, "fallback")[0].clone();
+        leader == 2 && isr.len() == 3
+    });
+    // Broker 1's log fails as it follows: it leaves the ISR.
+    cluster.fail_writes(0, &["fallback-0"]);
+    confluent_cluster(&cluster, "produce", &["fallback", "100", "all", "r"]);
+    cluster.wait_until("broker 1 out of the ISR", Duration::from_secs(30), |c| {
+        let (_, leader, isr) = leaders(c, "fallback")[0].clone();
+        leader == 2 && isr == vec![2, 3]
+    });
+    cluster.kill9(2);
+    cluster.wait_until("the ISR down to 2", Duration::from_secs(30), |c| {
+        leaders(c, "fallback")[0].2 == vec![2]
+    });
+    // The last ISR member dies: the only live replica, the failed one, wins uncleanly.
+    cluster.kill9(1);
+    cluster.wait_until("the failed replica elected", Duration::from_secs(30), |c| {
+        leaders(c, "fallback")[0].1 == 1
+    });
+    // A healthy replica returns: the leadership moves to it.
+    let returned = Instant::now();
+    cluster.start_node(2);
+    cluster.wait_until(
+        "the healthy replica leading",
+        Duration::from_secs(30),
+        |c| leaders(c, "fallback")[0].1 == 3,
+    );
+    println!(
+        "broker 3 leads {:.1} s after it was started again",
+        returned.elapsed().as_secs_f64()
+    );
+}
+
 /// KIP-279: two failovers in a row under load (the first new leader dies too), then both old
 /// leaders return: every acknowledged record is kept and all three replicas end identical.
 #[test]

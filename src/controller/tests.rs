@@ -779,3 +779,37 @@ fn replicas_whose_log_failed_leave_the_isr_and_hand_over_leadership() {
     // Said again, nothing changes.
     assert!(replicas_offline(&image, 1, &failed, &DEFAULTS).is_empty());
 }
+
+#[test]
+fn a_failed_replica_an_unclean_election_made_leader_hands_over_where_the_topic_allows_it() {
+    let image = cluster(3);
+    let mut spec = NewTopic {
+        name: "u".into(),
+        partitions: 1,
+        replication_factor: 3,
+        assignments: [(0, vec![1, 2, 3])].into(),
+        ..Default::default()
+    };
+    spec.configs
+        .insert("unclean.leader.election.enable".into(), "true".into());
+    let image = apply(
+        &image,
+        create_topic(&image, &spec, Uuid(3), &DEFAULTS).unwrap(),
+    );
+    // Broker 1 failed (its log) and an unclean election left it leading alone: reported by
+    // its broker, the leadership moves to a live replica, uncleanly as the topic allows.
+    let mut unclean = image.clone();
+    let topic = std::sync::Arc::make_mut(unclean.topics.get_mut(&Uuid(3)).unwrap());
+    let current = topic.partitions.get_mut(&0).unwrap();
+    current.isr = vec![1];
+    current.leader_epoch += 1;
+    let records = replicas_offline(&unclean, 1, &[(Uuid(3), 0)], &DEFAULTS);
+    let moved = apply(&unclean, records);
+    let u0 = moved.partition(Uuid(3), 0).unwrap();
+    assert_eq!((u0.leader, u0.isr.clone()), (2, vec![2]));
+    // Where the topic does not allow it, the failed replica keeps the partition (and answers
+    // KAFKA_STORAGE_ERROR): no one else holds its records.
+    let mut clean_only = unclean.clone();
+    clean_only.configs.clear();
+    assert!(replicas_offline(&clean_only, 1, &[(Uuid(3), 0)], &DEFAULTS).is_empty());
+}
