@@ -27,6 +27,21 @@ fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
         .collect()
 }
 
+/// Waits (at most 30 s) until partition `partition` of `topic` has a leader and ISR that
+/// `wanted(leader, isr)` accepts.
+fn wait_for_partition(
+    cluster: &Cluster,
+    topic: &str,
+    partition: usize,
+    what: &str,
+    wanted: impl Fn(i32, &[i32]) -> bool,
+) {
+    cluster.wait_until(what, Duration::from_secs(30), |c| {
+        let (_, leader, isr) = leaders(c, topic)[partition].clone();
+        wanted(leader, &isr)
+    });
+}
+
 /// An idempotent acks=all producer writing `r<i>` to partition `i % 2` of `topic` until
 /// stopped, collecting what was acknowledged.
 struct AckedProducer {
@@ -493,10 +508,13 @@ fn unclean_election_only_when_enabled() {
         ],
     );
     confluent_cluster(&cluster, "create-assigned", &["unclean", "4,1"]);
-    cluster.wait_until("a full ISR led by 4", Duration::from_secs(30), |c| {
-        let (_, leader, isr) = leaders(c, "unclean")[0].clone();
-        leader == 4 && isr.len() == 2
-    });
+    wait_for_partition(
+        &cluster,
+        "unclean",
+        0,
+        "a full ISR led by 4",
+        |leader, isr| leader == 4 && isr.len() == 2,
+    );
     confluent_cluster(&cluster, "produce", &["unclean", "100", "all", "kept-"]);
     // The follower (node 1) stops: it leaves the ISR; then the leader (node 4) dies.
     cluster.signal(0, libc::SIGSTOP);
@@ -542,10 +560,13 @@ fn min_insync_rejects_when_two_replicas_down() {
         &["replica.lag.time.max.ms=1000", "min.insync.replicas=2"],
     );
     confluent_cluster(&cluster, "create-assigned", &["guarded", "4,5,1"]);
-    cluster.wait_until("a full ISR led by 4", Duration::from_secs(30), |c| {
-        let (_, leader, isr) = leaders(c, "guarded")[0].clone();
-        leader == 4 && isr.len() == 3
-    });
+    wait_for_partition(
+        &cluster,
+        "guarded",
+        0,
+        "a full ISR led by 4",
+        |leader, isr| leader == 4 && isr.len() == 3,
+    );
     let mut client = support::raw::Client::connect(cluster.nodes[3].kafka_port);
     let mut batch = sluice::log::batch::BatchBuilder::new(0, 1_700_000_000_000);
     batch.push(1_700_000_000_000, None, Some(b"guarded"), &[]);
@@ -820,13 +841,12 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
     let producer = replicated_under_load(&cluster, "failing", 3_000);
     let failed_at = Instant::now();
     cluster.fail_writes(0, &["failing-0"]);
-    cluster.wait_until(
+    wait_for_partition(
+        &cluster,
+        "failing",
+        0,
         "partition 0 led by another ISR member, broker 1 out of its ISR",
-        Duration::from_secs(30),
-        |c| {
-            let (_, leader, isr) = leaders(c, "failing")[0].clone();
-            leader != 1 && !isr.contains(&1) && isr.len() == 2
-        },
+        |leader, isr| leader != 1 && !isr.contains(&1) && isr.len() == 2,
     );
     println!(
         "new leader of failing-0 {:.1} s after its log failed",
@@ -837,13 +857,12 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
     assert_eq!((leader, isr.len()), (2, 3), "partition 1 moved");
     // A follower's log failing: broker 3 leaves partition 1's ISR, which keeps its leader.
     cluster.fail_writes(2, &["failing-1"]);
-    cluster.wait_until(
+    wait_for_partition(
+        &cluster,
+        "failing",
+        1,
         "broker 3 out of partition 1's ISR",
-        Duration::from_secs(30),
-        |c| {
-            let (_, leader, isr) = leaders(c, "failing")[1].clone();
-            leader == 2 && !isr.contains(&3) && isr.len() == 2
-        },
+        |leader, isr| leader == 2 && !isr.contains(&3) && isr.len() == 2,
     );
     producer.wait_for_more(&cluster, 3_000);
     producer.stop_and_check(&cluster, "failing", "log failures");
@@ -872,33 +891,45 @@ fn an_unclean_election_onto_a_failed_replica_moves_on_when_a_healthy_one_returns
         ],
     );
     confluent_cluster(&cluster, "create-assigned", &["fallback", "2,1,3"]);
-    cluster.wait_until("a full ISR led by 2", Duration::from_secs(30), |c| {
-        let (_, leader, isr) = leaders(c, "fallback")[0].clone();
-        leader == 2 && isr.len() == 3
-    });
+    wait_for_partition(
+        &cluster,
+        "fallback",
+        0,
+        "a full ISR led by 2",
+        |leader, isr| leader == 2 && isr.len() == 3,
+    );
     // Broker 1's log fails as it follows: it leaves the ISR.
     cluster.fail_writes(0, &["fallback-0"]);
     confluent_cluster(&cluster, "produce", &["fallback", "100", "all", "r"]);
-    cluster.wait_until("broker 1 out of the ISR", Duration::from_secs(30), |c| {
-        let (_, leader, isr) = leaders(c, "fallback")[0].clone();
-        leader == 2 && isr == vec![2, 3]
-    });
+    wait_for_partition(
+        &cluster,
+        "fallback",
+        0,
+        "broker 1 out of the ISR",
+        |leader, isr| leader == 2 && isr == [2, 3],
+    );
     cluster.kill9(2);
-    cluster.wait_until("the ISR down to 2", Duration::from_secs(30), |c| {
-        leaders(c, "fallback")[0].2 == vec![2]
+    wait_for_partition(&cluster, "fallback", 0, "the ISR down to 2", |_, isr| {
+        isr == [2]
     });
     // The last ISR member dies: the only live replica, the failed one, wins uncleanly.
     cluster.kill9(1);
-    cluster.wait_until("the failed replica elected", Duration::from_secs(30), |c| {
-        leaders(c, "fallback")[0].1 == 1
-    });
+    wait_for_partition(
+        &cluster,
+        "fallback",
+        0,
+        "the failed replica elected",
+        |leader, _| leader == 1,
+    );
     // A healthy replica returns: the leadership moves to it.
     let returned = Instant::now();
     cluster.start_node(2);
-    cluster.wait_until(
+    wait_for_partition(
+        &cluster,
+        "fallback",
+        0,
         "the healthy replica leading",
-        Duration::from_secs(30),
-        |c| leaders(c, "fallback")[0].1 == 3,
+        |leader, _| leader == 3,
     );
     println!(
         "broker 3 leads {:.1} s after it was started again",

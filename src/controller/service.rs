@@ -610,12 +610,22 @@ impl ControllerService {
             } => current_incarnation(&image, broker_id, broker_epoch).map(|_| {
                 let records =
                     super::replicas_offline(&image, broker_id, &partitions, &self.defaults);
-                tracing::info!(
-                    broker_id,
-                    partitions = partitions.len(),
-                    changes = records.len(),
-                    "replicas offline after storage errors: moving their leaderships and out of the ISRs"
-                );
+                // A broker repeats its report while a failed replica leads: said once, when
+                // something moves.
+                if records.is_empty() {
+                    tracing::debug!(
+                        broker_id,
+                        partitions = partitions.len(),
+                        "replicas offline after storage errors: nothing can move yet"
+                    );
+                } else {
+                    tracing::info!(
+                        broker_id,
+                        partitions = partitions.len(),
+                        changes = records.len(),
+                        "replicas offline after storage errors: moving their leaderships and out of the ISRs"
+                    );
+                }
                 (records, None, None)
             }),
             ControllerRequest::AlterConfigs { resource, changes } => {

@@ -130,11 +130,10 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let assigned = network.as_ref().and_then(|threads| threads.assign());
-        let (thread, slot) = match assigned {
-            Some((thread, slot)) => (Some(thread), Some(slot)),
-            None => (None, None),
-        };
+        let (thread, slot) = network
+            .as_ref()
+            .and_then(|threads| threads.assign())
+            .unzip();
         let counted = OpenConnection::new(&open, &broker, slot);
         let settings = Arc::clone(&settings);
         let broker = Arc::clone(&broker);

@@ -16,7 +16,7 @@
 //! to the thread serving the fewest.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::runtime::{Handle, Runtime};
 
@@ -56,7 +56,10 @@ impl NetworkThreads {
                 .worker_threads(1)
                 .enable_all()
                 .thread_name(format!("sluice-net-{index}"))
-                .on_thread_start(move || pin_network_thread(cpu))
+                .on_thread_start({
+                    let warned = Arc::new(AtomicBool::new(false));
+                    move || pin_network_thread(cpu, &warned)
+                })
                 .build()?;
             threads.push(NetworkThread {
                 runtime: Some(runtime),
@@ -107,9 +110,13 @@ impl Drop for NetworkThread {
     }
 }
 
-fn pin_network_thread(cpu: usize) {
-    if let Err(error) = thread_affinity::pin_current_thread(cpu) {
-        tracing::warn!(cpu, %error, "could not pin a network thread: it floats");
+/// Pins a starting thread of a network runtime to its CPU; a failure is said once per
+/// runtime (its blocking-pool threads come and go).
+fn pin_network_thread(cpu: usize, warned: &AtomicBool) {
+    if let Err(error) = thread_affinity::pin_current_thread(cpu)
+        && !warned.swap(true, Ordering::Relaxed)
+    {
+        tracing::warn!(cpu, %error, "could not pin a network thread: its threads float");
     }
 }
 
