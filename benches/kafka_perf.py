@@ -18,7 +18,6 @@ usage: benches/kafka_perf.py [--sluice PATH] [--dir DIR] [--seconds N]
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,8 @@ import time
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_node import free_port  # noqa: E402
 
 
 def rss_kib(pid):

@@ -12,8 +12,8 @@ usage: benches/replication_perf.py [--sluice PATH] [--seconds N] [--rounds N]
 import argparse
 import os
 import shutil
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,11 +21,8 @@ import urllib.request
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_node import free_port  # noqa: E402
 
 
 def gauge(http_port, name):

@@ -106,3 +106,16 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not key=value"))?;
     Ok((key.trim().to_owned(), value.trim().to_owned()))
 }
+
+/// `count` distinct loopback ports nothing listens on, for the nodes a command starts.
+///
+/// All are held until every one is picked, so the kernel cannot hand the same port out twice.
+pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}

@@ -126,14 +126,9 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Result<()> {
-    let (kafka, quorum, http) = (free_port()?, free_port()?, free_port()?);
+    let ports = super::common::free_ports(3)?;
+    let (kafka, quorum, http) = (ports[0], ports[1], ports[2]);
     let overrides: Vec<(String, String)> = [
         (
             "listeners",

@@ -3,7 +3,6 @@
 //! (concurrent creators), printed beside the synced-write latency of RocksDB measured in
 //! the same run on the same disk (a commit needs at least one on a majority).
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -12,10 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use sluice::controller::NewTopic;
 use sluice::controller::service::{ControllerRequest, ControllerResponse, call_at};
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -57,7 +52,9 @@ pub fn run(dir: &Path, topics: usize, partitions: i32, concurrency: usize) -> an
         ms(percentile(&sync, 0.99))
     );
 
-    let quorum_ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
+    // Each node's quorum, Kafka and HTTP ports, all distinct.
+    let ports = super::common::free_ports(9)?;
+    let quorum_ports = &ports[..3];
     let voters = quorum_ports
         .iter()
         .enumerate()
@@ -73,8 +70,8 @@ pub fn run(dir: &Path, topics: usize, partitions: i32, concurrency: usize) -> an
             format!(
                 "node.id={id}\nlisteners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{quorum_port}\n\
                  controller.quorum.voters={voters}\nhttp.listener=127.0.0.1:{}\nlog.dirs={}\n",
-                free_port()?,
-                free_port()?,
+                ports[3 + 2 * i],
+                ports[4 + 2 * i],
                 dir.join(format!("data-{id}")).display()
             ),
         )?;
