@@ -161,13 +161,16 @@ impl Cluster {
         self.connection_to(&addr).await
     }
 
-    /// A connection to any broker: a live one first, then the known brokers and the bootstrap
+    /// A connection to any broker: the live one with the fewest requests awaiting answers
+    /// first (Kafka's least loaded node: a broker that has stopped answering, paused or cut
+    /// off, is passed over while another answers), then the known brokers and the bootstrap
     /// servers in turn. Fails naming every address tried and the last cause.
     pub async fn any(&self) -> Result<Arc<Connection>> {
         let live = self
             .lock_connections()
             .values()
-            .find(|c| !c.is_closed())
+            .filter(|c| !c.is_closed())
+            .min_by_key(|c| c.in_flight())
             .cloned();
         if let Some(connection) = live {
             return Ok(connection);
@@ -424,5 +427,35 @@ mod tests {
         // Not newer than what is known: ignored.
         assert!(!cluster.learn_leader("t", 0, 3, 4, Some(broker(3))));
         assert!(!cluster.learn_leader("t", 7, 3, 9, Some(broker(3))));
+    }
+
+    /// Metadata goes to the connection with the fewest requests awaiting answers, so a
+    /// broker that has stopped answering is passed over while another is idle.
+    #[tokio::test]
+    async fn any_broker_is_the_least_loaded_live_one() {
+        let (a, b) = (
+            super::super::connection::silent_broker::start().await,
+            super::super::connection::silent_broker::start().await,
+        );
+        let cluster = Cluster::new(CommonConfig {
+            bootstrap_servers: vec![a.clone(), b.clone()],
+            client_id: "test".into(),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(1),
+        });
+        let (to_a, to_b) = (
+            cluster.connection_to(&a).await.expect("a"),
+            cluster.connection_to(&b).await.expect("b"),
+        );
+        let request = kafka_protocol::messages::MetadataRequest::default();
+        let _waiting_on_a = to_a.queue(&request, 12).await.expect("queue");
+        for _ in 0..3 {
+            assert_eq!(cluster.any().await.expect("any").addr(), b);
+        }
+        let _waiting_on_b = [
+            to_b.queue(&request, 12).await.expect("queue"),
+            to_b.queue(&request, 12).await.expect("queue"),
+        ];
+        assert_eq!(cluster.any().await.expect("any").addr(), a);
     }
 }

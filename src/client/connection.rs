@@ -130,6 +130,13 @@ impl Connection {
             .map_or(true, |pending| pending.closed.is_some())
     }
 
+    /// Requests sent on this connection whose answers have not come.
+    pub fn in_flight(&self) -> usize {
+        self.pending
+            .lock()
+            .map_or(usize::MAX, |pending| pending.waiters.len())
+    }
+
     /// The broker's version range for `api_key`, if it serves it.
     pub fn broker_versions(&self, api_key: ApiKey) -> Option<(i16, i16)> {
         self.versions.get(&(api_key as i16)).copied()
@@ -374,6 +381,13 @@ impl<Resp: Decodable> PendingResponse<Resp> {
                     .map_or(format!("API {}", self.api_key), |k| {
                         format!("{k:?} to {}", self.addr)
                     });
+                // As Kafka's clients do: a broker that let a request time out (paused, cut
+                // off) is disconnected, so the requests queued behind it fail now rather than
+                // each waiting out its own timeout, and the next call connects afresh.
+                fail_all(
+                    &self.pending,
+                    format!("{api} got no answer within {:?}", self.timeout),
+                );
                 return Err(Error::Timeout {
                     what: api,
                     after: self.timeout,
@@ -472,4 +486,91 @@ async fn read_responses(mut socket: OwnedReadHalf, pending: Arc<Mutex<Pending>>)
         }
     };
     fail_all(&pending, reason);
+}
+
+/// A broker that answers ApiVersions and then nothing, as a paused one does once connected.
+#[cfg(test)]
+pub(crate) mod silent_broker {
+    use kafka_protocol::messages::ApiVersionsResponse;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Listens on a loopback port and returns its `host:port`; each connection is answered
+    /// its ApiVersions (Metadata v0-12) and left unanswered from then on.
+    pub(crate) async fn start() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut answered = false;
+                    loop {
+                        let Ok(size) = socket.read_i32().await else {
+                            return;
+                        };
+                        let mut body = vec![0; size.clamp(0, 1 << 20) as usize];
+                        if socket.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        if answered {
+                            continue;
+                        }
+                        answered = true;
+                        let version = i16::from_be_bytes([body[2], body[3]]);
+                        let response = ApiVersionsResponse::default().with_api_keys(vec![
+                            ApiVersion::default()
+                                .with_api_key(ApiKey::Metadata as i16)
+                                .with_min_version(0)
+                                .with_max_version(12),
+                        ]);
+                        let mut out = BytesMut::new();
+                        out.put_slice(&body[4..8]);
+                        response.encode(&mut out, version).expect("encode");
+                        let mut frame = (out.len() as i32).to_be_bytes().to_vec();
+                        frame.extend_from_slice(&out);
+                        if socket.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::MetadataRequest;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_that_times_out_closes_the_connection_and_fails_those_behind_it() {
+        let addr = silent_broker::start().await;
+        let connection = Connection::connect(&addr, Duration::from_millis(300))
+            .await
+            .expect("connect");
+        let request = MetadataRequest::default();
+        let first = connection.queue(&request, 12).await.expect("queue");
+        let second = connection.queue(&request, 12).await.expect("queue");
+        assert_eq!(connection.in_flight(), 2);
+        assert!(matches!(first.wait().await, Err(Error::Timeout { .. })));
+        assert!(connection.is_closed(), "a timed-out request left it open");
+        let started = std::time::Instant::now();
+        let error = second
+            .wait()
+            .await
+            .expect_err("answered by a silent broker");
+        assert!(
+            matches!(&error, Error::Disconnected { reason, .. } if reason.contains("no answer")),
+            "{error:?}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert!(connection.queue(&request, 12).await.is_err());
+    }
 }
