@@ -747,3 +747,145 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(future: &mut F) -> Op
     })
     .await
 }
+
+/// A proxy in front of one broker's Kafka listener that, once told to, holds back every
+/// Metadata request (as a broker that stopped answering would) and passes everything else.
+struct MetadataHold {
+    port: u16,
+    holding: Arc<AtomicBool>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl MetadataHold {
+    /// Listens now (the broker must advertise this port before it starts); forwards to
+    /// `upstream` once [`MetadataHold::forward_to`] is called.
+    async fn listen() -> (MetadataHold, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy bind");
+        let port = listener.local_addr().expect("proxy addr").port();
+        let hold = MetadataHold {
+            port,
+            holding: Arc::new(AtomicBool::new(false)),
+            held: Arc::default(),
+        };
+        (hold, listener)
+    }
+
+    fn forward_to(&self, listener: tokio::net::TcpListener, upstream: u16) {
+        let (holding, held) = (self.holding.clone(), self.held.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(broker) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut broker_read, mut broker_write) = broker.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut broker_read, &mut client_write).await;
+                });
+                let (holding, held) = (holding.clone(), held.clone());
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    loop {
+                        let Ok(size) = client_read.read_i32().await else {
+                            return;
+                        };
+                        let mut body = vec![0; size.clamp(0, 64 << 20) as usize];
+                        if client_read.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        const METADATA: [u8; 2] = [0, 3];
+                        if holding.load(Ordering::Acquire) && body.starts_with(&METADATA) {
+                            held.fetch_add(1, Ordering::AcqRel);
+                            continue;
+                        }
+                        let mut frame = size.to_be_bytes().to_vec();
+                        frame.extend_from_slice(&body);
+                        if broker_write.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// A metadata refresh that gets no answer holds up only the topic it is for: the producer's
+/// records for another topic on the same broker are delivered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_refresh_that_hangs_delays_only_its_own_topic() {
+    let (proxy, listener) = MetadataHold::listen().await;
+    // Every client connection goes through the proxy: the broker advertises it.
+    let advertised = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{}", proxy.port);
+    let node = SingleNode::start(&[&advertised]);
+    proxy.forward_to(listener, node.kafka_port);
+    let bootstrap = format!("127.0.0.1:{}", proxy.port);
+    let admin = Admin::new(ClientConfig::new(&bootstrap)).expect("admin");
+    admin
+        .create_topics(
+            &[NewTopic::new("steady", 1, 1), NewTopic::new("gone", 1, 1)],
+            false,
+        )
+        .await
+        .expect("create topics");
+    let producer = Producer::new(
+        ClientConfig::new(&bootstrap)
+            .set("linger.ms", "0")
+            .set("request.timeout.ms", "60000")
+            .set("delivery.timeout.ms", "120000"),
+    )
+    .expect("producer");
+    for topic in ["steady", "gone"] {
+        producer
+            .send(ProducerRecord::new(topic, "first"))
+            .await
+            .expect("send")
+            .await
+            .expect("first record");
+    }
+    // "gone" is deleted: the producer's next record for it is refused (UNKNOWN_TOPIC_OR_
+    // PARTITION) and it asks for the topic's metadata, which the proxy now holds back (60 s).
+    admin
+        .delete_topics(&["gone".to_owned()])
+        .await
+        .expect("delete");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin
+        .list_topics(false)
+        .await
+        .expect("list topics")
+        .contains(&"gone".to_owned())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted topic is still listed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.holding.store(true, Ordering::Release);
+    let mut lost = producer
+        .send(ProducerRecord::new("gone", "lost"))
+        .await
+        .expect("send");
+    wait_for("the producer's metadata request", || {
+        proxy.held.load(Ordering::Acquire) > 0
+    })
+    .await;
+    for i in 0..20 {
+        let delivery = producer
+            .send(ProducerRecord::new("steady", format!("r{i}")))
+            .await
+            .expect("send");
+        tokio::time::timeout(Duration::from_secs(10), delivery)
+            .await
+            .expect("a record for another topic waited on the held metadata request")
+            .expect("delivered");
+    }
+    assert!(
+        futures_poll_once(&mut lost).await.is_none(),
+        "the record for the deleted topic was answered while its metadata was held"
+    );
+}

@@ -362,6 +362,9 @@ struct State {
     flushing: usize,
     /// Topics whose leaders must be looked up again.
     stale_topics: Vec<String>,
+    /// The topics of the metadata refresh under way, if one is: their partitions wait for it
+    /// rather than go to a leader just found wanting.
+    refreshing_topics: Option<Vec<String>>,
 }
 
 struct Inner {
@@ -428,6 +431,7 @@ impl Producer {
                 needs_new_producer_id: false,
                 flushing: 0,
                 stale_topics: Vec::new(),
+                refreshing_topics: None,
             }),
             wake: Notify::new(),
             progress: Notify::new(),
@@ -712,7 +716,7 @@ async fn run_sender(inner: Arc<Inner>) {
             tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(50))).await;
             continue;
         }
-        refresh_stale_topics(&inner).await;
+        start_refresh(&inner);
         let wake = inner.wake.notified();
         let (by_leader, next_deadline) = drain(&inner);
         for (leader, batches) in by_leader {
@@ -791,15 +795,43 @@ async fn ensure_producer_id(inner: &Arc<Inner>) -> Result<()> {
     Ok(())
 }
 
-async fn refresh_stale_topics(inner: &Arc<Inner>) {
-    let topics = std::mem::take(&mut inner.lock().stale_topics);
-    if topics.is_empty() {
-        return;
-    }
-    if let Err(error) = inner.cluster.refresh(Some(&topics)).await {
-        tracing::debug!(%error, "metadata refresh failed");
-        tokio::time::sleep(inner.settings.retry_backoff).await;
-        inner.lock().stale_topics.extend(topics);
+/// Refreshes the metadata of topics whose partitions have no known leader (or one that failed
+/// them), in a task of its own: a refresh waiting on a broker that does not answer (paused, or
+/// cut off) holds up only those topics, not every leader's batches. One refresh at a time;
+/// when it ends, the sender looks again.
+fn start_refresh(inner: &Arc<Inner>) {
+    let topics = {
+        let mut state = inner.lock();
+        if state.stale_topics.is_empty() || state.refreshing_topics.is_some() {
+            return;
+        }
+        let topics = std::mem::take(&mut state.stale_topics);
+        state.refreshing_topics = Some(topics.clone());
+        topics
+    };
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let failed = inner.cluster.refresh(Some(&topics)).await.err();
+        if let Some(error) = &failed {
+            tracing::debug!(%error, "metadata refresh failed");
+            tokio::time::sleep(inner.settings.retry_backoff).await;
+        }
+        let mut state = inner.lock();
+        state.refreshing_topics = None;
+        if failed.is_some() {
+            add_stale_topics(&mut state, topics);
+        }
+        drop(state);
+        inner.wake.notify_one();
+    });
+}
+
+/// Marks `topics` for a metadata refresh, each once.
+fn add_stale_topics(state: &mut State, topics: impl IntoIterator<Item = String>) {
+    for topic in topics {
+        if !state.stale_topics.contains(&topic) {
+            state.stale_topics.push(topic);
+        }
     }
 }
 
@@ -829,8 +861,9 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
     let mut stale = Vec::new();
     let mut rotate_sticky = Vec::new();
     let mut request_bytes: HashMap<i32, usize> = HashMap::new();
+    let refreshing = state.refreshing_topics.clone().unwrap_or_default();
     for (tp, queue) in state.partitions.iter_mut() {
-        if queue.retry.is_empty() && queue.open.is_empty() {
+        if (queue.retry.is_empty() && queue.open.is_empty()) || refreshing.contains(&tp.0) {
             continue;
         }
         let leader = match metadata.partition(&tp.0, tp.1) {
@@ -956,7 +989,7 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
         }
     }
     if !stale.is_empty() {
-        state.stale_topics.extend(stale);
+        add_stale_topics(&mut state, stale);
         next_deadline = Some(now + settings.retry_backoff);
     }
     (by_leader, next_deadline)
@@ -1065,7 +1098,7 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
                             )
                         ) || code.is_none())
                     {
-                        state.stale_topics.push(tp.0.clone());
+                        add_stale_topics(&mut state, [tp.0.clone()]);
                     }
                     tracing::debug!(topic = tp.0, partition = tp.1, %error, "batch will be retried");
                     let Some(queue) = state.partitions.get_mut(&tp) else {
