@@ -2,6 +2,7 @@
 defaults (only ports and log.dirs overridden), its log in the work dir, and what /proc says
 about it. Imported by benches/many_partitions.py and benches/steady_latency.py."""
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -12,17 +13,22 @@ _ports_given = set()
 
 
 def free_port():
-    """A loopback port nothing listens on, never the same one twice in this process.
-
-    The kernel's bind to port 0 may give a released port out again, so two nodes could get one.
-    """
-    while True:
+    """A loopback port nothing listens on, below the kernel's ephemeral range (32768 and up)
+    so that no client's outgoing connection takes it while its node is down for a restart,
+    and never the same one twice in this process."""
+    start = random.randrange(20000, 32000)
+    for i in range(12000):
+        port = 20000 + (start - 20000 + i) % 12000
+        if port in _ports_given:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _ports_given:
-            _ports_given.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ports_given.add(port)
+        return port
+    raise RuntimeError("no free port in 20000..32000")
 
 
 def say(*args):
