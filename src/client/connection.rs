@@ -240,13 +240,12 @@ impl Connection {
     ) -> Result<PendingResponse<Resp>> {
         let (frame, waiter) =
             self.frame(api_key, version, request_header_version, request, true)?;
-        let (correlation_id, waiter) = waiter.ok_or_else(|| self.closed_error())?;
+        let waiter = waiter.ok_or_else(|| self.closed_error())?;
         if self.frames.send(frame).await.is_err() {
             return Err(self.closed_error());
         }
         Ok(PendingResponse {
             waiter,
-            correlation_id,
             api_key,
             version,
             response_header_version,
@@ -258,7 +257,6 @@ impl Connection {
     }
 
     /// Encodes a frame; registers a waiter for its response when `answered`.
-    #[allow(clippy::type_complexity)]
     fn frame<Req: Encodable>(
         &self,
         api_key: i16,
@@ -266,7 +264,7 @@ impl Connection {
         header_version: i16,
         request: &Req,
         answered: bool,
-    ) -> Result<(BytesMut, Option<(i32, oneshot::Receiver<Result<Bytes>>)>)> {
+    ) -> Result<(BytesMut, Option<oneshot::Receiver<Result<Bytes>>>)> {
         let mut pending = self.pending.lock().map_err(|_| self.closed_error())?;
         if pending.closed.is_some() {
             return Err(self.closed_error_locked(&pending));
@@ -290,7 +288,7 @@ impl Connection {
         let waiter = answered.then(|| {
             let (tx, rx) = oneshot::channel();
             pending.waiters.insert(correlation_id, tx);
-            (correlation_id, rx)
+            rx
         });
         Ok((frame, waiter))
     }
@@ -349,7 +347,6 @@ impl Connection {
 /// A queued request's response, to await.
 pub struct PendingResponse<Resp> {
     waiter: oneshot::Receiver<Result<Bytes>>,
-    correlation_id: i32,
     api_key: i16,
     version: i16,
     response_header_version: i16,
@@ -374,22 +371,18 @@ impl<Resp: Decodable> PendingResponse<Resp> {
             Ok(Ok(body)) => body?,
             Ok(Err(_)) => return Err(closed(&self.pending, &self.addr)),
             Err(_) => {
-                if let Ok(mut pending) = self.pending.lock() {
-                    pending.waiters.remove(&self.correlation_id);
-                }
                 let api = ApiKey::try_from(self.api_key)
-                    .map_or(format!("API {}", self.api_key), |k| {
-                        format!("{k:?} to {}", self.addr)
-                    });
+                    .map_or(format!("API {}", self.api_key), |k| format!("{k:?}"));
                 // As Kafka's clients do: a broker that let a request time out (paused, cut
                 // off) is disconnected, so the requests queued behind it fail now rather than
-                // each waiting out its own timeout, and the next call connects afresh.
+                // each waiting out its own timeout, and the next call connects afresh. This
+                // request's own waiter goes with the rest.
                 fail_all(
                     &self.pending,
                     format!("{api} got no answer within {:?}", self.timeout),
                 );
                 return Err(Error::Timeout {
-                    what: api,
+                    what: format!("{api} to {}", self.addr),
                     after: self.timeout,
                 });
             }
@@ -570,6 +563,7 @@ mod tests {
             matches!(&error, Error::Disconnected { reason, .. } if reason.contains("no answer")),
             "{error:?}"
         );
+        assert_eq!(error.to_string().matches(&addr).count(), 1, "{error}");
         assert!(started.elapsed() < Duration::from_millis(100));
         assert!(connection.queue(&request, 12).await.is_err());
     }
