@@ -12,6 +12,7 @@ pub(super) async fn serve_http(
     broker_metrics: Arc<Metrics>,
     replicas: Arc<ReplicaManager>,
     groups: Option<Arc<crate::group::GroupCoordinator>>,
+    broker: bool,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -50,6 +51,9 @@ pub(super) async fn serve_http(
                 "/health" => ("200 OK", "text/plain", health(&quorum)),
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
                     let mut text = metrics(&quorum, &logs);
+                    if broker {
+                        replica_metadata_lag(&quorum, &replicas, &mut text);
+                    }
                     broker_metrics.render(&mut text);
                     replicas.render_metrics(&mut text);
                     if let Some(groups) = &groups {
@@ -80,6 +84,23 @@ fn health(quorum: &Quorum) -> String {
             .map_or("none".to_owned(), |l| l.to_string()),
         metrics.current_term
     )
+}
+
+/// How many metadata log entries the broker's replicas are behind the committed image (Kafka's
+/// broker metadata apply lag): 0 once every leadership and ISR change seen here is served.
+fn replica_metadata_lag(quorum: &Quorum, replicas: &ReplicaManager, out: &mut String) {
+    let lag = quorum
+        .image()
+        .index
+        .saturating_sub(replicas.applied_index());
+    let (name, help) = (
+        "sluice_replica_metadata_lag",
+        "Metadata log entries committed here that the broker's replicas do not serve yet.",
+    );
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {lag}"
+    );
 }
 
 /// Prometheus text exposition of what operators watch.

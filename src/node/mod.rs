@@ -314,6 +314,7 @@ impl Node {
             Arc::clone(&metrics),
             Arc::clone(&replicas),
             broker_context.as_ref().map(|b| Arc::clone(&b.groups)),
+            config.roles.broker,
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {

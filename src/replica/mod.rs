@@ -489,6 +489,11 @@ impl ReplicaManager {
         }
     }
 
+    /// The index of the last metadata image the replicas were brought in line with.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied_index.borrow()
+    }
+
     /// Waits (up to `timeout`) until the image at `index` has been applied to the replicas, so
     /// a request served right after a topic was created finds its partitions.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) {

@@ -118,11 +118,15 @@ impl SingleNode {
         }
     }
 
-    /// Waits up to 30 s for the broker to be unfenced; false if it exits or times out.
+    /// Waits up to 30 s for the broker to be unfenced and to serve what its unfencing gave it
+    /// (its leaderships: until then it answers NOT_LEADER_OR_FOLLOWER); false if it exits or
+    /// times out.
     fn wait_up(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.gauge("sluice_brokers_unfenced") == Some(1) {
+            if self.gauge("sluice_brokers_unfenced") == Some(1)
+                && self.gauge("sluice_replica_metadata_lag") == Some(0)
+            {
                 return true;
             }
             if self
