@@ -107,6 +107,8 @@ pub struct ServerConfig {
     pub auto_leader_rebalance_enable: bool,
     /// `leader.imbalance.check.interval.seconds`
     pub leader_imbalance_check_interval_seconds: u64,
+    /// `leader.imbalance.per.broker.percentage`
+    pub leader_imbalance_per_broker_percentage: u32,
     /// `controlled.shutdown.enable`: on SIGTERM, move leaderships away before stopping.
     pub controlled_shutdown_enable: bool,
     /// `controlled.shutdown.max.retries`
@@ -417,6 +419,9 @@ impl ServerConfig {
             leader_imbalance_check_interval_seconds: unsigned(
                 "leader.imbalance.check.interval.seconds",
             )?,
+            leader_imbalance_per_broker_percentage: unsigned(
+                "leader.imbalance.per.broker.percentage",
+            )? as u32,
             controlled_shutdown_max_retries: unsigned("controlled.shutdown.max.retries")? as u32,
             controlled_shutdown_retry_backoff_ms: unsigned("controlled.shutdown.retry.backoff.ms")?,
             broker_session_timeout_ms: unsigned("broker.session.timeout.ms")?,

@@ -556,6 +556,12 @@ pub const KEYS: &[Key] = &[
         "how often preferred leaders are checked",
     ),
     broker(
+        "leader.imbalance.per.broker.percentage",
+        int(0, 100),
+        "10",
+        "the share of a broker's preferred leaderships led elsewhere that triggers a rebalance",
+    ),
+    broker(
         "broker.session.timeout.ms",
         long(0),
         "9000",
