@@ -187,6 +187,127 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
     Ok(listeners)
 }
 
+/// Kafka's security protocols; Sluice serves the first only (so far).
+const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+/// Every listener's security protocol, from `listener.security.protocol.map` as Kafka reads it
+/// (a listener named after a protocol uses it; when the map is not set, the controller
+/// listener is PLAINTEXT), must be one Sluice serves: a listener that promises TLS or SASL and
+/// serves plaintext would be worse than none.
+fn check_security_protocols(
+    properties: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    controller_listener_name: &str,
+) -> Result<(), ConfigError> {
+    let key = "listener.security.protocol.map";
+    let explicit = properties.get(key).map(String::as_str);
+    let text = explicit.unwrap_or_else(|| registry::broker_key(key).map_or("", |k| k.default));
+    let mut map = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, protocol) = entry
+            .split_once(':')
+            .ok_or_else(|| ConfigError::new(key, text, format!("'{entry}' is not NAME:PROTOCOL")))?;
+        let protocol = protocol.trim().to_ascii_uppercase();
+        if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(ConfigError::new(
+                key,
+                text,
+                format!(
+                    "'{protocol}' is not a security protocol (Kafka's are {})",
+                    SECURITY_PROTOCOLS.join(", ")
+                ),
+            ));
+        }
+        map.insert(name.trim().to_owned(), protocol);
+    }
+    if explicit.is_none() {
+        map.entry(controller_listener_name.to_owned())
+            .or_insert_with(|| "PLAINTEXT".to_owned());
+    }
+    let listeners_text = properties.get("listeners").map_or("", String::as_str);
+    for listener in listeners {
+        let Some(protocol) = map.get(&listener.name) else {
+            return Err(ConfigError::new(
+                "listeners",
+                listeners_text,
+                format!(
+                    "no security protocol for listener {name}: add {name}:PLAINTEXT to {key}",
+                    name = listener.name
+                ),
+            ));
+        };
+        if protocol != "PLAINTEXT" {
+            let (key, value) = match explicit {
+                Some(map_text) => (key, map_text),
+                None => ("listeners", listeners_text),
+            };
+            return Err(ConfigError::new(
+                key,
+                value,
+                format!(
+                    "listener {} uses security protocol {protocol}, which Sluice does not \
+                     implement yet: PLAINTEXT is the only one served (TLS and SASL are planned)",
+                    listener.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A broker serves one Kafka listener (the first that is not the controller's): a second one,
+/// an advertised listener that is not served, or an inter-broker listener other than it would
+/// be accepted and never answer.
+fn check_served_listeners(
+    properties: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    advertised: &[Listener],
+    controller_listener_name: &str,
+    roles: Roles,
+) -> Result<(), ConfigError> {
+    let text = |key: &str| properties.get(key).map_or("", String::as_str);
+    let clients: Vec<&str> = listeners
+        .iter()
+        .filter(|l| l.name != controller_listener_name)
+        .map(|l| l.name.as_str())
+        .collect();
+    if clients.len() > 1 {
+        return Err(ConfigError::new(
+            "listeners",
+            text("listeners"),
+            format!(
+                "Sluice serves one Kafka listener, and this names {}: keep one besides {controller_listener_name}",
+                clients.join(" and ")
+            ),
+        ));
+    }
+    if let Some(unserved) = advertised
+        .iter()
+        .find(|a| a.name != controller_listener_name && !clients.contains(&a.name.as_str()))
+    {
+        return Err(ConfigError::new(
+            "advertised.listeners",
+            text("advertised.listeners"),
+            format!(
+                "listener {} is advertised but not in listeners",
+                unserved.name
+            ),
+        ));
+    }
+    let inter_broker = properties.get("inter.broker.listener.name");
+    if let Some(name) = inter_broker.filter(|n| roles.broker && !clients.contains(&n.trim())) {
+        return Err(ConfigError::new(
+            "inter.broker.listener.name",
+            name,
+            format!(
+                "followers fetch on the Kafka listener, {}",
+                clients.first().copied().unwrap_or("(none)")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
     let key = "controller.quorum.voters";
     let mut voters = Vec::new();
@@ -236,11 +357,12 @@ fn derived_cluster_id(voters: &[Voter]) -> String {
 
 impl ServerConfig {
     /// Reads `path` (if any) and applies `overrides`, then validates. Returns the config and
-    /// the unknown keys, for the caller to warn about.
+    /// the keys it does not use, for the caller to warn about; a key that promises what Sluice
+    /// does not do (TLS, SASL, ACLs) is an error.
     pub fn load(
         path: Option<&Path>,
         overrides: &[(String, String)],
-    ) -> Result<(ServerConfig, Vec<String>), String> {
+    ) -> Result<(ServerConfig, Vec<registry::UnservedKey>), String> {
         let mut properties = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -265,13 +387,9 @@ impl ServerConfig {
                     .or_insert_with(|| (*value).to_owned());
             }
         }
+        let unserved = registry::check_unserved_keys(&properties).map_err(|e| e.to_string())?;
         let config = ServerConfig::from_properties(&properties).map_err(|e| e.to_string())?;
-        let unknown = properties
-            .keys()
-            .filter(|k| registry::broker_key(k).is_none())
-            .cloned()
-            .collect();
-        Ok((config, unknown))
+        Ok((config, unserved))
     }
 
     pub fn from_properties(
@@ -333,10 +451,18 @@ impl ServerConfig {
                 "a broker needs a client listener besides the controller one",
             ));
         }
+        check_security_protocols(properties, &listeners, &controller_listener_name)?;
         let advertised_listeners = match get("advertised.listeners") {
             Some(value) => parse_listeners("advertised.listeners", value)?,
             None => listeners.clone(),
         };
+        check_served_listeners(
+            properties,
+            &listeners,
+            &advertised_listeners,
+            &controller_listener_name,
+            roles,
+        )?;
         let controller = listeners
             .iter()
             .find(|l| l.name == controller_listener_name)
@@ -641,7 +767,124 @@ mod tests {
         let overrides = vec![("num.partitions".to_owned(), "5".to_owned())];
         let (config, unknown) = ServerConfig::load(Some(&path), &overrides).unwrap();
         assert_eq!(config.num_partitions, 5);
-        assert_eq!(unknown, vec!["no.such.key".to_owned()]);
+        assert_eq!(
+            unknown,
+            vec![registry::UnservedKey::Unknown("no.such.key".to_owned())]
+        );
+    }
+
+    fn load_with(overrides: &[(&str, &str)]) -> Result<Vec<registry::UnservedKey>, String> {
+        let overrides: Vec<(String, String)> = overrides
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ServerConfig::load(None, &overrides).map(|(_, unserved)| unserved)
+    }
+
+    #[test]
+    fn a_listener_that_promises_security_stops_the_start() {
+        let error = load_with(&[(
+            "listeners",
+            "SASL_SSL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        )])
+        .unwrap_err();
+        assert!(error.contains("for listeners"), "{error}");
+        assert!(error.contains("security protocol SASL_SSL"), "{error}");
+        assert!(error.contains("PLAINTEXT is the only one served"), "{error}");
+        // A listener of any name mapped to TLS is refused as well; mapped to PLAINTEXT it serves.
+        let listeners = ("listeners", "CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093");
+        let error = load_with(&[
+            listeners,
+            (
+                "listener.security.protocol.map",
+                "CLIENT:SSL,CONTROLLER:PLAINTEXT",
+            ),
+        ])
+        .unwrap_err();
+        assert!(error.contains("listener.security.protocol.map"), "{error}");
+        assert!(error.contains("listener CLIENT uses security protocol SSL"));
+        load_with(&[
+            listeners,
+            (
+                "listener.security.protocol.map",
+                "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ),
+        ])
+        .unwrap();
+        // As in Kafka, a listener with no protocol is an error, not a guess.
+        let error = load_with(&[listeners]).unwrap_err();
+        assert!(error.contains("no security protocol for listener CLIENT"), "{error}");
+        let error = load_with(&[
+            listeners,
+            ("listener.security.protocol.map", "CLIENT:PLAINTEXT"),
+        ])
+        .unwrap_err();
+        assert!(error.contains("listener CONTROLLER"), "{error}");
+    }
+
+    #[test]
+    fn listeners_that_would_not_be_served_stop_the_start() {
+        let error = load_with(&[(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SSL://127.0.0.1:9094",
+        )])
+        .unwrap_err();
+        assert!(error.contains("security protocol SSL"), "{error}");
+        let error = load_with(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://127.0.0.1:9094",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            ),
+        ])
+        .unwrap_err();
+        assert!(error.contains("one Kafka listener"), "{error}");
+        let error = load_with(&[("advertised.listeners", "EXTERNAL://example.com:9092")])
+            .unwrap_err();
+        assert!(error.contains("EXTERNAL is advertised but not in listeners"), "{error}");
+        let error = load_with(&[("inter.broker.listener.name", "INTERNAL")]).unwrap_err();
+        assert!(error.contains("inter.broker.listener.name"), "{error}");
+        load_with(&[("inter.broker.listener.name", "PLAINTEXT")]).unwrap();
+    }
+
+    #[test]
+    fn security_keys_stop_the_start_and_other_kafka_keys_warn() {
+        for (key, value) in [
+            ("ssl.keystore.location", "/etc/kafka/keystore.jks"),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("listener.name.plaintext.plain.sasl.jaas.config", "x"),
+            ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+            ("super.users", "User:admin"),
+            ("security.inter.broker.protocol", "SSL"),
+        ] {
+            let error = load_with(&[(key, value)]).unwrap_err();
+            assert!(error.contains(&format!("for {key}:")), "{key}: {error}");
+            assert!(error.contains("not implemented"), "{key}: {error}");
+        }
+        // Values that ask for nothing Sluice lacks are accepted.
+        for (key, value) in [
+            ("authorizer.class.name", ""),
+            ("security.inter.broker.protocol", "PLAINTEXT"),
+        ] {
+            assert_eq!(load_with(&[(key, value)]).unwrap(), vec![], "{key}={value}");
+        }
+        // Kafka's own KRaft server.properties: known keys Sluice does not use are warned
+        // about with what Sluice does instead; nothing stops the start.
+        let unserved = load_with(&[
+            ("num.network.threads", "3"),
+            ("num.io.threads", "8"),
+            ("socket.send.buffer.bytes", "102400"),
+            ("transaction.state.log.replication.factor", "1"),
+            ("log.dir.typo", "x"),
+        ])
+        .unwrap();
+        let text: Vec<String> = unserved.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 5, "{text:?}");
+        assert!(text.iter().any(|t| t.contains("num.io.threads is a Kafka key Sluice does not implement (no effect)")), "{text:?}");
+        assert!(text.iter().any(|t| t == "unknown configuration key log.dir.typo (ignored)"), "{text:?}");
     }
 }
 

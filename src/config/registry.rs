@@ -379,6 +379,19 @@ pub const KEYS: &[Key] = &[
         "what clients are told to connect to (default: listeners)",
     ),
     broker(
+        "listener.security.protocol.map",
+        Kind::Text,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "NAME:PROTOCOL of each listener; Sluice serves PLAINTEXT only (the controller listener \
+         is PLAINTEXT unless the map names it)",
+    ),
+    broker(
+        "inter.broker.listener.name",
+        Kind::Text,
+        "",
+        "the listener followers fetch on: the Kafka listener (Sluice serves one)",
+    ),
+    broker(
         "controller.listener.names",
         Kind::Text,
         "CONTROLLER",
@@ -710,6 +723,208 @@ pub const KEYS: &[Key] = &[
     ),
 ];
 
+/// A Kafka broker key Sluice knows and does not implement. Such a key is never silently
+/// ignored: one that promises something Sluice would not do (security above all) stops the
+/// node at start; the others are accepted with a warning that says they have no effect and
+/// why. `sluice configs keys` lists them. A key declared in [`KEYS`] is implemented.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unimplemented {
+    /// The key, or a family of keys: a prefix ending in '.' (`ssl.`).
+    pub name: &'static str,
+    /// `Refused` stops start-up (unless the value is one of `accepted`, which mean "off");
+    /// `NoEffect` is a warning.
+    pub effect: UnimplementedEffect,
+    /// Values that ask for nothing Sluice lacks (`security.inter.broker.protocol=PLAINTEXT`).
+    pub accepted: &'static [&'static str],
+    /// What Sluice does instead, or what to do.
+    pub doc: &'static str,
+}
+
+/// What a set [`Unimplemented`] key does to start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnimplementedEffect {
+    Refused,
+    NoEffect,
+}
+
+const fn refused(name: &'static str, accepted: &'static [&'static str], doc: &'static str) -> Unimplemented {
+    Unimplemented {
+        name,
+        effect: UnimplementedEffect::Refused,
+        accepted,
+        doc,
+    }
+}
+
+const fn no_effect(name: &'static str, doc: &'static str) -> Unimplemented {
+    Unimplemented {
+        name,
+        effect: UnimplementedEffect::NoEffect,
+        accepted: &[],
+        doc,
+    }
+}
+
+const NO_TLS: &str = "TLS is not implemented yet: Sluice serves PLAINTEXT listeners only";
+const NO_SASL: &str =
+    "SASL authentication is not implemented yet: Sluice serves PLAINTEXT listeners only";
+const NO_ACLS: &str =
+    "ACLs are not implemented yet: every client may do everything; keep Sluice on a trusted network";
+
+/// Kafka's broker keys that Sluice knows and does not implement (security first).
+pub const UNIMPLEMENTED: &[Unimplemented] = &[
+    refused("ssl.", &[], NO_TLS),
+    refused("sasl.", &[], NO_SASL),
+    refused(
+        "listener.name.",
+        &[],
+        "per-listener security settings are not implemented yet: Sluice serves PLAINTEXT listeners only",
+    ),
+    refused("security.inter.broker.protocol", &["PLAINTEXT"], NO_TLS),
+    refused("authorizer.class.name", &[""], NO_ACLS),
+    refused("super.users", &[""], NO_ACLS),
+    refused("allow.everyone.if.no.acl.found", &["true"], NO_ACLS),
+    refused("principal.builder.class", &[""], NO_SASL),
+    refused("connections.max.reauth.ms", &["0"], NO_SASL),
+    refused("delegation.token.", &[], "delegation tokens are not implemented yet"),
+    refused("security.providers", &[""], NO_TLS),
+    refused(
+        "control.plane.listener.name",
+        &[""],
+        "a separate control-plane listener is not implemented: brokers reach the controller \
+         on the CONTROLLER listener",
+    ),
+    no_effect(
+        "num.network.threads",
+        "Sluice runs one network thread per CPU (thread.affinity)",
+    ),
+    no_effect(
+        "num.io.threads",
+        "requests are handled on the network threads; there is no separate pool",
+    ),
+    no_effect("background.threads", "background work has its own fixed threads"),
+    no_effect(
+        "num.recovery.threads.per.data.dir",
+        "logs are recovered one directory at a time",
+    ),
+    no_effect(
+        "socket.send.buffer.bytes",
+        "sockets keep the kernel's buffer sizes (autotuned)",
+    ),
+    no_effect(
+        "socket.receive.buffer.bytes",
+        "sockets keep the kernel's buffer sizes (autotuned)",
+    ),
+    no_effect(
+        "transaction.",
+        "transactions are not implemented yet: transactional producers get \
+         COORDINATOR_NOT_AVAILABLE",
+    ),
+    no_effect(
+        "transactional.id.expiration.ms",
+        "transactions are not implemented yet",
+    ),
+    no_effect(
+        "zookeeper.",
+        "Sluice keeps metadata in its own quorum (controller.quorum.voters); there is no ZooKeeper",
+    ),
+    no_effect(
+        "inter.broker.protocol.version",
+        "one protocol: Sluice nodes of one version talk to each other",
+    ),
+    no_effect("log.message.format.version", "logs hold v2 record batches only"),
+    no_effect(
+        "metric.reporters",
+        "metrics are served in Prometheus format on http.listener (/metrics)",
+    ),
+    no_effect(
+        "kafka.metrics.reporters",
+        "metrics are served in Prometheus format on http.listener (/metrics)",
+    ),
+    no_effect(
+        "replica.selector.class",
+        "consumers always fetch from the leader",
+    ),
+    no_effect(
+        "remote.log.storage.system.enable",
+        "tiered storage is not implemented: segments stay on local disks",
+    ),
+    no_effect(
+        "quota.window.num",
+        "client quotas are not implemented yet: no client is throttled",
+    ),
+    no_effect(
+        "client.quota.callback.class",
+        "client quotas are not implemented yet: no client is throttled",
+    ),
+];
+
+/// The [`Unimplemented`] entry covering a key, if Sluice knows it as unimplemented.
+pub fn unimplemented_key(name: &str) -> Option<&'static Unimplemented> {
+    if broker_key(name).is_some() {
+        return None;
+    }
+    UNIMPLEMENTED.iter().find(|u| {
+        if u.name.ends_with('.') {
+            name.starts_with(u.name)
+        } else {
+            name == u.name
+        }
+    })
+}
+
+/// A key set in `server.properties` (or `--override`) that Sluice does not implement, and
+/// what that means for start-up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnservedKey {
+    /// Unknown to Sluice (a typo, or a key of another product): a warning.
+    Unknown(String),
+    /// A Kafka key Sluice does not implement and whose value asks for nothing: a warning
+    /// that says what Sluice does instead.
+    NoEffect { key: String, doc: &'static str },
+}
+
+impl std::fmt::Display for UnservedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnservedKey::Unknown(key) => write!(f, "unknown configuration key {key} (ignored)"),
+            UnservedKey::NoEffect { key, doc } => {
+                write!(f, "{key} is a Kafka key Sluice does not implement (no effect): {doc}")
+            }
+        }
+    }
+}
+
+/// Sorts the keys of a broker's properties that the registry does not declare: an error
+/// for the first that promises what Sluice does not do (the node must not start), else the
+/// ones to warn about.
+pub fn check_unserved_keys(
+    properties: &BTreeMap<String, String>,
+) -> Result<Vec<UnservedKey>, ConfigError> {
+    let mut warnings = Vec::new();
+    for (key, value) in properties {
+        if broker_key(key).is_some() {
+            continue;
+        }
+        match unimplemented_key(key) {
+            None => warnings.push(UnservedKey::Unknown(key.clone())),
+            Some(u) if u.accepted.contains(&value.trim()) => {}
+            Some(u) if u.effect == UnimplementedEffect::Refused => {
+                return Err(ConfigError::new(
+                    key,
+                    value,
+                    format!("{}; remove the key to start", u.doc),
+                ));
+            }
+            Some(u) => warnings.push(UnservedKey::NoEffect {
+                key: key.clone(),
+                doc: u.doc,
+            }),
+        }
+    }
+    Ok(warnings)
+}
+
 /// A bad value: the key, the value, why. Start-up, CreateTopics and AlterConfigs say it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid value '{value}' for {key}: {reason}")]
@@ -882,18 +1097,65 @@ pub fn is_dynamic_broker_key(name: &str) -> bool {
     broker_key(name).is_some_and(|k| k.dynamic)
 }
 
+/// Kafka's topic configs that Sluice does not implement: setting one is refused
+/// (INVALID_CONFIG) with what Sluice does instead, never accepted and ignored.
+pub const UNIMPLEMENTED_TOPIC_KEYS: &[(&str, &str)] = &[
+    ("segment.jitter.ms", "segments roll at segment.ms exactly"),
+    (
+        "leader.replication.throttled.replicas",
+        "replication throttles are not implemented yet",
+    ),
+    (
+        "follower.replication.throttled.replicas",
+        "replication throttles are not implemented yet",
+    ),
+    (
+        "message.downconversion.enable",
+        "record batches are served in the v2 format only",
+    ),
+    ("message.format.version", "logs hold v2 record batches only"),
+    (
+        "remote.storage.enable",
+        "tiered storage is not implemented: segments stay on local disks",
+    ),
+    ("local.retention.ms", "tiered storage is not implemented"),
+    ("local.retention.bytes", "tiered storage is not implemented"),
+    (
+        "compression.gzip.level",
+        "batches are recompressed at each codec's default level",
+    ),
+    (
+        "compression.lz4.level",
+        "batches are recompressed at each codec's default level",
+    ),
+    (
+        "compression.zstd.level",
+        "batches are recompressed at each codec's default level",
+    ),
+];
+
 /// A topic key's value checked (INVALID_CONFIG material).
 pub fn validate_topic(name: &str, value: &str) -> Result<Value, ConfigError> {
-    topic_key(name)
-        .ok_or_else(|| ConfigError::new(name, value, "unknown topic config"))?
-        .parse(value)
+    let Some(key) = topic_key(name) else {
+        let reason = match UNIMPLEMENTED_TOPIC_KEYS.iter().find(|(k, _)| *k == name) {
+            Some((_, doc)) => format!("a Kafka topic config Sluice does not implement: {doc}"),
+            None => "unknown topic config".to_owned(),
+        };
+        return Err(ConfigError::new(name, value, reason));
+    };
+    key.parse(value)
 }
 
 /// A broker key's value checked, by its broker name.
 pub fn validate_broker(name: &str, value: &str) -> Result<Value, ConfigError> {
-    broker_key(name)
-        .ok_or_else(|| ConfigError::new(name, value, "unknown broker config"))?
-        .parse_as(name, value)
+    let Some(key) = broker_key(name) else {
+        let reason = match unimplemented_key(name) {
+            Some(u) => format!("a Kafka key Sluice does not implement: {}", u.doc),
+            None => "unknown broker config".to_owned(),
+        };
+        return Err(ConfigError::new(name, value, reason));
+    };
+    key.parse_as(name, value)
 }
 
 /// The value a layer of broker properties gives `broker_name` (a broker key or a topic key's
