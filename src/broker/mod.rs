@@ -9,6 +9,7 @@
 
 pub mod authorizer;
 mod fetch_sessions;
+pub mod readiness;
 
 pub use fetch_sessions::FetchSessionCache;
 pub(crate) use fetch_sessions::{Reported, Wanted};
@@ -43,6 +44,8 @@ pub struct Broker {
     /// broker lifecycle.
     pub broker_epoch: Arc<AtomicI64>,
     pub fenced: Arc<AtomicBool>,
+    /// Registered, unfenced and caught up: requests wait for it after a start.
+    pub readiness: Arc<readiness::Readiness>,
 }
 
 impl Broker {

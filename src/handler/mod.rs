@@ -51,6 +51,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::broker::readiness::READY_WAIT;
 use crate::protocol::errors;
 use crate::protocol::fetch_encode::FetchAnswer;
 
@@ -307,12 +308,25 @@ pub enum Answer {
     Close,
 }
 
+/// Every request but ApiVersions (the handshake) and DescribeQuorum (the quorum's state,
+/// which an operator asks for when the broker does not become ready) waits for the broker
+/// to be ready after a start.
+fn waits_for_readiness(api_key: ApiKey) -> bool {
+    !matches!(api_key, ApiKey::ApiVersions | ApiKey::DescribeQuorum)
+}
+
 /// Answers a decoded request; `None` when no response is due (Produce with acks=0).
 pub async fn dispatch(
     broker: &Arc<Broker>,
     context: &RequestContext,
     request: RequestKind,
 ) -> Option<Answer> {
+    if waits_for_readiness(context.api_key) && !broker.readiness.is_ready() {
+        // Right after a start: the cluster does not count this broker until it is registered,
+        // unfenced and caught up, so a CreateTopics would find no broker to place replicas on
+        // and an auto-create would use the wrong defaults. Wait, bounded, instead of failing.
+        broker.readiness.wait(READY_WAIT).await;
+    }
     if served_from_replicas(context.api_key) {
         // Data requests, and Metadata that sends clients to leaders, are served from replicas
         // at least as new as the image this node has (after a restart: once caught up to its

@@ -1,4 +1,6 @@
-//! The HTTP listener: `/health` and `/metrics` (Prometheus text).
+//! The HTTP listener: `/health` (the process answers), `/ready` (200 once a broker serves
+//! clients: registered, unfenced, caught up; 503 with the reason before) and `/metrics`
+//! (Prometheus text).
 
 use super::*;
 
@@ -12,8 +14,9 @@ pub(super) async fn serve_http(
     broker_metrics: Arc<Metrics>,
     replicas: Arc<ReplicaManager>,
     groups: Option<Arc<crate::group::GroupCoordinator>>,
-    broker: bool,
+    readiness: Option<Arc<Readiness>>,
 ) {
+    let broker = readiness.is_some();
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -24,6 +27,7 @@ pub(super) async fn serve_http(
         let broker_metrics = Arc::clone(&broker_metrics);
         let replicas = Arc::clone(&replicas);
         let groups = groups.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
             let mut buffer = [0u8; 1024];
@@ -49,6 +53,7 @@ pub(super) async fn serve_http(
             let path = request_line.split_whitespace().nth(1).unwrap_or("");
             let (status, content_type, body) = match path {
                 "/health" => ("200 OK", "text/plain", health(&quorum)),
+                "/ready" => ready(&quorum, readiness.as_deref()),
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
                     let mut text = metrics(&quorum, &logs);
                     if broker {
@@ -70,6 +75,30 @@ pub(super) async fn serve_http(
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
+    }
+}
+
+/// `/ready`: a broker is ready once it serves clients (`Readiness`); a controller-only node
+/// once its quorum has a leader.
+fn ready(quorum: &Quorum, readiness: Option<&Readiness>) -> (&'static str, &'static str, String) {
+    let state = match readiness {
+        Some(readiness) => readiness.state(),
+        None => match quorum.metrics().current_leader {
+            Some(_) => ReadyState::Ready,
+            None => ReadyState::Starting("no metadata quorum leader yet".into()),
+        },
+    };
+    match state {
+        ReadyState::Ready => (
+            "200 OK",
+            "text/plain",
+            format!("ready node={}\n", quorum.node_id()),
+        ),
+        ReadyState::Starting(reason) => (
+            "503 Service Unavailable",
+            "text/plain",
+            format!("not ready node={}: {reason}\n", quorum.node_id()),
+        ),
     }
 }
 

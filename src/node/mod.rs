@@ -19,6 +19,7 @@ use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::broker::readiness::{ReadyState, Readiness};
 use crate::broker::{Broker, FetchSessionCache};
 use crate::config::ServerConfig;
 use crate::controller::Defaults;
@@ -197,6 +198,15 @@ impl Node {
             Arc::clone(&broker_epoch),
         ));
         let metrics = Arc::new(Metrics::default());
+        let readiness = Arc::new(Readiness::default());
+        if config.roles.broker {
+            tasks.push(tokio::spawn(Arc::clone(&readiness).follow(
+                Arc::clone(&quorum),
+                Arc::clone(&replicas),
+                broker_id,
+                Arc::clone(&broker_epoch),
+            )));
+        }
         let mut server = None;
         let mut broker_context = None;
         if config.roles.broker {
@@ -262,6 +272,7 @@ impl Node {
                 groups: groups.clone(),
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
+                readiness: Arc::clone(&readiness),
             });
             let settings = ListenerSettings {
                 name: listener_config.name.clone(),
@@ -314,7 +325,7 @@ impl Node {
             Arc::clone(&metrics),
             Arc::clone(&replicas),
             broker_context.as_ref().map(|b| Arc::clone(&b.groups)),
-            config.roles.broker,
+            config.roles.broker.then_some(readiness),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {
