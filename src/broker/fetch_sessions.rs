@@ -161,12 +161,16 @@ impl FetchSessionCache {
     }
 
     /// After answering: what each partition was told (`Some` for those reported), and, for an
-    /// incremental fetch, the epoch the next one must carry.
+    /// incremental fetch, the epoch the next one must carry. The partitions `served` records
+    /// move to the back of the session, as in Kafka's `IncrementalFetchContext`: a response's
+    /// `max_bytes` goes to partitions in session order, and an incremental request names no
+    /// order of its own, so without the move a busy first partition would starve the rest.
     pub(crate) fn answered<'a>(
         &self,
         id: i32,
         incremental: bool,
         reported: impl Iterator<Item = (&'a Wanted, &'a Reported)>,
+        served: impl Iterator<Item = &'a Wanted>,
         now: Instant,
     ) {
         let mut sessions = self.sessions();
@@ -183,6 +187,16 @@ impl FetchSessionCache {
                 .find(|(s, _)| s.partition == w.partition && s.topic == w.topic)
             {
                 *before = Some(now_reported.clone());
+            }
+        }
+        for w in served {
+            if let Some(at) = session
+                .partitions
+                .iter()
+                .position(|(s, _)| s.partition == w.partition && s.topic == w.topic)
+            {
+                let moved = session.partitions.remove(at);
+                session.partitions.push(moved);
             }
         }
         session.last_used = now;
@@ -215,6 +229,7 @@ mod tests {
             id,
             false,
             [(&wanted("a", 0, 0), &Reported::default())].into_iter(),
+            std::iter::empty(),
             t0,
         );
         let partitions = cache
@@ -237,6 +252,36 @@ mod tests {
     }
 
     #[test]
+    fn partitions_that_returned_records_move_to_the_back_of_the_session() {
+        let cache = FetchSessionCache::default();
+        let t0 = Instant::now();
+        let all = [wanted("a", 0, 0), wanted("a", 1, 0), wanted("a", 2, 0)];
+        let id = cache.create(&all, t0);
+        cache.answered(id, false, std::iter::empty(), [&all[0]].into_iter(), t0);
+        let order: Vec<i32> = cache
+            .update(id, 1, &[], &[], false, t0)
+            .expect("session")
+            .iter()
+            .map(|(w, _)| w.partition)
+            .collect();
+        assert_eq!(order, [1, 2, 0]);
+        cache.answered(
+            id,
+            true,
+            std::iter::empty(),
+            [&all[2], &all[1]].into_iter(),
+            t0,
+        );
+        let order: Vec<i32> = cache
+            .update(id, 2, &[], &[], false, t0)
+            .expect("session")
+            .iter()
+            .map(|(w, _)| w.partition)
+            .collect();
+        assert_eq!(order, [0, 2, 1], "in the order they were served");
+    }
+
+    #[test]
     fn epochs_must_follow_each_answer_and_closed_sessions_are_gone() {
         let cache = FetchSessionCache::default();
         let now = Instant::now();
@@ -246,7 +291,7 @@ mod tests {
             Err(errors::INVALID_FETCH_SESSION_EPOCH)
         );
         assert!(cache.update(id, 1, &[], &[], false, now).is_ok());
-        cache.answered(id, true, std::iter::empty(), now);
+        cache.answered(id, true, std::iter::empty(), std::iter::empty(), now);
         assert_eq!(
             cache.update(id, 1, &[], &[], false, now),
             Err(errors::INVALID_FETCH_SESSION_EPOCH),

@@ -321,6 +321,9 @@ pub(crate) struct PartitionState {
     buffered: VecDeque<ConsumerRecord>,
     high_watermark: i64,
     last_leader_epoch: Option<i32>,
+    /// When a fetch last brought records (`State::served_count` then; 0 never): fetches name
+    /// the partitions served longest ago first.
+    served_at: u64,
 }
 
 impl PartitionState {
@@ -335,6 +338,7 @@ impl PartitionState {
             buffered: VecDeque::new(),
             high_watermark: -1,
             last_leader_epoch: None,
+            served_at: 0,
         }
     }
 
@@ -369,6 +373,8 @@ pub(crate) struct State {
     results_tx: mpsc::UnboundedSender<FetchDone>,
     /// Rotates which partition poll drains first, so none starves.
     drain_from: usize,
+    /// Counts partitions served records by fetches, to order the next fetches.
+    served_count: u64,
     last_auto_commit: Instant,
     metadata_stale: bool,
     last_metadata_check: Instant,
@@ -487,6 +493,7 @@ impl Consumer {
                     results,
                     results_tx,
                     drain_from: 0,
+                    served_count: 0,
                     last_auto_commit: now,
                     metadata_stale: true,
                     last_metadata_check: now,
@@ -1046,7 +1053,8 @@ impl Consumer {
         }
         let metadata = self.inner.cluster.cached();
         let settings = &self.inner.settings;
-        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, u64, i64, i32)>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, u64, i64, i32, u64)>> =
+            BTreeMap::new();
         for (tp, p) in &state.partitions {
             if p.paused || p.in_flight || p.position.is_none() || !p.buffered.is_empty() {
                 continue;
@@ -1062,14 +1070,26 @@ impl Consumer {
                 p.epoch,
                 p.fetch_offset,
                 leader.leader_epoch,
+                p.served_at,
             ));
         }
-        for (broker, partitions) in by_leader {
-            let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+        for (broker, mut partitions) in by_leader {
+            // The broker gives `fetch.max.bytes` to partitions in request order, and only the
+            // first to return records may exceed it (KIP-74): as Kafka's consumer does, the
+            // partitions served longest ago go first, so a busy one cannot starve the rest.
+            partitions.sort_by_key(|&(_, _, _, _, served_at)| served_at);
+            let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
             let mut topic_ids = HashMap::new();
             let mut asked = Vec::new();
-            for (tp, epoch, fetch_offset, leader_epoch) in partitions {
-                topics.entry(tp.topic.clone()).or_default().push(
+            for (tp, epoch, fetch_offset, leader_epoch, _) in partitions {
+                let at = match topics.iter().position(|(topic, _)| *topic == tp.topic) {
+                    Some(at) => at,
+                    None => {
+                        topics.push((tp.topic.clone(), Vec::new()));
+                        topics.len() - 1
+                    }
+                };
+                topics[at].1.push(
                     FetchPartition::default()
                         .with_partition(tp.partition)
                         .with_current_leader_epoch(leader_epoch)
@@ -1250,6 +1270,8 @@ impl Consumer {
                 if let Some(next) = decoded.next_offset {
                     p.fetch_offset = next;
                     p.buffered.extend(decoded.records);
+                    state.served_count += 1;
+                    p.served_at = state.served_count;
                 }
             }
         }

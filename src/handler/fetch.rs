@@ -1,6 +1,15 @@
 //! Fetch: reads whole batches from partition logs, up to the high watermark for consumers,
 //! with long polling (`max_wait_ms` / `min_bytes`), the response-wide `max_bytes` and the
 //! per-partition limit, and incremental fetch sessions (KIP-227).
+//!
+//! Sizes follow Kafka's `ReplicaManager.readFromLocalLog` (KIP-74), for consumers and
+//! followers alike: partitions are read in request (or session) order, each within
+//! min(`partition_max_bytes`, what is left of `max_bytes`); until one partition has returned
+//! records, a partition's first batch is returned even when it exceeds that limit
+//! (`minOneMessage`), so a client always progresses; after that a batch that does not fit is
+//! left for a later fetch. So the records of a response never exceed `max_bytes` except by
+//! the one batch that leads it: librdkafka drops the connection on a response larger than its
+//! `receive.message.max.bytes`, sized from its `fetch.max.bytes`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -120,11 +129,9 @@ pub async fn handle(
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
-    let max_bytes = if request.max_bytes <= 0 {
-        i32::MAX as usize
-    } else {
-        request.max_bytes as usize
-    };
+    // Kafka reads `max_bytes` as given from Fetch v3 on (we serve v4+): 0 still brings one
+    // batch, by the min-one-message rule.
+    let max_bytes = request.max_bytes.max(0) as usize;
     // A follower's fetch names it (v15+ in replica_state); consumers send -1.
     let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
     // Into the purgatory only when the first read falls short: woken by the named partitions
@@ -205,13 +212,15 @@ fn read_all(
     let mut errored = false;
     for (w, reported) in wanted {
         let data = PartitionData::default().with_partition_index(w.partition);
+        // Kafka's `minOneMessage`: granted until a partition has returned records.
+        let min_one_message = total == 0;
         let (data, slice, now) = read_partition(
             broker,
             image,
             w,
             data,
             max_bytes.saturating_sub(total),
-            total == 0,
+            min_one_message,
             isolation_level,
             replica_id,
         );
@@ -228,6 +237,16 @@ fn read_all(
         };
         results.push((w.clone(), data, slice, changed));
     }
+    // Past `max_bytes` only by the first batch of the one partition that returned records.
+    debug_assert!(
+        total <= max_bytes
+            || results
+                .iter()
+                .filter(|(_, _, slice, _)| slice.as_ref().is_some_and(|s| s.len > 0))
+                .count()
+                == 1,
+        "a fetch read {total} bytes over its max_bytes {max_bytes} from several partitions"
+    );
     (results, total, errored)
 }
 
@@ -238,7 +257,7 @@ fn read_partition(
     w: &Wanted,
     data: PartitionData,
     budget: usize,
-    first: bool,
+    min_one_message: bool,
     isolation_level: i8,
     replica_id: i32,
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
@@ -292,18 +311,17 @@ fn read_partition(
             reported,
         );
     }
-    // Only the first partition may exceed the response's budget (by its first batch).
-    if budget == 0 && !first {
+    let limit = (w.partition_max_bytes.max(0) as usize).min(budget);
+    if limit == 0 && !min_one_message {
         return (data, None, reported);
     }
-    let limit = (w.partition_max_bytes.max(0) as usize).min(budget.max(1));
     // Consumers read committed data only: below the high watermark.
     let bound = if follower {
         ReadBound::LogEnd
     } else {
         ReadBound::HighWatermark(high_watermark as u64)
     };
-    match partition.read(w.fetch_offset as u64, limit as u64, bound) {
+    match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
         Ok(slice) => (data, slice, reported),
         Err(LogError::OffsetOutOfRange { .. }) => (
             data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
@@ -334,6 +352,10 @@ fn respond(
             results
                 .iter()
                 .filter_map(|(w, _, _, changed)| changed.as_ref().map(|c| (w, c))),
+            results
+                .iter()
+                .filter(|(_, _, slice, _)| slice.as_ref().is_some_and(|s| s.len > 0))
+                .map(|(w, _, _, _)| w),
             Instant::now(),
         );
     }

@@ -697,6 +697,21 @@ impl Log {
     /// Reads whole batches from `offset`: at most `max_bytes` (but always the first batch),
     /// from one segment, and none at or past `max_offset` (the high watermark for consumers).
     pub fn read(&self, offset: u64, max_bytes: u64, max_offset: Option<u64>) -> Result<ReadInfo> {
+        self.read_with(offset, max_bytes, max_offset, true)
+    }
+
+    /// As [`PartitionLog::read`], the first batch included beyond `max_bytes` only with
+    /// `min_one_message` (Kafka's `minOneMessage`: a Fetch grants it to the first partition
+    /// that returns records, and to no other, so a response stays within its `max_bytes`
+    /// but for that one batch, KIP-74). Without it, a first batch larger than `max_bytes`
+    /// reads nothing (`slice` is `None`, `first_batch_offset` names the batch).
+    pub fn read_with(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        max_offset: Option<u64>,
+        min_one_message: bool,
+    ) -> Result<ReadInfo> {
         self.check_online()?;
         let state = self.read_state();
         let mut info = ReadInfo {
@@ -728,9 +743,11 @@ impl Log {
             if base >= bound {
                 break;
             }
-            if let Some((slice, first)) = segment.read(offset, max_bytes, bound)? {
+            if let Some((slice, first)) = segment.read(offset, max_bytes, bound, min_one_message)? {
                 info.first_batch_offset = Some(first.header.base_offset as u64);
-                info.slice = Some(slice);
+                // An empty slice: the first batch did not fit, and no later segment may
+                // answer in its place.
+                info.slice = (slice.len > 0).then_some(slice);
                 break;
             }
         }

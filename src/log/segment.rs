@@ -508,21 +508,31 @@ impl Segment {
         u64::from(indexed).max(floor)
     }
 
-    /// Whole batches from the one holding `offset`, up to `max_bytes` (the first batch is
-    /// returned whatever its size), none starting at or after `max_offset`. Below the limit the
+    /// Whole batches from the one holding `offset`, up to `max_bytes`, none starting at or
+    /// after `max_offset`. With `min_one_message` the first batch is returned whatever its size
+    /// (Kafka's rule, so a consumer always progresses); without it a first batch larger than
+    /// `max_bytes` gives an empty slice (Kafka's `MemoryRecords.EMPTY`). Below the limit the
     /// slice ends at an indexed batch boundary, so it can fall short of `max_bytes` by up to
     /// `index.interval.bytes` plus a batch; a slice that reaches `max_offset` ends exactly there.
+    /// `None` when this segment holds nothing from `offset` below `max_offset`.
     pub fn read(
         &self,
         offset: u64,
         max_bytes: u64,
         max_offset: u64,
+        min_one_message: bool,
     ) -> Result<Option<(FileSlice, BatchLocation)>> {
         let Some(first) = self.translate_offset(offset)? else {
             return Ok(None);
         };
         if first.header.base_offset as u64 >= max_offset {
             return Ok(None);
+        }
+        if !min_one_message && first.size > max_bytes {
+            return Ok(Some((
+                FileSlice::new(self.file()?, first.position, 0),
+                first,
+            )));
         }
         let max_position = if max_offset < self.next_offset {
             self.translate_offset(max_offset)?
@@ -536,6 +546,10 @@ impl Segment {
         } else {
             self.batch_boundary_before(first.position + max_bytes, first_end)
         };
+        debug_assert!(
+            end - first.position <= max_bytes.max(first.size),
+            "a read exceeds its limit by more than its first batch"
+        );
         let slice = FileSlice::new(self.file()?, first.position, end - first.position);
         Ok(Some((slice, first)))
     }

@@ -834,11 +834,33 @@ impl Partition {
         max_bytes: u64,
         isolation: ReadBound,
     ) -> Result<Option<FileSlice>, LogError> {
+        self.read_with(fetch_offset, max_bytes, isolation, true)
+    }
+
+    /// As [`Partition::read`], for a Fetch: the first batch may exceed `max_bytes` only with
+    /// `min_one_message`, which Kafka's `ReplicaManager.readFromLocalLog` grants until a
+    /// partition of the response has returned records (KIP-74). Without it a batch that does
+    /// not fit gives `None`, and the client fetches it later, first in some response.
+    pub fn read_with(
+        &self,
+        fetch_offset: u64,
+        max_bytes: u64,
+        isolation: ReadBound,
+        min_one_message: bool,
+    ) -> Result<Option<FileSlice>, LogError> {
         let bound = match isolation {
             ReadBound::HighWatermark(reported) => Some(reported.min(self.log.high_watermark())),
             ReadBound::LogEnd => None,
         };
-        Ok(self.log.read(fetch_offset, max_bytes, bound)?.slice)
+        let slice = self
+            .log
+            .read_with(fetch_offset, max_bytes, bound, min_one_message)?
+            .slice;
+        debug_assert!(
+            min_one_message || slice.as_ref().is_none_or(|s| s.len <= max_bytes),
+            "a read without min_one_message exceeds its max_bytes"
+        );
+        Ok(slice)
     }
 
     /// ListOffsets by timestamp: the first offset whose timestamp is at or after `timestamp`,

@@ -168,6 +168,15 @@ fn append_assigns_offsets_stamps_epoch_and_reads_back_the_same_bytes() {
     // The first batch comes back even when it is larger than the limit, and only it.
     let read = log.read(0, 10, None).unwrap();
     assert_eq!(read.slice.unwrap().len as usize, first.len());
+    // Without min_one_message (a Fetch's partitions after one returned records) a first
+    // batch that does not fit reads nothing, and otherwise only whole batches that fit.
+    let read = log.read_with(0, 10, None, false).unwrap();
+    assert!(read.slice.is_none());
+    assert_eq!(read.first_batch_offset, Some(0));
+    let read = log
+        .read_with(0, first.len() as u64 + 10, None, false)
+        .unwrap();
+    assert_eq!(read.slice.unwrap().len as usize, first.len());
     // A bound (the high watermark) hides batches at or past it.
     assert!(log.read(3, 1 << 20, Some(3)).unwrap().slice.is_none());
     assert_eq!(
