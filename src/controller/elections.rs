@@ -94,16 +94,78 @@ pub fn elect_for(
     Ok(change(preferred, None))
 }
 
-/// Leader rebalancing (`auto.leader.rebalance.enable`): every partition whose preferred
-/// replica is alive, in the ISR and not leading gets it back as leader.
-pub fn preferred_leader_changes(image: &MetadataImage) -> Vec<MetadataRecord> {
-    image
-        .topics
-        .values()
-        .flat_map(|t| t.partitions.keys().map(move |p| (t.id, *p)))
-        .filter_map(|(topic_id, partition)| {
-            elect_for(image, topic_id, partition, ELECTION_PREFERRED).ok()
-        })
-        .map(MetadataRecord::PartitionChange)
-        .collect()
+/// One broker's share of the leaderships it is preferred for (the first replica) that other
+/// brokers hold, as the rebalance judged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderImbalance {
+    pub broker: BrokerId,
+    /// Partitions whose first replica is this broker.
+    pub preferred: usize,
+    /// Of those, partitions another broker leads (or nobody does).
+    pub led_elsewhere: usize,
+    /// Of those, partitions given back now: the broker is alive and in their ISR, and no
+    /// reassignment is moving them.
+    pub elected: usize,
+}
+
+impl LeaderImbalance {
+    /// The share led elsewhere, in whole percent (rounded down), for logs.
+    pub fn percentage(&self) -> usize {
+        self.led_elsewhere * 100 / self.preferred.max(1)
+    }
+}
+
+/// Leader rebalancing (`auto.leader.rebalance.enable`), by Kafka's rule: a broker's
+/// imbalance is the share of the partitions it is preferred for (their first replica) that
+/// another broker leads; when that share is above `imbalance_percentage_max`
+/// (`leader.imbalance.per.broker.percentage`), each of those partitions whose preferred
+/// replica is alive and in the ISR, and that no reassignment is moving, gets it back as
+/// leader. A broker at or under the threshold keeps its imbalance: moving a leadership makes
+/// its clients look for the new leader, and a few partitions led elsewhere are not worth it.
+///
+/// Returns the brokers over the threshold and the changes that give their leaderships back.
+pub fn preferred_leader_changes(
+    image: &MetadataImage,
+    imbalance_percentage_max: u32,
+) -> (Vec<LeaderImbalance>, Vec<MetadataRecord>) {
+    // Per preferred broker: how many partitions, and which of them another broker leads.
+    let mut by_broker: BTreeMap<BrokerId, (usize, Vec<(Uuid, i32)>)> = BTreeMap::new();
+    for topic in image.topics.values() {
+        for (partition, current) in &topic.partitions {
+            let Some(&preferred) = current.replicas.first() else {
+                continue;
+            };
+            let entry = by_broker.entry(preferred).or_default();
+            entry.0 += 1;
+            if current.leader != preferred {
+                entry.1.push((topic.id, *partition));
+            }
+        }
+    }
+    let mut imbalances = Vec::new();
+    let mut records = Vec::new();
+    for (broker, (preferred, led_elsewhere)) in by_broker {
+        // ratio * 100 > percentage, in integers: led_elsewhere / preferred * 100 > max.
+        let over = led_elsewhere.len() * 100 > imbalance_percentage_max as usize * preferred;
+        if !over {
+            continue;
+        }
+        let changes: Vec<MetadataRecord> = led_elsewhere
+            .iter()
+            .filter(|key| !image.reassignments.contains_key(key))
+            .filter_map(|&(topic_id, partition)| {
+                elect_for(image, topic_id, partition, ELECTION_PREFERRED).ok()
+            })
+            .map(MetadataRecord::PartitionChange)
+            .collect();
+        debug_assert!(changes.len() <= led_elsewhere.len());
+        imbalances.push(LeaderImbalance {
+            broker,
+            preferred,
+            led_elsewhere: led_elsewhere.len(),
+            elected: changes.len(),
+        });
+        records.extend(changes);
+    }
+    (imbalances, records)
 }

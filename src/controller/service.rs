@@ -164,6 +164,32 @@ pub enum ControllerResponse {
     Reassignments(Vec<(String, i32, i16, String)>),
 }
 
+impl ControllerResponse {
+    /// The answer in words for a log line: a Kafka error by name and code with its message,
+    /// otherwise what kind of answer it was (never a debug dump of the struct).
+    pub fn summary(&self) -> String {
+        match self {
+            ControllerResponse::Ok { .. } => "ok".to_owned(),
+            ControllerResponse::NotController {
+                leader_addr: Some(addr),
+            } => format!("not the controller (the controller is at {addr})"),
+            ControllerResponse::NotController { leader_addr: None } => {
+                "not the controller (no controller known)".to_owned()
+            }
+            ControllerResponse::Error { code, message } if message.is_empty() => {
+                errors::describe(*code)
+            }
+            ControllerResponse::Error { code, message } => {
+                format!("{}: {message}", errors::describe(*code))
+            }
+            ControllerResponse::Quorum(_) => "a quorum description".to_owned(),
+            ControllerResponse::Elections(_) => "election results".to_owned(),
+            ControllerResponse::ProducerIds { .. } => "a producer id block".to_owned(),
+            ControllerResponse::Reassignments(_) => "reassignment results".to_owned(),
+        }
+    }
+}
+
 /// Records to commit, and what the response reports: a broker epoch, the fenced state.
 type Decision = (Vec<MetadataRecord>, Option<i64>, Option<bool>);
 
@@ -201,6 +227,15 @@ async fn commit(quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<(), Con
         })
 }
 
+/// `auto.leader.rebalance.enable`'s settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    /// `leader.imbalance.check.interval.seconds`.
+    pub interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub imbalance_percentage_max: u32,
+}
+
 pub struct ControllerService {
     quorum: Weak<Quorum>,
     defaults: Defaults,
@@ -210,8 +245,9 @@ pub struct ControllerService {
     /// controller is single-threaded for the same reason): two decisions made on the same
     /// image could each be valid and together wrong.
     deciding: tokio::sync::Mutex<()>,
-    /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`.
-    leader_rebalance_interval: Mutex<Option<Duration>>,
+    /// `auto.leader.rebalance.enable`: `leader.imbalance.check.interval.seconds` and
+    /// `leader.imbalance.per.broker.percentage`.
+    leader_rebalance: Mutex<Option<LeaderRebalance>>,
     /// A broker silent this long (a missed `broker.heartbeat.interval.ms`) has its listener
     /// probed: a refused connection means its process is gone, and it is fenced at once.
     probe_after: Mutex<Option<Duration>>,
@@ -240,7 +276,7 @@ impl ControllerService {
             session_timeout,
             sessions: Mutex::new(Sessions::default()),
             deciding: tokio::sync::Mutex::new(()),
-            leader_rebalance_interval: Mutex::new(None),
+            leader_rebalance: Mutex::new(None),
             probe_after: Mutex::new(None),
             suspects: Mutex::new(HashSet::new()),
             suspected: tokio::sync::Notify::new(),
@@ -319,13 +355,14 @@ impl ControllerService {
         std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Turns on leader rebalancing: every `interval`, the active controller gives each
-    /// partition back to its preferred replica when that replica is alive and in the ISR.
-    pub fn enable_leader_rebalance(&self, interval: Duration) {
+    /// Turns on leader rebalancing: every `interval`, the active controller gives leaderships
+    /// back to their preferred replicas, by Kafka's per-broker threshold
+    /// (`super::preferred_leader_changes`).
+    pub fn enable_leader_rebalance(&self, settings: LeaderRebalance) {
         *self
-            .leader_rebalance_interval
+            .leader_rebalance
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(interval);
+            .unwrap_or_else(|p| p.into_inner()) = Some(settings);
     }
 
     /// Finishes reassignments whose target replicas all joined the ISR; runs until the
@@ -358,36 +395,68 @@ impl ControllerService {
     }
 
     /// Runs leader rebalancing until the quorum is gone (does nothing unless enabled).
+    ///
+    /// Leaderships come back only at these checks, as in Kafka: with the default interval
+    /// (300 s) a broker restarted a minute ago may still lead nothing. The first check that
+    /// finds a broker over the threshold says when the next one comes, so an operator knows
+    /// it will move (or runs `ElectLeaders` to move it now).
     pub async fn run_leader_rebalance(self: Arc<Self>) {
+        let settings = *self
+            .leader_rebalance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(settings) = settings else {
+            return;
+        };
+        // Brokers over the threshold at the last check, so a lasting imbalance (its preferred
+        // replica not back in the ISR yet) is said once, not at every check.
+        let mut waiting: BTreeMap<BrokerId, usize> = BTreeMap::new();
         loop {
-            let interval = *self
-                .leader_rebalance_interval
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let Some(interval) = interval else {
-                return;
-            };
-            tokio::time::sleep(interval).await;
+            tokio::time::sleep(settings.interval).await;
             let Some(quorum) = self.quorum.upgrade() else {
                 return;
             };
             if !quorum.is_leader() {
+                waiting.clear();
                 continue;
             }
             let _deciding = self.deciding.lock().await;
             if quorum.raft().ensure_linearizable().await.is_err() {
                 continue;
             }
-            let records = super::preferred_leader_changes(&quorum.image());
+            let (imbalances, records) =
+                super::preferred_leader_changes(&quorum.image(), settings.imbalance_percentage_max);
+            for imbalance in &imbalances {
+                let said = waiting.insert(imbalance.broker, imbalance.led_elsewhere);
+                if imbalance.elected > 0 {
+                    tracing::info!(
+                        broker_id = imbalance.broker,
+                        preferred_partitions = imbalance.preferred,
+                        led_elsewhere = imbalance.led_elsewhere,
+                        imbalance_percentage = imbalance.percentage(),
+                        threshold_percentage = settings.imbalance_percentage_max,
+                        elected = imbalance.elected,
+                        "leader rebalance: giving the broker back the leaderships it is preferred for"
+                    );
+                } else if said.is_none() {
+                    tracing::info!(
+                        broker_id = imbalance.broker,
+                        preferred_partitions = imbalance.preferred,
+                        led_elsewhere = imbalance.led_elsewhere,
+                        imbalance_percentage = imbalance.percentage(),
+                        threshold_percentage = settings.imbalance_percentage_max,
+                        next_check_s = settings.interval.as_secs(),
+                        "leader rebalance: the broker is not alive and in the ISR of the \
+                         partitions it is preferred for yet; checking again later"
+                    );
+                }
+            }
+            waiting.retain(|broker, _| imbalances.iter().any(|i| i.broker == *broker));
             if records.is_empty() {
                 continue;
             }
-            tracing::info!(
-                partitions = records.len(),
-                "leader rebalance: moving leaderships back to preferred replicas"
-            );
             if let Err(error) = quorum.propose(records).await {
-                tracing::warn!(%error, "leader rebalance failed");
+                tracing::warn!(%error, "leader rebalance failed; retrying at the next check");
             }
         }
     }
@@ -1058,7 +1127,11 @@ pub async fn call_controller(
                 continue;
             }
         };
-        match sluice_raft::calls::call(&addr, payload.clone(), Duration::from_secs(5)).await {
+        // Each try within what is left of the caller's bound: a try begun just before the
+        // deadline must not run a full call timeout past it.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let call_timeout = left.min(Duration::from_secs(5));
+        match sluice_raft::calls::call(&addr, payload.clone(), call_timeout).await {
             Ok(reply) => match bincode::deserialize::<ControllerResponse>(&reply) {
                 Ok(ControllerResponse::NotController { leader_addr }) => {
                     last_error = format!("{addr} is not the controller");

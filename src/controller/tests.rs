@@ -813,3 +813,107 @@ fn a_failed_replica_an_unclean_election_made_leader_hands_over_where_the_topic_a
     clean_only.configs.clear();
     assert!(replicas_offline(&clean_only, 1, &[(Uuid(3), 0)], &DEFAULTS).is_empty());
 }
+
+/// Kafka's `leader.imbalance.per.broker.percentage`: a broker's leaderships come back only
+/// when the share of its preferred partitions led elsewhere is above the threshold, and then
+/// only those whose preferred replica is alive and in the ISR.
+#[test]
+fn leaderships_come_back_only_past_the_per_broker_imbalance_percentage() {
+    let image = cluster(3);
+    // Twenty partitions preferring broker 1, four preferring broker 2.
+    let assignments: BTreeMap<i32, Vec<BrokerId>> = (0..24)
+        .map(|p| (p, if p < 20 { vec![1, 2, 3] } else { vec![2, 3, 1] }))
+        .collect();
+    let new_topic = NewTopic {
+        name: "leaning".into(),
+        partitions: -1,
+        replication_factor: -1,
+        assignments,
+        ..Default::default()
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &new_topic, Uuid(3), &DEFAULTS).unwrap(),
+    );
+    let lead = |image: &MetadataImage, partitions: &[i32], leader: BrokerId| {
+        let changes = partitions
+            .iter()
+            .map(|p| {
+                MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id: Uuid(3),
+                    partition: *p,
+                    leader: Some(leader),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        apply(image, changes)
+    };
+    let elected = |records: &[MetadataRecord]| -> Vec<(i32, BrokerId)> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::PartitionChange(c) => Some((c.partition, c.leader?)),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // Balanced: nothing to say, nothing to do.
+    let (imbalances, records) = preferred_leader_changes(&image, 10);
+    assert!(imbalances.is_empty() && records.is_empty());
+
+    // Two of broker 1's twenty (10%) led by broker 2: not above 10%, they stay.
+    let two = lead(&image, &[0, 1], 2);
+    let (imbalances, records) = preferred_leader_changes(&two, 10);
+    assert!(imbalances.is_empty(), "{imbalances:?}");
+    assert!(records.is_empty());
+    // With a threshold of 0 any imbalance counts.
+    let (_, records) = preferred_leader_changes(&two, 0);
+    assert_eq!(elected(&records), vec![(0, 1), (1, 1)]);
+
+    // Three (15%): all three come back to broker 1, and nothing else moves.
+    let three = lead(&two, &[2], 3);
+    let (imbalances, records) = preferred_leader_changes(&three, 10);
+    assert_eq!(
+        imbalances,
+        vec![LeaderImbalance {
+            broker: 1,
+            preferred: 20,
+            led_elsewhere: 3,
+            elected: 3,
+        }]
+    );
+    assert_eq!(elected(&records), vec![(0, 1), (1, 1), (2, 1)]);
+    let back = apply(&three, records);
+    assert_eq!(led_by(&back, "leaning", 1).len(), 20);
+
+    // One of them without broker 1 in its ISR: the other two come back; it waits.
+    let out_of_isr = apply(
+        &three,
+        vec![MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: Uuid(3),
+            partition: 1,
+            isr: Some(vec![2, 3]),
+            ..Default::default()
+        })],
+    );
+    let (imbalances, records) = preferred_leader_changes(&out_of_isr, 10);
+    assert_eq!(imbalances[0].elected, 2);
+    assert_eq!(elected(&records), vec![(0, 1), (2, 1)]);
+
+    // Broker 2 is imbalanced on its own count (one of four, 25%), whatever broker 1's is.
+    let second = lead(&image, &[20], 3);
+    let (imbalances, records) = preferred_leader_changes(&second, 10);
+    assert_eq!(imbalances.len(), 1);
+    assert_eq!((imbalances[0].broker, imbalances[0].percentage()), (2, 25));
+    assert_eq!(elected(&records), vec![(20, 2)]);
+    assert!(preferred_leader_changes(&second, 25).1.is_empty());
+
+    // A fenced preferred replica gets nothing back, however imbalanced it is.
+    let fenced = apply(&three, fence_broker(&three, 1, &DEFAULTS).unwrap());
+    let (imbalances, records) = preferred_leader_changes(&fenced, 10);
+    assert!(records.is_empty());
+    assert_eq!(imbalances[0].led_elsewhere, 20);
+    assert_eq!(imbalances[0].elected, 0);
+}
