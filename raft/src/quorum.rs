@@ -217,7 +217,7 @@ impl Quorum {
     async fn bootstrap(&self, voters: BTreeMap<NodeId, NodeInfo>) -> Result<(), QuorumError> {
         match self.raft.initialize(voters.clone()).await {
             Ok(()) => {
-                tracing::info!(voters = ?voters.keys().collect::<Vec<_>>(), "initialized the metadata quorum");
+                tracing::info!(voters = %voters.keys().map(u64::to_string).collect::<Vec<_>>().join(","), "initialized the metadata quorum");
                 Ok(())
             }
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {

@@ -4,11 +4,22 @@
 
 use super::*;
 
+/// How long one ControlledShutdown call may take (within the whole bound below).
+const CONTROLLED_SHUTDOWN_CALL_MAX: Duration = Duration::from_secs(5);
+/// How long a probe of a voter's listener waits for the connection.
+const VOTER_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Kafka's controlled shutdown: the controller fences this broker (moving its leaderships to
 /// other ISR members) and the broker waits until its image shows it leads nothing, so clients
-/// switch to the new leaders before this broker stops answering. Retried
-/// `controlled.shutdown.max.retries` times; if the controller cannot be reached, the broker
-/// stops anyway (its session will expire).
+/// switch to the new leaders before this broker stops answering.
+///
+/// Bounded, so that a node always stops: `controlled.shutdown.max.retries` attempts
+/// `controlled.shutdown.retry.backoff.ms` apart, each call at most 5 s, the whole never
+/// longer than `broker.session.timeout.ms`. Past that bound a live controller has fenced this
+/// broker by itself (it stopped heartbeating before this began) and moved its leaderships,
+/// so waiting longer buys nothing. And when a majority of the voters refuse connections the
+/// quorum is gone (every node was stopped at once): nobody can move anything, and the broker
+/// stops at once. Before this bound, the last of three nodes stopped together waited 35 s.
 pub(super) async fn controlled_shutdown(
     quorum: &Arc<Quorum>,
     config: &ServerConfig,
@@ -39,45 +50,129 @@ pub(super) async fn controlled_shutdown(
         broker_epoch,
     };
     let started = std::time::Instant::now();
-    for attempt in 0..=config.controlled_shutdown_max_retries {
-        match call_controller(quorum, &voters, &request, Duration::from_secs(5)).await {
+    let deadline = started + shutdown_bound(config);
+    let retries = config.controlled_shutdown_max_retries;
+    for attempt in 0..=retries {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if let Some(refusing) = quorum_gone(&voters).await {
+            tracing::info!(
+                broker_id,
+                voters_refusing = refusing,
+                voters = voters.len(),
+                "controlled shutdown skipped: the metadata quorum is gone (a majority of its \
+                 voters refuse connections), so no leadership can move; stopping"
+            );
+            return;
+        }
+        let call_timeout = left.min(CONTROLLED_SHUTDOWN_CALL_MAX);
+        let failure = match call_controller(quorum, &voters, &request, call_timeout).await {
             Ok(ControllerResponse::Ok { .. }) => {
-                let mut images = quorum.images();
-                let moved = tokio::time::timeout(
-                    Duration::from_secs(30),
-                    images.wait_for(|image| {
-                        image.brokers.get(&broker_id).is_none_or(|b| b.fenced)
-                            && !image.topics.values().any(|t| {
-                                t.partitions.values().any(|p| {
-                                    p.leader == broker_id && p.replicas.len() > 1 && p.isr.len() > 1
-                                })
-                            })
-                    }),
-                )
-                .await;
-                match moved {
-                    Ok(Ok(_)) => tracing::info!(
-                        broker_id,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "controlled shutdown: leaderships moved"
-                    ),
-                    _ => {
-                        tracing::warn!(broker_id, "controlled shutdown: leaderships not all moved")
-                    }
-                }
+                wait_until_moved(quorum, broker_id, started, deadline).await;
                 return;
             }
-            Ok(other) => {
-                tracing::warn!(attempt, ?other, "controlled shutdown refused");
-            }
-            Err(error) => tracing::warn!(attempt, %error, "controlled shutdown failed"),
+            Ok(other) => other.summary(),
+            Err(error) => error,
+        };
+        let attempt = attempt + 1;
+        if attempt > retries {
+            tracing::warn!(broker_id, attempt, %failure, "controlled shutdown failed");
+            break;
         }
-        tokio::time::sleep(Duration::from_millis(
+        tracing::warn!(
+            broker_id,
+            attempt,
+            retry_in_ms = config.controlled_shutdown_retry_backoff_ms,
+            %failure,
+            "controlled shutdown failed; retrying"
+        );
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        tokio::time::sleep(left.min(Duration::from_millis(
             config.controlled_shutdown_retry_backoff_ms,
-        ))
+        )))
         .await;
     }
-    tracing::warn!(broker_id, "controlled shutdown gave up: stopping anyway");
+    tracing::warn!(
+        broker_id,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "controlled shutdown gave up: stopping anyway (the controller fences this broker when \
+         its session expires, and its leaderships move then)"
+    );
+}
+
+/// The longest a controlled shutdown may take: its attempts and backoffs, and never more than
+/// a broker session (see `controlled_shutdown`).
+fn shutdown_bound(config: &ServerConfig) -> Duration {
+    let retries = config.controlled_shutdown_max_retries;
+    let attempts = CONTROLLED_SHUTDOWN_CALL_MAX.saturating_mul(retries.saturating_add(1));
+    let backoffs =
+        Duration::from_millis(config.controlled_shutdown_retry_backoff_ms).saturating_mul(retries);
+    attempts
+        .saturating_add(backoffs)
+        .min(Duration::from_millis(config.broker_session_timeout_ms))
+}
+
+/// Waits (until `deadline`) for this node's image to show the broker fenced and leading no
+/// replicated partition.
+async fn wait_until_moved(
+    quorum: &Arc<Quorum>,
+    broker_id: i32,
+    started: std::time::Instant,
+    deadline: std::time::Instant,
+) {
+    let mut images = quorum.images();
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let moved = tokio::time::timeout(
+        left,
+        images.wait_for(|image| {
+            image.brokers.get(&broker_id).is_none_or(|b| b.fenced)
+                && !image.topics.values().any(|t| {
+                    t.partitions
+                        .values()
+                        .any(|p| p.leader == broker_id && p.replicas.len() > 1 && p.isr.len() > 1)
+                })
+        }),
+    )
+    .await;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match moved {
+        Ok(Ok(_)) => tracing::info!(
+            broker_id,
+            elapsed_ms,
+            "controlled shutdown: leaderships moved"
+        ),
+        _ => tracing::warn!(
+            broker_id,
+            elapsed_ms,
+            "controlled shutdown: the controller took it, but this node's metadata does not \
+             show every leadership moved yet; stopping anyway"
+        ),
+    }
+}
+
+/// `Some(refusing)` when a majority of the quorum's voters refuse connections: their
+/// processes are gone, and no controller can commit anything. A voter that does not answer
+/// in time may be paused or cut off, not gone: it does not count.
+async fn quorum_gone(voters: &[String]) -> Option<usize> {
+    if voters.is_empty() {
+        return None;
+    }
+    let mut probes = tokio::task::JoinSet::new();
+    for addr in voters {
+        let addr = addr.clone();
+        probes.spawn(async move {
+            matches!(
+                tokio::time::timeout(VOTER_PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr))
+                    .await,
+                Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        });
+    }
+    let refusing = probes.join_all().await.into_iter().filter(|r| *r).count();
+    let majority = voters.len() / 2 + 1;
+    (voters.len() - refusing < majority).then_some(refusing)
 }
 
 /// The broker's side of its registration: register with the active controller, then
@@ -129,7 +224,7 @@ pub(super) async fn broker_lifecycle(
             match call_controller(&quorum, &voters, &join, Duration::from_secs(30)).await {
                 Ok(ControllerResponse::Ok { .. }) => break,
                 Ok(other) => tracing::warn!(
-                    ?other,
+                    answer = %other.summary(),
                     "joining the quorum as a learner was refused; retrying"
                 ),
                 Err(error) => {
@@ -169,7 +264,7 @@ pub(super) async fn broker_lifecycle(
                 ..
             }) => epoch,
             Ok(other) => {
-                tracing::warn!(?other, "broker registration refused; retrying");
+                tracing::warn!(answer = %other.summary(), "broker registration refused; retrying");
                 tokio::time::sleep(interval).await;
                 continue;
             }
@@ -223,7 +318,7 @@ pub(super) async fn broker_lifecycle(
                     tracing::warn!(%message, "stale broker epoch: registering again");
                     continue 'register;
                 }
-                Ok(other) => tracing::debug!(?other, "heartbeat answer"),
+                Ok(other) => tracing::debug!(answer = %other.summary(), "heartbeat answer"),
                 Err(error) => tracing::debug!(%error, "heartbeat failed"),
             }
             tokio::time::sleep(interval).await;

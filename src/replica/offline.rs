@@ -112,7 +112,7 @@ pub async fn run(replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, voters: Vec
                     reported.extend(due_reports.into_iter().map(|key| (key, now)));
                     None
                 }
-                Ok(other) => Some(format!("refused: {other:?}")),
+                Ok(other) => Some(format!("refused: {}", other.summary())),
                 Err(error) => Some(error.to_string()),
             };
         retry = failure.is_some();
