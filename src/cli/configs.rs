@@ -160,6 +160,14 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                         key.doc
                     ));
                 }
+                out.push(String::new());
+                out.push(
+                    "Kafka topic keys Sluice does not implement (refused with INVALID_CONFIG):"
+                        .into(),
+                );
+                for (name, doc) in registry::UNIMPLEMENTED_TOPIC_KEYS {
+                    out.push(format!("  {name:<38} refused; {doc}"));
+                }
             }
             if !topic {
                 if !broker {
@@ -180,6 +188,34 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                         if key.dynamic { ", dynamic" } else { "" },
                         key.doc
                     ));
+                }
+                out.push(String::new());
+                out.push(
+                    "Kafka broker keys Sluice does not implement (refused: the node does not \
+                     start; no effect: a warning at start):"
+                        .into(),
+                );
+                for key in registry::UNIMPLEMENTED {
+                    let name = if key.name.ends_with('.') {
+                        format!("{}*", key.name)
+                    } else {
+                        key.name.to_owned()
+                    };
+                    let effect = match key.effect {
+                        registry::UnimplementedEffect::Refused if key.accepted.is_empty() => {
+                            "refused".to_owned()
+                        }
+                        registry::UnimplementedEffect::Refused => format!(
+                            "refused unless {}",
+                            key.accepted
+                                .iter()
+                                .map(|v| if v.is_empty() { "empty" } else { v })
+                                .collect::<Vec<_>>()
+                                .join(" or ")
+                        ),
+                        registry::UnimplementedEffect::NoEffect => "no effect".to_owned(),
+                    };
+                    out.push(format!("  {name:<38} {effect}; {}", key.doc));
                 }
             }
             let text = out.join("\n") + "\n";

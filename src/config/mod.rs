@@ -204,9 +204,9 @@ fn check_security_protocols(
     let text = explicit.unwrap_or_else(|| registry::broker_key(key).map_or("", |k| k.default));
     let mut map = BTreeMap::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, protocol) = entry
-            .split_once(':')
-            .ok_or_else(|| ConfigError::new(key, text, format!("'{entry}' is not NAME:PROTOCOL")))?;
+        let (name, protocol) = entry.split_once(':').ok_or_else(|| {
+            ConfigError::new(key, text, format!("'{entry}' is not NAME:PROTOCOL"))
+        })?;
         let protocol = protocol.trim().to_ascii_uppercase();
         if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
             return Err(ConfigError::new(
@@ -790,9 +790,15 @@ mod tests {
         .unwrap_err();
         assert!(error.contains("for listeners"), "{error}");
         assert!(error.contains("security protocol SASL_SSL"), "{error}");
-        assert!(error.contains("PLAINTEXT is the only one served"), "{error}");
+        assert!(
+            error.contains("PLAINTEXT is the only one served"),
+            "{error}"
+        );
         // A listener of any name mapped to TLS is refused as well; mapped to PLAINTEXT it serves.
-        let listeners = ("listeners", "CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093");
+        let listeners = (
+            "listeners",
+            "CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        );
         let error = load_with(&[
             listeners,
             (
@@ -813,7 +819,10 @@ mod tests {
         .unwrap();
         // As in Kafka, a listener with no protocol is an error, not a guess.
         let error = load_with(&[listeners]).unwrap_err();
-        assert!(error.contains("no security protocol for listener CLIENT"), "{error}");
+        assert!(
+            error.contains("no security protocol for listener CLIENT"),
+            "{error}"
+        );
         let error = load_with(&[
             listeners,
             ("listener.security.protocol.map", "CLIENT:PLAINTEXT"),
@@ -842,9 +851,12 @@ mod tests {
         ])
         .unwrap_err();
         assert!(error.contains("one Kafka listener"), "{error}");
-        let error = load_with(&[("advertised.listeners", "EXTERNAL://example.com:9092")])
-            .unwrap_err();
-        assert!(error.contains("EXTERNAL is advertised but not in listeners"), "{error}");
+        let error =
+            load_with(&[("advertised.listeners", "EXTERNAL://example.com:9092")]).unwrap_err();
+        assert!(
+            error.contains("EXTERNAL is advertised but not in listeners"),
+            "{error}"
+        );
         let error = load_with(&[("inter.broker.listener.name", "INTERNAL")]).unwrap_err();
         assert!(error.contains("inter.broker.listener.name"), "{error}");
         load_with(&[("inter.broker.listener.name", "PLAINTEXT")]).unwrap();
@@ -856,7 +868,10 @@ mod tests {
             ("ssl.keystore.location", "/etc/kafka/keystore.jks"),
             ("sasl.enabled.mechanisms", "PLAIN"),
             ("listener.name.plaintext.plain.sasl.jaas.config", "x"),
-            ("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+            (
+                "authorizer.class.name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            ),
             ("super.users", "User:admin"),
             ("security.inter.broker.protocol", "SSL"),
         ] {
@@ -883,8 +898,16 @@ mod tests {
         .unwrap();
         let text: Vec<String> = unserved.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 5, "{text:?}");
-        assert!(text.iter().any(|t| t.contains("num.io.threads is a Kafka key Sluice does not implement (no effect)")), "{text:?}");
-        assert!(text.iter().any(|t| t == "unknown configuration key log.dir.typo (ignored)"), "{text:?}");
+        assert!(
+            text.iter().any(|t| t
+                .contains("num.io.threads is a Kafka key Sluice does not implement (no effect)")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t == "unknown configuration key log.dir.typo (ignored)"),
+            "{text:?}"
+        );
     }
 }
 

@@ -747,7 +747,11 @@ pub enum UnimplementedEffect {
     NoEffect,
 }
 
-const fn refused(name: &'static str, accepted: &'static [&'static str], doc: &'static str) -> Unimplemented {
+const fn refused(
+    name: &'static str,
+    accepted: &'static [&'static str],
+    doc: &'static str,
+) -> Unimplemented {
     Unimplemented {
         name,
         effect: UnimplementedEffect::Refused,
@@ -768,8 +772,7 @@ const fn no_effect(name: &'static str, doc: &'static str) -> Unimplemented {
 const NO_TLS: &str = "TLS is not implemented yet: Sluice serves PLAINTEXT listeners only";
 const NO_SASL: &str =
     "SASL authentication is not implemented yet: Sluice serves PLAINTEXT listeners only";
-const NO_ACLS: &str =
-    "ACLs are not implemented yet: every client may do everything; keep Sluice on a trusted network";
+const NO_ACLS: &str = "ACLs are not implemented yet: every client may do everything; keep Sluice on a trusted network";
 
 /// Kafka's broker keys that Sluice knows and does not implement (security first).
 pub const UNIMPLEMENTED: &[Unimplemented] = &[
@@ -786,7 +789,11 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     refused("allow.everyone.if.no.acl.found", &["true"], NO_ACLS),
     refused("principal.builder.class", &[""], NO_SASL),
     refused("connections.max.reauth.ms", &["0"], NO_SASL),
-    refused("delegation.token.", &[], "delegation tokens are not implemented yet"),
+    refused(
+        "delegation.token.",
+        &[],
+        "delegation tokens are not implemented yet",
+    ),
     refused("security.providers", &[""], NO_TLS),
     refused(
         "control.plane.listener.name",
@@ -802,7 +809,10 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "num.io.threads",
         "requests are handled on the network threads; there is no separate pool",
     ),
-    no_effect("background.threads", "background work has its own fixed threads"),
+    no_effect(
+        "background.threads",
+        "background work has its own fixed threads",
+    ),
     no_effect(
         "num.recovery.threads.per.data.dir",
         "logs are recovered one directory at a time",
@@ -832,7 +842,10 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "inter.broker.protocol.version",
         "one protocol: Sluice nodes of one version talk to each other",
     ),
-    no_effect("log.message.format.version", "logs hold v2 record batches only"),
+    no_effect(
+        "log.message.format.version",
+        "logs hold v2 record batches only",
+    ),
     no_effect(
         "metric.reporters",
         "metrics are served in Prometheus format on http.listener (/metrics)",
@@ -889,7 +902,10 @@ impl std::fmt::Display for UnservedKey {
         match self {
             UnservedKey::Unknown(key) => write!(f, "unknown configuration key {key} (ignored)"),
             UnservedKey::NoEffect { key, doc } => {
-                write!(f, "{key} is a Kafka key Sluice does not implement (no effect): {doc}")
+                write!(
+                    f,
+                    "{key} is a Kafka key Sluice does not implement (no effect): {doc}"
+                )
             }
         }
     }

@@ -1,0 +1,249 @@
+//! What a new user meets in the first hour: a setting that promises what Sluice does not do
+//! stops the node with one line; a node answers clients only once it serves them (`/ready`),
+//! so the README's quick start runs as a script with no sleeps.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::free_port;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+/// `sluice server` on free ports in `dir` with `overrides`, not waited for.
+fn spawn_server(dir: &Path, overrides: &[String]) -> (Child, u16, u16) {
+    let (kafka, quorum, http) = (free_port(), free_port(), free_port());
+    let mut command = sluice();
+    command.arg("server");
+    let mut all = vec![
+        format!("listeners=PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"),
+        format!("http.listener=127.0.0.1:{http}"),
+        format!("log.dirs={}", dir.join("data").display()),
+    ];
+    all.extend(overrides.iter().cloned());
+    for o in &all {
+        command.arg("--override").arg(o);
+    }
+    let log = std::fs::File::create(dir.join("server.log")).expect("log file");
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start sluice");
+    (child, kafka, http)
+}
+
+/// GET `path` on the HTTP listener: (status code, body), or None while it does not answer.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
+
+/// A security setting Sluice does not implement stops the node at once, with one line that
+/// names the key and says what is served; nothing listens on the port it would have served.
+#[test]
+fn a_setting_that_promises_security_stops_the_node_with_one_line() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["listeners=SASL_SSL://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"],
+            "for listeners:",
+            "security protocol SASL_SSL",
+        ),
+        (
+            &["ssl.keystore.location=/etc/kafka/server.keystore.jks"],
+            "for ssl.keystore.location:",
+            "TLS is not implemented yet",
+        ),
+        (
+            &["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
+            "for authorizer.class.name:",
+            "ACLs are not implemented yet",
+        ),
+        (
+            &["sasl.enabled.mechanisms=SCRAM-SHA-512"],
+            "for sasl.enabled.mechanisms:",
+            "SASL authentication is not implemented yet",
+        ),
+    ];
+    for (overrides, names_key, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (kafka, quorum) = (free_port(), free_port());
+        let mut command = sluice();
+        command
+            .arg("server")
+            .arg("--override")
+            .arg(format!(
+                "listeners=PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"
+            ))
+            .arg("--override")
+            .arg(format!("http.listener=127.0.0.1:{}", free_port()))
+            .arg("--override")
+            .arg(format!("log.dirs={}", dir.path().join("data").display()));
+        for o in *overrides {
+            let o = o
+                .replace("{kafka}", &kafka.to_string())
+                .replace("{quorum}", &quorum.to_string());
+            command.arg("--override").arg(o);
+        }
+        let started = Instant::now();
+        let output = command.output().expect("run sluice");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{overrides:?} started:\n{stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "refusing took {:?}",
+            started.elapsed()
+        );
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{overrides:?}: one line, got:\n{stderr}");
+        assert!(lines[0].contains(names_key), "{overrides:?}: {stderr}");
+        assert!(lines[0].contains(says), "{overrides:?}: {stderr}");
+        assert!(
+            TcpStream::connect(("127.0.0.1", kafka)).is_err(),
+            "nothing may listen on {kafka}"
+        );
+        // kcat (librdkafka) finds no broker there either.
+        let kcat = Command::new("kcat")
+            .args(["-b", &format!("127.0.0.1:{kafka}"), "-L", "-m", "2"])
+            .output()
+            .expect("kcat (scripts/test installs it)");
+        assert!(
+            !kcat.status.success(),
+            "kcat read metadata from a refused node"
+        );
+    }
+}
+
+/// Known Kafka keys Sluice does not use are a warning that says what Sluice does instead;
+/// `sluice configs keys` lists every such key with what it does to start-up.
+#[test]
+fn unimplemented_kafka_keys_are_listed_and_warned_about() {
+    let output = sluice().args(["configs", "keys"]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("ssl.* ").contains("refused"));
+    assert!(line("authorizer.class.name ").contains("refused unless empty"));
+    assert!(line("security.inter.broker.protocol ").contains("refused unless PLAINTEXT"));
+    assert!(line("num.io.threads ").contains("no effect"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _, http) = spawn_server(
+        dir.path(),
+        &["num.io.threads=8".to_owned(), "no.such.key=1".to_owned()],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(http, "/ready").is_none_or(|(status, _)| status != 200) {
+        assert!(Instant::now() < deadline, "not ready in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap();
+    assert!(
+        log.contains(
+            "num.io.threads is a Kafka key Sluice does not implement (no effect): requests are \
+             handled on the network threads"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains("unknown configuration key no.such.key (ignored)"),
+        "{log}"
+    );
+}
+
+/// `/ready` says why a broker does not serve yet: a broker whose controller quorum does not
+/// answer is never ready, and says so; `/health` (the process answers) is 200 meanwhile.
+#[test]
+fn ready_is_503_with_the_reason_until_the_broker_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent_controller = free_port();
+    let (mut child, _, http) = spawn_server(
+        dir.path(),
+        &[
+            "node.id=2".to_owned(),
+            "process.roles=broker".to_owned(),
+            format!("controller.quorum.voters=1@127.0.0.1:{absent_controller}"),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ready = loop {
+        if let Some(answer) = http_get(http, "/ready") {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "no HTTP listener in 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ready.0, 503, "{ready:?}");
+    assert!(ready.1.starts_with("not ready node=2: "), "{ready:?}");
+    assert!(ready.1.contains("quorum"), "the reason: {ready:?}");
+    assert_eq!(http_get(http, "/health").map(|(s, _)| s), Some(200));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Straight after start, before the broker is registered, a CreateTopics (the CLI's and
+/// kcat's metadata request) waits for the broker instead of failing with "0 available
+/// brokers"; `/ready` turns 200 only once it serves.
+#[test]
+fn requests_right_after_start_wait_for_the_broker_instead_of_failing() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut child, kafka, http) = spawn_server(dir.path(), &[]);
+        let bootstrap = format!("127.0.0.1:{kafka}");
+        // As soon as the port accepts: the broker is not registered yet.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", kafka)).is_err() {
+            assert!(Instant::now() < deadline, "no Kafka listener in 20 s");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let create = sluice()
+            .args([
+                "topics",
+                "create",
+                "demo",
+                "--partitions",
+                "3",
+                "--bootstrap-server",
+                &bootstrap,
+            ])
+            .output()
+            .unwrap();
+        let log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+        assert!(
+            create.status.success(),
+            "round {round}: {}\n{}\n--- server log\n{}",
+            String::from_utf8_lossy(&create.stdout),
+            String::from_utf8_lossy(&create.stderr),
+            log()
+        );
+        assert_eq!(http_get(http, "/ready").map(|(s, _)| s), Some(200));
+        let kcat = Command::new("kcat")
+            .args(["-b", &bootstrap, "-L", "-t", "demo"])
+            .output()
+            .expect("kcat");
+        let listing = String::from_utf8_lossy(&kcat.stdout);
+        assert!(listing.contains("with 3 partitions"), "{listing}");
+        assert!(log().contains("ready: registered, unfenced and caught up"));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
