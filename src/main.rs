@@ -5,7 +5,7 @@ static ALLOCATOR: sluice::lazy_alloc::LazyHugeAlloc = sluice::lazy_alloc::LazyHu
 
 mod cli;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -25,13 +25,18 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
-    /// Configuration keys: `keys` lists every topic and broker key Sluice knows.
+    /// A topic's or broker's configs (describe, alter, as kafka-configs.sh), and `keys`: every
+    /// topic and broker key Sluice knows.
     Configs {
         #[command(subcommand)]
         command: cli::configs::ConfigsCommand,
     },
-    /// Topics through a broker's Kafka port: create, list, describe, alter, delete, and
-    /// reassign (moves a partition's replicas).
+    /// Topics through a broker's Kafka port: create, list, describe, alter, delete,
+    /// elect-leaders and reassign (moves a partition's replicas).
+    ///
+    /// kafka-topics.sh's spelling works too: `sluice topics --create --topic T --partitions 3`.
+    /// Every client command waits at most --timeout-ms (30 s) for a broker to answer, saying so
+    /// on stderr.
     ///
     /// Exit codes of the client commands: 0 done, 1 failed, 2 bad usage, 3 no broker
     /// reachable, 4 the cluster refused with a Kafka error (named in the message).
@@ -100,7 +105,13 @@ fn error_chain(error: &anyhow::Error) -> String {
 }
 
 fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // Kafka's spellings first (`topics --create` is `topics create`), then the parser; a flag
+    // it does not know is explained by the closest real one.
+    let args = cli::habits::rewrite(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(error) => cli::habits::explain(error, &Cli::command(), &args).exit(),
+    };
     if !matches!(cli.command, Command::Server { .. }) {
         // A client command piped into `head` ends quietly when the reader goes away, as
         // Unix tools do. (SIGPIPE stays ignored: the network clients write to sockets

@@ -23,6 +23,10 @@ pub enum ClusterCommand {
         /// 127.0.0.1:9092.
         #[arg(long)]
         bootstrap_server: Option<String>,
+        /// With --bootstrap-server: how long to wait for a broker to answer before giving up
+        /// (exit 3), in milliseconds.
+        #[arg(long, default_value_t = super::common::BROKER_WAIT_MS)]
+        timeout_ms: u64,
     },
     /// Makes a learner (a running node outside the voters) a voter.
     AddVoter {
@@ -48,13 +52,16 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
         let (addr, request) = match &command {
             ClusterCommand::Status {
                 bootstrap_server: Some(server),
+                timeout_ms,
                 ..
-            } => return status_via_kafka(server).await,
+            } => return status_via_kafka(server, *timeout_ms).await,
             ClusterCommand::Status {
                 bootstrap_controller: Some(controller),
                 ..
             } => (controller, ControllerRequest::DescribeQuorum),
-            ClusterCommand::Status { .. } => return status_via_kafka("127.0.0.1:9092").await,
+            ClusterCommand::Status { timeout_ms, .. } => {
+                return status_via_kafka("127.0.0.1:9092", *timeout_ms).await;
+            }
             ClusterCommand::AddVoter {
                 bootstrap_controller,
                 node_id,
@@ -129,7 +136,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
 
 /// `cluster status --bootstrap-server`: the quorum (DescribeQuorum) and the brokers
 /// (DescribeCluster) through a broker's Kafka listener.
-async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
+async fn status_via_kafka(server: &str, timeout_ms: u64) -> anyhow::Result<()> {
     use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
     use kafka_protocol::messages::{DescribeClusterRequest, DescribeQuorumRequest, TopicName};
     use kafka_protocol::protocol::StrBytes;
@@ -137,6 +144,7 @@ async fn status_via_kafka(server: &str) -> anyhow::Result<()> {
     let admin = sluice::client::Admin::new(
         sluice::client::ClientConfig::new(server).set("client.id", "sluice-cli"),
     )?;
+    super::common::wait_for_broker(&admin, server, Duration::from_millis(timeout_ms)).await?;
     let connection = admin.connection().await?;
     let request = DescribeQuorumRequest::default().with_topics(vec![
         TopicData::default()

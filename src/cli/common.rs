@@ -2,23 +2,43 @@
 //! tools take it, `--command-config` for client settings), the output format, and exit codes.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use sluice::client::{Admin, ClientConfig};
+use sluice::client::{Admin, ClientConfig, Error};
 
 /// How to reach the cluster.
 #[derive(Args, Debug, Clone)]
 pub struct Connect {
+    #[command(flatten)]
+    pub servers: Servers,
+    /// How long to wait for a broker to answer before giving up (exit 3), in milliseconds.
+    /// The command says on stderr what it waits for.
+    #[arg(long = "timeout-ms", id = "broker_timeout_ms", default_value_t = BROKER_WAIT_MS)]
+    pub broker_timeout_ms: u64,
+}
+
+/// The default bound on the wait for a reachable broker (Kafka's tools wait about as long
+/// for metadata).
+pub const BROKER_WAIT_MS: u64 = 30_000;
+
+/// The bootstrap list and client settings, as Kafka's tools take them.
+#[derive(Args, Debug, Clone)]
+pub struct Servers {
     /// Brokers to start from: host:port, comma-separated; each is tried in turn.
-    #[arg(long, default_value = "127.0.0.1:9092")]
+    /// (--broker-list, the console producer's old name, is accepted too.)
+    #[arg(long, alias = "broker-list", default_value = "127.0.0.1:9092")]
     pub bootstrap_server: String,
     /// A properties file of client settings (Kafka's names: client.id, request.timeout.ms, ...).
-    #[arg(long)]
+    #[arg(
+        long,
+        aliases = ["producer.config", "consumer.config", "admin.config"]
+    )]
     pub command_config: Option<PathBuf>,
 }
 
-impl Connect {
+impl Servers {
     /// The client configuration these flags give.
     pub fn config(&self) -> anyhow::Result<ClientConfig> {
         let mut config = match &self.command_config {
@@ -35,9 +55,103 @@ impl Connect {
         }
         Ok(config)
     }
+}
 
-    pub fn admin(&self) -> anyhow::Result<Admin> {
-        Ok(Admin::new(self.config()?)?)
+impl Connect {
+    /// The client configuration these flags give.
+    pub fn config(&self) -> anyhow::Result<ClientConfig> {
+        self.servers.config()
+    }
+
+    /// An admin client whose connection to a broker is made: waits for one as
+    /// [`wait_for_broker`] does.
+    pub async fn admin(&self) -> anyhow::Result<Admin> {
+        let admin = Admin::new(self.config()?)?;
+        wait_for_broker(
+            &admin,
+            &self.servers.bootstrap_server,
+            Duration::from_millis(self.broker_timeout_ms),
+        )
+        .await?;
+        Ok(admin)
+    }
+
+    /// Waits until a broker answers (a producer or consumer then finds it at once).
+    pub async fn wait_for_broker(&self) -> anyhow::Result<()> {
+        self.admin().await.map(|admin| admin.close())
+    }
+}
+
+/// Waits at most `bound` for any of the bootstrap servers to answer (a connection that
+/// completes Kafka's ApiVersions handshake), saying once on stderr what it waits for and why,
+/// so a command against a broker that is not there is never silent. Fails with the SDK's
+/// connection error (exit code 3), which names the addresses tried.
+pub async fn wait_for_broker(admin: &Admin, servers: &str, bound: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + bound;
+    let mut said = false;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        // A connect whose SYN goes unanswered would otherwise wait its own (longer) timeout;
+        // every attempt gets a moment, so --timeout-ms 0 means "try once".
+        let attempt = tokio::time::timeout(remaining.max(ATTEMPT_MIN), admin.connection());
+        let error = match attempt.await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(error)) if is_unreachable(&error) => error,
+            Ok(Err(error)) => return Err(error.into()),
+            Err(_) => Error::Connect {
+                addr: servers.to_owned(),
+                reason: format!("no answer within {}", seconds(bound)),
+            },
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(anyhow::Error::new(error)
+                .context(format!("no broker answered within {}", seconds(bound))));
+        }
+        if !said {
+            eprintln!(
+                "waiting for a broker at {servers} ({}); giving up in {}",
+                unreachable_reason(&error),
+                seconds(remaining)
+            );
+            said = true;
+        }
+        tokio::time::sleep(remaining.min(BROKER_RETRY_BACKOFF)).await;
+    }
+}
+
+/// The least time an attempt to reach a broker gets (a connection and ApiVersions).
+const ATTEMPT_MIN: Duration = Duration::from_secs(1);
+
+/// Between attempts to reach a broker that is not there.
+const BROKER_RETRY_BACKOFF: Duration = Duration::from_millis(250);
+
+fn is_unreachable(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Connect { .. }
+            | Error::NoBrokerReachable { .. }
+            | Error::Disconnected { .. }
+            | Error::Timeout { .. }
+    )
+}
+
+/// The cause in a few words: "connection refused".
+pub fn unreachable_reason(error: &Error) -> String {
+    match error {
+        Error::Connect { reason, .. } | Error::Disconnected { reason, .. } => reason.to_lowercase(),
+        Error::NoBrokerReachable { last, .. } => unreachable_reason(last),
+        other => other.to_string(),
+    }
+}
+
+/// "30 s", "1.5 s".
+pub fn seconds(duration: Duration) -> String {
+    let value = duration.as_secs_f64();
+    if value.fract() < 0.05 || value >= 10.0 {
+        format!("{value:.0} s")
+    } else {
+        format!("{value:.1} s")
     }
 }
 
@@ -97,6 +211,12 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     for row in rows {
         line(row.iter().map(String::as_str).collect());
     }
+}
+
+/// A name given as Sluice's positional argument or as Kafka's flag (`--topic`, `--group`);
+/// the parser has already required exactly one of them.
+pub fn one_of(positional: Option<String>, flag: Option<String>) -> String {
+    positional.or(flag).unwrap_or_default()
 }
 
 /// `key=value` from the command line.

@@ -5,17 +5,19 @@
 
 use std::io::Write;
 
-use clap::{Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use sluice::client::{AlterConfigOp, RESOURCE_BROKER, RESOURCE_TOPIC};
 use sluice::config::registry::{self, Scope};
 
-use super::common::{Connect, Format, block_on, parse_key_value, print_table};
+use super::common::{Connect, Format, block_on, print_table};
 
-/// What a config belongs to.
+/// What a config belongs to; Kafka's tools spell it in the plural (`topics`, `brokers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EntityType {
+    #[value(alias = "topics")]
     Topic,
+    #[value(alias = "brokers")]
     Broker,
 }
 
@@ -28,16 +30,121 @@ impl EntityType {
     }
 }
 
+/// Which topic or broker, as kafka-configs.sh names it: `--entity-type topics --entity-name
+/// T`, or its shortcuts `--topic T`, `--broker N`, `--entity-default` (every broker's
+/// cluster-wide default).
+#[derive(Args, Debug, Clone)]
+pub struct Entity {
+    #[arg(long, value_enum, ignore_case = true)]
+    entity_type: Option<EntityType>,
+    /// The topic name or broker id.
+    #[arg(long, conflicts_with_all = ["topic", "broker", "entity_default"])]
+    entity_name: Option<String>,
+    /// The cluster-wide default of brokers (with --entity-type brokers).
+    #[arg(long, conflicts_with_all = ["topic", "broker"])]
+    entity_default: bool,
+    /// A topic: --entity-type topics --entity-name T.
+    #[arg(long, conflicts_with_all = ["entity_type", "broker"])]
+    topic: Option<String>,
+    /// A broker by id: --entity-type brokers --entity-name N.
+    #[arg(long, conflicts_with = "entity_type")]
+    broker: Option<String>,
+}
+
+impl Entity {
+    /// The resource type and name, and how Kafka's tool says it ("topic t", "broker 1").
+    fn resolve(&self) -> anyhow::Result<(EntityType, String)> {
+        if let Some(topic) = &self.topic {
+            return Ok((EntityType::Topic, topic.clone()));
+        }
+        if let Some(broker) = &self.broker {
+            return Ok((EntityType::Broker, broker.clone()));
+        }
+        let Some(entity_type) = self.entity_type else {
+            anyhow::bail!(
+                "what to configure? give --entity-type topics|brokers with --entity-name, or --topic T, or --broker N"
+            );
+        };
+        match (&self.entity_name, self.entity_default) {
+            (Some(name), _) => Ok((entity_type, name.clone())),
+            (None, true) if entity_type == EntityType::Broker => Ok((entity_type, String::new())),
+            (None, true) => anyhow::bail!("--entity-default is for --entity-type brokers"),
+            (None, false) => anyhow::bail!(
+                "which {}? give --entity-name{}",
+                entity_label(entity_type),
+                if entity_type == EntityType::Broker {
+                    " (a broker id) or --entity-default"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+fn entity_label(entity_type: EntityType) -> &'static str {
+    match entity_type {
+        EntityType::Topic => "topic",
+        EntityType::Broker => "broker",
+    }
+}
+
+/// How kafka-configs.sh names an entity in its messages.
+fn entity_text(entity_type: EntityType, name: &str) -> String {
+    match (entity_type, name) {
+        (EntityType::Broker, "") => "the brokers' cluster-wide default".to_owned(),
+        (entity_type, name) => format!("{} {name}", entity_label(entity_type)),
+    }
+}
+
+/// Kafka's `--add-config` syntax: `k1=v1,k2=[a,b],k3=v3`; a value in brackets may hold
+/// commas (a list such as `cleanup.policy=[compact,delete]`), and is passed without them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigList(pub Vec<(String, String)>);
+
+pub fn parse_config_list(text: &str) -> Result<ConfigList, String> {
+    let mut pairs = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (key, after_key) = rest
+            .split_once('=')
+            .ok_or_else(|| format!("{rest:?} is not key=value (in {text:?})"))?;
+        let key = key.trim();
+        if key.is_empty() || key.contains(',') {
+            return Err(format!(
+                "{key:?} is not a config key (in {text:?}); give key=value, comma-separated"
+            ));
+        }
+        let (value, after_value) = if let Some(list) = after_key.strip_prefix('[') {
+            let (inside, after) = list
+                .split_once(']')
+                .ok_or_else(|| format!("the list after {key}= has no closing ']' (in {text:?})"))?;
+            if !after.is_empty() && !after.starts_with(',') {
+                return Err(format!("text after {key}=[{inside}] (in {text:?})"));
+            }
+            (inside.to_owned(), after.strip_prefix(',').unwrap_or(after))
+        } else {
+            match after_key.split_once(',') {
+                Some((value, after)) => (value.to_owned(), after),
+                None => (after_key.to_owned(), ""),
+            }
+        };
+        pairs.push((key.to_owned(), value.trim().to_owned()));
+        rest = after_value;
+    }
+    if pairs.is_empty() {
+        return Err("no key=value given".to_owned());
+    }
+    Ok(ConfigList(pairs))
+}
+
 #[derive(Subcommand)]
 pub enum ConfigsCommand {
     /// A topic's or broker's configs: value and where it comes from (topic, dynamic broker,
     /// static broker, default). Only those set, unless --all.
     Describe {
-        #[arg(long, value_enum)]
-        entity_type: EntityType,
-        /// The topic name or broker id.
-        #[arg(long)]
-        entity_name: String,
+        #[command(flatten)]
+        entity: Entity,
         /// Also the keys left at their defaults.
         #[arg(long)]
         all: bool,
@@ -47,17 +154,19 @@ pub enum ConfigsCommand {
         output: Format,
     },
     /// Changes a topic's or broker's configs (IncrementalAlterConfigs); others keep their
-    /// values. A broker's dynamic keys only; an empty --entity-name for the cluster default.
+    /// values. A broker's dynamic keys only; --entity-default for the cluster default.
+    #[command(after_help = "Examples (kafka-configs.sh's syntax):
+  sluice configs --alter --entity-type topics --entity-name orders \\
+      --add-config 'retention.ms=86400000,cleanup.policy=[compact,delete]'
+  sluice configs --alter --topic orders --delete-config retention.ms,cleanup.policy")]
     Alter {
-        #[arg(long, value_enum)]
-        entity_type: EntityType,
-        #[arg(long)]
-        entity_name: String,
-        /// key=value to set (repeatable).
-        #[arg(long = "add-config", value_parser = parse_key_value)]
-        add: Vec<(String, String)>,
-        /// A key to return to its default (repeatable).
-        #[arg(long = "delete-config")]
+        #[command(flatten)]
+        entity: Entity,
+        /// key=value to set, comma-separated; a list value in brackets: k=[a,b] (repeatable).
+        #[arg(long = "add-config", value_parser = parse_config_list)]
+        add: Vec<ConfigList>,
+        /// Keys to return to their defaults, comma-separated (repeatable).
+        #[arg(long = "delete-config", value_delimiter = ',')]
         delete: Vec<String>,
         #[command(flatten)]
         connect: Connect,
@@ -76,14 +185,15 @@ pub enum ConfigsCommand {
 pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
     match command {
         ConfigsCommand::Describe {
-            entity_type,
-            entity_name,
+            entity,
             all,
             connect,
             output,
         } => block_on(async move {
+            let (entity_type, entity_name) = entity.resolve()?;
             let entries = connect
-                .admin()?
+                .admin()
+                .await?
                 .describe_configs(entity_type.resource_type(), &entity_name)
                 .await?;
             let shown: Vec<_> = entries.iter().filter(|e| all || !e.is_default).collect();
@@ -104,6 +214,12 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                     println!("{}", json!(value));
                 }
                 Format::Text => {
+                    // kafka-configs.sh's heading, then a table.
+                    println!(
+                        "{} configs for {} are:",
+                        if all { "All" } else { "Dynamic" },
+                        entity_text(entity_type, &entity_name)
+                    );
                     let rows: Vec<Vec<String>> = shown
                         .iter()
                         .map(|e| {
@@ -124,25 +240,36 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
             Ok(())
         }),
         ConfigsCommand::Alter {
-            entity_type,
-            entity_name,
+            entity,
             add,
             delete,
             connect,
         } => block_on(async move {
+            let (entity_type, entity_name) = entity.resolve()?;
             if add.is_empty() && delete.is_empty() {
                 anyhow::bail!("nothing to change: give --add-config or --delete-config");
             }
             let changes: Vec<(String, AlterConfigOp)> = add
                 .into_iter()
+                .flat_map(|list| list.0)
                 .map(|(k, v)| (k, AlterConfigOp::Set(v)))
-                .chain(delete.into_iter().map(|k| (k, AlterConfigOp::Delete)))
+                .chain(
+                    delete
+                        .into_iter()
+                        .map(|k| k.trim().to_owned())
+                        .filter(|k| !k.is_empty())
+                        .map(|k| (k, AlterConfigOp::Delete)),
+                )
                 .collect();
             connect
-                .admin()?
+                .admin()
+                .await?
                 .alter_configs(entity_type.resource_type(), &entity_name, &changes, false)
                 .await?;
-            println!("{} config(s) changed", changes.len());
+            println!(
+                "Completed updating config for {}.",
+                entity_text(entity_type, &entity_name)
+            );
             Ok(())
         }),
         ConfigsCommand::Keys { topic, broker } => {

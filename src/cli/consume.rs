@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use sluice::client::{ClientConfig, Consumer, ConsumerRecord, TopicPartition};
 
-use super::common::{Connect, block_on, parse_key_value};
+use super::common::{BROKER_WAIT_MS, Connect, Servers, block_on, parse_key_value};
+use super::produce::parse_bool;
 
 /// How each record is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -27,13 +28,26 @@ pub enum RecordFormat {
   sluice consume orders --from-beginning                 every record, then new ones
   sluice consume orders --group billing                  as a member of group billing
   sluice consume orders --partition 2 --offset 100 --max-messages 10
-  sluice consume --include 'orders-.*' --format json      every topic matching a pattern")]
+  sluice consume --include 'orders-.*' --format json      every topic matching a pattern
+  sluice consume --topic orders --from-beginning --property print.key=true \\
+      --property key.separator=:                         as kafka-console-consumer.sh
+
+--timeout-ms has kafka-console-consumer.sh's meaning (exit when no record arrives for that
+long); the wait for a reachable broker at start is bounded by --broker-timeout-ms.")]
 pub struct ConsumeArgs {
-    /// The topic to read (or --include a pattern).
-    #[arg(required_unless_present = "include")]
+    /// The topic to read (or --topic, as kafka-console-consumer.sh takes it; or --include a
+    /// pattern).
+    #[arg(required_unless_present_any = ["include", "topic_flag"], conflicts_with = "topic_flag")]
     topic: Option<String>,
+    #[arg(
+        long = "topic",
+        id = "topic_flag",
+        value_name = "TOPIC",
+        hide_short_help = true
+    )]
+    topic_flag: Option<String>,
     /// Reads every topic whose name matches this regular expression (through a group).
-    #[arg(long, conflicts_with = "topic")]
+    #[arg(long, alias = "whitelist", conflicts_with_all = ["topic", "topic_flag"])]
     include: Option<String>,
     /// Starts at the oldest record when there is no committed offset (else at the end).
     #[arg(long)]
@@ -51,15 +65,25 @@ pub struct ConsumeArgs {
     /// Exits after this many records.
     #[arg(long)]
     max_messages: Option<u64>,
-    /// Exits when no record arrives for this long (milliseconds).
+    /// Exits when no record arrives for this long (milliseconds), as kafka-console-consumer.sh.
     #[arg(long)]
     timeout_ms: Option<u64>,
+    /// How long to wait at start for a broker to answer before giving up (exit 3), in
+    /// milliseconds (other commands call this --timeout-ms).
+    #[arg(long, default_value_t = BROKER_WAIT_MS)]
+    broker_timeout_ms: u64,
     /// How to print each record.
     #[arg(long, value_enum, default_value = "value")]
     format: RecordFormat,
     /// Between key and value with --format key-value.
     #[arg(long, default_value = "\t")]
     key_separator: String,
+    /// kafka-console-consumer.sh's formatter properties: print.key, print.value,
+    /// print.partition, print.offset, print.timestamp, print.headers (true|false),
+    /// key.separator, line.separator, null.literal (repeatable). Any of them prints records
+    /// as Kafka's default formatter does.
+    #[arg(long = "property", value_parser = parse_key_value)]
+    formatter_properties: Vec<(String, String)>,
     /// read_uncommitted or read_committed.
     #[arg(long, default_value = "read_uncommitted")]
     isolation_level: String,
@@ -67,11 +91,19 @@ pub struct ConsumeArgs {
     #[arg(long = "consumer-property", value_parser = parse_key_value)]
     properties: Vec<(String, String)>,
     #[command(flatten)]
-    connect: Connect,
+    servers: Servers,
 }
 
-pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    let mut config: ClientConfig = args.connect.config()?;
+pub fn run(mut args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(topic) = args.topic_flag.take() {
+        args.topic = Some(topic);
+    }
+    let formatter = KafkaFormatter::new(&args.formatter_properties)?;
+    let connect = Connect {
+        servers: args.servers.clone(),
+        broker_timeout_ms: args.broker_timeout_ms,
+    };
+    let mut config: ClientConfig = connect.config()?;
     config.insert("isolation.level", args.isolation_level.clone());
     config.insert(
         "auto.offset.reset",
@@ -94,9 +126,10 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         config.insert(key, value.clone());
     }
     block_on(async move {
+        connect.wait_for_broker().await?;
         let consumer = Consumer::new(config)?;
         start(&consumer, &args).await?;
-        let outcome = print_records(&consumer, &args).await;
+        let outcome = print_records(&consumer, &args, formatter.as_ref()).await;
         let closed = consumer.close().await;
         let count = outcome?;
         closed?;
@@ -148,7 +181,11 @@ async fn start(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Result<()> {
 }
 
 /// Prints records until --max-messages, --timeout-ms, Ctrl-C, or a closed output.
-async fn print_records(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Result<u64> {
+async fn print_records(
+    consumer: &Consumer,
+    args: &ConsumeArgs,
+    formatter: Option<&KafkaFormatter>,
+) -> anyhow::Result<u64> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut count = 0u64;
@@ -175,8 +212,15 @@ async fn print_records(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Resul
             if args.max_messages.is_some_and(|max| count >= max) {
                 break;
             }
-            let line = format_record(&record, args.format, &args.key_separator);
-            if writeln!(out, "{line}").is_err() {
+            let written = match formatter {
+                Some(formatter) => out.write_all(formatter.format(&record).as_bytes()),
+                None => writeln!(
+                    out,
+                    "{}",
+                    format_record(&record, args.format, &args.key_separator)
+                ),
+            };
+            if written.is_err() {
                 return Ok(count); // the reader went away (`| head`)
             }
             count += 1;
@@ -186,6 +230,102 @@ async fn print_records(consumer: &Consumer, args: &ConsumeArgs) -> anyhow::Resul
         }
     }
     Ok(count)
+}
+
+/// Kafka's `DefaultMessageFormatter`, as `--property print.key=true` etc. select: the fields
+/// asked for in its order (timestamp, partition, offset, headers, key, value), each followed
+/// by `key.separator`, the last by `line.separator`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaFormatter {
+    print_timestamp: bool,
+    print_partition: bool,
+    print_offset: bool,
+    print_headers: bool,
+    print_key: bool,
+    print_value: bool,
+    key_separator: String,
+    line_separator: String,
+    null_literal: String,
+}
+
+impl KafkaFormatter {
+    /// `None` when no property is given (the `--format` output then).
+    pub fn new(properties: &[(String, String)]) -> anyhow::Result<Option<KafkaFormatter>> {
+        if properties.is_empty() {
+            return Ok(None);
+        }
+        let mut formatter = KafkaFormatter {
+            print_timestamp: false,
+            print_partition: false,
+            print_offset: false,
+            print_headers: false,
+            print_key: false,
+            print_value: true,
+            key_separator: "\t".to_owned(),
+            line_separator: "\n".to_owned(),
+            null_literal: "null".to_owned(),
+        };
+        for (key, value) in properties {
+            let flag = || parse_bool(key, value);
+            match key.as_str() {
+                "print.timestamp" => formatter.print_timestamp = flag()?,
+                "print.partition" => formatter.print_partition = flag()?,
+                "print.offset" => formatter.print_offset = flag()?,
+                "print.headers" => formatter.print_headers = flag()?,
+                "print.key" => formatter.print_key = flag()?,
+                "print.value" => formatter.print_value = flag()?,
+                "key.separator" => formatter.key_separator = value.clone(),
+                "line.separator" => formatter.line_separator = value.clone(),
+                "null.literal" => formatter.null_literal = value.clone(),
+                _ => eprintln!(
+                    "--property {key}: not a property of Kafka's default formatter that this consumer knows; ignored"
+                ),
+            }
+        }
+        Ok(Some(formatter))
+    }
+
+    /// The record as Kafka's console consumer prints it, line separator included.
+    pub fn format(&self, record: &ConsumerRecord) -> String {
+        let bytes = |value: &Option<bytes::Bytes>| match value {
+            Some(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            None => self.null_literal.clone(),
+        };
+        let mut fields = Vec::new();
+        if self.print_timestamp {
+            fields.push(match record.timestamp_type {
+                sluice::client::TimestampType::LogAppendTime => {
+                    format!("LogAppendTime:{}", record.timestamp)
+                }
+                _ => format!("CreateTime:{}", record.timestamp),
+            });
+        }
+        if self.print_partition {
+            fields.push(format!("Partition:{}", record.partition));
+        }
+        if self.print_offset {
+            fields.push(format!("Offset:{}", record.offset));
+        }
+        if self.print_headers {
+            fields.push(if record.headers.is_empty() {
+                "NO_HEADERS".to_owned()
+            } else {
+                record
+                    .headers
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{}", bytes(v)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            });
+        }
+        if self.print_key {
+            fields.push(bytes(&record.key));
+        }
+        if self.print_value {
+            fields.push(bytes(&record.value));
+        }
+        fields.join(&self.key_separator) + &self.line_separator
+    }
 }
 
 fn text(bytes: &Option<bytes::Bytes>) -> String {

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
 
-use super::common::{Connect, Format, block_on};
+use super::common::{Connect, Format, block_on, one_of};
 
 #[derive(Subcommand)]
 pub enum GroupsCommand {
@@ -22,14 +22,32 @@ pub enum GroupsCommand {
     },
     /// A group's members and, per partition, the committed offset, log end offset and lag.
     Describe {
-        group: String,
+        /// The group (or --group, as kafka-consumer-groups.sh takes it).
+        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
+        group: Option<String>,
+        #[arg(
+            long = "group",
+            id = "group_flag",
+            value_name = "GROUP",
+            hide_short_help = true
+        )]
+        group_flag: Option<String>,
         #[command(flatten)]
         common: Common,
     },
     /// Moves a group's committed offsets for a topic. A dry run unless --execute; refused
     /// while the group has members (stop its consumers first), as Kafka does.
     ResetOffsets {
-        group: String,
+        /// The group (or --group, as kafka-consumer-groups.sh takes it).
+        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
+        group: Option<String>,
+        #[arg(
+            long = "group",
+            id = "group_flag",
+            value_name = "GROUP",
+            hide_short_help = true
+        )]
+        group_flag: Option<String>,
         #[arg(long)]
         topic: String,
         #[command(flatten)]
@@ -42,7 +60,16 @@ pub enum GroupsCommand {
     },
     /// Deletes a group that has no members, with its committed offsets.
     Delete {
-        group: String,
+        /// The group (or --group, as kafka-consumer-groups.sh takes it).
+        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
+        group: Option<String>,
+        #[arg(
+            long = "group",
+            id = "group_flag",
+            value_name = "GROUP",
+            hide_short_help = true
+        )]
+        group_flag: Option<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -81,15 +108,27 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
     block_on(async move {
         match command {
             GroupsCommand::List { common } => list(&common).await,
-            GroupsCommand::Describe { group, common } => describe(&common, &group).await,
+            GroupsCommand::Describe {
+                group,
+                group_flag,
+                common,
+            } => describe(&common, &one_of(group, group_flag)).await,
             GroupsCommand::ResetOffsets {
                 group,
+                group_flag,
                 topic,
                 target,
                 execute,
                 common,
-            } => reset_offsets(&common, &group, &topic, &target, execute).await,
-            GroupsCommand::Delete { group, common } => delete(&common, &group).await,
+            } => {
+                let group = one_of(group, group_flag);
+                reset_offsets(&common, &group, &topic, &target, execute).await
+            }
+            GroupsCommand::Delete {
+                group,
+                group_flag,
+                common,
+            } => delete(&common, &one_of(group, group_flag)).await,
         }
     })
 }
@@ -122,7 +161,7 @@ fn members(described: &GroupDescription) -> Vec<Member> {
 }
 
 async fn list(common: &Common) -> anyhow::Result<()> {
-    let admin: Admin = common.connect.admin()?;
+    let admin: Admin = common.connect.admin().await?;
     let groups = admin.list_groups().await?;
     #[derive(Serialize)]
     struct Listed {
@@ -168,7 +207,7 @@ struct PartitionLag {
 }
 
 async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
-    let admin: Admin = common.connect.admin()?;
+    let admin: Admin = common.connect.admin().await?;
     let described = admin.describe_group(group).await?;
     let members = members(&described);
     let committed = committed_offsets(&admin, group).await?;
@@ -265,7 +304,7 @@ async fn reset_offsets(
     target: &ResetTarget,
     execute: bool,
 ) -> anyhow::Result<()> {
-    let admin: Admin = common.connect.admin()?;
+    let admin: Admin = common.connect.admin().await?;
     let described = admin.describe_group(group).await?;
     if !described.members.is_empty() {
         bail!(
@@ -375,7 +414,7 @@ async fn reset_offsets(
 }
 
 async fn delete(common: &Common, group: &str) -> anyhow::Result<()> {
-    let admin: Admin = common.connect.admin()?;
+    let admin: Admin = common.connect.admin().await?;
     admin.delete_groups(&[group.to_owned()]).await?;
     if common.output == Format::Json {
         println!("{}", serde_json::json!({ "group": group, "deleted": true }));

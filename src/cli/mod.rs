@@ -7,6 +7,7 @@ pub mod configs;
 pub mod consume;
 pub mod fuzz;
 pub mod groups;
+pub mod habits;
 pub mod perf;
 pub mod perf_client;
 pub mod perf_kafka;

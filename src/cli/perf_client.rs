@@ -201,8 +201,9 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         config.insert(key, value.clone());
     }
     runtime()?.block_on(async move {
+        args.connect.wait_for_broker().await?;
         // Created with --partitions if missing; refused if it has fewer; leaders known.
-        super::perf_kafka::partition_leaders(&args.connect.bootstrap_server, &args.topic, args.partitions)
+        super::perf_kafka::partition_leaders(&args.connect.servers.bootstrap_server, &args.topic, args.partitions)
             .await?;
         let producer = Producer::new(config)?;
         // Kafka's tool sends random uppercase letters; the same here, one payload reused.
@@ -295,6 +296,7 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
         config.insert(key, value.clone());
     }
     runtime()?.block_on(async move {
+        args.connect.wait_for_broker().await?;
         let consumer = Consumer::new(config)?;
         let partitions = consumer.partitions_for(&args.topic).await?;
         match &args.group {

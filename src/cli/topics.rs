@@ -16,17 +16,26 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
-use sluice::client::{Admin, AlterConfigOp, Error, NewTopic, RESOURCE_TOPIC};
+use sluice::client::{Admin, AlterConfigOp, ElectionType, Error, NewTopic, RESOURCE_TOPIC};
 use sluice::protocol::errors;
 
-use super::common::{Connect, Format, block_on, parse_key_value, print_table};
+use super::common::{Connect, Format, block_on, one_of, parse_key_value, print_table};
 
 #[derive(Subcommand)]
 pub enum TopicsCommand {
     /// Creates a topic. Partitions and replication factor default to the cluster's
     /// num.partitions and default.replication.factor.
     Create {
-        topic: String,
+        /// The topic (or --topic, as kafka-topics.sh takes it).
+        #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
+        topic: Option<String>,
+        #[arg(
+            long = "topic",
+            id = "topic_flag",
+            value_name = "TOPIC",
+            hide_short_help = true
+        )]
+        topic_flag: Option<String>,
         #[arg(long)]
         partitions: Option<i32>,
         #[arg(long)]
@@ -60,7 +69,15 @@ pub enum TopicsCommand {
     /// Partitions (leader, replicas, in-sync replicas) and the configs set on topics; every
     /// topic when none is named.
     Describe {
+        /// Topics to describe (or --topic T, repeatable, as kafka-topics.sh takes it).
         topics: Vec<String>,
+        #[arg(
+            long = "topic",
+            id = "topic_flags",
+            value_name = "TOPIC",
+            hide_short_help = true
+        )]
+        topic_flags: Vec<String>,
         /// Only partitions whose in-sync replicas are fewer than their replicas.
         #[arg(long)]
         under_replicated_partitions: bool,
@@ -74,7 +91,16 @@ pub enum TopicsCommand {
     },
     /// Adds partitions and changes the topic's configs.
     Alter {
-        topic: String,
+        /// The topic (or --topic, as kafka-topics.sh takes it).
+        #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
+        topic: Option<String>,
+        #[arg(
+            long = "topic",
+            id = "topic_flag",
+            value_name = "TOPIC",
+            hide_short_help = true
+        )]
+        topic_flag: Option<String>,
         /// The new total partition count (partitions are never removed).
         #[arg(long)]
         partitions: Option<i32>,
@@ -89,11 +115,45 @@ pub enum TopicsCommand {
     },
     /// Deletes topics and their data.
     Delete {
-        #[arg(required = true)]
+        /// Topics to delete (or --topic T, repeatable, as kafka-topics.sh takes it).
+        #[arg(required_unless_present = "topic_flags")]
         topics: Vec<String>,
+        #[arg(
+            long = "topic",
+            id = "topic_flags",
+            value_name = "TOPIC",
+            hide_short_help = true
+        )]
+        topic_flags: Vec<String>,
         /// Succeeds when a topic does not exist.
         #[arg(long)]
         if_exists: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Elects leaders as kafka-leader-election.sh does: the preferred replica (the first
+    /// listed) where it is alive and in sync, or with `unclean` any live replica of a
+    /// partition whose in-sync replicas are all gone (records may be lost).
+    #[command(after_help = "Examples:
+  sluice topics elect-leaders --election-type preferred --all-topic-partitions
+  sluice topics elect-leaders --election-type preferred --topic orders --partition 0
+  sluice topics elect-leaders --election-type unclean --path-to-json-file partitions.json
+      (the file: {\"partitions\": [{\"topic\": \"orders\", \"partition\": 0}]})")]
+    ElectLeaders {
+        #[arg(long, value_enum, ignore_case = true)]
+        election_type: ElectionKind,
+        /// The topic whose partitions to elect for (every partition, or --partition).
+        #[arg(long, conflicts_with_all = ["all_topic_partitions", "path_to_json_file"])]
+        topic: Option<String>,
+        /// One partition of --topic.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+        /// Every partition of every topic.
+        #[arg(long, conflicts_with = "path_to_json_file")]
+        all_topic_partitions: bool,
+        /// A JSON file naming the partitions, as Kafka's tool reads it.
+        #[arg(long)]
+        path_to_json_file: Option<std::path::PathBuf>,
         #[command(flatten)]
         connect: Connect,
     },
@@ -123,6 +183,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
         match command {
             TopicsCommand::Create {
                 topic,
+                topic_flag,
                 partitions,
                 replication_factor,
                 configs,
@@ -131,6 +192,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 validate_only,
                 connect,
             } => {
+                let topic = one_of(topic, topic_flag);
                 let mut new = NewTopic::new(
                     &topic,
                     partitions.unwrap_or(-1),
@@ -140,14 +202,14 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 if let Some(assignment) = replica_assignment {
                     new.assignments = parse_assignment(&assignment)?;
                 }
-                let admin = connect.admin()?;
+                let admin = connect.admin().await?;
                 match admin.create_topics(&[new], validate_only).await {
                     Err(e) if if_not_exists && e.code() == Some(errors::TOPIC_ALREADY_EXISTS) => {
-                        println!("topic {topic} already exists");
+                        println!("Topic {topic} already exists.");
                     }
                     Err(e) => return Err(e.into()),
                     Ok(()) if validate_only => println!("topic {topic} can be created"),
-                    Ok(()) => println!("created topic {topic}"),
+                    Ok(()) => println!("Created topic {topic}."),
                 }
                 Ok(())
             }
@@ -156,7 +218,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 connect,
                 output,
             } => {
-                let topics = connect.admin()?.list_topics(include_internal).await?;
+                let topics = connect.admin().await?.list_topics(include_internal).await?;
                 match output {
                     Format::Json => println!("{}", json!(topics)),
                     Format::Text => topics.iter().for_each(|t| println!("{t}")),
@@ -164,13 +226,15 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 Ok(())
             }
             TopicsCommand::Describe {
-                topics,
+                mut topics,
+                topic_flags,
                 under_replicated_partitions,
                 unavailable_partitions,
                 connect,
                 output,
             } => {
-                let admin = connect.admin()?;
+                topics.extend(topic_flags);
+                let admin = connect.admin().await?;
                 let filter = |p: &sluice::client::PartitionMetadata| {
                     (!under_replicated_partitions || p.isr.len() < p.replicas.len())
                         && (!unavailable_partitions || p.leader < 0)
@@ -179,15 +243,17 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
             }
             TopicsCommand::Alter {
                 topic,
+                topic_flag,
                 partitions,
                 configs,
                 delete_configs,
                 connect,
             } => {
+                let topic = one_of(topic, topic_flag);
                 if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
                     bail!("nothing to change: give --partitions, --config or --delete-config");
                 }
-                let admin = connect.admin()?;
+                let admin = connect.admin().await?;
                 if let Some(count) = partitions {
                     admin.create_partitions(&topic, count, None).await?;
                     println!("topic {topic} now has {count} partitions");
@@ -210,11 +276,13 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 Ok(())
             }
             TopicsCommand::Delete {
-                topics,
+                mut topics,
+                topic_flags,
                 if_exists,
                 connect,
             } => {
-                let admin = connect.admin()?;
+                topics.extend(topic_flags);
+                let admin = connect.admin().await?;
                 for topic in &topics {
                     match admin.delete_topics(std::slice::from_ref(topic)).await {
                         Err(e)
@@ -229,6 +297,28 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
+            TopicsCommand::ElectLeaders {
+                election_type,
+                topic,
+                partition,
+                all_topic_partitions,
+                path_to_json_file,
+                connect,
+            } => {
+                let admin = connect.admin().await?;
+                let partitions = match (topic, path_to_json_file) {
+                    (Some(topic), _) => Some(match partition {
+                        Some(partition) => vec![(topic, partition)],
+                        None => topic_partitions(&admin, &topic).await?,
+                    }),
+                    (None, Some(path)) => Some(partitions_from_json(&path)?),
+                    (None, None) if all_topic_partitions => None,
+                    (None, None) => bail!(
+                        "which partitions? give --all-topic-partitions, --topic T [--partition P] or --path-to-json-file F"
+                    ),
+                };
+                elect_leaders(&admin, election_type, partitions.as_deref()).await
+            }
             TopicsCommand::Reassign {
                 topic,
                 partition,
@@ -238,7 +328,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 connect,
             } => {
                 reassign(
-                    &connect.admin()?,
+                    &connect.admin().await?,
                     &topic,
                     partition,
                     (!cancel).then_some(replicas),
@@ -248,6 +338,102 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// `--election-type`, as kafka-leader-election.sh spells it (either case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ElectionKind {
+    Preferred,
+    Unclean,
+}
+
+/// Every partition of `topic`.
+async fn topic_partitions(admin: &Admin, topic: &str) -> anyhow::Result<Vec<(String, i32)>> {
+    let described = admin.describe_topics(&[topic.to_owned()]).await?;
+    Ok(described
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.partition)))
+        .collect())
+}
+
+/// Kafka's `--path-to-json-file`: `{"partitions": [{"topic": "t", "partition": 0}, ...]}`.
+fn partitions_from_json(path: &std::path::Path) -> anyhow::Result<Vec<(String, i32)>> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        partitions: Vec<Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        topic: String,
+        partition: i32,
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --path-to-json-file {}", path.display()))?;
+    let file: File = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "--path-to-json-file {}: not {{\"partitions\": [{{\"topic\": T, \"partition\": P}}, ...]}}",
+            path.display()
+        )
+    })?;
+    if file.partitions.is_empty() {
+        bail!("--path-to-json-file {}: no partitions", path.display());
+    }
+    Ok(file
+        .partitions
+        .into_iter()
+        .map(|e| (e.topic, e.partition))
+        .collect())
+}
+
+/// Elects and prints the outcome as kafka-leader-election.sh does: the partitions elected,
+/// those whose replica already leads, then each failure; fails when any partition failed.
+async fn elect_leaders(
+    admin: &Admin,
+    kind: ElectionKind,
+    partitions: Option<&[(String, i32)]>,
+) -> anyhow::Result<()> {
+    let (election_type, name) = match kind {
+        ElectionKind::Preferred => (ElectionType::Preferred, "PREFERRED"),
+        ElectionKind::Unclean => (ElectionType::Unclean, "UNCLEAN"),
+    };
+    let mut results = admin.elect_leaders(election_type, partitions).await?;
+    results.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let named = |code: Option<i16>| -> Vec<String> {
+        results
+            .iter()
+            .filter(|r| code.is_none_or(|c| r.error_code == c))
+            .map(|r| format!("{}-{}", r.topic, r.partition))
+            .collect()
+    };
+    let elected = named(Some(errors::NONE));
+    if !elected.is_empty() {
+        println!(
+            "Successfully completed leader election ({name}) for partitions {}",
+            elected.join(", ")
+        );
+    }
+    let not_needed = named(Some(errors::ELECTION_NOT_NEEDED));
+    if !not_needed.is_empty() {
+        println!(
+            "Valid replica already elected for partitions {}",
+            not_needed.join(", ")
+        );
+    }
+    let failed: Vec<Error> = results
+        .iter()
+        .filter(|r| r.error_code != errors::NONE && r.error_code != errors::ELECTION_NOT_NEEDED)
+        .filter_map(|r| r.error())
+        .collect();
+    for error in &failed {
+        println!("Error completing leader election ({name}) for {error}");
+    }
+    let count = failed.len();
+    match failed.into_iter().next() {
+        Some(first) => Err(anyhow::Error::new(first).context(format!(
+            "leader election ({name}) failed for {count} partition(s)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `1:2,2:3` -> {0: [1, 2], 1: [2, 3]}.

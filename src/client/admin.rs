@@ -16,12 +16,13 @@ use kafka_protocol::messages::delete_records_request::{
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, ElectLeadersRequest,
     IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -36,6 +37,51 @@ use crate::protocol::errors;
 pub const RESOURCE_TOPIC: i8 = 2;
 /// Kafka's config resource type of a broker (by node id; empty name: the cluster default).
 pub const RESOURCE_BROKER: i8 = 4;
+
+/// Which replicas an election may choose (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    /// The preferred replica (the first of the partition's replicas), when it is alive and in
+    /// the ISR.
+    Preferred,
+    /// Any live replica when the ISR has none left, at the risk of losing acknowledged records.
+    Unclean,
+}
+
+impl ElectionType {
+    /// Kafka's code for it in ElectLeaders.
+    fn code(self) -> i8 {
+        match self {
+            ElectionType::Preferred => 0,
+            ElectionType::Unclean => 1,
+        }
+    }
+}
+
+/// One partition's outcome of [`Admin::elect_leaders`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionResult {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Kafka's error code: NONE when elected, ELECTION_NOT_NEEDED when the chosen replica
+    /// already leads.
+    pub error_code: i16,
+    /// The broker's message, when it sent one.
+    pub error_message: Option<String>,
+}
+
+impl ElectionResult {
+    /// The error this partition's election met (ELECTION_NOT_NEEDED included), if any.
+    pub fn error(&self) -> Option<Error> {
+        Error::kafka(
+            self.error_code,
+            format!("partition {}-{}", self.topic, self.partition),
+            self.error_message.as_deref(),
+        )
+    }
+}
 
 /// A topic to create. `-1` partitions or replication factor take the broker's defaults
 /// (`num.partitions`, `default.replication.factor`).
@@ -429,6 +475,51 @@ impl Admin {
             }
         }
         Ok(())
+    }
+
+    /// Elects leaders (ElectLeaders, as `kafka-leader-election.sh`): for `partitions`, or for
+    /// every partition when `None`. The controller decides; the answer has each partition's
+    /// outcome (ELECTION_NOT_NEEDED where the replica the election would choose already
+    /// leads). Fails as a whole only when the request is refused.
+    pub async fn elect_leaders(
+        &self,
+        election_type: ElectionType,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Result<Vec<ElectionResult>> {
+        let topic_partitions = partitions.map(|partitions| {
+            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+            for (topic, partition) in partitions {
+                by_topic.entry(topic).or_default().push(*partition);
+            }
+            by_topic
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    TopicPartitions::default()
+                        .with_topic(TopicName(str_bytes(topic)))
+                        .with_partitions(partitions)
+                })
+                .collect()
+        });
+        let request = ElectLeadersRequest::default()
+            .with_election_type(election_type.code())
+            .with_topic_partitions(topic_partitions)
+            .with_timeout_ms(self.timeout_ms());
+        let response = self.cluster.any().await?.send(&request).await?;
+        if let Some(error) = Error::kafka(response.error_code, "ElectLeaders", None) {
+            return Err(error);
+        }
+        let mut results = Vec::new();
+        for topic in &response.replica_election_results {
+            for partition in &topic.partition_result {
+                results.push(ElectionResult {
+                    topic: topic.topic.to_string(),
+                    partition: partition.partition_id,
+                    error_code: partition.error_code,
+                    error_message: partition.error_message.as_ref().map(|m| m.to_string()),
+                });
+            }
+        }
+        Ok(results)
     }
 
     /// The cluster id, the active controller and every broker with its fenced state.

@@ -34,8 +34,8 @@ mod partitioner;
 mod producer;
 
 pub use admin::{
-    Admin, AlterConfigOp, ClusterDescription, ConfigEntry, NewTopic, RESOURCE_BROKER,
-    RESOURCE_TOPIC, TopicDescription,
+    Admin, AlterConfigOp, ClusterDescription, ConfigEntry, ElectionResult, ElectionType, NewTopic,
+    RESOURCE_BROKER, RESOURCE_TOPIC, TopicDescription,
 };
 pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
 pub use assignor::Assignor;
