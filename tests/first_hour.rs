@@ -247,3 +247,85 @@ fn requests_right_after_start_wait_for_the_broker_instead_of_failing() {
         let _ = child.wait();
     }
 }
+
+/// librdkafka straight after start: a producer that connects the moment the port accepts
+/// (before the broker is registered) auto-creates its topic with the broker's defaults and
+/// has every record acknowledged; a topic config Kafka has and Sluice does not implement is
+/// refused with INVALID_CONFIG and a message that says so.
+#[test]
+fn librdkafka_straight_after_start_auto_creates_and_produces() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = free_port();
+    let script = r#"
+import socket, sys, time
+from confluent_kafka import Producer, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+port = int(sys.argv[1])
+deadline = time.time() + 30
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        break
+    except OSError:
+        if time.time() > deadline:
+            sys.exit("no listener")
+        time.sleep(0.002)
+bootstrap = f"127.0.0.1:{port}"
+errors = []
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000})
+for i in range(10):
+    producer.produce("auto-demo", str(i).encode(), on_delivery=lambda e, m: e and errors.append(str(e)))
+assert producer.flush(30) == 0, "undelivered"
+assert not errors, errors
+admin = AdminClient({"bootstrap.servers": bootstrap})
+partitions = len(admin.list_topics("auto-demo", timeout=10).topics["auto-demo"].partitions)
+assert partitions == 3, partitions
+future = admin.create_topics([NewTopic("jitter", 1, 1, config={"segment.jitter.ms": "100"})])["jitter"]
+try:
+    future.result(10)
+    sys.exit("segment.jitter.ms was accepted")
+except KafkaException as e:
+    error = e.args[0]
+    assert error.name() == "INVALID_CONFIG", error
+    assert "does not implement" in error.str(), error.str()
+print("ok")
+"#;
+    let mut client = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(kafka.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 with confluent-kafka (scripts/test installs it)");
+    // The client is waiting for the port before the server starts.
+    std::thread::sleep(Duration::from_millis(300));
+    let quorum = free_port();
+    let http = free_port();
+    let mut server = sluice()
+        .arg("server")
+        .args([
+            "--override",
+            &format!("listeners=PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"),
+            "--override",
+            &format!("http.listener=127.0.0.1:{http}"),
+            "--override",
+            &format!("log.dirs={}", dir.path().join("data").display()),
+            "--override",
+            "num.partitions=3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("server.log")).unwrap())
+        .spawn()
+        .expect("start sluice");
+    let output = client.wait_with_output().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        output.status.success(),
+        "{}\n{}\n--- server log\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default()
+    );
+}
