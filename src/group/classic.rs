@@ -829,7 +829,7 @@ impl ClassicGroup {
         }
         self.protocol = self.select_protocol();
         self.transition(GroupState::CompletingRebalance, now);
-        tracing::info!(group = %self.group_id, generation = self.generation, members = self.members.len(), leader = ?self.leader, protocol = ?self.protocol, "rebalance: members joined");
+        tracing::info!(group = %self.group_id, generation = self.generation, members = self.members.len(), leader = self.leader.as_deref().unwrap_or("none"), protocol = self.protocol.as_deref().unwrap_or("none"), "rebalance: members joined");
         let member_ids: Vec<String> = self.members.keys().cloned().collect();
         for member_id in member_ids {
             let result = self.join_result(&member_id);
