@@ -8,6 +8,8 @@ use super::*;
 const CONTROLLED_SHUTDOWN_CALL_MAX: Duration = Duration::from_secs(5);
 /// How long a probe of a voter's listener waits for the connection.
 const VOTER_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a stopping broker looks whether the quorum is still there.
+const VOTER_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Kafka's controlled shutdown: the controller fences this broker (moving its leaderships to
 /// other ISR members) and the broker waits until its image shows it leads nothing, so clients
@@ -57,18 +59,18 @@ pub(super) async fn controlled_shutdown(
         if left.is_zero() {
             break;
         }
-        if let Some(refusing) = quorum_gone(&voters).await {
-            tracing::info!(
-                broker_id,
-                voters_refusing = refusing,
-                voters = voters.len(),
-                "controlled shutdown skipped: the metadata quorum is gone (a majority of its \
-                 voters refuse connections), so no leadership can move; stopping"
-            );
-            return;
-        }
+        // The call and the backoff after it each race the quorum going away: the voters
+        // stopped together go one by one, and the last call would otherwise wait out its
+        // timeout on a controller that is gone.
         let call_timeout = left.min(CONTROLLED_SHUTDOWN_CALL_MAX);
-        let failure = match call_controller(quorum, &voters, &request, call_timeout).await {
+        let answer = tokio::select! {
+            answer = call_controller(quorum, &voters, &request, call_timeout) => answer,
+            refusing = until_quorum_gone(&voters) => {
+                quorum_gone_said(broker_id, refusing, voters.len());
+                return;
+            }
+        };
+        let failure = match answer {
             Ok(ControllerResponse::Ok { .. }) => {
                 wait_until_moved(quorum, broker_id, started, deadline).await;
                 return;
@@ -89,10 +91,14 @@ pub(super) async fn controlled_shutdown(
             "controlled shutdown failed; retrying"
         );
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        tokio::time::sleep(left.min(Duration::from_millis(
-            config.controlled_shutdown_retry_backoff_ms,
-        )))
-        .await;
+        let backoff = Duration::from_millis(config.controlled_shutdown_retry_backoff_ms);
+        tokio::select! {
+            _ = tokio::time::sleep(left.min(backoff)) => {}
+            refusing = until_quorum_gone(&voters) => {
+                quorum_gone_said(broker_id, refusing, voters.len());
+                return;
+            }
+        }
     }
     tracing::warn!(
         broker_id,
@@ -149,6 +155,27 @@ async fn wait_until_moved(
             "controlled shutdown: the controller took it, but this node's metadata does not \
              show every leadership moved yet; stopping anyway"
         ),
+    }
+}
+
+fn quorum_gone_said(broker_id: i32, refusing: usize, voters: usize) {
+    tracing::info!(
+        broker_id,
+        voters_refusing = refusing,
+        voters,
+        "controlled shutdown skipped: the metadata quorum is gone (a majority of its voters \
+         refuse connections), so no leadership can move; stopping"
+    );
+}
+
+/// Resolves, with how many voters refuse connections, once a majority do; checks every
+/// `VOTER_PROBE_INTERVAL`.
+async fn until_quorum_gone(voters: &[String]) -> usize {
+    loop {
+        if let Some(refusing) = quorum_gone(voters).await {
+            return refusing;
+        }
+        tokio::time::sleep(VOTER_PROBE_INTERVAL).await;
     }
 }
 
