@@ -1,0 +1,38 @@
+"""An idempotent acks=all producer (confluent-kafka) that writes `r<i>` to partition i % 2 of
+TOPIC until killed. Prints each acknowledged value on its own line, and every error it sees
+as `ERROR <name> fatal=<bool> retriable=<bool> <text>`: delivery failures (a record given up)
+from the delivery callback, client-level errors (a broker connection lost) from error_cb.
+
+Usage: acked_producer.py BOOTSTRAP TOPIC
+"""
+
+import sys
+
+from confluent_kafka import Producer
+
+BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
+
+
+def report(kind, err):
+    print(f"ERROR {kind}:{err.name()} fatal={err.fatal()} retriable={err.retriable()} {err.str()}",
+          flush=True)
+
+
+def delivered(err, msg):
+    if err is None:
+        print(msg.value().decode(), flush=True)
+    else:
+        report("delivery", err)
+
+
+# message.timeout.ms well past any failover (see confluent_suite.py produce-acked).
+producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 2, "message.timeout.ms": 60000,
+                     "error_cb": lambda err: report("client", err)})
+i = 0
+while True:
+    producer.produce(TOPIC, value=f"r{i}".encode(), partition=i % 2, on_delivery=delivered)
+    producer.poll(0)
+    i += 1
+    if i % 200 == 0:
+        producer.flush(1)
