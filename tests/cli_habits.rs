@@ -364,13 +364,14 @@ fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
             .args(["-b", bootstrap, "-L", "-t", "elect", "-J"])
             .output()
             .expect("kcat");
+        // kcat -J: "isrs": [{"id": 1}, ...].
         let json: serde_json::Value =
             serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
         json["topics"][0]["partitions"]
             .as_array()
             .and_then(|ps| ps.iter().find(|p| p["partition"] == partition))
             .and_then(|p| p["isrs"].as_array())
-            .map(|isr| isr.iter().filter_map(|r| r.as_i64()).collect())
+            .map(|isr| isr.iter().filter_map(|r| r["id"].as_i64()).collect())
             .unwrap_or_default()
     };
     cluster.wait_until("node 1 leads elect-0", Duration::from_secs(30), |c| {
