@@ -25,6 +25,7 @@ use sluice_raft::records::BrokerId;
 
 use super::{Partition, ReplicaManager};
 use crate::client::Connection;
+use crate::log::TopicPartition;
 use crate::protocol::errors;
 
 #[derive(Debug, Clone)]
@@ -130,8 +131,24 @@ async fn fetch_from(
 ) {
     let backoff = Duration::from_millis(settings.backoff_ms.max(10));
     let mut connection: Option<Connection> = None;
+    // KIP-74: the leader gives `replica.fetch.response.max.bytes` to partitions in request
+    // order, and only the first to return records may exceed the limits; as Kafka's fetcher
+    // does, partitions that were just served go to the back (when each last grew).
+    let mut served_at: HashMap<TopicPartition, u64> = HashMap::new();
+    let mut served_count = 0u64;
     loop {
-        let partitions = followed_from(&replicas, leader);
+        let mut partitions = followed_from(&replicas, leader);
+        if served_at.len() > partitions.len() {
+            // Some are followed no more: keep only those still followed.
+            served_at = partitions
+                .iter()
+                .filter_map(|p| {
+                    let tp = &p.topic_partition;
+                    served_at.get(tp).map(|at| (tp.clone(), *at))
+                })
+                .collect();
+        }
+        partitions.sort_by_key(|p| served_at.get(&p.topic_partition).copied().unwrap_or(0));
         if partitions.is_empty() {
             tracing::info!(leader, "replica fetcher stopped: nothing left to follow");
             return;
@@ -165,7 +182,15 @@ async fn fetch_from(
             continue;
         }
         tracing::trace!(leader, partitions = partitions.len(), "replica fetch");
-        match fetch_once(conn, &replicas, leader, &partitions, &settings).await {
+        let log_ends: Vec<u64> = partitions.iter().map(|p| p.log_end_offset()).collect();
+        let fetched = fetch_once(conn, &replicas, leader, &partitions, &settings).await;
+        for (partition, before) in partitions.iter().zip(log_ends) {
+            if partition.log_end_offset() > before {
+                served_count += 1;
+                served_at.insert(partition.topic_partition.clone(), served_count);
+            }
+        }
+        match fetched {
             Ok(progress) => {
                 replicas.leader_reached(leader);
                 if !progress {
@@ -196,7 +221,9 @@ async fn fetch_once(
     partitions: &[Arc<Partition>],
     settings: &FetcherSettings,
 ) -> Result<bool, crate::client::Error> {
-    let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
+    // Topics in the order of their first partition: the order `partitions` asks for.
+    let mut topics: Vec<(&str, Vec<FetchPartition>)> = Vec::new();
+    let mut topic_at: HashMap<&str, usize> = HashMap::new();
     let mut by_key: HashMap<(String, i32), (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {
         let tp = &partition.topic_partition;
@@ -204,7 +231,11 @@ async fn fetch_once(
         if state.leader != leader {
             continue;
         }
-        topics.entry(tp.topic.as_str()).or_default().push(
+        let at = *topic_at.entry(tp.topic.as_str()).or_insert_with(|| {
+            topics.push((tp.topic.as_str(), Vec::new()));
+            topics.len() - 1
+        });
+        topics[at].1.push(
             FetchPartition::default()
                 .with_partition(tp.partition)
                 .with_current_leader_epoch(state.leader_epoch)
