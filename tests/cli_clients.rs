@@ -70,7 +70,7 @@ fn topics_and_configs_commands_do_what_they_say_and_name_kafka_errors() {
             "retention.ms=86400000",
         ],
     );
-    assert_eq!(out.trim(), "created topic orders");
+    assert_eq!(out.trim(), "Created topic orders.");
     let err = fails(&node, &["topics", "create", "orders"], 4);
     assert!(
         err.starts_with("error: TOPIC_ALREADY_EXISTS: topic orders"),
@@ -225,14 +225,25 @@ fn topics_and_configs_commands_do_what_they_say_and_name_kafka_errors() {
     ok(&node, &["topics", "delete", "orders", "--if-exists"]);
     assert_eq!(ok(&node, &["topics", "list"]), "");
 
-    // A list of bootstrap servers is tried in turn; none reachable: exit 3, each cause once.
+    // A list of bootstrap servers is tried in turn; none reachable: exit 3, each cause once
+    // (--timeout-ms 0: one try, no wait; tests/cli_habits.rs checks the wait).
     let list = format!("127.0.0.1:1,{bootstrap}");
     let out = sluice(&["topics", "list", "--bootstrap-server", &list]);
     assert!(out.status.success(), "{out:?}");
-    let err = fails_raw(&["topics", "list", "--bootstrap-server", "127.0.0.1:1"], 3);
+    let err = fails_raw(
+        &[
+            "topics",
+            "list",
+            "--bootstrap-server",
+            "127.0.0.1:1",
+            "--timeout-ms",
+            "0",
+        ],
+        3,
+    );
     assert_eq!(
         err.trim_end(),
-        "error: cannot connect to 127.0.0.1:1: Connection refused; is a broker listening there?"
+        "error: no broker answered within 0 s: cannot connect to 127.0.0.1:1: Connection refused; is a broker listening there?"
     );
     let err = fails_raw(
         &[
@@ -240,11 +251,13 @@ fn topics_and_configs_commands_do_what_they_say_and_name_kafka_errors() {
             "list",
             "--bootstrap-server",
             "127.0.0.1:1,127.0.0.1:2",
+            "--timeout-ms",
+            "0",
         ],
         3,
     );
     assert!(
-        err.starts_with("error: no broker reachable (tried 127.0.0.1:1, 127.0.0.1:2): cannot connect to 127.0.0.1:2"),
+        err.starts_with("error: no broker answered within 0 s: no broker reachable (tried 127.0.0.1:1, 127.0.0.1:2): cannot connect to 127.0.0.1:2"),
         "{err}"
     );
     assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
