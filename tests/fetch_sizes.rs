@@ -273,7 +273,7 @@ fn fetch_responses_exceed_max_bytes_and_partition_max_bytes_only_by_one_first_ba
                 assert!(fetches <= 40, "{context}: no progress, at {offsets:?}");
                 // Rotated as librdkafka does, so each partition leads some requests.
                 let asked: Vec<(i32, i64)> = (0..3)
-                    .map(|n| ((n + fetches) % 3) as i32)
+                    .map(|n| (n + fetches) % 3)
                     .map(|p| (p, offsets[p as usize]))
                     .collect();
                 let request = fetch_request(topic, id, &asked, max_bytes, partition_max_bytes);

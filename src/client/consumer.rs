@@ -357,6 +357,16 @@ impl PartitionState {
     }
 }
 
+/// A partition the next fetch asks for.
+struct ToFetch {
+    tp: TopicPartition,
+    /// The partition's seek epoch when asked.
+    epoch: u64,
+    fetch_offset: i64,
+    leader_epoch: i32,
+    served_at: u64,
+}
+
 /// A fetch's answer (or failure) with what was asked.
 struct FetchDone {
     broker: i32,
@@ -1053,8 +1063,7 @@ impl Consumer {
         }
         let metadata = self.inner.cluster.cached();
         let settings = &self.inner.settings;
-        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, u64, i64, i32, u64)>> =
-            BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, Vec<ToFetch>> = BTreeMap::new();
         for (tp, p) in &state.partitions {
             if p.paused || p.in_flight || p.position.is_none() || !p.buffered.is_empty() {
                 continue;
@@ -1065,23 +1074,30 @@ impl Consumer {
             if leader.leader < 0 || state.brokers_in_flight.contains(&leader.leader) {
                 continue;
             }
-            by_leader.entry(leader.leader).or_default().push((
-                tp.clone(),
-                p.epoch,
-                p.fetch_offset,
-                leader.leader_epoch,
-                p.served_at,
-            ));
+            by_leader.entry(leader.leader).or_default().push(ToFetch {
+                tp: tp.clone(),
+                epoch: p.epoch,
+                fetch_offset: p.fetch_offset,
+                leader_epoch: leader.leader_epoch,
+                served_at: p.served_at,
+            });
         }
         for (broker, mut partitions) in by_leader {
             // The broker gives `fetch.max.bytes` to partitions in request order, and only the
             // first to return records may exceed it (KIP-74): as Kafka's consumer does, the
             // partitions served longest ago go first, so a busy one cannot starve the rest.
-            partitions.sort_by_key(|&(_, _, _, _, served_at)| served_at);
+            partitions.sort_by_key(|p| p.served_at);
             let mut topics: Vec<(String, Vec<FetchPartition>)> = Vec::new();
             let mut topic_ids = HashMap::new();
             let mut asked = Vec::new();
-            for (tp, epoch, fetch_offset, leader_epoch, _) in partitions {
+            for ToFetch {
+                tp,
+                epoch,
+                fetch_offset,
+                leader_epoch,
+                ..
+            } in partitions
+            {
                 let at = match topics.iter().position(|(topic, _)| *topic == tp.topic) {
                     Some(at) => at,
                     None => {
