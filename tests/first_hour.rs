@@ -329,3 +329,53 @@ print("ok")
         std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default()
     );
 }
+
+/// The README's quick start, run as it is written (the `scripts/run` of each line replaced by
+/// the built binary, in a fresh directory), with no sleeps: each command finds the node it
+/// needs or waits for it. Uses the default ports 9092/9093/9644, as the README does.
+#[test]
+fn the_readme_quick_start_runs_as_a_script() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme
+        .find("<!-- quick start -->")
+        .expect("README marks its quick start");
+    let block = &readme[start..];
+    let body = block
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a sh block after the marker")
+        .0;
+    for port in [9092, 9093, 9644] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} is taken: the quick start needs the default ports"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "set -euo pipefail\n{}",
+        body.replace("scripts/run", "\"$SLUICE\"")
+    );
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("SLUICE", env!("CARGO_BIN_EXE_sluice"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "quick start failed:\n{script}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    // What the script produced and consumed: the ten records, in partition order.
+    let mut values: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (1..=10).collect::<Vec<_>>(), "{stdout}\n{stderr}");
+}
