@@ -429,3 +429,102 @@ fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
         "{out}"
     );
 }
+
+/// Lines of a child's stderr, as they come.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
+
+/// Waits for a line that `wanted` accepts; panics with what came before after `timeout`.
+fn expect_line(
+    lines: &std::sync::mpsc::Receiver<String>,
+    timeout: Duration,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if wanted(&line) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!(
+                "no line {what} within {timeout:?}; got:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_broker_gone_in_the_middle_of_a_command_is_reported_not_waited_on_in_silence() {
+    let mut node = SingleNode::start(&[]);
+    let b = node.bootstrap();
+    ok(&format!("topics create gone --bootstrap-server {b}"));
+    let spawn = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .args(["--bootstrap-server", &b])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run sluice")
+    };
+    let mut perf = spawn(&[
+        "perf",
+        "produce",
+        "--topic",
+        "gone",
+        "--num-records",
+        "100000000",
+        "--throughput",
+        "200",
+    ]);
+    let mut consume = spawn(&["consume", "gone"]);
+    let perf_lines = stderr_lines(&mut perf);
+    let consume_lines = stderr_lines(&mut consume);
+    // The benchmark is under way (its progress line every 5 s), the consumer reading.
+    expect_line(&perf_lines, Duration::from_secs(30), "of progress", |l| {
+        l.contains("records sent")
+    });
+
+    node.kill9();
+    let killed = Instant::now();
+    let gone = format!("no broker at {b} answers (connection refused); still trying");
+    let line = expect_line(
+        &perf_lines,
+        Duration::from_secs(20),
+        "about the stall",
+        |l| l.contains("waiting for acknowledgement"),
+    );
+    assert!(line.ends_with(&gone), "{line}");
+    expect_line(
+        &consume_lines,
+        Duration::from_secs(20),
+        "about the broker",
+        |l| l == gone,
+    );
+    // Said within two report periods and a probe, not after the client's own timeouts.
+    assert!(
+        killed.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        killed.elapsed()
+    );
+    for mut child in [perf, consume] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -2,6 +2,8 @@
 //! tools take it, `--command-config` for client settings), the output format, and exit codes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -152,6 +154,82 @@ pub fn seconds(duration: Duration) -> String {
         format!("{value:.0} s")
     } else {
         format!("{value:.1} s")
+    }
+}
+
+/// Records a command handed to the client and records finished (acknowledged or failed),
+/// for [`watch_stalls`].
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub sent: AtomicU64,
+    pub done: AtomicU64,
+}
+
+/// How often a stalled command says that it still waits.
+pub const STALL_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// A task that says on stderr, every [`STALL_REPORT_EVERY`] in which records are outstanding
+/// and none finished, how many wait and whether a broker answers: a broker that goes away
+/// in the middle of a command must not leave it silent until the client's own timeouts
+/// (`delivery.timeout.ms`, two minutes) end it. Stops when dropped.
+pub struct StallWatch(tokio::task::JoinHandle<()>);
+
+impl Drop for StallWatch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub fn watch_stalls(progress: Arc<Progress>, servers: Servers) -> StallWatch {
+    StallWatch(tokio::spawn(async move {
+        let mut last_done = progress.done.load(Ordering::Relaxed);
+        let mut stalled_since: Option<Instant> = None;
+        loop {
+            tokio::time::sleep(STALL_REPORT_EVERY).await;
+            let sent = progress.sent.load(Ordering::Relaxed);
+            let done = progress.done.load(Ordering::Relaxed);
+            if done != last_done || sent <= done {
+                last_done = done;
+                stalled_since = None;
+                continue;
+            }
+            let since = *stalled_since.get_or_insert_with(|| Instant::now() - STALL_REPORT_EVERY);
+            eprintln!(
+                "{} record(s) waiting for acknowledgement, none for {}; {}",
+                sent - done,
+                seconds(Duration::from_secs(since.elapsed().as_secs())),
+                broker_state(&servers).await.1
+            );
+        }
+    }))
+}
+
+/// Whether any broker of the bootstrap list answers a Metadata request now, and that in words.
+pub async fn broker_state(servers: &Servers) -> (bool, String) {
+    const PROBE_WAIT: Duration = Duration::from_secs(2);
+    let bootstrap = &servers.bootstrap_server;
+    let admin = match servers.config().and_then(|c| Ok(Admin::new(c)?)) {
+        Ok(admin) => admin,
+        Err(error) => return (false, format!("cannot ask a broker: {error}")),
+    };
+    let answer = tokio::time::timeout(PROBE_WAIT, admin.metadata(None)).await;
+    admin.close();
+    match answer {
+        Ok(Ok(_)) => (true, format!("a broker at {bootstrap} answers")),
+        Ok(Err(error)) => (
+            false,
+            format!(
+                "no broker at {bootstrap} answers ({}); still trying",
+                unreachable_reason(&error)
+            ),
+        ),
+        Err(_) => (
+            false,
+            format!(
+                "no broker at {bootstrap} answers within {}; still trying",
+                seconds(PROBE_WAIT)
+            ),
+        ),
     }
 }
 

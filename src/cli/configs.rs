@@ -367,3 +367,48 @@ fn source_name(source: i8) -> &'static str {
         _ => "UNKNOWN",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(list: &[(&str, &str)]) -> ConfigList {
+        ConfigList(
+            list.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn add_config_reads_kafka_comma_lists_with_bracketed_list_values() {
+        assert_eq!(
+            parse_config_list("retention.ms=1000,segment.bytes=1048576"),
+            Ok(pairs(&[
+                ("retention.ms", "1000"),
+                ("segment.bytes", "1048576")
+            ]))
+        );
+        assert_eq!(
+            parse_config_list("cleanup.policy=[compact,delete],retention.ms=1000"),
+            Ok(pairs(&[
+                ("cleanup.policy", "compact,delete"),
+                ("retention.ms", "1000")
+            ]))
+        );
+        assert_eq!(
+            parse_config_list("retention.ms=1000,cleanup.policy=[compact,delete]"),
+            Ok(pairs(&[
+                ("retention.ms", "1000"),
+                ("cleanup.policy", "compact,delete")
+            ]))
+        );
+        assert_eq!(
+            parse_config_list("min.insync.replicas="),
+            Ok(pairs(&[("min.insync.replicas", "")]))
+        );
+        for bad in ["retention.ms", "a=1,b", "p=[x,y", "p=[x]y", "=1", ""] {
+            assert!(parse_config_list(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use sluice::client::{ClientConfig, Consumer, ConsumerRecord, TopicPartition};
 
-use super::common::{BROKER_WAIT_MS, Connect, Servers, block_on, parse_key_value};
+use super::common::{
+    BROKER_WAIT_MS, Connect, STALL_REPORT_EVERY, Servers, block_on, broker_state, parse_key_value,
+};
 use super::produce::parse_bool;
 
 /// How each record is printed.
@@ -190,6 +192,9 @@ async fn print_records(
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut count = 0u64;
     let mut last_record = Instant::now();
+    // While nothing arrives, whether a broker still answers is checked now and then: a broker
+    // gone must not leave the consumer silent (an idle topic is no reason to speak).
+    let mut last_check = Instant::now();
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
@@ -207,6 +212,14 @@ async fn print_records(
         };
         if !records.is_empty() {
             last_record = Instant::now();
+        } else if last_record.elapsed() >= STALL_REPORT_EVERY
+            && last_check.elapsed() >= STALL_REPORT_EVERY
+        {
+            last_check = Instant::now();
+            let (answers, state) = broker_state(&args.servers).await;
+            if !answers {
+                eprintln!("{state}");
+            }
         }
         for record in records {
             if args.max_messages.is_some_and(|max| count >= max) {
@@ -364,5 +377,56 @@ fn format_record(record: &ConsumerRecord, format: RecordFormat, separator: &str)
             })
             .to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> ConsumerRecord {
+        ConsumerRecord {
+            topic: "t".into(),
+            partition: 2,
+            offset: 7,
+            timestamp: 1000,
+            timestamp_type: sluice::client::TimestampType::CreateTime,
+            key: None,
+            value: Some(bytes::Bytes::from_static(b"v")),
+            headers: vec![("h".into(), Some(bytes::Bytes::from_static(b"x")))],
+            leader_epoch: None,
+        }
+    }
+
+    fn formatted(properties: &[(&str, &str)]) -> String {
+        let properties: Vec<(String, String)> = properties
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        KafkaFormatter::new(&properties)
+            .expect("valid")
+            .expect("a formatter")
+            .format(&record())
+    }
+
+    #[test]
+    fn properties_print_fields_in_kafka_default_formatter_order() {
+        assert_eq!(formatted(&[("print.key", "true")]), "null\tv\n");
+        assert_eq!(
+            formatted(&[("print.key", "true"), ("key.separator", ":")]),
+            "null:v\n"
+        );
+        assert_eq!(
+            formatted(&[
+                ("print.value", "false"),
+                ("print.offset", "true"),
+                ("print.timestamp", "true"),
+                ("print.partition", "true"),
+                ("print.headers", "true"),
+            ]),
+            "CreateTime:1000\tPartition:2\tOffset:7\th:x\n"
+        );
+        assert!(KafkaFormatter::new(&[]).expect("valid").is_none());
+        assert!(KafkaFormatter::new(&[("print.key".into(), "yes".into())]).is_err());
     }
 }

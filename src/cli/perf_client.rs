@@ -4,6 +4,8 @@
 //! times each from send to acknowledgement; both print a progress line every few seconds and
 //! a summary (or one JSON object with `--output json`).
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -216,13 +218,19 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         let (deliveries, mut pending) = mpsc::channel::<(Instant, DeliveryFuture)>(1 << 16);
         let record_size = args.record_size;
         let text = args.output == Format::Text;
+        let progress_counts = Arc::new(super::common::Progress::default());
+        let _watch =
+            super::common::watch_stalls(progress_counts.clone(), args.connect.servers.clone());
+        let done_counts = progress_counts.clone();
         let collector = tokio::spawn(async move {
             let mut latencies = Latencies::default();
             latencies.micros.reserve(1 << 16);
             let mut progress = Progress::new();
             let mut first_error = None;
             while let Some((sent, delivery)) = pending.recv().await {
-                match delivery.await {
+                let outcome = delivery.await;
+                done_counts.done.fetch_add(1, Ordering::Relaxed);
+                match outcome {
                     Ok(_) => {
                         let latency = sent.elapsed();
                         latencies.record(latency, record_size);
@@ -254,6 +262,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             let record = ProducerRecord::new(&args.topic, payload.clone());
             let sent = Instant::now();
             let delivery = producer.send(record).await?;
+            progress_counts.sent.fetch_add(1, Ordering::Relaxed);
             if deliveries.send((sent, delivery)).await.is_err() {
                 break;
             }

@@ -2,13 +2,15 @@
 //! of standard input, optionally `key<separator>value`, as Kafka's console producer.
 
 use std::io::BufRead;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
 use sluice::client::{ClientConfig, Producer, ProducerRecord};
 
-use super::common::{Connect, block_on, one_of, parse_key_value};
+use super::common::{Connect, Progress, block_on, one_of, parse_key_value, watch_stalls};
 
 #[derive(Args)]
 #[command(after_help = "Examples (kafka-console-producer.sh's flags work too):
@@ -123,6 +125,8 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
         let producer = Producer::new(config)?;
         // Fail before reading input when the topic cannot be written.
         producer.existing_partition_count(&topic).await?;
+        let progress = Arc::new(Progress::default());
+        let _watch = watch_stalls(progress.clone(), args.connect.servers.clone());
         let stdin = std::io::stdin();
         let mut deliveries = Vec::new();
         let mut sent = 0u64;
@@ -142,15 +146,18 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
             }
             deliveries.push(producer.send(record).await?);
             sent += 1;
+            progress.sent.fetch_add(1, Ordering::Relaxed);
             // Keep memory flat on long inputs: settle what is outstanding now and then.
             if deliveries.len() >= 10_000 {
                 for delivery in deliveries.drain(..) {
                     delivery.await?;
+                    progress.done.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
         for delivery in deliveries {
             delivery.await?;
+            progress.done.fetch_add(1, Ordering::Relaxed);
         }
         producer.close().await?;
         eprintln!("{sent} records written to {topic}");
