@@ -26,6 +26,7 @@ pub enum RecordFormat {
 }
 
 #[derive(Args)]
+#[command(override_usage = "sluice consume [OPTIONS] <TOPIC | --topic TOPIC | --include PATTERN>")]
 #[command(after_help = "Examples:
   sluice consume orders --from-beginning                 every record, then new ones
   sluice consume orders --group billing                  as a member of group billing
@@ -41,6 +42,7 @@ pub struct ConsumeArgs {
     /// pattern).
     #[arg(required_unless_present_any = ["include", "topic_flag"], conflicts_with = "topic_flag")]
     topic: Option<String>,
+    /// The same, as Kafka's tools name it.
     #[arg(
         long = "topic",
         id = "topic_flag",

@@ -21,10 +21,12 @@ pub enum GroupsCommand {
         common: Common,
     },
     /// A group's members and, per partition, the committed offset, log end offset and lag.
+    #[command(override_usage = "sluice groups describe [OPTIONS] <GROUP | --group GROUP>")]
     Describe {
         /// The group (or --group, as kafka-consumer-groups.sh takes it).
         #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
         group: Option<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "group",
             id = "group_flag",
@@ -37,10 +39,14 @@ pub enum GroupsCommand {
     },
     /// Moves a group's committed offsets for a topic. A dry run unless --execute; refused
     /// while the group has members (stop its consumers first), as Kafka does.
+    #[command(
+        override_usage = "sluice groups reset-offsets [OPTIONS] <GROUP | --group GROUP> --topic TOPIC <--to-earliest|--to-latest|--to-offset N|--to-datetime T|--shift-by N>"
+    )]
     ResetOffsets {
         /// The group (or --group, as kafka-consumer-groups.sh takes it).
         #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
         group: Option<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "group",
             id = "group_flag",
@@ -59,10 +65,12 @@ pub enum GroupsCommand {
         common: Common,
     },
     /// Deletes a group that has no members, with its committed offsets.
+    #[command(override_usage = "sluice groups delete [OPTIONS] <GROUP | --group GROUP>")]
     Delete {
         /// The group (or --group, as kafka-consumer-groups.sh takes it).
         #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
         group: Option<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "group",
             id = "group_flag",

@@ -13,6 +13,7 @@ use sluice::client::{ClientConfig, Producer, ProducerRecord};
 use super::common::{Connect, Progress, block_on, one_of, parse_key_value, watch_stalls};
 
 #[derive(Args)]
+#[command(override_usage = "sluice produce [OPTIONS] <TOPIC | --topic TOPIC>")]
 #[command(after_help = "Examples (kafka-console-producer.sh's flags work too):
   sluice produce orders                                  a record per line of stdin
   sluice produce --topic orders --property parse.key=true --property key.separator=:
@@ -21,6 +22,7 @@ pub struct ProduceArgs {
     /// The topic to write to (or --topic, as kafka-console-producer.sh takes it).
     #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
     topic: Option<String>,
+    /// The same, as Kafka's tools name it.
     #[arg(
         long = "topic",
         id = "topic_flag",

@@ -25,10 +25,12 @@ use super::common::{Connect, Format, block_on, one_of, parse_key_value, print_ta
 pub enum TopicsCommand {
     /// Creates a topic. Partitions and replication factor default to the cluster's
     /// num.partitions and default.replication.factor.
+    #[command(override_usage = "sluice topics create [OPTIONS] <TOPIC | --topic TOPIC>")]
     Create {
         /// The topic (or --topic, as kafka-topics.sh takes it).
         #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
         topic: Option<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "topic",
             id = "topic_flag",
@@ -71,6 +73,7 @@ pub enum TopicsCommand {
     Describe {
         /// Topics to describe (or --topic T, repeatable, as kafka-topics.sh takes it).
         topics: Vec<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "topic",
             id = "topic_flags",
@@ -90,10 +93,12 @@ pub enum TopicsCommand {
         output: Format,
     },
     /// Adds partitions and changes the topic's configs.
+    #[command(override_usage = "sluice topics alter [OPTIONS] <TOPIC | --topic TOPIC>")]
     Alter {
         /// The topic (or --topic, as kafka-topics.sh takes it).
         #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
         topic: Option<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "topic",
             id = "topic_flag",
@@ -114,10 +119,12 @@ pub enum TopicsCommand {
         connect: Connect,
     },
     /// Deletes topics and their data.
+    #[command(override_usage = "sluice topics delete [OPTIONS] <TOPIC... | --topic TOPIC...>")]
     Delete {
         /// Topics to delete (or --topic T, repeatable, as kafka-topics.sh takes it).
         #[arg(required_unless_present = "topic_flags")]
         topics: Vec<String>,
+        /// The same, as Kafka's tools name it.
         #[arg(
             long = "topic",
             id = "topic_flags",
