@@ -290,7 +290,7 @@ except KafkaException as e:
     assert "does not implement" in error.str(), error.str()
 print("ok")
 "#;
-    let mut client = Command::new("python3")
+    let client = Command::new("python3")
         .arg("-c")
         .arg(script)
         .arg(kafka.to_string())
