@@ -176,7 +176,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     let (config, unknown) = sluice::config::ServerConfig::load(path, overrides)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     for key in unknown {
-        tracing::warn!(%key, "unknown configuration key (ignored)");
+        tracing::warn!("{key}");
     }
     raise_open_files_limit();
     bound_index_mappings();
