@@ -94,8 +94,57 @@ pub fn elect_for(
     Ok(change(preferred, None))
 }
 
+/// ElectLeaders for the partitions a request names, or for every partition (`None`): the
+/// outcome per partition as (topic, partition, error code), and the changes to commit.
+///
+/// As Kafka's `ReplicationControlManager.electLeaders`: a request that names no partitions
+/// hears only of partitions elected or failed, not of those whose replica already leads
+/// (ELECTION_NOT_NEEDED), so `kafka-leader-election.sh --all-topic-partitions` on a healthy
+/// cluster prints nothing; a partition named explicitly always gets its answer.
+pub fn elect_leaders(
+    image: &MetadataImage,
+    election_type: i8,
+    partitions: Option<&[(String, i32)]>,
+) -> (Vec<(String, i32, i16)>, Vec<MetadataRecord>) {
+    let wanted: Vec<(String, i32)> = match partitions {
+        Some(list) => list.to_vec(),
+        None => image
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.keys().map(|p| (t.name.clone(), *p)))
+            .collect(),
+    };
+    let every_partition = partitions.is_none();
+    let mut results = Vec::with_capacity(wanted.len());
+    let mut records = Vec::new();
+    for (topic, partition) in wanted {
+        let outcome = match image.topic_by_name(&topic) {
+            Some(t) if t.partitions.contains_key(&partition) => {
+                elect_for(image, t.id, partition, election_type)
+            }
+            _ => Err(ControllerError::UnknownTopicOrPartition(topic.clone()).kafka_error_code()),
+        };
+        match outcome {
+            Ok(change) => {
+                records.push(MetadataRecord::PartitionChange(change));
+                results.push((topic, partition, 0));
+            }
+            Err(ELECTION_NOT_NEEDED) if every_partition => {}
+            Err(code) => results.push((topic, partition, code)),
+        }
+    }
+    (results, records)
+}
+
+/// At most this many leader elections go into one rebalance proposal; more wait for the next
+/// round, which starts at once. KRaft's QuorumController bounds each round the same way
+/// (`MAX_ELECTIONS_PER_IMBALANCE`, 1,000), so that a large imbalance does not become one
+/// huge metadata commit that holds up every other controller decision.
+pub const LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX: usize = 1000;
+
 /// One broker's share of the leaderships it is preferred for (the first replica) that other
-/// brokers hold, as the rebalance judged it.
+/// brokers hold, as the rebalance judged it. Every partition led elsewhere is counted once:
+/// `elected + reassigning + not_alive + not_in_isr == led_elsewhere`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderImbalance {
     pub broker: BrokerId,
@@ -106,6 +155,14 @@ pub struct LeaderImbalance {
     /// Of those, partitions given back now: the broker is alive and in their ISR, and no
     /// reassignment is moving them.
     pub elected: usize,
+    /// Of those, partitions a reassignment is moving: the reassignment decides their leader.
+    pub reassigning: usize,
+    /// Of those, partitions not given back because the broker is not alive (fenced, or not
+    /// registered).
+    pub not_alive: usize,
+    /// Of those, partitions not given back because the broker is alive but not (yet) in
+    /// their ISR: it is catching up.
+    pub not_in_isr: usize,
 }
 
 impl LeaderImbalance {
@@ -113,17 +170,50 @@ impl LeaderImbalance {
     pub fn percentage(&self) -> usize {
         self.led_elsewhere * 100 / self.preferred.max(1)
     }
+
+    /// Why the partitions led elsewhere and not elected stay where they are, in words for a
+    /// log line; empty when every one was elected.
+    pub fn waiting_reasons(&self) -> String {
+        let mut reasons = Vec::new();
+        if self.not_alive > 0 {
+            reasons.push(format!(
+                "{} wait for the broker to be alive (it is fenced or not registered)",
+                self.not_alive
+            ));
+        }
+        if self.not_in_isr > 0 {
+            reasons.push(format!(
+                "{} wait for the broker to join their ISR (it is catching up)",
+                self.not_in_isr
+            ));
+        }
+        if self.reassigning > 0 {
+            reasons.push(format!(
+                "{} are being reassigned (the reassignment decides their leader)",
+                self.reassigning
+            ));
+        }
+        reasons.join("; ")
+    }
 }
 
-/// Leader rebalancing (`auto.leader.rebalance.enable`), by Kafka's rule: a broker's
-/// imbalance is the share of the partitions it is preferred for (their first replica) that
-/// another broker leads; when that share is above `imbalance_percentage_max`
-/// (`leader.imbalance.per.broker.percentage`), each of those partitions whose preferred
-/// replica is alive and in the ISR, and that no reassignment is moving, gets it back as
-/// leader. A broker at or under the threshold keeps its imbalance: moving a leadership makes
-/// its clients look for the new leader, and a few partitions led elsewhere are not worth it.
+/// Leader rebalancing (`auto.leader.rebalance.enable`) by the rule of
+/// `leader.imbalance.per.broker.percentage` as Kafka documents it: a broker's imbalance is
+/// the share of the partitions it is preferred for (their first replica) that another broker
+/// leads; when that share is above `imbalance_percentage_max`, each of those partitions whose
+/// preferred replica is alive and in the ISR, and that no reassignment is moving, gets it
+/// back as leader. A broker at or under the threshold keeps its imbalance: moving a
+/// leadership makes its clients look for the new leader, and a few partitions led elsewhere
+/// are not worth it.
 ///
-/// Returns the brokers over the threshold and the changes that give their leaderships back.
+/// This is ZooKeeper-mode Kafka's rule (its `KafkaController` checks the percentage). KRaft's
+/// `QuorumController` ignores `leader.imbalance.per.broker.percentage` and gives back every
+/// leadership it can at each check; we keep the documented rule, which with a percentage of
+/// 0 is KRaft's behaviour.
+///
+/// Returns the brokers over the threshold and the changes that give their leaderships back
+/// (all of them: the caller proposes them in rounds of
+/// `LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX`, see `preferred_elections`).
 pub fn preferred_leader_changes(
     image: &MetadataImage,
     imbalance_percentage_max: u32,
@@ -150,22 +240,52 @@ pub fn preferred_leader_changes(
         if !over {
             continue;
         }
-        let changes: Vec<MetadataRecord> = led_elsewhere
-            .iter()
-            .filter(|key| !image.reassignments.contains_key(key))
-            .filter_map(|&(topic_id, partition)| {
-                elect_for(image, topic_id, partition, ELECTION_PREFERRED).ok()
-            })
-            .map(MetadataRecord::PartitionChange)
-            .collect();
-        debug_assert!(changes.len() <= led_elsewhere.len());
-        imbalances.push(LeaderImbalance {
+        let mut imbalance = LeaderImbalance {
             broker,
             preferred,
             led_elsewhere: led_elsewhere.len(),
-            elected: changes.len(),
-        });
-        records.extend(changes);
+            elected: 0,
+            reassigning: 0,
+            not_alive: 0,
+            not_in_isr: 0,
+        };
+        let broker_alive = alive(image, broker);
+        for (topic_id, partition) in led_elsewhere {
+            if image.reassignments.contains_key(&(topic_id, partition)) {
+                imbalance.reassigning += 1;
+            } else if !broker_alive {
+                imbalance.not_alive += 1;
+            } else {
+                match elect_for(image, topic_id, partition, ELECTION_PREFERRED) {
+                    Ok(change) => {
+                        imbalance.elected += 1;
+                        records.push(MetadataRecord::PartitionChange(change));
+                    }
+                    // Alive, and preferred but not leading: what keeps it out is the ISR.
+                    Err(_) => imbalance.not_in_isr += 1,
+                }
+            }
+        }
+        imbalances.push(imbalance);
     }
     (imbalances, records)
+}
+
+/// One rebalance round: the preferred-leader elections, of the first
+/// `LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX` of `pending` (taken out of it), that still hold
+/// on `image`. A partition whose preferred replica left the ISR, or that a reassignment
+/// started to move, since the check decided on it is skipped, not forced.
+pub fn preferred_elections(
+    image: &MetadataImage,
+    pending: &mut Vec<(Uuid, i32)>,
+) -> Vec<MetadataRecord> {
+    let round = pending.len().min(LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX);
+    pending
+        .drain(..round)
+        .filter(|key| !image.reassignments.contains_key(key))
+        .filter_map(|(topic_id, partition)| {
+            elect_for(image, topic_id, partition, ELECTION_PREFERRED).ok()
+        })
+        .map(MetadataRecord::PartitionChange)
+        .collect()
 }

@@ -398,8 +398,12 @@ impl ControllerService {
     ///
     /// Leaderships come back only at these checks, as in Kafka: with the default interval
     /// (300 s) a broker restarted a minute ago may still lead nothing. The first check that
-    /// finds a broker over the threshold says when the next one comes, so an operator knows
-    /// it will move (or runs `ElectLeaders` to move it now).
+    /// finds a broker over the threshold says when the next one comes and why its leaderships
+    /// wait, so an operator knows it will move (or runs `ElectLeaders` to move it now).
+    ///
+    /// A check decides every leadership to give back, then proposes them in rounds of at most
+    /// `LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX`, one after another, as KRaft's controller
+    /// does; between rounds other decisions (heartbeats, fencing) go ahead.
     pub async fn run_leader_rebalance(self: Arc<Self>) {
         let settings = *self
             .leader_rebalance
@@ -408,9 +412,10 @@ impl ControllerService {
         let Some(settings) = settings else {
             return;
         };
-        // Brokers over the threshold at the last check, so a lasting imbalance (its preferred
-        // replica not back in the ISR yet) is said once, not at every check.
-        let mut waiting: BTreeMap<BrokerId, usize> = BTreeMap::new();
+        // Brokers over the threshold at the last check, as judged then, so a lasting
+        // imbalance (its preferred replica not back in the ISR yet) is said once, not at
+        // every check; said again when the reason changes.
+        let mut waiting: BTreeMap<BrokerId, super::LeaderImbalance> = BTreeMap::new();
         loop {
             tokio::time::sleep(settings.interval).await;
             let Some(quorum) = self.quorum.upgrade() else {
@@ -420,14 +425,23 @@ impl ControllerService {
                 waiting.clear();
                 continue;
             }
-            let _deciding = self.deciding.lock().await;
-            if quorum.raft().ensure_linearizable().await.is_err() {
-                continue;
-            }
-            let (imbalances, records) =
-                super::preferred_leader_changes(&quorum.image(), settings.imbalance_percentage_max);
+            let (imbalances, records) = {
+                let _deciding = self.deciding.lock().await;
+                if quorum.raft().ensure_linearizable().await.is_err() {
+                    continue;
+                }
+                super::preferred_leader_changes(&quorum.image(), settings.imbalance_percentage_max)
+            };
             for imbalance in &imbalances {
-                let said = waiting.insert(imbalance.broker, imbalance.led_elsewhere);
+                let reasons = imbalance.waiting_reasons();
+                let unchanged = waiting.get(&imbalance.broker).is_some_and(|before| {
+                    (before.reassigning, before.not_alive, before.not_in_isr)
+                        == (
+                            imbalance.reassigning,
+                            imbalance.not_alive,
+                            imbalance.not_in_isr,
+                        )
+                });
                 if imbalance.elected > 0 {
                     tracing::info!(
                         broker_id = imbalance.broker,
@@ -436,9 +450,10 @@ impl ControllerService {
                         imbalance_percentage = imbalance.percentage(),
                         threshold_percentage = settings.imbalance_percentage_max,
                         elected = imbalance.elected,
+                        waiting = (!reasons.is_empty()).then_some(reasons.as_str()),
                         "leader rebalance: giving the broker back the leaderships it is preferred for"
                     );
-                } else if said.is_none() {
+                } else if !unchanged {
                     tracing::info!(
                         broker_id = imbalance.broker,
                         preferred_partitions = imbalance.preferred,
@@ -446,17 +461,48 @@ impl ControllerService {
                         imbalance_percentage = imbalance.percentage(),
                         threshold_percentage = settings.imbalance_percentage_max,
                         next_check_s = settings.interval.as_secs(),
-                        "leader rebalance: the broker is not alive and in the ISR of the \
-                         partitions it is preferred for yet; checking again later"
+                        "leader rebalance: none of the broker's leaderships can come back yet: \
+                         {reasons}; checking again later"
                     );
                 }
             }
-            waiting.retain(|broker, _| imbalances.iter().any(|i| i.broker == *broker));
-            if records.is_empty() {
-                continue;
-            }
-            if let Err(error) = quorum.propose(records).await {
-                tracing::warn!(%error, "leader rebalance failed; retrying at the next check");
+            waiting = imbalances
+                .into_iter()
+                .map(|imbalance| (imbalance.broker, imbalance))
+                .collect();
+            let mut pending: Vec<(Uuid, i32)> = records
+                .iter()
+                .filter_map(|record| match record {
+                    MetadataRecord::PartitionChange(change) => {
+                        Some((change.topic_id, change.partition))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut rounds = 0usize;
+            while !pending.is_empty() {
+                rounds += 1;
+                let _deciding = self.deciding.lock().await;
+                if !quorum.is_leader() || quorum.raft().ensure_linearizable().await.is_err() {
+                    break;
+                }
+                let round = super::preferred_elections(&quorum.image(), &mut pending);
+                if round.is_empty() {
+                    continue;
+                }
+                let elections = round.len();
+                if let Err(error) = quorum.propose(round).await {
+                    tracing::warn!(%error, "leader rebalance failed; retrying at the next check");
+                    break;
+                }
+                if rounds > 1 || !pending.is_empty() {
+                    tracing::info!(
+                        round = rounds,
+                        elections,
+                        remaining = pending.len(),
+                        "leader rebalance: round committed"
+                    );
+                }
             }
         }
     }
@@ -526,33 +572,8 @@ impl ControllerService {
             partitions,
         } = &request
         {
-            let wanted: Vec<(String, i32)> = match partitions {
-                Some(list) => list.clone(),
-                None => image
-                    .topics
-                    .values()
-                    .flat_map(|t| t.partitions.keys().map(|p| (t.name.clone(), *p)))
-                    .collect(),
-            };
-            let mut results = Vec::with_capacity(wanted.len());
-            let mut records = Vec::new();
-            for (topic, partition) in wanted {
-                let outcome =
-                    match image.topic_by_name(&topic) {
-                        Some(t) if t.partitions.contains_key(&partition) => {
-                            super::elect_for(&image, t.id, partition, *election_type)
-                        }
-                        _ => Err(ControllerError::UnknownTopicOrPartition(topic.clone())
-                            .kafka_error_code()),
-                    };
-                match outcome {
-                    Ok(change) => {
-                        records.push(MetadataRecord::PartitionChange(change));
-                        results.push((topic, partition, 0));
-                    }
-                    Err(code) => results.push((topic, partition, code)),
-                }
-            }
+            let (results, records) =
+                super::elect_leaders(&image, *election_type, partitions.as_deref());
             if let Err(refused) = commit(&quorum, records).await {
                 return refused;
             }

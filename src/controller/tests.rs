@@ -882,6 +882,9 @@ fn leaderships_come_back_only_past_the_per_broker_imbalance_percentage() {
             preferred: 20,
             led_elsewhere: 3,
             elected: 3,
+            reassigning: 0,
+            not_alive: 0,
+            not_in_isr: 0,
         }]
     );
     assert_eq!(elected(&records), vec![(0, 1), (1, 1), (2, 1)]);
@@ -900,7 +903,33 @@ fn leaderships_come_back_only_past_the_per_broker_imbalance_percentage() {
     );
     let (imbalances, records) = preferred_leader_changes(&out_of_isr, 10);
     assert_eq!(imbalances[0].elected, 2);
+    assert_eq!(imbalances[0].not_in_isr, 1);
     assert_eq!(elected(&records), vec![(0, 1), (2, 1)]);
+    assert!(
+        imbalances[0]
+            .waiting_reasons()
+            .starts_with("1 wait for the broker to join their ISR"),
+        "{}",
+        imbalances[0].waiting_reasons()
+    );
+
+    // One of them being reassigned: the reassignment decides its leader, and the log says so
+    // rather than blaming the ISR.
+    let moving = apply(
+        &three,
+        reassign(&three, "leaning", 2, Some(vec![1, 3]), &mut BTreeMap::new()).unwrap(),
+    );
+    let (imbalances, records) = preferred_leader_changes(&moving, 10);
+    assert_eq!(
+        (imbalances[0].elected, imbalances[0].reassigning),
+        (2, 1),
+        "{imbalances:?}"
+    );
+    assert_eq!(elected(&records), vec![(0, 1), (1, 1)]);
+    assert_eq!(
+        imbalances[0].waiting_reasons(),
+        "1 are being reassigned (the reassignment decides their leader)"
+    );
 
     // Broker 2 is imbalanced on its own count (one of four, 25%), whatever broker 1's is.
     let second = lead(&image, &[20], 3);
@@ -916,4 +945,136 @@ fn leaderships_come_back_only_past_the_per_broker_imbalance_percentage() {
     assert!(records.is_empty());
     assert_eq!(imbalances[0].led_elsewhere, 20);
     assert_eq!(imbalances[0].elected, 0);
+    assert_eq!(imbalances[0].not_alive, 20);
+    assert!(
+        imbalances[0]
+            .waiting_reasons()
+            .starts_with("20 wait for the broker to be alive"),
+        "{}",
+        imbalances[0].waiting_reasons()
+    );
+}
+
+/// As KRaft's controller bounds a rebalance round (`MAX_ELECTIONS_PER_IMBALANCE`): 2,500
+/// leaderships to give back go in rounds of 1,000, 1,000 and 500, each re-checked on the
+/// image of its own round.
+#[test]
+fn leader_rebalance_proposes_at_most_1000_elections_per_round() {
+    let image = cluster(3);
+    let count = 2_500;
+    let assignments: BTreeMap<i32, Vec<BrokerId>> =
+        (0..count).map(|p| (p, vec![1, 2, 3])).collect();
+    let new_topic = NewTopic {
+        name: "wide".into(),
+        partitions: -1,
+        replication_factor: -1,
+        assignments,
+        ..Default::default()
+    };
+    let image = apply(
+        &image,
+        create_topic(&image, &new_topic, Uuid(4), &DEFAULTS).unwrap(),
+    );
+    let mut image = apply(
+        &image,
+        (0..count)
+            .map(|p| {
+                MetadataRecord::PartitionChange(PartitionChange {
+                    topic_id: Uuid(4),
+                    partition: p,
+                    leader: Some(2),
+                    ..Default::default()
+                })
+            })
+            .collect(),
+    );
+    let (imbalances, records) = preferred_leader_changes(&image, 10);
+    assert_eq!(imbalances[0].elected, count as usize);
+    let mut pending: Vec<(Uuid, i32)> = records
+        .iter()
+        .filter_map(|r| match r {
+            MetadataRecord::PartitionChange(c) => Some((c.topic_id, c.partition)),
+            _ => None,
+        })
+        .collect();
+    let mut rounds = Vec::new();
+    while !pending.is_empty() {
+        let round = preferred_elections(&image, &mut pending);
+        rounds.push(round.len());
+        image = apply(&image, round);
+    }
+    assert_eq!(rounds, vec![1000, 1000, 500]);
+    assert_eq!(led_by(&image, "wide", 1).len(), count as usize);
+
+    // A partition whose preferred replica left the ISR between the check and its round is
+    // skipped, not forced.
+    let mut pending = vec![(Uuid(4), 0), (Uuid(4), 1)];
+    let moved = apply(
+        &image,
+        vec![
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(4),
+                partition: 0,
+                leader: Some(2),
+                ..Default::default()
+            }),
+            MetadataRecord::PartitionChange(PartitionChange {
+                topic_id: Uuid(4),
+                partition: 1,
+                leader: Some(2),
+                isr: Some(vec![2, 3]),
+                ..Default::default()
+            }),
+        ],
+    );
+    let round = preferred_elections(&moved, &mut pending);
+    assert!(pending.is_empty());
+    assert_eq!(round.len(), 1);
+}
+
+/// Kafka's `ReplicationControlManager.electLeaders`: asked for every partition, it answers
+/// only those it elected or failed to, so `--all-topic-partitions` on a balanced cluster
+/// prints nothing; a partition named explicitly hears ELECTION_NOT_NEEDED.
+#[test]
+fn elect_leaders_for_every_partition_leaves_out_those_already_led_by_their_preferred_replica() {
+    let image = cluster(3);
+    let image = apply(
+        &image,
+        create_topic(&image, &topic("calm"), Uuid(5), &DEFAULTS).unwrap(),
+    );
+    let (results, records) = elect_leaders(&image, ELECTION_PREFERRED, None);
+    assert!(results.is_empty() && records.is_empty(), "{results:?}");
+
+    let named = [("calm".to_owned(), 0), ("calm".to_owned(), 1)];
+    let (results, records) = elect_leaders(&image, ELECTION_PREFERRED, Some(&named));
+    assert_eq!(
+        results,
+        vec![
+            ("calm".to_owned(), 0, ELECTION_NOT_NEEDED),
+            ("calm".to_owned(), 1, ELECTION_NOT_NEEDED),
+        ]
+    );
+    assert!(records.is_empty());
+
+    // One partition led elsewhere: asked for everything, that partition alone is answered.
+    let preferred = image.partition(Uuid(5), 1).unwrap().replicas[0];
+    let other = image.partition(Uuid(5), 1).unwrap().replicas[1];
+    let moved = apply(
+        &image,
+        vec![MetadataRecord::PartitionChange(PartitionChange {
+            topic_id: Uuid(5),
+            partition: 1,
+            leader: Some(other),
+            ..Default::default()
+        })],
+    );
+    let (results, records) = elect_leaders(&moved, ELECTION_PREFERRED, None);
+    assert_eq!(results, vec![("calm".to_owned(), 1, 0)]);
+    let back = apply(&moved, records);
+    assert_eq!(back.partition(Uuid(5), 1).unwrap().leader, preferred);
+    // Failures are answered too: an unknown partition named explicitly.
+    let unknown = [("calm".to_owned(), 9)];
+    let (results, _) = elect_leaders(&image, ELECTION_PREFERRED, Some(&unknown));
+    assert_eq!(results.len(), 1);
+    assert_ne!(results[0].2, 0);
 }
