@@ -95,6 +95,8 @@ pub fn explain(error: clap::Error, root: &clap::Command, args: &[OsString]) -> E
     let flag = unknown.split('=').next().unwrap_or(&unknown).to_owned();
     let hint = if let Some((_, instead)) = KAFKA_FLAGS.iter().find(|(kafka, _)| *kafka == flag) {
         format!("use {instead}")
+    } else if let Some(hint) = action_hint(&path, command, args) {
+        hint
     } else if !flag.starts_with('-') {
         format!("'{path}' takes no more values here; '{path} --help' lists what it takes")
     } else {
@@ -124,6 +126,38 @@ pub fn explain(error: clap::Error, root: &clap::Command, args: &[OsString]) -> E
         }
     }
     ExplainedError::Unknown(text)
+}
+
+/// At a command that takes Kafka's action flags, reached with none (`sluice topics --lst`):
+/// the mistyped action's closest action flag, else the actions there are. The parser names
+/// the first flag it does not know, which may be one of the action's own (`--entity-type`)
+/// before the mistyped action, so every flag given is looked at.
+fn action_hint(path: &str, command: &clap::Command, args: &[OsString]) -> Option<String> {
+    if !command.has_subcommands() {
+        return None;
+    }
+    let (_, actions) = ACTION_FLAGS
+        .iter()
+        .find(|(name, _)| path.strip_prefix("sluice ") == Some(*name))?;
+    let action_flags: Vec<String> = actions.iter().map(|(flag, _)| (*flag).to_owned()).collect();
+    let mistyped = args
+        .iter()
+        .skip(2)
+        .filter_map(|arg| arg.to_str())
+        .filter(|arg| arg.starts_with("--"))
+        .find_map(|arg| {
+            let typed = arg.split('=').next().unwrap_or(arg);
+            closest_flag(typed, &action_flags).map(|closest| (typed, closest))
+        });
+    Some(match mistyped {
+        Some((typed, closest)) => format!(
+            "'{typed}' is no action of '{path}'; the closest is '{closest}' ('{path} --help' lists the actions)"
+        ),
+        None => format!(
+            "'{path}' needs an action first: {} (or its subcommand; '{path} --help' lists them)",
+            action_flags.join(", ")
+        ),
+    })
 }
 
 /// What [`explain`] gives back.
