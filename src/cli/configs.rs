@@ -289,11 +289,18 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                 }
                 out.push(String::new());
                 out.push(
-                    "Kafka topic keys Sluice does not implement (refused with INVALID_CONFIG):"
+                    "Kafka topic keys Sluice does not implement (other values refused with INVALID_CONFIG):"
                         .into(),
                 );
-                for (name, doc) in registry::UNIMPLEMENTED_TOPIC_KEYS {
-                    out.push(format!("  {name:<38} refused; {doc}"));
+                for (name, accepted, doc) in registry::UNIMPLEMENTED_TOPIC_KEYS {
+                    let accepted: Vec<&str> = accepted
+                        .iter()
+                        .map(|v| if v.is_empty() { "empty" } else { v })
+                        .collect();
+                    out.push(format!(
+                        "  {name:<38} refused unless {}; {doc}",
+                        accepted.join(" or ")
+                    ));
                 }
             }
             if !topic {

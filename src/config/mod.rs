@@ -171,7 +171,10 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        if listeners.iter().any(|l: &Listener| l.name == name) {
+        if listeners
+            .iter()
+            .any(|l: &Listener| l.name.eq_ignore_ascii_case(name))
+        {
             return Err(ConfigError::new(
                 key,
                 value,
@@ -179,7 +182,8 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
             ));
         }
         listeners.push(Listener {
-            name: name.to_owned(),
+            // Kafka normalises listener names to upper case (`ListenerName.normalised`).
+            name: name.to_ascii_uppercase(),
             host,
             port,
         });
@@ -218,7 +222,7 @@ fn check_security_protocols(
                 ),
             ));
         }
-        map.insert(name.trim().to_owned(), protocol);
+        map.insert(name.trim().to_ascii_uppercase(), protocol);
     }
     if explicit.is_none() {
         map.entry(controller_listener_name.to_owned())
@@ -295,7 +299,8 @@ fn check_served_listeners(
         ));
     }
     let inter_broker = properties.get("inter.broker.listener.name");
-    if let Some(name) = inter_broker.filter(|n| roles.broker && !clients.contains(&n.trim())) {
+    let served = |name: &String| clients.iter().any(|c| c.eq_ignore_ascii_case(name.trim()));
+    if let Some(name) = inter_broker.filter(|n| roles.broker && !served(n)) {
         return Err(ConfigError::new(
             "inter.broker.listener.name",
             name,
@@ -434,7 +439,7 @@ impl ServerConfig {
         let controller_listener_name = get("controller.listener.names")
             .unwrap_or(default("controller.listener.names"))
             .trim()
-            .to_owned();
+            .to_ascii_uppercase();
         let listeners_text = get("listeners").unwrap_or(default("listeners"));
         let listeners = parse_listeners("listeners", listeners_text)?;
         if !listeners.iter().any(|l| l.name == controller_listener_name) {
@@ -829,6 +834,29 @@ mod tests {
         ])
         .unwrap_err();
         assert!(error.contains("listener CONTROLLER"), "{error}");
+    }
+
+    #[test]
+    fn listener_names_are_upper_case_as_in_kafka() {
+        load_with(&[
+            (
+                "listeners",
+                "plaintext://127.0.0.1:9092,controller://127.0.0.1:9093",
+            ),
+            ("inter.broker.listener.name", "plaintext"),
+            ("security.inter.broker.protocol", "plaintext"),
+        ])
+        .unwrap();
+        let (config, _) = ServerConfig::load(
+            None,
+            &[(
+                "listeners".to_owned(),
+                "plaintext://127.0.0.1:9092,controller://127.0.0.1:9093".to_owned(),
+            )],
+        )
+        .unwrap();
+        assert_eq!(config.listeners[0].name, "PLAINTEXT");
+        assert_eq!(config.controller_listener().port, 9093);
     }
 
     #[test]

@@ -924,7 +924,10 @@ pub fn check_unserved_keys(
         }
         match unimplemented_key(key) {
             None => warnings.push(UnservedKey::Unknown(key.clone())),
-            Some(u) if u.accepted.contains(&value.trim()) => {}
+            Some(u)
+                if u.accepted
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(value.trim())) => {}
             Some(u) if u.effect == UnimplementedEffect::Refused => {
                 return Err(ConfigError::new(
                     key,
@@ -1113,39 +1116,64 @@ pub fn is_dynamic_broker_key(name: &str) -> bool {
     broker_key(name).is_some_and(|k| k.dynamic)
 }
 
-/// Kafka's topic configs that Sluice does not implement: setting one is refused
-/// (INVALID_CONFIG) with what Sluice does instead, never accepted and ignored.
-pub const UNIMPLEMENTED_TOPIC_KEYS: &[(&str, &str)] = &[
-    ("segment.jitter.ms", "segments roll at segment.ms exactly"),
+/// Kafka's topic configs that Sluice does not implement: (name, values that ask for nothing
+/// Sluice lacks (Kafka's defaults, which tools that copy topic configs send), what Sluice
+/// does instead). Any other value is refused (INVALID_CONFIG) with that reason, never
+/// accepted and ignored.
+pub const UNIMPLEMENTED_TOPIC_KEYS: &[(&str, &[&str], &str)] = &[
+    (
+        "segment.jitter.ms",
+        &["0"],
+        "segments roll at segment.ms exactly",
+    ),
     (
         "leader.replication.throttled.replicas",
+        &[""],
         "replication throttles are not implemented yet",
     ),
     (
         "follower.replication.throttled.replicas",
+        &[""],
         "replication throttles are not implemented yet",
     ),
     (
         "message.downconversion.enable",
+        &["true", "false"],
         "record batches are served in the v2 format only",
     ),
-    ("message.format.version", "logs hold v2 record batches only"),
+    (
+        "message.format.version",
+        &["3.0-IV1"],
+        "logs hold v2 record batches only",
+    ),
     (
         "remote.storage.enable",
+        &["false"],
         "tiered storage is not implemented: segments stay on local disks",
     ),
-    ("local.retention.ms", "tiered storage is not implemented"),
-    ("local.retention.bytes", "tiered storage is not implemented"),
+    (
+        "local.retention.ms",
+        &["-2"],
+        "tiered storage is not implemented",
+    ),
+    (
+        "local.retention.bytes",
+        &["-2"],
+        "tiered storage is not implemented",
+    ),
     (
         "compression.gzip.level",
+        &["-1"],
         "batches are recompressed at each codec's default level",
     ),
     (
         "compression.lz4.level",
+        &["9"],
         "batches are recompressed at each codec's default level",
     ),
     (
         "compression.zstd.level",
+        &["3"],
         "batches are recompressed at each codec's default level",
     ),
 ];
@@ -1153,8 +1181,18 @@ pub const UNIMPLEMENTED_TOPIC_KEYS: &[(&str, &str)] = &[
 /// A topic key's value checked (INVALID_CONFIG material).
 pub fn validate_topic(name: &str, value: &str) -> Result<Value, ConfigError> {
     let Some(key) = topic_key(name) else {
-        let reason = match UNIMPLEMENTED_TOPIC_KEYS.iter().find(|(k, _)| *k == name) {
-            Some((_, doc)) => format!("a Kafka topic config Sluice does not implement: {doc}"),
+        let reason = match UNIMPLEMENTED_TOPIC_KEYS.iter().find(|(k, _, _)| *k == name) {
+            Some((_, accepted, _)) if accepted.contains(&value.trim()) => {
+                return Ok(Value::Text(value.trim().to_owned()));
+            }
+            Some((_, accepted, doc)) => format!(
+                "a Kafka topic config Sluice does not implement: {doc} (accepted: {})",
+                accepted
+                    .iter()
+                    .map(|v| if v.is_empty() { "empty" } else { v })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             None => "unknown topic config".to_owned(),
         };
         return Err(ConfigError::new(name, value, reason));
@@ -1250,6 +1288,24 @@ mod tests {
         assert!(is_dynamic_broker_key("log.retention.ms"));
         assert!(is_dynamic_broker_key("log.retention.hours"));
         assert!(!is_dynamic_broker_key("num.partitions"));
+    }
+
+    #[test]
+    fn unimplemented_kafka_topic_keys_take_only_values_that_ask_for_nothing() {
+        assert!(validate_topic("segment.jitter.ms", "0").is_ok());
+        assert!(validate_topic("remote.storage.enable", "false").is_ok());
+        let error = validate_topic("segment.jitter.ms", "100").unwrap_err();
+        assert!(error.reason.contains("does not implement"), "{error}");
+        assert!(error.reason.contains("accepted: 0"), "{error}");
+        let error = validate_topic("no.such.topic.key", "1").unwrap_err();
+        assert_eq!(error.reason, "unknown topic config");
+        // Every accepted value of a refused broker key is case-blind, as Kafka's enums are.
+        let properties: BTreeMap<String, String> = [(
+            "security.inter.broker.protocol".to_owned(),
+            "plaintext".to_owned(),
+        )]
+        .into();
+        assert_eq!(check_unserved_keys(&properties), Ok(vec![]));
     }
 
     #[test]

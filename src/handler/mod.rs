@@ -321,7 +321,7 @@ pub async fn dispatch(
     context: &RequestContext,
     request: RequestKind,
 ) -> Option<Answer> {
-    if waits_for_readiness(context.api_key) && !broker.readiness.is_ready() {
+    if waits_for_readiness(context.api_key) && broker.readiness.holds_requests() {
         // Right after a start: the cluster does not count this broker until it is registered,
         // unfenced and caught up, so a CreateTopics would find no broker to place replicas on
         // and an auto-create would use the wrong defaults. Wait, bounded, instead of failing.

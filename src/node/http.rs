@@ -99,6 +99,11 @@ fn ready(quorum: &Quorum, readiness: Option<&Readiness>) -> (&'static str, &'sta
             "text/plain",
             format!("not ready node={}: {reason}\n", quorum.node_id()),
         ),
+        ReadyState::ShuttingDown => (
+            "503 Service Unavailable",
+            "text/plain",
+            format!("not ready node={}: shutting down\n", quorum.node_id()),
+        ),
     }
 }
 

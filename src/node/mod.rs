@@ -354,6 +354,9 @@ impl Node {
     /// Stops the node: the Kafka listener (requests already read are answered), the quorum
     /// member, then the logs (producer state snapshotted, flushed, checkpointed, marked clean).
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(broker) = &self.broker {
+            broker.readiness.shutting_down();
+        }
         if let Some(lifecycle) = self.lifecycle {
             // No more heartbeats: they would unfence the broker again.
             lifecycle.abort();
