@@ -41,6 +41,11 @@ fn every_node_of_a_cluster_stopped_at_once_exits_0_within_10_s() {
     }
     println!("exits (node, status, after): {exits:?}");
     let logs = cluster.logs();
+    // Which way each node's controlled shutdown ended (moved, quorum gone, gave up), for the
+    // record of a run.
+    for line in logs.lines().filter(|l| l.contains("controlled shutdown")) {
+        println!("{line}");
+    }
     for (node, status, after) in &exits {
         assert!(
             status.is_some_and(|s| s.success()) && *after <= Duration::from_secs(10),

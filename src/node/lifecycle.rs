@@ -72,7 +72,24 @@ pub(super) async fn controlled_shutdown(
         };
         let failure = match answer {
             Ok(ControllerResponse::Ok { .. }) => {
-                wait_until_moved(quorum, broker_id, started, deadline).await;
+                // Waiting for the image races the quorum going away too: a controller that
+                // committed the fencing and then stopped (all nodes stopped together) leaves
+                // this node's image short of it for good, and the wait would take the whole
+                // bound.
+                tokio::select! {
+                    () = wait_until_moved(quorum, broker_id, started, deadline) => {}
+                    refusing = until_quorum_gone(&voters) => {
+                        tracing::info!(
+                            broker_id,
+                            voters_refusing = refusing,
+                            voters = voters.len(),
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "controlled shutdown: the controller took it, then the metadata \
+                             quorum went away (a majority of its voters refuse connections) \
+                             before this node's metadata showed every leadership moved; stopping"
+                        );
+                    }
+                }
                 return;
             }
             Ok(other) => other.summary(),
