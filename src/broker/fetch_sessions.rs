@@ -4,7 +4,7 @@
 //! (`max.incremental.fetch.session.cache.slots`); when full, a session idle long enough makes
 //! room, else the fetch is served without a session (id 0).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,20 +31,9 @@ pub(crate) struct Wanted {
 }
 
 impl Wanted {
-    /// Whether `self` names the same partition; from Fetch v13 on topics go by id.
-    fn same_partition(
-        &self,
-        topic: &str,
-        topic_id: KafkaUuid,
-        partition: i32,
-        by_id: bool,
-    ) -> bool {
-        self.partition == partition
-            && if by_id {
-                self.topic_id == topic_id
-            } else {
-                self.topic == topic
-            }
+    /// The key a session knows the partition by once it is in the session (the topic's name).
+    fn key(&self) -> (&str, i32) {
+        (self.topic.as_str(), self.partition)
     }
 }
 
@@ -58,7 +47,8 @@ pub(crate) struct Reported {
 #[derive(Debug)]
 pub(crate) struct Session {
     next_epoch: i32,
-    /// In the order the client added them (the response order).
+    /// In serving order (the response order): the order the client added them, but for
+    /// those that returned records, which move to the back in the order they were served.
     partitions: Vec<(Wanted, Option<Reported>)>,
     last_used: Instant,
 }
@@ -141,19 +131,41 @@ impl FetchSessionCache {
         if session.next_epoch != epoch {
             return Err(errors::INVALID_FETCH_SESSION_EPOCH);
         }
-        for (topic, topic_id, partition) in forgotten {
-            session
-                .partitions
-                .retain(|(w, _)| !w.same_partition(topic, *topic_id, *partition, by_topic_id));
+        // One pass over the session for each kind of change: these run under the lock over
+        // every session, and a session can hold thousands of partitions.
+        if !forgotten.is_empty() {
+            if by_topic_id {
+                let forgotten: HashSet<(KafkaUuid, i32)> =
+                    forgotten.iter().map(|(_, id, p)| (*id, *p)).collect();
+                session
+                    .partitions
+                    .retain(|(w, _)| !forgotten.contains(&(w.topic_id, w.partition)));
+            } else {
+                let forgotten: HashSet<(&str, i32)> =
+                    forgotten.iter().map(|(t, _, p)| (t.as_str(), *p)).collect();
+                session
+                    .partitions
+                    .retain(|(w, _)| !forgotten.contains(&w.key()));
+            }
         }
-        for wanted in requested {
-            match session
-                .partitions
-                .iter_mut()
-                .find(|(w, _)| w.partition == wanted.partition && w.topic == wanted.topic)
-            {
-                Some((w, _)) => *w = wanted.clone(),
-                None => session.partitions.push((wanted.clone(), None)),
+        if !requested.is_empty() {
+            // Each partition's last mention in the request, by its index there.
+            let latest: HashMap<(&str, i32), usize> = requested
+                .iter()
+                .enumerate()
+                .map(|(at, w)| (w.key(), at))
+                .collect();
+            let mut updated = vec![false; requested.len()];
+            for (w, _) in &mut session.partitions {
+                if let Some(&at) = latest.get(&w.key()) {
+                    *w = requested[at].clone();
+                    updated[at] = true;
+                }
+            }
+            for (at, w) in requested.iter().enumerate() {
+                if !updated[at] && latest.get(&w.key()) == Some(&at) {
+                    session.partitions.push((w.clone(), None));
+                }
             }
         }
         session.last_used = now;
@@ -173,6 +185,15 @@ impl FetchSessionCache {
         served: impl Iterator<Item = &'a Wanted>,
         now: Instant,
     ) {
+        // Linear in the session's partitions, and the maps built before taking the lock: it
+        // is held over every session, and a session can hold thousands of partitions.
+        let reported: HashMap<(&str, i32), &Reported> =
+            reported.map(|(w, r)| (w.key(), r)).collect();
+        let mut served_rank: HashMap<(&str, i32), usize> = HashMap::new();
+        for w in served {
+            let rank = served_rank.len();
+            served_rank.entry(w.key()).or_insert(rank);
+        }
         let mut sessions = self.sessions();
         let Some(session) = sessions.get_mut(&id) else {
             return;
@@ -180,24 +201,21 @@ impl FetchSessionCache {
         if incremental {
             session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
         }
-        for (w, now_reported) in reported {
-            if let Some((_, before)) = session
-                .partitions
-                .iter_mut()
-                .find(|(s, _)| s.partition == w.partition && s.topic == w.topic)
-            {
-                *before = Some(now_reported.clone());
+        if !reported.is_empty() {
+            for (w, before) in &mut session.partitions {
+                if let Some(now_reported) = reported.get(&w.key()) {
+                    *before = Some((*now_reported).clone());
+                }
             }
         }
-        for w in served {
-            if let Some(at) = session
-                .partitions
-                .iter()
-                .position(|(s, _)| s.partition == w.partition && s.topic == w.topic)
-            {
-                let moved = session.partitions.remove(at);
-                session.partitions.push(moved);
-            }
+        if !served_rank.is_empty() {
+            let (mut moved, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut session.partitions)
+                .into_iter()
+                .partition(|(w, _)| served_rank.contains_key(&w.key()));
+            // Stable: a partition named twice keeps its place among its namesakes.
+            moved.sort_by_key(|(w, _)| served_rank.get(&w.key()).copied());
+            session.partitions = kept;
+            session.partitions.append(&mut moved);
         }
         session.last_used = now;
     }
@@ -279,6 +297,73 @@ mod tests {
             .map(|(w, _)| w.partition)
             .collect();
         assert_eq!(order, [0, 2, 1], "in the order they were served");
+    }
+
+    #[test]
+    fn thousands_of_partitions_are_reordered_reported_and_updated_in_one_pass() {
+        const PARTITIONS: i32 = 20_000;
+        let cache = FetchSessionCache::default();
+        let t0 = Instant::now();
+        let all: Vec<Wanted> = (0..PARTITIONS).map(|p| wanted("a", p, 0)).collect();
+        let id = cache.create(&all, t0);
+        // Every even partition served, the highest first; every partition reported.
+        let served: Vec<&Wanted> = all.iter().filter(|w| w.partition % 2 == 0).rev().collect();
+        let reported: Vec<(Wanted, Reported)> = all
+            .iter()
+            .map(|w| {
+                let high_watermark = i64::from(w.partition);
+                let r = Reported {
+                    high_watermark,
+                    log_start_offset: 0,
+                };
+                (w.clone(), r)
+            })
+            .collect();
+        let started = Instant::now();
+        cache.answered(
+            id,
+            false,
+            reported.iter().map(|(w, r)| (w, r)),
+            served.into_iter(),
+            t0,
+        );
+        // Every partition kept gets a new fetch offset; ten are new.
+        let requested: Vec<Wanted> = (0..PARTITIONS + 10)
+            .filter(|p| p % 4 != 1 || *p >= PARTITIONS)
+            .map(|p| wanted("a", p, 7))
+            .collect();
+        let forgotten: Vec<(String, KafkaUuid, i32)> = (0..PARTITIONS)
+            .filter(|p| p % 4 == 1)
+            .map(|p| ("a".to_string(), KafkaUuid::nil(), p))
+            .collect();
+        let partitions = cache
+            .update(id, 1, &forgotten, &requested, false, t0)
+            .expect("session");
+        let elapsed = started.elapsed();
+        let odd_left = (0..PARTITIONS).filter(|p| p % 2 == 1 && p % 4 != 1);
+        let evens_as_served = (0..PARTITIONS).filter(|p| p % 2 == 0).rev();
+        let expected: Vec<i32> = odd_left
+            .chain(evens_as_served)
+            .chain(PARTITIONS..PARTITIONS + 10)
+            .collect();
+        let order: Vec<i32> = partitions.iter().map(|(w, _)| w.partition).collect();
+        let first_difference = order.iter().zip(&expected).position(|(a, b)| a != b);
+        assert_eq!(
+            (order.len(), first_difference),
+            (expected.len(), None),
+            "the session's order"
+        );
+        for (w, before) in &partitions {
+            assert_eq!(w.fetch_offset, 7, "partition {} updated", w.partition);
+            let expected = (w.partition < PARTITIONS).then(|| Reported {
+                high_watermark: i64::from(w.partition),
+                log_start_offset: 0,
+            });
+            assert_eq!(*before, expected, "partition {}", w.partition);
+        }
+        // Quadratic work over 20 000 partitions takes seconds even optimised; this bound
+        // only catches that, with room for a slow debug build on a busy machine.
+        assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
     }
 
     #[test]
