@@ -745,9 +745,9 @@ impl Log {
             }
             if let Some((slice, first)) = segment.read(offset, max_bytes, bound, min_one_message)? {
                 info.first_batch_offset = Some(first.header.base_offset as u64);
-                // An empty slice: the first batch did not fit, and no later segment may
-                // answer in its place.
-                info.slice = (slice.len > 0).then_some(slice);
+                // No slice: the first batch did not fit, and no later segment may answer in
+                // its place.
+                info.slice = slice;
                 break;
             }
         }

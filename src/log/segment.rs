@@ -511,7 +511,8 @@ impl Segment {
     /// Whole batches from the one holding `offset`, up to `max_bytes`, none starting at or
     /// after `max_offset`. With `min_one_message` the first batch is returned whatever its size
     /// (Kafka's rule, so a consumer always progresses); without it a first batch larger than
-    /// `max_bytes` gives an empty slice (Kafka's `MemoryRecords.EMPTY`). Below the limit the
+    /// `max_bytes` gives no slice (Kafka's `MemoryRecords.EMPTY`), only the batch's location:
+    /// the segment was found, so no later one may answer in its place. Below the limit the
     /// slice ends at an indexed batch boundary, so it can fall short of `max_bytes` by up to
     /// `index.interval.bytes` plus a batch; a slice that reaches `max_offset` ends exactly there.
     /// `None` when this segment holds nothing from `offset` below `max_offset`.
@@ -521,7 +522,7 @@ impl Segment {
         max_bytes: u64,
         max_offset: u64,
         min_one_message: bool,
-    ) -> Result<Option<(FileSlice, BatchLocation)>> {
+    ) -> Result<Option<(Option<FileSlice>, BatchLocation)>> {
         let Some(first) = self.translate_offset(offset)? else {
             return Ok(None);
         };
@@ -529,10 +530,7 @@ impl Segment {
             return Ok(None);
         }
         if !min_one_message && first.size > max_bytes {
-            return Ok(Some((
-                FileSlice::new(self.file()?, first.position, 0),
-                first,
-            )));
+            return Ok(Some((None, first)));
         }
         let max_position = if max_offset < self.next_offset {
             self.translate_offset(max_offset)?
@@ -551,7 +549,7 @@ impl Segment {
             "a read exceeds its limit by more than its first batch"
         );
         let slice = FileSlice::new(self.file()?, first.position, end - first.position);
-        Ok(Some((slice, first)))
+        Ok(Some((Some(slice), first)))
     }
 
     /// The first record with timestamp `>= timestamp`, as (offset, timestamp). For compressed
