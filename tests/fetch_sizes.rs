@@ -4,20 +4,24 @@
 //! records, so a client always progresses. Checked on the wire (each response frame's size
 //! read off the socket, sessionless and in an incremental session), with the SDK consumer,
 //! with librdkafka (confluent-kafka, whose `receive.message.max.bytes` refuses larger frames),
-//! and for followers, whose batches may exceed `replica.fetch.max.bytes`.
+//! and for followers, whose batches may exceed `replica.fetch.max.bytes` and must get their
+//! turn while other partitions stay busy.
 
 mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ProduceRequest, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use sluice::client::{ClientConfig, Consumer, ConsumerRecord};
@@ -433,52 +437,128 @@ fn confluent_consumes_900_kib_records_within_its_receive_message_max_bytes() {
     assert!(out.contains("consumed 15 records"), "{out}");
 }
 
+/// Sends the same acks=0 Produce frame over and over, as fast as the broker takes them
+/// (acks=0 has no response, so nothing waits between requests), until `stop`; counts the
+/// frames written in `sent`.
+fn produce_acks_0_until(
+    port: u16,
+    topic: &str,
+    batches: Vec<(i32, Vec<u8>)>,
+    stop: &AtomicBool,
+    sent: &AtomicU64,
+) {
+    let request = ProduceRequest::default()
+        .with_acks(0)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(
+                    batches
+                        .into_iter()
+                        .map(|(index, records)| {
+                            PartitionProduceData::default()
+                                .with_index(index)
+                                .with_records(Some(bytes::Bytes::from(records)))
+                        })
+                        .collect(),
+                ),
+        ]);
+    let version = 8;
+    let mut body = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("fetch-sizes-busy")))
+        .encode(&mut body, ApiKey::Produce.request_header_version(version))
+        .expect("encode header");
+    request.encode(&mut body, version).expect("encode produce");
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    while !stop.load(Ordering::Relaxed) {
+        stream.write_all(&frame).expect("send");
+        sent.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[test]
-fn follower_fetches_replicate_batches_larger_than_replica_fetch_max_bytes() {
+fn a_follower_batch_larger_than_replica_fetch_max_bytes_is_replicated_while_other_partitions_stay_busy()
+ {
+    // A follower's fetch may exceed its limits only by the first batch of the first partition
+    // that returns records (KIP-74), and replica.fetch.response.max.bytes holds one batch of
+    // the busy partitions. So unless the fetcher moves the partitions it was just served
+    // behind the others, a partition named after a busy one never gets its turn, and a batch
+    // larger than replica.fetch.max.bytes there is never replicated: acks=all never answers.
     let cluster = Cluster::start(
         3,
         &[
-            "message.max.bytes=3000000",
-            "replica.fetch.max.bytes=100000",
-            "replica.fetch.response.max.bytes=150000",
+            "replica.fetch.max.bytes=1024",
+            "replica.fetch.response.max.bytes=1024",
             "min.insync.replicas=3",
         ],
     );
     let leader = &cluster.nodes[0];
     let mut client = Client::connect(leader.kafka_port);
-    let topic = "replicated-large";
+    let topic = "replicated-busy";
     let leader_id = leader.id as i32;
-    let others: Vec<i32> = cluster.nodes[1..].iter().map(|n| n.id as i32).collect();
+    let followers: Vec<i32> = cluster.nodes[1..].iter().map(|n| n.id as i32).collect();
+    // Partition 0 gets the large batch; 1 to 7 stay busy. A follower orders the partitions it
+    // follows by hash before any are served, so with the rotation gone the large one would
+    // come first at both followers (and be served anyway) in only 1 run in 64.
+    let partitions = 8;
     client.create_topic_assigned(
         topic,
-        &[
-            vec![leader_id, others[0], others[1]],
-            vec![leader_id, others[1], others[0]],
-        ],
+        &vec![vec![leader_id, followers[0], followers[1]]; partitions],
     );
-    // acks=all with min.insync.replicas=3: each answer says both followers hold the batch.
-    // Batches of 1 MB, ten times replica.fetch.max.bytes, and small ones between them.
-    for n in 0..3u8 {
-        for partition in 0..2 {
-            for size in [1_000_000, 20_000] {
-                let started = Instant::now();
-                let (code, _) = client.produce(topic, partition, batch_of(size, n));
-                assert_eq!(code, 0, "a {size}-byte batch to partition {partition}");
-                assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "replicated in {:?}",
-                    started.elapsed()
-                );
-            }
-        }
-    }
-    for partition in 0..2 {
+    // Batches over replica.fetch.max.bytes: a follower's fetch serves one at a time, so the
+    // producer (several batches per request, no waits) stays ahead of the followers.
+    let busy: Vec<(i32, Vec<u8>)> = (1..partitions as i32)
+        .map(|p| (p, batch_of(1200, p as u8)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (stop, sent, port) = (Arc::clone(&stop), Arc::clone(&sent), leader.kafka_port);
+        std::thread::spawn(move || produce_acks_0_until(port, topic, busy, &stop, &sent))
+    };
+    // A head start, so the busy partitions have a backlog at every follower fetch.
+    cluster.wait_until(
+        "the busy producer to start",
+        Duration::from_secs(30),
+        |_| sent.load(Ordering::Relaxed) >= 300,
+    );
+
+    // 100 KB: a hundred times replica.fetch.max.bytes and the whole response's limit. The
+    // request timeout only detects a hang (starvation); it is no performance bound.
+    let started = Instant::now();
+    let answer = client.produce_many(topic, vec![(0, batch_of(100_000, 0))], 18_000);
+    let waited = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    producer.join().expect("busy producer");
+    assert_eq!(
+        answer,
+        [(0, 0)],
+        "the large batch was acknowledged (acks=all) while the other partitions were busy; \
+         7 is REQUEST_TIMED_OUT, after {waited:?}"
+    );
+    assert_eq!(client.latest_offset(topic, 0), 1);
+
+    // Then the followers catch up on the busy partitions: every batch written (the broker
+    // reads a connection's requests in order, to its end) below the high watermark.
+    let written = sent.load(Ordering::Relaxed) as i64;
+    cluster.wait_until(
+        "the followers to catch up on the busy partitions",
+        Duration::from_secs(60),
+        |_| (1..partitions as i32).all(|p| client.latest_offset(topic, p) == written),
+    );
+    for partition in 0..partitions as i32 {
         let (_, _, isr) = client.partition_leader(topic, partition);
         assert_eq!(
             isr.len(),
             3,
             "partition {partition}: every follower kept up"
         );
-        assert_eq!(client.latest_offset(topic, partition), 6);
     }
 }
