@@ -4,6 +4,7 @@
 mod support;
 
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use support::SingleNode;
 
@@ -725,4 +726,232 @@ fn cluster_status_says_which_listener_it_needs_and_output_can_be_cut_short() {
     let output = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `sluice produce` with `args`, its stdin piped; the child.
+fn spawn_produce(node: &SingleNode, args: &[&str]) -> std::process::Child {
+    use std::process::Stdio;
+
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("produce")
+        .args(args)
+        .args(["--bootstrap-server", &node.bootstrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sluice produce")
+}
+
+/// What kcat reads of `topic` from the beginning to its end, one `format` per record (keys and
+/// values that are null printed as NULL).
+fn kcat_reads(node: &SingleNode, topic: &str, format: &str) -> String {
+    let output = Command::new("kcat")
+        .args([
+            "-b",
+            &node.bootstrap(),
+            "-C",
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+        ])
+        .args(["-e", "-q", "-Z", "-f", format])
+        .output()
+        .expect("run kcat");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Lines of a child's stderr, as they come.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
+
+/// Every line that comes within `period`.
+fn lines_within(lines: &std::sync::mpsc::Receiver<String>, period: Duration) -> Vec<String> {
+    let deadline = Instant::now() + period;
+    let mut seen = Vec::new();
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        seen.push(line);
+    }
+    seen
+}
+
+#[test]
+fn produce_sends_each_line_as_it_is_typed_and_is_quiet_while_input_idles() {
+    use std::io::Write;
+
+    let node = SingleNode::start(&["auto.create.topics.enable=false"]);
+    ok(&node, &["topics", "create", "typed"]);
+    let mut child = spawn_produce(&node, &["typed"]);
+    let errors = stderr_lines(&mut child);
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "first").expect("write stdin");
+    stdin.flush().expect("flush stdin");
+
+    // kcat reads the line while the producer's input is still open, as with
+    // kafka-console-producer.sh (a person typing, `tail -f app.log | sluice produce`).
+    let typed = Instant::now();
+    let mut read = String::new();
+    while typed.elapsed() < Duration::from_secs(10) && read != "first\n" {
+        read = kcat_reads(&node, "typed", "%s\n");
+    }
+    assert_eq!(read, "first\n", "after {:?}", typed.elapsed());
+    assert!(
+        matches!(child.try_wait(), Ok(None)),
+        "the producer still reads"
+    );
+
+    // Everything typed is acknowledged: more than a stall report period of idle input is
+    // no reason to speak.
+    let said = lines_within(&errors, Duration::from_secs(7));
+    assert!(
+        !said
+            .iter()
+            .any(|l| l.contains("waiting for acknowledgement")),
+        "{said:?}"
+    );
+
+    writeln!(stdin, "second").expect("write stdin");
+    drop(stdin);
+    let status = child.wait().expect("wait");
+    let said = lines_within(&errors, Duration::from_secs(1));
+    assert!(status.success(), "{status}: {said:?}");
+    assert_eq!(said, ["2 records written to typed"]);
+    assert_eq!(kcat_reads(&node, "typed", "%s\n"), "first\nsecond\n");
+}
+
+#[test]
+fn a_line_without_the_key_separator_fails_as_in_kafka_unless_errors_are_ignored() {
+    use std::io::Write;
+
+    let node = SingleNode::start(&["auto.create.topics.enable=false"]);
+    let input = "a:1\nno separator\nb:2\n";
+    let keyed = [
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+    ];
+    for topic in ["strict", "lenient"] {
+        ok(&node, &["topics", "create", topic]);
+    }
+
+    // Kafka's LineMessageReader: the line is refused, by number; what came before is written.
+    let mut child = spawn_produce(&node, &[&["strict"][..], &keyed[..]].concat());
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: No key separator found on line number 2: 'no separator'"
+    );
+    assert_eq!(kcat_reads(&node, "strict", "%k=%s\n"), "a=1\n");
+
+    // ignore.error=true: the line is the value, with a null key.
+    let lenient = [
+        &["lenient"][..],
+        &keyed[..],
+        &["--property", "ignore.error=true"],
+    ]
+    .concat();
+    let mut child = spawn_produce(&node, &lenient);
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    let output = child.wait_with_output().expect("wait");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        kcat_reads(&node, "lenient", "%k=%s\n"),
+        "a=1\nNULL=no separator\nb=2\n"
+    );
+}
+
+#[test]
+fn consume_ends_at_ctrl_c_even_while_it_asks_a_silent_broker() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    ok(&node, &["topics", "create", "quiet"]);
+    let mut producer = spawn_produce(&node, &["quiet"]);
+    producer
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"only\n")
+        .expect("write stdin");
+    assert!(producer.wait().expect("wait").success());
+
+    let mut consume = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["consume", "quiet", "--from-beginning"])
+        .args(["--bootstrap-server", &bootstrap])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sluice consume");
+    let errors = stderr_lines(&mut consume);
+    let mut first = String::new();
+    std::io::BufReader::new(consume.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read stdout");
+    assert_eq!(first, "only\n");
+
+    // The broker hangs (connections accepted, nothing answered): each probe waits its 2 s.
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(node.pid() as i32, libc::SIGSTOP) };
+    let silent = format!("no broker at {bootstrap} answers within 2 s; still trying");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        match errors.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line == silent => break,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no line '{silent}' within 20 s; got {seen:?}"),
+        }
+    }
+    // Probes start 5 s apart and that one ended 2 s after its start: 3.5 s on, the next one
+    // is half way. Ctrl-C must not wait for it.
+    std::thread::sleep(Duration::from_millis(3_500));
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(consume.id() as i32, libc::SIGINT) };
+    let interrupted = Instant::now();
+    let status = loop {
+        if let Ok(Some(status)) = consume.try_wait() {
+            break status;
+        }
+        if interrupted.elapsed() > Duration::from_secs(10) {
+            let _ = consume.kill();
+            break consume.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let exited_after = interrupted.elapsed();
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(node.pid() as i32, libc::SIGCONT) };
+    assert!(status.success(), "{status}");
+    assert!(
+        exited_after < Duration::from_millis(1_000),
+        "Ctrl-C took {exited_after:?}"
+    );
 }

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use sluice::client::{Admin, ClientConfig, Error};
+use kafka_protocol::messages::ApiVersionsRequest;
+use kafka_protocol::protocol::StrBytes;
+use sluice::client::{Admin, ClientConfig, Connection, Error, parse_servers};
 
 /// How to reach the cluster.
 #[derive(Args, Debug, Clone)]
@@ -182,6 +184,7 @@ impl Drop for StallWatch {
 
 pub fn watch_stalls(progress: Arc<Progress>, servers: Servers) -> StallWatch {
     StallWatch(tokio::spawn(async move {
+        let mut probe = BrokerProbe::new(&servers);
         let mut last_done = progress.done.load(Ordering::Relaxed);
         let mut stalled_since: Option<Instant> = None;
         loop {
@@ -193,43 +196,105 @@ pub fn watch_stalls(progress: Arc<Progress>, servers: Servers) -> StallWatch {
                 stalled_since = None;
                 continue;
             }
-            let since = *stalled_since.get_or_insert_with(|| Instant::now() - STALL_REPORT_EVERY);
+            // The clock may read less than one period since boot (a fresh container).
+            let since = *stalled_since.get_or_insert_with(|| {
+                let now = Instant::now();
+                now.checked_sub(STALL_REPORT_EVERY).unwrap_or(now)
+            });
             eprintln!(
                 "{} record(s) waiting for acknowledgement, none for {}; {}",
                 sent - done,
                 seconds(Duration::from_secs(since.elapsed().as_secs())),
-                broker_state(&servers).await.1
+                probe.state().await.1
             );
         }
     }))
 }
 
-/// Whether any broker of the bootstrap list answers a Metadata request now, and that in words.
-pub async fn broker_state(servers: &Servers) -> (bool, String) {
-    const PROBE_WAIT: Duration = Duration::from_secs(2);
-    let bootstrap = &servers.bootstrap_server;
-    let admin = match servers.config().and_then(|c| Ok(Admin::new(c)?)) {
-        Ok(admin) => admin,
-        Err(error) => return (false, format!("cannot ask a broker: {error}")),
-    };
-    let answer = tokio::time::timeout(PROBE_WAIT, admin.metadata(None)).await;
-    admin.close();
-    match answer {
-        Ok(Ok(_)) => (true, format!("a broker at {bootstrap} answers")),
-        Ok(Err(error)) => (
-            false,
-            format!(
-                "no broker at {bootstrap} answers ({}); still trying",
-                unreachable_reason(&error)
-            ),
-        ),
-        Err(_) => (
-            false,
-            format!(
-                "no broker at {bootstrap} answers within {}; still trying",
-                seconds(PROBE_WAIT)
-            ),
-        ),
+/// Asks whether a broker of the bootstrap list answers now, with ApiVersions alone, on a
+/// connection kept from one probe to the next (a new one only when it failed). Not Metadata:
+/// a broker answers ApiVersions at once, even while it starts, but holds Metadata until it is
+/// ready (up to 15 s), so a starting broker would be reported as gone.
+pub struct BrokerProbe {
+    bootstrap: String,
+    client_id: String,
+    connection: Option<Connection>,
+}
+
+/// How long a probe waits for a broker to answer.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+impl BrokerProbe {
+    pub fn new(servers: &Servers) -> BrokerProbe {
+        let client_id = servers
+            .config()
+            .ok()
+            .and_then(|config| config.get("client.id").map(str::to_owned))
+            .unwrap_or_else(|| "sluice-cli".to_owned());
+        BrokerProbe {
+            bootstrap: servers.bootstrap_server.clone(),
+            client_id,
+            connection: None,
+        }
+    }
+
+    /// Whether a broker answers within [`PROBE_WAIT`], and that in words.
+    pub async fn state(&mut self) -> (bool, String) {
+        let bootstrap = self.bootstrap.clone();
+        match tokio::time::timeout(PROBE_WAIT, self.ask()).await {
+            Ok(Ok(())) => (true, format!("a broker at {bootstrap} answers")),
+            Ok(Err(error)) => {
+                self.connection = None;
+                (
+                    false,
+                    format!(
+                        "no broker at {bootstrap} answers ({}); still trying",
+                        unreachable_reason(&error)
+                    ),
+                )
+            }
+            Err(_) => {
+                self.connection = None;
+                (
+                    false,
+                    format!(
+                        "no broker at {bootstrap} answers within {}; still trying",
+                        seconds(PROBE_WAIT)
+                    ),
+                )
+            }
+        }
+    }
+
+    /// ApiVersions on the kept connection; failing that, a new connection to each bootstrap
+    /// address in turn (whose handshake is an ApiVersions).
+    async fn ask(&mut self) -> Result<(), Error> {
+        if let Some(connection) = self.connection.take() {
+            let request = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("sluice-cli"))
+                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+            if !connection.is_closed() && connection.send(&request).await.is_ok() {
+                self.connection = Some(connection);
+                return Ok(());
+            }
+        }
+        // The connection's own bounds are longer than the probe's: the probe's bound ends a
+        // wait, so a silent broker is always said the same way.
+        let bound = PROBE_WAIT * 2;
+        let mut last = None;
+        for addr in parse_servers(&self.bootstrap) {
+            match Connection::connect_as(&addr, &self.client_id, bound, bound).await {
+                Ok(connection) => {
+                    self.connection = Some(connection);
+                    return Ok(());
+                }
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Connect {
+            addr: self.bootstrap.clone(),
+            reason: "no address in the bootstrap list".to_owned(),
+        }))
     }
 }
 

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use sluice::client::{ClientConfig, Consumer, ConsumerRecord, TopicPartition};
 
 use super::common::{
-    BROKER_WAIT_MS, Connect, STALL_REPORT_EVERY, Servers, block_on, broker_state, parse_key_value,
+    BROKER_WAIT_MS, BrokerProbe, Connect, STALL_REPORT_EVERY, Servers, block_on, parse_key_value,
 };
 use super::produce::parse_bool;
 
@@ -197,6 +197,7 @@ async fn print_records(
     // While nothing arrives, whether a broker still answers is checked now and then: a broker
     // gone must not leave the consumer silent (an idle topic is no reason to speak).
     let mut last_check = Instant::now();
+    let mut probe = BrokerProbe::new(&args.servers);
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
@@ -218,7 +219,11 @@ async fn print_records(
             && last_check.elapsed() >= STALL_REPORT_EVERY
         {
             last_check = Instant::now();
-            let (answers, state) = broker_state(&args.servers).await;
+            // Ctrl-C ends a probe too (it may wait for a broker that does not answer).
+            let (answers, state) = tokio::select! {
+                state = probe.state() => state,
+                _ = &mut interrupted => break,
+            };
             if !answers {
                 eprintln!("{state}");
             }

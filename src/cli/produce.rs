@@ -9,6 +9,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
 use sluice::client::{ClientConfig, Producer, ProducerRecord};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use super::common::{Connect, Progress, block_on, one_of, parse_key_value, watch_stalls};
 
@@ -57,10 +59,14 @@ pub struct ProduceArgs {
     connect: Connect,
 }
 
-/// How a line becomes a record.
+/// How a line becomes a record, as Kafka's `LineMessageReader`.
+#[derive(Debug)]
 struct LineReader {
     key_separator: Option<String>,
     null_marker: Option<String>,
+    /// Kafka's `ignore.error`: a line without the key separator is the value, with no key,
+    /// instead of an error.
+    ignore_error: bool,
 }
 
 impl LineReader {
@@ -69,36 +75,48 @@ impl LineReader {
         let mut parse_key = args.key_separator.is_some();
         let mut separator = args.key_separator.clone();
         let mut null_marker = None;
+        let mut ignore_error = false;
         for (key, value) in &args.reader_properties {
             match key.as_str() {
                 "parse.key" => parse_key = parse_bool(key, value)?,
                 "key.separator" => separator = Some(value.clone()),
                 "null.marker" => null_marker = Some(value.clone()),
+                "ignore.error" => ignore_error = parse_bool(key, value)?,
                 _ => eprintln!(
-                    "--property {key}: not a property this producer knows (parse.key, key.separator, null.marker); ignored"
+                    "--property {key}: not a property this producer knows (parse.key, key.separator, ignore.error, null.marker); ignored"
                 ),
             }
         }
         Ok(LineReader {
             key_separator: parse_key.then(|| separator.unwrap_or_else(|| "\t".to_owned())),
             null_marker,
+            ignore_error,
         })
     }
 
-    /// The key and value of a line (no key when it has no separator).
-    fn split(&self, line: String) -> (Option<String>, Option<String>) {
+    /// The key and value of line `line_number` (counted from 1). A line without the key
+    /// separator, when keys are parsed, fails as in Kafka, or with `ignore.error` is all value.
+    fn split(
+        &self,
+        line: String,
+        line_number: u64,
+    ) -> anyhow::Result<(Option<String>, Option<String>)> {
         let (key, value) = match &self.key_separator {
             Some(separator) => match line.split_once(separator.as_str()) {
                 Some((k, v)) => (Some(k.to_owned()), v.to_owned()),
-                None => (None, line),
+                None if self.ignore_error => (None, line),
+                // Kafka's words, which scripts may look for.
+                None => {
+                    anyhow::bail!("No key separator found on line number {line_number}: '{line}'")
+                }
             },
             None => (None, line),
         };
         let is_null = |text: &str| self.null_marker.as_deref() == Some(text);
-        (
+        Ok((
             key.filter(|k| !is_null(k)),
             (!is_null(&value)).then_some(value),
-        )
+        ))
     }
 }
 
@@ -129,40 +147,124 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
         producer.existing_partition_count(&topic).await?;
         let progress = Arc::new(Progress::default());
         let _watch = watch_stalls(progress.clone(), args.connect.servers.clone());
-        let stdin = std::io::stdin();
-        let mut deliveries = Vec::new();
-        let mut sent = 0u64;
-        for line in stdin.lock().lines() {
-            let line = line.context("reading standard input")?;
-            let (key, value) = reader.split(line);
-            let mut record = ProducerRecord::new(&topic, Bytes::new());
-            record.value = value.map(Bytes::from);
-            if let Some(key) = key {
-                record = record.key(key);
-            }
-            if let Some(partition) = args.partition {
-                record = record.partition(partition);
-            }
-            for (k, v) in &args.headers {
-                record = record.header(k, Bytes::from(v.clone()));
-            }
-            deliveries.push(producer.send(record).await?);
-            sent += 1;
-            progress.sent.fetch_add(1, Ordering::Relaxed);
-            // Keep memory flat on long inputs: settle what is outstanding now and then.
-            if deliveries.len() >= 10_000 {
-                for delivery in deliveries.drain(..) {
-                    delivery.await?;
+        let mut lines = read_lines();
+        let mut deliveries = JoinSet::new();
+        let mut line_number = 0u64;
+        let mut input_open = true;
+        // A line the reader refused: what was sent before it is still delivered, as Kafka's
+        // console producer closes its producer (which sends what it holds) before it exits.
+        let mut refused = None;
+        loop {
+            tokio::select! {
+                line = lines.recv(), if input_open && deliveries.len() < OUTSTANDING_RECORDS_MAX => {
+                    let Some(line) = line else {
+                        input_open = false;
+                        continue;
+                    };
+                    line_number += 1;
+                    let (key, value) = match reader.split(line.context("reading standard input")?, line_number) {
+                        Ok(split) => split,
+                        Err(error) => {
+                            refused = Some(error);
+                            break;
+                        }
+                    };
+                    let record = record_of(&args, &topic, key, value);
+                    deliveries.spawn(producer.send(record).await?);
+                    progress.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                // Counted as each is acknowledged, so the stall watcher sees idle input as
+                // nothing waiting.
+                Some(delivery) = deliveries.join_next() => {
+                    delivery??;
                     progress.done.fetch_add(1, Ordering::Relaxed);
                 }
+                else => break,
             }
         }
-        for delivery in deliveries {
-            delivery.await?;
+        while let Some(delivery) = deliveries.join_next().await {
+            delivery??;
             progress.done.fetch_add(1, Ordering::Relaxed);
         }
+        let sent = progress.sent.load(Ordering::Relaxed);
         producer.close().await?;
+        if let Some(error) = refused {
+            return Err(error);
+        }
         eprintln!("{sent} records written to {topic}");
         Ok(())
     })
+}
+
+/// Records sent and not yet acknowledged, at most: beyond it input waits, so memory stays
+/// flat on long inputs.
+const OUTSTANDING_RECORDS_MAX: usize = 10_000;
+
+/// Lines read ahead of the producer.
+const READ_AHEAD_LINES: usize = 1_000;
+
+/// The lines of standard input as they come, read on a thread of their own: a read blocks
+/// until a line is typed, and the runtime (one thread) must meanwhile send what was typed
+/// before and count acknowledgements. A plain thread, not `spawn_blocking`: the runtime's
+/// shutdown would wait for a read of a terminal that may never end.
+fn read_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (sender, lines) = mpsc::channel(READ_AHEAD_LINES);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let failed = line.is_err();
+            if sender.blocking_send(line).is_err() || failed {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+/// The record for a line's key and value, with the flags' partition and headers.
+fn record_of(
+    args: &ProduceArgs,
+    topic: &str,
+    key: Option<String>,
+    value: Option<String>,
+) -> ProducerRecord {
+    let mut record = ProducerRecord::new(topic, Bytes::new());
+    record.value = value.map(Bytes::from);
+    if let Some(key) = key {
+        record = record.key(key);
+    }
+    if let Some(partition) = args.partition {
+        record = record.partition(partition);
+    }
+    for (k, v) in &args.headers {
+        record = record.header(k, Bytes::from(v.clone()));
+    }
+    record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(ignore_error: bool) -> LineReader {
+        LineReader {
+            key_separator: Some(":".to_owned()),
+            null_marker: None,
+            ignore_error,
+        }
+    }
+
+    #[test]
+    fn a_line_without_the_key_separator_fails_as_kafka_unless_errors_are_ignored() {
+        let split = reader(false).split("k:v".to_owned(), 1).expect("has a key");
+        assert_eq!(split, (Some("k".to_owned()), Some("v".to_owned())));
+        let error = reader(false)
+            .split("no key".to_owned(), 7)
+            .expect_err("no separator");
+        assert_eq!(
+            error.to_string(),
+            "No key separator found on line number 7: 'no key'"
+        );
+        let split = reader(true).split("no key".to_owned(), 7).expect("ignored");
+        assert_eq!(split, (None, Some("no key".to_owned())));
+    }
 }
