@@ -19,7 +19,7 @@ use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::broker::readiness::{ReadyState, Readiness};
+use crate::broker::readiness::{Readiness, ReadyState};
 use crate::broker::{Broker, FetchSessionCache};
 use crate::config::ServerConfig;
 use crate::controller::Defaults;
