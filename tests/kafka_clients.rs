@@ -5,8 +5,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{SingleNode, confluent, run_client};
@@ -297,20 +295,7 @@ fn kafkajs_round_trips_records() {
 fn every_acknowledged_record_survives_kill_9_exactly_once() {
     let mut node = SingleNode::start(&["num.partitions=2"]);
     let bootstrap = node.bootstrap();
-    let mut producer = Command::new("python3")
-        .args(["confluent_suite.py", &bootstrap, "produce-acked", "crash"])
-        .current_dir(support::clients_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start producer");
-    let stdout = producer.stdout.take().expect("stdout");
-    let acked = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
+    let producer = support::AckedProducer::start(&bootstrap, "crash");
     let deadline = Instant::now() + Duration::from_secs(60);
     while node.gauge("sluice_messages_in_total").unwrap_or(0) < 20_000 && Instant::now() < deadline
     {
@@ -318,9 +303,7 @@ fn every_acknowledged_record_survives_kill_9_exactly_once() {
     }
     node.kill9();
     std::thread::sleep(Duration::from_millis(500));
-    let _ = producer.kill();
-    let _ = producer.wait();
-    let acked = acked.join().expect("reader");
+    let (acked, _) = producer.stop();
     assert!(
         acked.len() > 1000,
         "only {} records were acknowledged",

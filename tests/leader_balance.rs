@@ -9,12 +9,10 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Cluster, clients_dir, confluent_cluster};
+use support::{AckedProducer, Cluster, confluent_cluster};
 
 /// The rebalance check interval these tests run with.
 const CHECK_INTERVAL_S: u64 = 3;
@@ -39,69 +37,6 @@ fn partitions(cluster: &Cluster, topic: &str) -> Vec<(i32, Vec<i32>)> {
             (fields.len() >= 2).then(|| (fields[1], fields[2..].to_vec()))
         })
         .collect()
-}
-
-/// `tests/clients/acked_producer.py`: what it acknowledged and every error it reported.
-struct Producer {
-    child: std::process::Child,
-    acked: Arc<Mutex<Vec<u64>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Producer {
-    fn start(cluster: &Cluster, topic: &str) -> Producer {
-        let mut child = Command::new("python3")
-            .args(["acked_producer.py", &cluster.bootstrap(), topic])
-            .current_dir(clients_dir())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start producer");
-        let stdout = child.stdout.take().expect("stdout");
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let reader = {
-            let (acked, errors) = (Arc::clone(&acked), Arc::clone(&errors));
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if let Some(n) = line.strip_prefix('r').and_then(|n| n.parse().ok()) {
-                        acked.lock().expect("lock").push(n);
-                    } else {
-                        errors.lock().expect("lock").push(line);
-                    }
-                }
-            })
-        };
-        Producer {
-            child,
-            acked,
-            errors,
-            reader,
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.acked.lock().expect("lock").len()
-    }
-
-    /// Waits (up to 60 s) for `more` records acknowledged from now on.
-    fn wait_for_more(&self, cluster: &Cluster, more: usize) {
-        let before = self.count();
-        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-            self.count() >= before + more
-        });
-    }
-
-    /// Stops the producer; what it acknowledged and the errors it saw.
-    fn stop(mut self) -> (Vec<u64>, Vec<String>) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = self.reader.join();
-        let acked = self.acked.lock().expect("lock").clone();
-        let errors = self.errors.lock().expect("lock").clone();
-        (acked, errors)
-    }
 }
 
 /// Waits until every partition of `topic` is led by `preferred` again; how long it took.
@@ -214,7 +149,7 @@ fn leaderships_return_to_preferred_replicas_after_a_rolling_restart_without_losi
     );
 
     let mut timeline = Timeline::new();
-    let producer = Producer::start(&cluster, "balanced");
+    let producer = AckedProducer::start(&cluster.bootstrap(), "balanced");
     producer.wait_for_more(&cluster, 2_000);
     timeline.note("producer going");
     let mut returns = Vec::new();
@@ -292,7 +227,7 @@ fn leaderships_return_to_preferred_replicas_after_a_rolling_restart_without_losi
         .collect();
     let lost: Vec<u64> = acked
         .iter()
-        .copied()
+        .filter_map(|v| v.strip_prefix('r')?.parse().ok())
         .filter(|n| !stored.contains(n))
         .collect();
     assert!(

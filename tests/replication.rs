@@ -5,13 +5,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::raw::{Client, idempotent_batch};
-use support::{Cluster, clients_dir, confluent_cluster};
+use support::{AckedProducer, Cluster, clients_dir, confluent_cluster};
 
 /// (partition, leader, isr) of each partition of `topic`.
 fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
@@ -42,74 +40,15 @@ fn wait_for_partition(
     });
 }
 
-/// An idempotent acks=all producer writing `r<i>` to partition `i % 2` of `topic` until
-/// stopped, collecting what was acknowledged.
-struct AckedProducer {
-    child: std::process::Child,
-    acked: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl AckedProducer {
-    fn start(cluster: &Cluster, topic: &str) -> AckedProducer {
-        let mut child = Command::new("python3")
-            .args([
-                "confluent_suite.py",
-                &cluster.bootstrap(),
-                "produce-acked",
-                topic,
-            ])
-            .current_dir(clients_dir())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start producer");
-        let stdout = child.stdout.take().expect("stdout");
-        let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-        let reader = {
-            let acked = Arc::clone(&acked);
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    acked.lock().expect("lock").push(line);
-                }
-            })
-        };
-        AckedProducer {
-            child,
-            acked,
-            reader,
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.acked.lock().expect("lock").len()
-    }
-
-    /// Waits (up to 60 s) for `more` records acknowledged from now on.
-    fn wait_for_more(&self, cluster: &Cluster, more: usize) {
-        let before = self.count();
-        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
-            self.count() >= before + more
-        });
-    }
-
-    /// Stops, then checks that every acknowledged record of `topic` is stored once and in
-    /// order, and prints the counts for `what`.
-    fn stop_and_check(self, cluster: &Cluster, topic: &str, what: &str) {
-        let acked = self.stop();
-        let stored = assert_acked_stored_once_in_order(cluster, topic, &acked);
-        println!(
-            "{what}: {} acknowledged, {stored} stored, none lost",
-            acked.len()
-        );
-    }
-
-    fn stop(mut self) -> Vec<String> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = self.reader.join();
-        self.acked.lock().expect("lock").clone()
-    }
+/// Stops `producer`, then checks that every record of `topic` it got acknowledged is stored
+/// once and in order, and prints the counts for `what`.
+fn stop_and_check(producer: AckedProducer, cluster: &Cluster, topic: &str, what: &str) {
+    let (acked, _) = producer.stop();
+    let stored = assert_acked_stored_once_in_order(cluster, topic, &acked);
+    println!(
+        "{what}: {} acknowledged, {stored} stored, none lost",
+        acked.len()
+    );
 }
 
 /// Creates `topic` with partitions on brokers 1,2,3 and 2,3,1, waits for full ISRs, and
@@ -119,7 +58,7 @@ fn replicated_under_load(cluster: &Cluster, topic: &str, acked: usize) -> AckedP
     cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
         leaders(c, topic).iter().all(|(_, _, isr)| isr.len() == 3)
     });
-    let producer = AckedProducer::start(cluster, topic);
+    let producer = AckedProducer::start(&cluster.bootstrap(), topic);
     cluster.wait_until("records acknowledged", Duration::from_secs(60), |_| {
         producer.count() >= acked
     });
@@ -176,7 +115,7 @@ fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() 
         &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
     );
     confluent_cluster(&cluster, "create", &["acked", "2", "3"]);
-    let producer = AckedProducer::start(&cluster, "acked");
+    let producer = AckedProducer::start(&cluster.bootstrap(), "acked");
     cluster.wait_until(
         "10,000 acknowledged records",
         Duration::from_secs(60),
@@ -191,7 +130,7 @@ fn acked_writes_survive_leader_kill_and_the_follower_catches_up_after_restart() 
     while producer.count() < at_kill + 10_000 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let acked = producer.stop();
+    let (acked, _) = producer.stop();
     assert!(
         acked.len() >= at_kill + 10_000,
         "the producer did not recover after the leader was killed ({} acknowledged, {at_kill} at the kill)\n{}",
@@ -221,7 +160,7 @@ fn rolling_restart_loses_nothing() {
         &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
     );
     confluent_cluster(&cluster, "create", &["rolling", "2", "3"]);
-    let producer = AckedProducer::start(&cluster, "rolling");
+    let producer = AckedProducer::start(&cluster.bootstrap(), "rolling");
     cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
         producer.count() >= 5_000
     });
@@ -241,7 +180,7 @@ fn rolling_restart_loses_nothing() {
         });
         producer.wait_for_more(&cluster, 2_000);
     }
-    producer.stop_and_check(&cluster, "rolling", "rolling restart");
+    stop_and_check(producer, &cluster, "rolling", "rolling restart");
 }
 
 #[test]
@@ -758,7 +697,7 @@ fn reassignment_moves_replicas_without_loss() {
         !c.dir.path().join("data-1").join("moved-0").exists()
     });
     producer.wait_for_more(&cluster, 2_000);
-    producer.stop_and_check(&cluster, "moved", "reassignment");
+    stop_and_check(producer, &cluster, "moved", "reassignment");
 
     // "done" means committed and visible: right after it, the broker the command asked shows
     // the target replicas all in the ISR. (An empty RF=1 topic moved to three brokers printed
@@ -865,7 +804,7 @@ fn a_leader_whose_log_fails_hands_its_leadership_over() {
         |leader, isr| leader == 2 && !isr.contains(&3) && isr.len() == 2,
     );
     producer.wait_for_more(&cluster, 3_000);
-    producer.stop_and_check(&cluster, "failing", "log failures");
+    stop_and_check(producer, &cluster, "failing", "log failures");
     let logs = cluster.logs();
     assert!(
         logs.contains("reported replicas with failed logs to the controller"),
@@ -953,7 +892,7 @@ fn two_failovers_in_a_row_leave_no_divergence() {
             .iter()
             .all(|(_, l, isr)| *l == 4 && isr.len() == 3)
     });
-    let producer = AckedProducer::start(&cluster, "twice");
+    let producer = AckedProducer::start(&cluster.bootstrap(), "twice");
     cluster.wait_until("5,000 acknowledged", Duration::from_secs(60), |_| {
         producer.count() >= 5_000
     });
@@ -969,7 +908,7 @@ fn two_failovers_in_a_row_leave_no_divergence() {
     cluster.wait_until("full ISRs again", Duration::from_secs(90), |c| {
         leaders(c, "twice").iter().all(|(_, _, isr)| isr.len() == 3)
     });
-    let acked = producer.stop();
+    let (acked, _) = producer.stop();
     for partition in 0..2 {
         let tp = format!("twice-{partition}");
         cluster.wait_until("identical replicas", Duration::from_secs(30), |c| {
@@ -1120,7 +1059,7 @@ fn sigterm_under_load_stops_every_task_in_order() {
         &["min.insync.replicas=2", "replica.lag.time.max.ms=2000"],
     );
     confluent_cluster(&cluster, "create", &["stopping", "2", "3"]);
-    let producer = AckedProducer::start(&cluster, "stopping");
+    let producer = AckedProducer::start(&cluster.bootstrap(), "stopping");
     cluster.wait_until("records flowing", Duration::from_secs(60), |_| {
         producer.count() >= 2_000
     });
@@ -1146,7 +1085,7 @@ fn sigterm_under_load_stops_every_task_in_order() {
                 .all(|(_, _, isr)| isr.len() == 3)
         });
     }
-    let acked = producer.stop();
+    let (acked, _) = producer.stop();
     let stored = assert_acked_stored_once_in_order(&cluster, "stopping", &acked);
     println!(
         "{} acknowledged, {stored} stored across five SIGTERMs",

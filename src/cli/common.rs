@@ -362,6 +362,52 @@ pub fn one_of(positional: Option<String>, flag: Option<String>) -> String {
     positional.or(flag).unwrap_or_default()
 }
 
+/// A topic named as `sluice` takes it (positional) or as Kafka's tools do (`--topic T`):
+/// exactly one of the two.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopicArg {
+    /// The topic (or --topic, as Kafka's tools take it).
+    #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
+    topic: Option<String>,
+    /// The same, as Kafka's tools name it.
+    #[arg(
+        long = "topic",
+        id = "topic_flag",
+        value_name = "TOPIC",
+        hide_short_help = true
+    )]
+    topic_flag: Option<String>,
+}
+
+impl TopicArg {
+    pub fn name(&self) -> String {
+        one_of(self.topic.clone(), self.topic_flag.clone())
+    }
+}
+
+/// A group named as `sluice` takes it (positional) or as kafka-consumer-groups.sh does
+/// (`--group G`): exactly one of the two.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GroupArg {
+    /// The group (or --group, as kafka-consumer-groups.sh takes it).
+    #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
+    group: Option<String>,
+    /// The same, as Kafka's tools name it.
+    #[arg(
+        long = "group",
+        id = "group_flag",
+        value_name = "GROUP",
+        hide_short_help = true
+    )]
+    group_flag: Option<String>,
+}
+
+impl GroupArg {
+    pub fn name(&self) -> String {
+        one_of(self.group.clone(), self.group_flag.clone())
+    }
+}
+
 /// `key=value` from the command line.
 pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     let (key, value) = s

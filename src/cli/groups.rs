@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
 
-use super::common::{Connect, Format, block_on, one_of};
+use super::common::{Connect, Format, GroupArg, block_on};
 
 #[derive(Subcommand)]
 pub enum GroupsCommand {
@@ -23,17 +23,8 @@ pub enum GroupsCommand {
     /// A group's members and, per partition, the committed offset, log end offset and lag.
     #[command(override_usage = "sluice groups describe [OPTIONS] <GROUP | --group GROUP>")]
     Describe {
-        /// The group (or --group, as kafka-consumer-groups.sh takes it).
-        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
-        group: Option<String>,
-        /// The same, as Kafka's tools name it.
-        #[arg(
-            long = "group",
-            id = "group_flag",
-            value_name = "GROUP",
-            hide_short_help = true
-        )]
-        group_flag: Option<String>,
+        #[command(flatten)]
+        group: GroupArg,
         #[command(flatten)]
         common: Common,
     },
@@ -43,17 +34,8 @@ pub enum GroupsCommand {
         override_usage = "sluice groups reset-offsets [OPTIONS] <GROUP | --group GROUP> --topic TOPIC <--to-earliest|--to-latest|--to-offset N|--to-datetime T|--shift-by N>"
     )]
     ResetOffsets {
-        /// The group (or --group, as kafka-consumer-groups.sh takes it).
-        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
-        group: Option<String>,
-        /// The same, as Kafka's tools name it.
-        #[arg(
-            long = "group",
-            id = "group_flag",
-            value_name = "GROUP",
-            hide_short_help = true
-        )]
-        group_flag: Option<String>,
+        #[command(flatten)]
+        group: GroupArg,
         #[arg(long)]
         topic: String,
         #[command(flatten)]
@@ -67,17 +49,8 @@ pub enum GroupsCommand {
     /// Deletes a group that has no members, with its committed offsets.
     #[command(override_usage = "sluice groups delete [OPTIONS] <GROUP | --group GROUP>")]
     Delete {
-        /// The group (or --group, as kafka-consumer-groups.sh takes it).
-        #[arg(required_unless_present = "group_flag", conflicts_with = "group_flag")]
-        group: Option<String>,
-        /// The same, as Kafka's tools name it.
-        #[arg(
-            long = "group",
-            id = "group_flag",
-            value_name = "GROUP",
-            hide_short_help = true
-        )]
-        group_flag: Option<String>,
+        #[command(flatten)]
+        group: GroupArg,
         #[command(flatten)]
         common: Common,
     },
@@ -116,27 +89,18 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
     block_on(async move {
         match command {
             GroupsCommand::List { common } => list(&common).await,
-            GroupsCommand::Describe {
-                group,
-                group_flag,
-                common,
-            } => describe(&common, &one_of(group, group_flag)).await,
+            GroupsCommand::Describe { group, common } => describe(&common, &group.name()).await,
             GroupsCommand::ResetOffsets {
                 group,
-                group_flag,
                 topic,
                 target,
                 execute,
                 common,
             } => {
-                let group = one_of(group, group_flag);
+                let group = group.name();
                 reset_offsets(&common, &group, &topic, &target, execute).await
             }
-            GroupsCommand::Delete {
-                group,
-                group_flag,
-                common,
-            } => delete(&common, &one_of(group, group_flag)).await,
+            GroupsCommand::Delete { group, common } => delete(&common, &group.name()).await,
         }
     })
 }

@@ -12,7 +12,7 @@ use sluice::client::{ClientConfig, Producer, ProducerRecord};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::common::{Connect, Progress, block_on, one_of, parse_key_value, watch_stalls};
+use super::common::{Connect, Progress, TopicArg, block_on, parse_key_value, watch_stalls};
 
 #[derive(Args)]
 #[command(override_usage = "sluice produce [OPTIONS] <TOPIC | --topic TOPIC>")]
@@ -21,17 +21,8 @@ use super::common::{Connect, Progress, block_on, one_of, parse_key_value, watch_
   sluice produce --topic orders --property parse.key=true --property key.separator=:
   sluice produce orders --key-separator : --header source=cli")]
 pub struct ProduceArgs {
-    /// The topic to write to (or --topic, as kafka-console-producer.sh takes it).
-    #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
-    topic: Option<String>,
-    /// The same, as Kafka's tools name it.
-    #[arg(
-        long = "topic",
-        id = "topic_flag",
-        value_name = "TOPIC",
-        hide_short_help = true
-    )]
-    topic_flag: Option<String>,
+    #[command(flatten)]
+    topic: TopicArg,
     /// Splits each line into key and value at the first occurrence (no key otherwise).
     #[arg(long)]
     key_separator: Option<String>,
@@ -130,7 +121,7 @@ pub fn parse_bool(key: &str, value: &str) -> anyhow::Result<bool> {
 }
 
 pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
-    let topic = one_of(args.topic.clone(), args.topic_flag.clone());
+    let topic = args.topic.name();
     let reader = LineReader::new(&args)?;
     let mut config: ClientConfig = args.connect.config()?;
     config.insert("acks", args.acks.clone());

@@ -19,7 +19,7 @@ use serde_json::json;
 use sluice::client::{Admin, AlterConfigOp, ElectionType, Error, NewTopic, RESOURCE_TOPIC};
 use sluice::protocol::errors;
 
-use super::common::{Connect, Format, block_on, one_of, parse_key_value, print_table};
+use super::common::{Connect, Format, TopicArg, block_on, parse_key_value, print_table};
 
 #[derive(Subcommand)]
 pub enum TopicsCommand {
@@ -27,17 +27,8 @@ pub enum TopicsCommand {
     /// num.partitions and default.replication.factor.
     #[command(override_usage = "sluice topics create [OPTIONS] <TOPIC | --topic TOPIC>")]
     Create {
-        /// The topic (or --topic, as kafka-topics.sh takes it).
-        #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
-        topic: Option<String>,
-        /// The same, as Kafka's tools name it.
-        #[arg(
-            long = "topic",
-            id = "topic_flag",
-            value_name = "TOPIC",
-            hide_short_help = true
-        )]
-        topic_flag: Option<String>,
+        #[command(flatten)]
+        topic: TopicArg,
         #[arg(long)]
         partitions: Option<i32>,
         #[arg(long)]
@@ -95,17 +86,8 @@ pub enum TopicsCommand {
     /// Adds partitions and changes the topic's configs.
     #[command(override_usage = "sluice topics alter [OPTIONS] <TOPIC | --topic TOPIC>")]
     Alter {
-        /// The topic (or --topic, as kafka-topics.sh takes it).
-        #[arg(required_unless_present = "topic_flag", conflicts_with = "topic_flag")]
-        topic: Option<String>,
-        /// The same, as Kafka's tools name it.
-        #[arg(
-            long = "topic",
-            id = "topic_flag",
-            value_name = "TOPIC",
-            hide_short_help = true
-        )]
-        topic_flag: Option<String>,
+        #[command(flatten)]
+        topic: TopicArg,
         /// The new total partition count (partitions are never removed).
         #[arg(long)]
         partitions: Option<i32>,
@@ -190,7 +172,6 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
         match command {
             TopicsCommand::Create {
                 topic,
-                topic_flag,
                 partitions,
                 replication_factor,
                 configs,
@@ -199,7 +180,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
                 validate_only,
                 connect,
             } => {
-                let topic = one_of(topic, topic_flag);
+                let topic = topic.name();
                 let mut new = NewTopic::new(
                     &topic,
                     partitions.unwrap_or(-1),
@@ -250,13 +231,12 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<()> {
             }
             TopicsCommand::Alter {
                 topic,
-                topic_flag,
                 partitions,
                 configs,
                 delete_configs,
                 connect,
             } => {
-                let topic = one_of(topic, topic_flag);
+                let topic = topic.name();
                 if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
                     bail!("nothing to change: give --partitions, --config or --delete-config");
                 }

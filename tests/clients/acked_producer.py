@@ -25,7 +25,10 @@ def delivered(err, msg):
         report("delivery", err)
 
 
-# message.timeout.ms well past any failover (see confluent_suite.py produce-acked).
+# message.timeout.ms well past any failover: when a queued message times out, librdkafka
+# bumps its producer epoch locally and re-sends records it had sent and got a retriable
+# error for under new sequence numbers, which stores them twice whatever the broker does
+# (librdkafka issue #4953). A 5 s timeout did so under a loaded CI machine.
 producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True, "acks": "all",
                      "linger.ms": 2, "message.timeout.ms": 60000,
                      "error_cb": lambda err: report("client", err)})

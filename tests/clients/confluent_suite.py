@@ -481,29 +481,6 @@ def case_auto_create():
     check([m.value() for m in got] == [b"hello"], "auto-created topic content")
 
 
-def case_produce_acked():
-    """Produces idempotently until killed, printing each acknowledged record's value."""
-    topic = sys.argv[3]
-    # message.timeout.ms well past any failover: when a queued message times out, librdkafka
-    # bumps its producer epoch locally and re-sends records it had sent and got a retriable
-    # error for under new sequence numbers, which stores them twice whatever the broker does
-    # (librdkafka issue #4953). A 5 s timeout did so under a loaded CI machine.
-    producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
-                         "linger.ms": 2, "message.timeout.ms": 60000})
-
-    def delivered(err, msg):
-        if err is None:
-            print(msg.value().decode(), flush=True)
-
-    i = 0
-    while True:
-        producer.produce(topic, value=f"r{i}".encode(), partition=i % 2, on_delivery=delivered)
-        producer.poll(0)
-        i += 1
-        if i % 200 == 0:
-            producer.flush(1)
-
-
 def case_create():
     """Creates TOPIC with PARTITIONS partitions and REPLICATION_FACTOR replicas."""
     topic, partitions, factor = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])

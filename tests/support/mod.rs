@@ -614,3 +614,73 @@ pub fn suite_on_cluster(cluster: &Cluster, script: &str, case: &str, extra: &[&s
     }
     stdout
 }
+
+/// `tests/clients/acked_producer.py`: an idempotent acks=all confluent-kafka producer writing
+/// `r<i>` to partition `i % 2` of a topic until stopped. Collects what was acknowledged (the
+/// values, in the order acknowledged) and every error the client reported.
+pub struct AckedProducer {
+    child: Child,
+    acked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl AckedProducer {
+    pub fn start(bootstrap: &str, topic: &str) -> AckedProducer {
+        use std::io::BufRead;
+        let mut child = Command::new("python3")
+            .args(["acked_producer.py", bootstrap, topic])
+            .current_dir(clients_dir())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start acked_producer.py (scripts/test installs confluent-kafka)");
+        let stdout = child.stdout.take().expect("stdout");
+        let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reader = {
+            let (acked, errors) = (acked.clone(), errors.clone());
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if line.starts_with("ERROR ") {
+                        errors.lock().expect("lock").push(line);
+                    } else {
+                        acked.lock().expect("lock").push(line);
+                    }
+                }
+            })
+        };
+        AckedProducer {
+            child,
+            acked,
+            errors,
+            reader,
+        }
+    }
+
+    /// Records acknowledged so far.
+    pub fn count(&self) -> usize {
+        self.acked.lock().expect("lock").len()
+    }
+
+    /// Waits (up to 60 s) for `more` records acknowledged from now on.
+    pub fn wait_for_more(&self, cluster: &Cluster, more: usize) {
+        let before = self.count();
+        cluster.wait_until("the producer going on", Duration::from_secs(60), |_| {
+            self.count() >= before + more
+        });
+    }
+
+    /// Stops the producer: the values it got acknowledged, and the errors it reported.
+    pub fn stop(mut self) -> (Vec<String>, Vec<String>) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.reader.join();
+        let acked = self.acked.lock().expect("lock").clone();
+        let errors = self.errors.lock().expect("lock").clone();
+        (acked, errors)
+    }
+}
