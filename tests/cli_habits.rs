@@ -167,6 +167,44 @@ fn kafka_quickstart_commands_work_with_only_the_tool_name_changed() {
         "groups --bootstrap-server {b} --describe --group g1"
     ));
     assert!(out.contains("quickstart-events"), "{out}");
+    // --describe --state and --members, kafka-consumer-groups.sh's other views: g1's consumer
+    // has gone; a live kcat member of g2 is listed with its partition.
+    let out = ok(&format!(
+        "groups --bootstrap-server {b} --describe --group g1 --state"
+    ));
+    assert!(
+        out.contains("ASSIGNMENT-STRATEGY") && out.contains("Empty"),
+        "{out}"
+    );
+    let out = ok(&format!(
+        "groups --bootstrap-server {b} --describe --group g1 --members"
+    ));
+    assert_eq!(out.trim(), "Consumer group 'g1' has no active members.");
+    let mut member = Command::new("kcat")
+        .args(["-b", &b, "-G", "g2", "quickstart-events"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kcat");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let members = loop {
+        // GROUP_ID_NOT_FOUND until kcat's first join.
+        let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(shell_words(&format!(
+                "groups --bootstrap-server {b} --describe --group g2 --members --verbose"
+            )))
+            .output()
+            .expect("run sluice");
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        if out.contains("quickstart-events(0)") || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = member.kill();
+    let _ = member.wait();
+    assert!(members.contains("#PARTITIONS"), "{members}");
+    assert!(members.contains("quickstart-events(0)"), "{members}");
 
     // kafka-configs.sh --alter --add-config with a list value, then --describe; confluent-kafka
     // reads what was set.

@@ -11,7 +11,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
 
-use super::common::{Connect, Format, GroupArg, block_on};
+use serde_json::json;
+
+use super::common::{Connect, Format, GroupArg, block_on, print_table};
 
 #[derive(Subcommand)]
 pub enum GroupsCommand {
@@ -25,6 +27,12 @@ pub enum GroupsCommand {
     Describe {
         #[command(flatten)]
         group: GroupArg,
+        #[command(flatten)]
+        view: DescribeView,
+        /// With --members: each member's partitions too (always shown; accepted as
+        /// kafka-consumer-groups.sh takes it).
+        #[arg(long, requires = "members")]
+        verbose: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -54,6 +62,23 @@ pub enum GroupsCommand {
         #[command(flatten)]
         common: Common,
     },
+}
+
+/// kafka-consumer-groups.sh's views of a group: the partitions with their offsets and lag
+/// (`--offsets`, the default), the members (`--members`, with `--verbose` their partitions),
+/// or the group's state (`--state`).
+#[derive(Args)]
+#[group(multiple = false)]
+pub struct DescribeView {
+    /// Per partition: committed offset, log end offset, lag and owner (the default).
+    #[arg(long)]
+    offsets: bool,
+    /// The members: consumer id, host, client id and partition count.
+    #[arg(long)]
+    members: bool,
+    /// The group's coordinator, assignor, state and member count.
+    #[arg(long)]
+    state: bool,
 }
 
 #[derive(Args)]
@@ -89,7 +114,18 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
     block_on(async move {
         match command {
             GroupsCommand::List { common } => list(&common).await,
-            GroupsCommand::Describe { group, common } => describe(&common, &group.name()).await,
+            GroupsCommand::Describe {
+                group,
+                view,
+                verbose: _,
+                common,
+            } => {
+                if view.members || view.state {
+                    describe_members_or_state(&common, &group.name(), &view).await
+                } else {
+                    describe(&common, &group.name()).await
+                }
+            }
             GroupsCommand::ResetOffsets {
                 group,
                 topic,
@@ -266,6 +302,97 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
         );
     }
     println!("\ntotal_lag {total_lag}");
+    Ok(())
+}
+
+/// `--describe --members [--verbose]` and `--describe --state`, in kafka-consumer-groups.sh's
+/// columns.
+async fn describe_members_or_state(
+    common: &Common,
+    group: &str,
+    view: &DescribeView,
+) -> anyhow::Result<()> {
+    let admin: Admin = common.connect.admin().await?;
+    let described = admin.describe_group(group).await?;
+    let members = members(&described);
+    if common.output == Format::Json {
+        let value = if view.state {
+            json!({
+                "group": group,
+                "coordinator": described.coordinator,
+                "assignment_strategy": described.protocol,
+                "state": described.state,
+                "members": members.len(),
+            })
+        } else {
+            json!({ "group": group, "members": members })
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    if view.state {
+        print_table(
+            &[
+                "GROUP",
+                "COORDINATOR",
+                "ASSIGNMENT-STRATEGY",
+                "STATE",
+                "#MEMBERS",
+            ],
+            &[vec![
+                group.to_owned(),
+                described.coordinator.clone(),
+                described.protocol.clone(),
+                described.state.clone(),
+                members.len().to_string(),
+            ]],
+        );
+        return Ok(());
+    }
+    if members.is_empty() {
+        println!("Consumer group '{group}' has no active members.");
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|m| {
+            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+            for (topic, partition) in &m.assignment {
+                by_topic.entry(topic).or_default().push(*partition);
+            }
+            let assignment = by_topic
+                .iter()
+                .map(|(topic, partitions)| {
+                    let list: Vec<String> = partitions.iter().map(i32::to_string).collect();
+                    format!("{topic}({})", list.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            vec![
+                group.to_owned(),
+                m.member_id.clone(),
+                m.host.clone(),
+                m.client_id.clone(),
+                m.assignment.len().to_string(),
+                if assignment.is_empty() {
+                    "-".to_owned()
+                } else {
+                    assignment
+                },
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "GROUP",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+            "#PARTITIONS",
+            "ASSIGNMENT",
+        ],
+        &rows,
+    );
     Ok(())
 }
 
