@@ -6,7 +6,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use support::SingleNode;
+use support::{SingleNode, stderr_lines};
 
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -760,23 +760,6 @@ fn kcat_reads(node: &SingleNode, topic: &str, format: &str) -> String {
         .output()
         .expect("run kcat");
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Lines of a child's stderr, as they come.
-fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if lines.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    received
 }
 
 /// Every line that comes within `period`.

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Cluster, SingleNode};
+use support::{Cluster, SingleNode, stderr_lines};
 
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -476,23 +476,6 @@ fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
         "topics elect-leaders --bootstrap-server {b} --election-type preferred --all-topic-partitions"
     ));
     assert_eq!(out, "", "every preferred replica leads already");
-}
-
-/// Lines of a child's stderr, as they come.
-fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if lines.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    received
 }
 
 /// Waits for a line that `wanted` accepts; panics with what came before after `timeout`.

@@ -700,7 +700,7 @@ impl Log {
         self.read_with(offset, max_bytes, max_offset, true)
     }
 
-    /// As [`PartitionLog::read`], the first batch included beyond `max_bytes` only with
+    /// As [`Log::read`], the first batch included beyond `max_bytes` only with
     /// `min_one_message` (Kafka's `minOneMessage`: a Fetch grants it to the first partition
     /// that returns records, and to no other, so a response stays within its `max_bytes`
     /// but for that one batch, KIP-74). Without it, a first batch larger than `max_bytes`

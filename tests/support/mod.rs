@@ -684,3 +684,20 @@ impl AckedProducer {
         (acked, errors)
     }
 }
+
+/// Lines of a child's stderr, as they come.
+pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
