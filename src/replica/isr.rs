@@ -73,12 +73,10 @@ pub async fn run(
                             }
                             _ => "refused".to_owned(),
                         },
-                        verb: "refused",
                         reason: other.summary(),
                     },
                     Err(error) => Refusal {
-                        kind: "no answer".to_owned(),
-                        verb: "failed",
+                        kind: NO_ANSWER.to_owned(),
                         reason: error,
                     },
                 };
@@ -132,26 +130,27 @@ fn log_change(partition: &Partition, from: &[BrokerId], to: &[BrokerId]) {
     };
     let leaving: Vec<BrokerId> = from.iter().copied().filter(|b| !to.contains(b)).collect();
     let joining: Vec<BrokerId> = to.iter().copied().filter(|b| !from.contains(b)).collect();
-    let high_watermark = partition.high_watermark();
-    if !leaving.is_empty() {
-        tracing::info!(
-            topic_partition = %partition.topic_partition,
-            from = %broker_list(from),
-            to = %broker_list(to),
-            high_watermark,
-            leaving = %describe(leaving),
-            "shrinking the ISR"
-        );
-    } else {
-        tracing::info!(
-            topic_partition = %partition.topic_partition,
-            from = %broker_list(from),
-            to = %broker_list(to),
-            high_watermark,
-            joining = %describe(joining),
-            "expanding the ISR"
-        );
-    }
+    let what = match (leaving.is_empty(), joining.is_empty()) {
+        (false, true) => "shrinking the ISR",
+        (true, false) => "expanding the ISR",
+        _ => "changing the ISR",
+    };
+    let or_none = |members: Vec<BrokerId>| {
+        if members.is_empty() {
+            "none".to_owned()
+        } else {
+            describe(members)
+        }
+    };
+    tracing::info!(
+        topic_partition = %partition.topic_partition,
+        from = %broker_list(from),
+        to = %broker_list(to),
+        high_watermark = partition.high_watermark(),
+        leaving = %or_none(leaving),
+        joining = %or_none(joining),
+        "{what}"
+    );
 }
 
 fn describe_follower(broker: BrokerId, follower: &FollowerState, now: Instant) -> String {
@@ -169,11 +168,21 @@ fn describe_follower(broker: BrokerId, follower: &FollowerState, now: Instant) -
 /// An AlterPartition the controller refused or that got no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Refusal {
-    /// What makes two refusals the same streak: the Kafka error's name, or "no answer".
+    /// What makes two refusals the same streak: the Kafka error's name, or `NO_ANSWER`.
     kind: String,
-    /// "refused" or "failed", for the log line.
-    verb: &'static str,
     reason: String,
+}
+
+/// The kind of a call that got no answer (the others are refused with a Kafka error).
+const NO_ANSWER: &str = "no answer";
+
+/// "refused" or "failed", and the noun for a count of them, for the log lines.
+fn verb_of(kind: &str) -> (&'static str, &'static str) {
+    if kind == NO_ANSWER {
+        ("failed", "failures")
+    } else {
+        ("refused", "refusals")
+    }
 }
 
 /// A run of refusals of one kind: said when it starts and when it ends.
@@ -181,7 +190,6 @@ struct Refusal {
 struct Streak {
     since: Instant,
     count: u64,
-    verb: &'static str,
 }
 
 /// The streaks going on, by kind.
@@ -226,11 +234,11 @@ impl Streaks {
                 } => tracing::warn!(
                     %topic_partition,
                     partitions,
-                    %reason,
-                    "AlterPartition {verb} ({kind}); said once while it repeats"
+                    %kind,
+                    "AlterPartition {verb}: {reason} (not logged again until it stops)"
                 ),
                 Said::Continued { kind, count } => {
-                    tracing::debug!(%kind, count, "AlterPartition still refused")
+                    tracing::debug!(%kind, count, "AlterPartition still {}", verb_of(&kind).0)
                 }
                 Said::Ended {
                     kind,
@@ -238,9 +246,10 @@ impl Streaks {
                     count,
                     elapsed_ms,
                 } => tracing::info!(
-                    count,
+                    %kind,
                     elapsed_ms,
-                    "AlterPartition no longer {verb} ({kind}) after {count} refusals over {:.1} s",
+                    "AlterPartition no longer {verb} after {count} {} over {:.1} s",
+                    verb_of(&kind).1,
                     elapsed_ms as f64 / 1000.0
                 ),
             }
@@ -265,8 +274,8 @@ impl Streaks {
         for kind in ended {
             if let Some(streak) = self.open.remove(&kind) {
                 said.push(Said::Ended {
+                    verb: verb_of(&kind).0,
                     kind,
-                    verb: streak.verb,
                     count: streak.count,
                     elapsed_ms: now.saturating_duration_since(streak.since).as_millis() as u64,
                 });
@@ -286,18 +295,11 @@ impl Streaks {
                     let Some((topic_partition, first)) = refusals.into_iter().next() else {
                         continue;
                     };
-                    self.open.insert(
-                        kind.clone(),
-                        Streak {
-                            since: now,
-                            count,
-                            verb: first.verb,
-                        },
-                    );
+                    self.open.insert(kind.clone(), Streak { since: now, count });
                     said.push(Said::Started {
+                        verb: verb_of(&kind).0,
                         kind,
                         topic_partition,
-                        verb: first.verb,
                         reason: first.reason,
                         partitions: count as usize,
                     });
@@ -317,7 +319,6 @@ mod tests {
             topic_partition.to_owned(),
             Refusal {
                 kind: "INELIGIBLE_REPLICA".into(),
-                verb: "refused",
                 reason: "INELIGIBLE_REPLICA (107): replica 3 cannot join the ISR".into(),
             },
         )
