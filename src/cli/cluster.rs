@@ -25,7 +25,11 @@ pub enum ClusterCommand {
         bootstrap_server: Option<String>,
         /// With --bootstrap-server: how long to wait for a broker to answer before giving up
         /// (exit 3), in milliseconds.
-        #[arg(long, default_value_t = super::common::BROKER_WAIT_MS)]
+        #[arg(
+            long,
+            default_value_t = super::common::BROKER_WAIT_MS,
+            conflicts_with = "bootstrap_controller"
+        )]
         timeout_ms: u64,
     },
     /// Makes a learner (a running node outside the voters) a voter.

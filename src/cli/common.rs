@@ -102,13 +102,22 @@ pub async fn wait_for_broker(admin: &Admin, servers: &str, bound: Duration) -> a
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(error)) if is_unreachable(&error) => error,
             Ok(Err(error)) => return Err(error.into()),
+            // The bound is said by the context below: the reason says what did not happen.
             Err(_) => Error::Connect {
                 addr: servers.to_owned(),
-                reason: format!("no answer within {}", seconds(bound)),
+                reason: "the connection and its ApiVersions handshake did not complete".into(),
             },
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
+            // A connection that was dropped or timed out is a broker not reached too: exit 3.
+            let error = match error {
+                reached @ (Error::Connect { .. } | Error::NoBrokerReachable { .. }) => reached,
+                other => Error::Connect {
+                    addr: servers.to_owned(),
+                    reason: other.to_string(),
+                },
+            };
             return Err(anyhow::Error::new(error)
                 .context(format!("no broker answered within {}", seconds(bound))));
         }
@@ -414,6 +423,19 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not key=value"))?;
     Ok((key.trim().to_owned(), value.trim().to_owned()))
+}
+
+/// `key=value` of Kafka's `--property`: the value kept as given, since separators are often
+/// blanks (`key.separator=' '`, a tab).
+pub fn parse_property(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not key=value"))?;
+    let key = key.trim();
+    if key.ends_with(".separator") && value.is_empty() {
+        return Err(format!("{key} must not be empty"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 /// `count` distinct loopback ports nothing listens on, for the nodes a command starts.

@@ -11,6 +11,7 @@ use sluice::client::{ClientConfig, Consumer, ConsumerRecord, TopicPartition};
 
 use super::common::{
     BROKER_WAIT_MS, BrokerProbe, Connect, STALL_REPORT_EVERY, Servers, block_on, parse_key_value,
+    parse_property,
 };
 use super::produce::parse_bool;
 
@@ -85,8 +86,12 @@ pub struct ConsumeArgs {
     /// kafka-console-consumer.sh's formatter properties: print.key, print.value,
     /// print.partition, print.offset, print.timestamp, print.headers (true|false),
     /// key.separator, line.separator, null.literal (repeatable). Any of them prints records
-    /// as Kafka's default formatter does.
-    #[arg(long = "property", value_parser = parse_key_value)]
+    /// as Kafka's default formatter does (so not with --format or --key-separator).
+    #[arg(
+        long = "property",
+        value_parser = parse_property,
+        conflicts_with_all = ["format", "key_separator"]
+    )]
     formatter_properties: Vec<(String, String)>,
     /// read_uncommitted or read_committed.
     #[arg(long, default_value = "read_uncommitted")]

@@ -12,7 +12,9 @@ use sluice::client::{ClientConfig, Producer, ProducerRecord};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::common::{Connect, Progress, TopicArg, block_on, parse_key_value, watch_stalls};
+use super::common::{
+    Connect, Progress, TopicArg, block_on, parse_key_value, parse_property, watch_stalls,
+};
 
 #[derive(Args)]
 #[command(override_usage = "sluice produce [OPTIONS] <TOPIC | --topic TOPIC>")]
@@ -29,7 +31,7 @@ pub struct ProduceArgs {
     /// kafka-console-producer.sh's line reader properties: parse.key=true|false,
     /// key.separator=S (default a tab), null.marker=S (a value equal to it is a null value)
     /// (repeatable).
-    #[arg(long = "property", value_parser = parse_key_value)]
+    #[arg(long = "property", value_parser = parse_property)]
     reader_properties: Vec<(String, String)>,
     /// A header added to every record, key=value (repeatable).
     #[arg(long = "header", value_parser = parse_key_value)]
@@ -66,7 +68,9 @@ impl LineReader {
         let mut parse_key = args.key_separator.is_some();
         let mut separator = args.key_separator.clone();
         let mut null_marker = None;
-        let mut ignore_error = false;
+        // --key-separator (ours) keeps its documented meaning: a line without the separator
+        // is all value. Kafka's `parse.key=true` refuses such a line unless `ignore.error`.
+        let mut ignore_error = args.key_separator.is_some();
         for (key, value) in &args.reader_properties {
             match key.as_str() {
                 "parse.key" => parse_key = parse_bool(key, value)?,
@@ -142,9 +146,10 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
         let mut deliveries = JoinSet::new();
         let mut line_number = 0u64;
         let mut input_open = true;
-        // A line the reader refused: what was sent before it is still delivered, as Kafka's
+        // The first failure (a line the reader refused, a read or send error, a record not
+        // delivered) stops the input; what was sent before it is still delivered, as Kafka's
         // console producer closes its producer (which sends what it holds) before it exits.
-        let mut refused = None;
+        let mut failed: Option<anyhow::Error> = None;
         loop {
             tokio::select! {
                 line = lines.recv(), if input_open && deliveries.len() < OUTSTANDING_RECORDS_MAX => {
@@ -153,38 +158,65 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
                         continue;
                     };
                     line_number += 1;
-                    let (key, value) = match reader.split(line.context("reading standard input")?, line_number) {
+                    let split = line
+                        .context("reading standard input")
+                        .and_then(|line| reader.split(line, line_number));
+                    let (key, value) = match split {
                         Ok(split) => split,
                         Err(error) => {
-                            refused = Some(error);
+                            failed = Some(error);
                             break;
                         }
                     };
-                    let record = record_of(&args, &topic, key, value);
-                    deliveries.spawn(producer.send(record).await?);
-                    progress.sent.fetch_add(1, Ordering::Relaxed);
+                    match producer.send(record_of(&args, &topic, key, value)).await {
+                        Ok(delivery) => {
+                            deliveries.spawn(delivery);
+                            progress.sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            failed = Some(error.into());
+                            break;
+                        }
+                    }
                 }
                 // Counted as each is acknowledged, so the stall watcher sees idle input as
                 // nothing waiting.
                 Some(delivery) = deliveries.join_next() => {
-                    delivery??;
-                    progress.done.fetch_add(1, Ordering::Relaxed);
+                    if let Err(error) = delivered(delivery, &progress) {
+                        failed = Some(error);
+                        break;
+                    }
                 }
                 else => break,
             }
         }
         while let Some(delivery) = deliveries.join_next().await {
-            delivery??;
-            progress.done.fetch_add(1, Ordering::Relaxed);
+            if let Err(error) = delivered(delivery, &progress) {
+                failed.get_or_insert(error);
+            }
         }
-        let sent = progress.sent.load(Ordering::Relaxed);
-        producer.close().await?;
-        if let Some(error) = refused {
+        let closed = producer.close().await;
+        if let Some(error) = failed {
             return Err(error);
         }
-        eprintln!("{sent} records written to {topic}");
+        closed?;
+        let done = progress.done.load(Ordering::Relaxed);
+        eprintln!("{done} records written to {topic}");
         Ok(())
     })
+}
+
+/// One delivery's outcome, counted when the record was acknowledged.
+fn delivered(
+    delivery: Result<
+        sluice::client::Result<sluice::client::RecordMetadata>,
+        tokio::task::JoinError,
+    >,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    delivery??;
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Records sent and not yet acknowledged, at most: beyond it input waits, so memory stays
