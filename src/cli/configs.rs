@@ -293,13 +293,9 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                         .into(),
                 );
                 for (name, accepted, doc) in registry::UNIMPLEMENTED_TOPIC_KEYS {
-                    let accepted: Vec<&str> = accepted
-                        .iter()
-                        .map(|v| if v.is_empty() { "empty" } else { v })
-                        .collect();
                     out.push(format!(
                         "  {name:<38} refused unless {}; {doc}",
-                        accepted.join(" or ")
+                        registry::accepted_values(accepted)
                     ));
                 }
             }
@@ -339,14 +335,9 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                         registry::UnimplementedEffect::Refused if key.accepted.is_empty() => {
                             "refused".to_owned()
                         }
-                        registry::UnimplementedEffect::Refused => format!(
-                            "refused unless {}",
-                            key.accepted
-                                .iter()
-                                .map(|v| if v.is_empty() { "empty" } else { v })
-                                .collect::<Vec<_>>()
-                                .join(" or ")
-                        ),
+                        registry::UnimplementedEffect::Refused => {
+                            format!("refused unless {}", registry::accepted_values(key.accepted))
+                        }
                         registry::UnimplementedEffect::NoEffect => "no effect".to_owned(),
                     };
                     out.push(format!("  {name:<38} {effect}; {}", key.doc));

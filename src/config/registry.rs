@@ -1116,6 +1116,15 @@ pub fn is_dynamic_broker_key(name: &str) -> bool {
     broker_key(name).is_some_and(|k| k.dynamic)
 }
 
+/// The values an unimplemented key accepts, for messages: `0`, `true or false`, `empty`.
+pub fn accepted_values(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| if v.is_empty() { "empty" } else { v })
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
 /// Kafka's topic configs that Sluice does not implement: (name, values that ask for nothing
 /// Sluice lacks (Kafka's defaults, which tools that copy topic configs send), what Sluice
 /// does instead). Any other value is refused (INVALID_CONFIG) with that reason, never
@@ -1187,11 +1196,7 @@ pub fn validate_topic(name: &str, value: &str) -> Result<Value, ConfigError> {
             }
             Some((_, accepted, doc)) => format!(
                 "a Kafka topic config Sluice does not implement: {doc} (accepted: {})",
-                accepted
-                    .iter()
-                    .map(|v| if v.is_empty() { "empty" } else { v })
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                accepted_values(accepted)
             ),
             None => "unknown topic config".to_owned(),
         };
