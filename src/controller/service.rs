@@ -944,13 +944,25 @@ async fn listeners_refuse(image: &sluice_raft::MetadataImage, broker: BrokerId) 
         return false;
     }
     for endpoint in endpoints {
-        let connect = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port));
-        match tokio::time::timeout(Duration::from_millis(300), connect).await {
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
-            _ => return false,
+        let addr = (endpoint.host.as_str(), endpoint.port);
+        if !refuses_connection(addr, Duration::from_millis(300)).await {
+            return false;
         }
     }
     true
+}
+
+/// Whether a TCP connect to `addr` is refused within `timeout`: nothing listens there, so
+/// the process is gone (the kernel refuses at once, even after kill -9). A connect that
+/// succeeds or times out (a paused or cut-off process) does not count.
+pub(crate) async fn refuses_connection(
+    addr: impl tokio::net::ToSocketAddrs,
+    timeout: Duration,
+) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused
+    )
 }
 
 impl CallHandler for ControllerService {

@@ -54,6 +54,7 @@ pub(super) async fn controlled_shutdown(
     let started = std::time::Instant::now();
     let deadline = started + shutdown_bound(config);
     let retries = config.controlled_shutdown_max_retries;
+    let mut last_failure = None;
     for attempt in 0..=retries {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
@@ -96,19 +97,20 @@ pub(super) async fn controlled_shutdown(
             Err(error) => error,
         };
         let attempt = attempt + 1;
-        if attempt > retries {
-            tracing::warn!(broker_id, attempt, %failure, "controlled shutdown failed");
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let backoff = Duration::from_millis(config.controlled_shutdown_retry_backoff_ms);
+        if attempt > retries || left.is_zero() {
+            // The last failure is said once, by the line giving up below.
+            last_failure = Some(failure);
             break;
         }
         tracing::warn!(
             broker_id,
             attempt,
-            retry_in_ms = config.controlled_shutdown_retry_backoff_ms,
+            retry_in_ms = left.min(backoff).as_millis() as u64,
             %failure,
             "controlled shutdown failed; retrying"
         );
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let backoff = Duration::from_millis(config.controlled_shutdown_retry_backoff_ms);
         tokio::select! {
             _ = tokio::time::sleep(left.min(backoff)) => {}
             refusing = until_quorum_gone(&voters) => {
@@ -120,6 +122,7 @@ pub(super) async fn controlled_shutdown(
     tracing::warn!(
         broker_id,
         elapsed_ms = started.elapsed().as_millis() as u64,
+        last_failure = last_failure.as_deref().unwrap_or("out of time"),
         "controlled shutdown gave up: stopping anyway (the controller fences this broker when \
          its session expires, and its leaderships move then)"
     );
@@ -207,11 +210,7 @@ async fn quorum_gone(voters: &[String]) -> Option<usize> {
     for addr in voters {
         let addr = addr.clone();
         probes.spawn(async move {
-            matches!(
-                tokio::time::timeout(VOTER_PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr))
-                    .await,
-                Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused
-            )
+            crate::controller::service::refuses_connection(addr, VOTER_PROBE_TIMEOUT).await
         });
     }
     let refusing = probes.join_all().await.into_iter().filter(|r| *r).count();
