@@ -245,9 +245,6 @@ pub struct ControllerService {
     /// controller is single-threaded for the same reason): two decisions made on the same
     /// image could each be valid and together wrong.
     deciding: tokio::sync::Mutex<()>,
-    /// `auto.leader.rebalance.enable`: `leader.imbalance.check.interval.seconds` and
-    /// `leader.imbalance.per.broker.percentage`.
-    leader_rebalance: Mutex<Option<LeaderRebalance>>,
     /// A broker silent this long (a missed `broker.heartbeat.interval.ms`) has its listener
     /// probed: a refused connection means its process is gone, and it is fenced at once.
     probe_after: Mutex<Option<Duration>>,
@@ -276,7 +273,6 @@ impl ControllerService {
             session_timeout,
             sessions: Mutex::new(Sessions::default()),
             deciding: tokio::sync::Mutex::new(()),
-            leader_rebalance: Mutex::new(None),
             probe_after: Mutex::new(None),
             suspects: Mutex::new(HashSet::new()),
             suspected: tokio::sync::Notify::new(),
@@ -355,16 +351,6 @@ impl ControllerService {
         std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Turns on leader rebalancing: every `interval`, the active controller gives leaderships
-    /// back to their preferred replicas, by Kafka's per-broker threshold
-    /// (`super::preferred_leader_changes`).
-    pub fn enable_leader_rebalance(&self, settings: LeaderRebalance) {
-        *self
-            .leader_rebalance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(settings);
-    }
-
     /// Finishes reassignments whose target replicas all joined the ISR; runs until the
     /// quorum is gone.
     pub async fn run_reassignments(self: Arc<Self>) {
@@ -394,7 +380,9 @@ impl ControllerService {
         }
     }
 
-    /// Runs leader rebalancing until the quorum is gone (does nothing unless enabled).
+    /// Runs leader rebalancing (`auto.leader.rebalance.enable`) until the quorum is gone:
+    /// every `settings.interval` the active controller gives leaderships back to their
+    /// preferred replicas, by Kafka's per-broker threshold (`super::preferred_leader_changes`).
     ///
     /// Leaderships come back only at these checks, as in Kafka: with the default interval
     /// (300 s) a broker restarted a minute ago may still lead nothing. The first check that
@@ -404,14 +392,7 @@ impl ControllerService {
     /// A check decides every leadership to give back, then proposes them in rounds of at most
     /// `LEADER_REBALANCE_ELECTIONS_PER_ROUND_MAX`, one after another, as KRaft's controller
     /// does; between rounds other decisions (heartbeats, fencing) go ahead.
-    pub async fn run_leader_rebalance(self: Arc<Self>) {
-        let settings = *self
-            .leader_rebalance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let Some(settings) = settings else {
-            return;
-        };
+    pub async fn run_leader_rebalance(self: Arc<Self>, settings: LeaderRebalance) {
         // Brokers over the threshold at the last check, as judged then, so a lasting
         // imbalance (its preferred replica not back in the ISR yet) is said once, not at
         // every check; said again when the reason changes.

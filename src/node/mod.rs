@@ -175,11 +175,13 @@ impl Node {
             tokio::spawn(Arc::clone(&controller).run_reassignments()),
         ];
         if config.auto_leader_rebalance_enable {
-            controller.enable_leader_rebalance(crate::controller::service::LeaderRebalance {
+            let settings = crate::controller::service::LeaderRebalance {
                 interval: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
                 imbalance_percentage_max: config.leader_imbalance_per_broker_percentage,
-            });
-            tasks.push(tokio::spawn(Arc::clone(&controller).run_leader_rebalance()));
+            };
+            tasks.push(tokio::spawn(
+                Arc::clone(&controller).run_leader_rebalance(settings),
+            ));
         }
         let broker_epoch = Arc::new(AtomicI64::new(-1));
         let fenced = Arc::new(AtomicBool::new(true));
