@@ -439,8 +439,15 @@ impl Partition {
     }
 
     /// As leader: the ISR this partition should have (laggards out, caught-up replicas in),
-    /// when it differs from the committed one and no change is already pending.
-    pub fn wanted_isr(&self, lag_max: Duration) -> Option<(PartitionState, Vec<BrokerId>)> {
+    /// when it differs from the committed one and no change is already pending. Only
+    /// replicas `may_join` accepts join: the controller refuses a fenced broker (KIP-841),
+    /// which a stopped follower is while it still looks caught up for `lag_max`; members
+    /// already in are the controller's to remove.
+    pub fn wanted_isr(
+        &self,
+        lag_max: Duration,
+        may_join: impl Fn(BrokerId) -> bool,
+    ) -> Option<(PartitionState, Vec<BrokerId>)> {
         let state = self.state();
         if state.leader != self.broker_id {
             return None;
@@ -478,7 +485,7 @@ impl Partition {
                 f.log_end_offset.is_some_and(|leo| leo >= high_watermark)
                     && now.duration_since(f.last_caught_up) <= lag_max
             });
-            if caught_up {
+            if caught_up && may_join(*replica) {
                 isr.push(*replica);
             }
         }

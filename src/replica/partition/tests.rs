@@ -400,7 +400,7 @@ fn followers_leave_and_join_the_isr_by_lag_time() {
     let leader = replica_with_clock(ME, state(ME, 5, &[1, 2, 3]), 1 << 30, clock.clone());
     let partition = &leader.partition;
     assert!(
-        partition.wanted_isr(lag).is_none(),
+        partition.wanted_isr(lag, |_| true).is_none(),
         "a new leadership drops nobody at once"
     );
 
@@ -409,24 +409,32 @@ fn followers_leave_and_join_the_isr_by_lag_time() {
     assert_eq!(partition.follower_fetch(2, 10, 5), Ok(FollowerFetch::Read));
     clock.advance(6 * second);
     // 11 s without broker 3 caught up; broker 2 was 6 s ago.
-    let (_, wanted) = partition.wanted_isr(lag).expect("a shrink");
+    let (_, wanted) = partition.wanted_isr(lag, |_| true).expect("a shrink");
+    assert_eq!(wanted, vec![1, 2]);
+    // Who may join does not hold back a shrink.
+    let (_, wanted) = partition.wanted_isr(lag, |_| false).expect("a shrink");
     assert_eq!(wanted, vec![1, 2]);
     partition.isr_change_sent(wanted.clone());
-    assert!(partition.wanted_isr(lag).is_none(), "one change at a time");
+    assert!(
+        partition.wanted_isr(lag, |_| true).is_none(),
+        "one change at a time"
+    );
     partition.set_state(state(ME, 5, &[1, 2]));
-    assert!(partition.wanted_isr(lag).is_none());
+    assert!(partition.wanted_isr(lag, |_| true).is_none());
 
     // Broker 3 fetches behind the log end: not caught up, not back yet.
     assert_eq!(partition.follower_fetch(3, 4, 5), Ok(FollowerFetch::Read));
-    assert!(partition.wanted_isr(lag).is_none());
+    assert!(partition.wanted_isr(lag, |_| true).is_none());
     // At the log end: caught up and past the high watermark, it rejoins.
     assert_eq!(partition.follower_fetch(3, 10, 5), Ok(FollowerFetch::Read));
-    let (_, wanted) = partition.wanted_isr(lag).expect("an expansion");
+    // Not while it may not join (fenced): the controller would refuse it.
+    assert!(partition.wanted_isr(lag, |b| b != 3).is_none());
+    let (_, wanted) = partition.wanted_isr(lag, |_| true).expect("an expansion");
     assert_eq!(wanted, vec![1, 2, 3]);
     partition.isr_change_sent(wanted);
     // Unanswered for longer than the pending timeout: asked again.
     clock.advance(PENDING_ISR_TIMEOUT + second);
-    assert!(partition.wanted_isr(lag).is_some());
+    assert!(partition.wanted_isr(lag, |_| true).is_some());
 }
 
 /// A follower that keeps up with a leader taking writes stays caught up although each fetch
@@ -444,7 +452,10 @@ fn a_follower_keeping_up_with_writes_stays_in_the_isr() {
         assert_eq!(partition.follower_fetch(2, end, 5), Ok(FollowerFetch::Read));
         end = partition.log_end_offset() as i64;
         clock.advance(std::time::Duration::from_secs(1));
-        assert!(partition.wanted_isr(lag).is_none(), "after {sequence} s");
+        assert!(
+            partition.wanted_isr(lag, |_| true).is_none(),
+            "after {sequence} s"
+        );
     }
 }
 
