@@ -310,7 +310,18 @@ fn controlled_shutdown_moves_leaders_first() {
         "{}",
         support::tail(&logs, 40)
     );
-    // Already moved when the broker exited: no wait for its session to expire.
+    // Already moved when the broker exited: no wait for its session to expire (9 s). The
+    // broker answering Metadata may apply the committed change a moment after the stopped
+    // broker saw it (a suite run under load once read the old leader): give it 2 s.
+    let moved = |c: &Cluster| {
+        leaders(c, "moving")
+            .iter()
+            .all(|(_, l, isr)| *l != leader && !isr.contains(&leader))
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !moved(&cluster) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for (partition, now_leader, isr) in leaders(&cluster, "moving") {
         assert_ne!(
             now_leader, leader,
