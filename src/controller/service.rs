@@ -1108,6 +1108,9 @@ pub async fn call_at(
     }
 }
 
+/// The least time worth a controller call: less and the try could only time out.
+const CALL_TRY_MIN: Duration = Duration::from_millis(20);
+
 /// Sends `request` to the active controller, following `NotController` to the leader, until
 /// it is answered or `timeout` passes.
 /// `voters` (internal addresses from `controller.quorum.voters`) are tried in turn while this
@@ -1123,6 +1126,7 @@ pub async fn call_controller(
     let mut target: Option<String> = None;
     let mut last_error = String::from("no controller known yet");
     let mut next_voter = 0usize;
+    let mut tried = false;
     while Instant::now() < deadline {
         let known_leader = || {
             quorum
@@ -1142,8 +1146,14 @@ pub async fn call_controller(
             }
         };
         // Each try within what is left of the caller's bound: a try begun just before the
-        // deadline must not run a full call timeout past it.
+        // deadline must not run a full call timeout past it. Too little left for a call to
+        // answer after a first try: stop, keeping the cause seen so far rather than a bare
+        // "timed out".
         let left = deadline.saturating_duration_since(Instant::now());
+        if left < CALL_TRY_MIN && tried {
+            break;
+        }
+        tried = true;
         let call_timeout = left.min(Duration::from_secs(5));
         match sluice_raft::calls::call(&addr, payload.clone(), call_timeout).await {
             Ok(reply) => match bincode::deserialize::<ControllerResponse>(&reply) {

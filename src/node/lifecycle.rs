@@ -31,14 +31,7 @@ pub(super) async fn controlled_shutdown(
         return;
     }
     let broker_id = config.node_id as i32;
-    let leads_replicated = |image: &sluice_raft::MetadataImage| {
-        image.topics.values().any(|t| {
-            t.partitions
-                .values()
-                .any(|p| p.leader == broker_id && p.isr.len() > 1)
-        })
-    };
-    if !leads_replicated(&quorum.image()) {
+    if !leads_replicated(&quorum.image(), broker_id) {
         // Nothing another broker could take over.
         return;
     }
@@ -142,6 +135,16 @@ fn shutdown_bound(config: &ServerConfig) -> Duration {
 
 /// Waits (until `deadline`) for this node's image to show the broker fenced and leading no
 /// replicated partition.
+/// Whether `broker_id` leads a partition whose ISR holds another broker: a leadership
+/// another broker could take over.
+fn leads_replicated(image: &sluice_raft::MetadataImage, broker_id: i32) -> bool {
+    image.topics.values().any(|t| {
+        t.partitions
+            .values()
+            .any(|p| p.leader == broker_id && p.isr.len() > 1)
+    })
+}
+
 async fn wait_until_moved(
     quorum: &Arc<Quorum>,
     broker_id: i32,
@@ -154,11 +157,7 @@ async fn wait_until_moved(
         left,
         images.wait_for(|image| {
             image.brokers.get(&broker_id).is_none_or(|b| b.fenced)
-                && !image.topics.values().any(|t| {
-                    t.partitions
-                        .values()
-                        .any(|p| p.leader == broker_id && p.replicas.len() > 1 && p.isr.len() > 1)
-                })
+                && !leads_replicated(image, broker_id)
         }),
     )
     .await;
