@@ -1,14 +1,55 @@
-//! Kafka's error codes, declared once (`org.apache.kafka.common.protocol.Errors`): every code
-//! the broker, the controller, the storage engine and the CLI use comes from here, with its
-//! name for messages (`name`).
+//! Kafka's error codes, declared once (`org.apache.kafka.common.protocol.Errors`).
+//!
+//! [`KafkaError`] is what the broker's layers pass around: every error but NONE (success is
+//! `Ok`), so a `match` over errors is checked by the compiler. The wire code (`i16`) appears
+//! only where a response is encoded or decoded: [`KafkaError::code`], [`KafkaError::from_code`],
+//! [`code_of`]. The `i16` constants name codes for that encoding and decoding.
 
 macro_rules! kafka_errors {
-    ($( $name:ident = $code:expr, )*) => {
+    ($( $name:ident / $variant:ident = $code:expr, )*) => {
+        /// The code of success.
+        pub const NONE: i16 = 0;
         $( pub const $name: i16 = $code; )*
+
+        /// A Kafka error (any code but NONE).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum KafkaError {
+            $( $variant, )*
+            /// A code this table does not declare, as it was received.
+            Unknown(i16),
+        }
+
+        impl KafkaError {
+            /// The wire code.
+            pub const fn code(self) -> i16 {
+                match self {
+                    $( KafkaError::$variant => $code, )*
+                    KafkaError::Unknown(code) => code,
+                }
+            }
+
+            /// The error a wire code names; `None` for NONE.
+            pub const fn from_code(code: i16) -> Option<KafkaError> {
+                match code {
+                    NONE => None,
+                    $( $code => Some(KafkaError::$variant), )*
+                    other => Some(KafkaError::Unknown(other)),
+                }
+            }
+
+            /// Kafka's name (`UNKNOWN` for a code not declared here).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( KafkaError::$variant => stringify!($name), )*
+                    KafkaError::Unknown(_) => "UNKNOWN",
+                }
+            }
+        }
 
         /// Kafka's name of an error code (`UNKNOWN(<code>)` for one not declared here).
         pub fn name(code: i16) -> std::borrow::Cow<'static, str> {
             match code {
+                NONE => std::borrow::Cow::Borrowed("NONE"),
                 $( $code => std::borrow::Cow::Borrowed(stringify!($name)), )*
                 other => std::borrow::Cow::Owned(format!("UNKNOWN({other})")),
             }
@@ -17,79 +58,145 @@ macro_rules! kafka_errors {
 }
 
 kafka_errors! {
-    UNKNOWN_SERVER_ERROR = -1,
-    NONE = 0,
-    OFFSET_OUT_OF_RANGE = 1,
-    CORRUPT_MESSAGE = 2,
-    UNKNOWN_TOPIC_OR_PARTITION = 3,
-    LEADER_NOT_AVAILABLE = 5,
-    NOT_LEADER_OR_FOLLOWER = 6,
-    REQUEST_TIMED_OUT = 7,
-    MESSAGE_TOO_LARGE = 10,
-    OFFSET_METADATA_TOO_LARGE = 12,
-    COORDINATOR_LOAD_IN_PROGRESS = 14,
-    COORDINATOR_NOT_AVAILABLE = 15,
-    NOT_COORDINATOR = 16,
-    INVALID_TOPIC_EXCEPTION = 17,
-    RECORD_LIST_TOO_LARGE = 18,
-    NOT_ENOUGH_REPLICAS = 19,
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20,
-    INVALID_REQUIRED_ACKS = 21,
-    ILLEGAL_GENERATION = 22,
-    INCONSISTENT_GROUP_PROTOCOL = 23,
-    INVALID_GROUP_ID = 24,
-    UNKNOWN_MEMBER_ID = 25,
-    INVALID_SESSION_TIMEOUT = 26,
-    REBALANCE_IN_PROGRESS = 27,
-    INVALID_COMMIT_OFFSET_SIZE = 28,
-    TOPIC_AUTHORIZATION_FAILED = 29,
-    GROUP_AUTHORIZATION_FAILED = 30,
-    CLUSTER_AUTHORIZATION_FAILED = 31,
-    INVALID_TIMESTAMP = 32,
-    UNSUPPORTED_VERSION = 35,
-    TOPIC_ALREADY_EXISTS = 36,
-    INVALID_PARTITIONS = 37,
-    INVALID_REPLICATION_FACTOR = 38,
-    INVALID_REPLICA_ASSIGNMENT = 39,
-    INVALID_CONFIG = 40,
-    NOT_CONTROLLER = 41,
-    INVALID_REQUEST = 42,
-    POLICY_VIOLATION = 44,
-    OUT_OF_ORDER_SEQUENCE_NUMBER = 45,
-    DUPLICATE_SEQUENCE_NUMBER = 46,
-    INVALID_PRODUCER_EPOCH = 47,
-    KAFKA_STORAGE_ERROR = 56,
-    UNKNOWN_PRODUCER_ID = 59,
-    NON_EMPTY_GROUP = 68,
-    GROUP_ID_NOT_FOUND = 69,
-    FETCH_SESSION_ID_NOT_FOUND = 70,
-    INVALID_FETCH_SESSION_EPOCH = 71,
-    FENCED_LEADER_EPOCH = 74,
-    UNKNOWN_LEADER_EPOCH = 75,
-    STALE_BROKER_EPOCH = 77,
-    OFFSET_NOT_AVAILABLE = 78,
-    MEMBER_ID_REQUIRED = 79,
-    PREFERRED_LEADER_NOT_AVAILABLE = 80,
-    GROUP_MAX_SIZE_REACHED = 81,
-    FENCED_INSTANCE_ID = 82,
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83,
-    ELECTION_NOT_NEEDED = 84,
-    NO_REASSIGNMENT_IN_PROGRESS = 85,
-    GROUP_SUBSCRIBED_TO_TOPIC = 86,
-    INVALID_RECORD = 87,
-    UNSTABLE_OFFSET_COMMIT = 88,
-    THROTTLING_QUOTA_EXCEEDED = 89,
-    INVALID_UPDATE_VERSION = 95,
-    UNKNOWN_TOPIC_ID = 100,
-    INCONSISTENT_TOPIC_ID = 103,
-    INELIGIBLE_REPLICA = 107,
-    FENCED_MEMBER_EPOCH = 110,
-    UNRELEASED_INSTANCE_ID = 111,
-    UNSUPPORTED_ASSIGNOR = 112,
-    STALE_MEMBER_EPOCH = 113,
-    INVALID_REGULAR_EXPRESSION = 119,
-    UNSUPPORTED_ENDPOINT_TYPE = 120,
+    UNKNOWN_SERVER_ERROR / UnknownServerError = -1,
+    OFFSET_OUT_OF_RANGE / OffsetOutOfRange = 1,
+    CORRUPT_MESSAGE / CorruptMessage = 2,
+    UNKNOWN_TOPIC_OR_PARTITION / UnknownTopicOrPartition = 3,
+    LEADER_NOT_AVAILABLE / LeaderNotAvailable = 5,
+    NOT_LEADER_OR_FOLLOWER / NotLeaderOrFollower = 6,
+    REQUEST_TIMED_OUT / RequestTimedOut = 7,
+    MESSAGE_TOO_LARGE / MessageTooLarge = 10,
+    OFFSET_METADATA_TOO_LARGE / OffsetMetadataTooLarge = 12,
+    COORDINATOR_LOAD_IN_PROGRESS / CoordinatorLoadInProgress = 14,
+    COORDINATOR_NOT_AVAILABLE / CoordinatorNotAvailable = 15,
+    NOT_COORDINATOR / NotCoordinator = 16,
+    INVALID_TOPIC_EXCEPTION / InvalidTopicException = 17,
+    RECORD_LIST_TOO_LARGE / RecordListTooLarge = 18,
+    NOT_ENOUGH_REPLICAS / NotEnoughReplicas = 19,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND / NotEnoughReplicasAfterAppend = 20,
+    INVALID_REQUIRED_ACKS / InvalidRequiredAcks = 21,
+    ILLEGAL_GENERATION / IllegalGeneration = 22,
+    INCONSISTENT_GROUP_PROTOCOL / InconsistentGroupProtocol = 23,
+    INVALID_GROUP_ID / InvalidGroupId = 24,
+    UNKNOWN_MEMBER_ID / UnknownMemberId = 25,
+    INVALID_SESSION_TIMEOUT / InvalidSessionTimeout = 26,
+    REBALANCE_IN_PROGRESS / RebalanceInProgress = 27,
+    INVALID_COMMIT_OFFSET_SIZE / InvalidCommitOffsetSize = 28,
+    TOPIC_AUTHORIZATION_FAILED / TopicAuthorizationFailed = 29,
+    GROUP_AUTHORIZATION_FAILED / GroupAuthorizationFailed = 30,
+    CLUSTER_AUTHORIZATION_FAILED / ClusterAuthorizationFailed = 31,
+    INVALID_TIMESTAMP / InvalidTimestamp = 32,
+    UNSUPPORTED_VERSION / UnsupportedVersion = 35,
+    TOPIC_ALREADY_EXISTS / TopicAlreadyExists = 36,
+    INVALID_PARTITIONS / InvalidPartitions = 37,
+    INVALID_REPLICATION_FACTOR / InvalidReplicationFactor = 38,
+    INVALID_REPLICA_ASSIGNMENT / InvalidReplicaAssignment = 39,
+    INVALID_CONFIG / InvalidConfig = 40,
+    NOT_CONTROLLER / NotController = 41,
+    INVALID_REQUEST / InvalidRequest = 42,
+    POLICY_VIOLATION / PolicyViolation = 44,
+    OUT_OF_ORDER_SEQUENCE_NUMBER / OutOfOrderSequenceNumber = 45,
+    DUPLICATE_SEQUENCE_NUMBER / DuplicateSequenceNumber = 46,
+    INVALID_PRODUCER_EPOCH / InvalidProducerEpoch = 47,
+    KAFKA_STORAGE_ERROR / KafkaStorageError = 56,
+    UNKNOWN_PRODUCER_ID / UnknownProducerId = 59,
+    NON_EMPTY_GROUP / NonEmptyGroup = 68,
+    GROUP_ID_NOT_FOUND / GroupIdNotFound = 69,
+    FETCH_SESSION_ID_NOT_FOUND / FetchSessionIdNotFound = 70,
+    INVALID_FETCH_SESSION_EPOCH / InvalidFetchSessionEpoch = 71,
+    FENCED_LEADER_EPOCH / FencedLeaderEpoch = 74,
+    UNKNOWN_LEADER_EPOCH / UnknownLeaderEpoch = 75,
+    STALE_BROKER_EPOCH / StaleBrokerEpoch = 77,
+    OFFSET_NOT_AVAILABLE / OffsetNotAvailable = 78,
+    MEMBER_ID_REQUIRED / MemberIdRequired = 79,
+    PREFERRED_LEADER_NOT_AVAILABLE / PreferredLeaderNotAvailable = 80,
+    GROUP_MAX_SIZE_REACHED / GroupMaxSizeReached = 81,
+    FENCED_INSTANCE_ID / FencedInstanceId = 82,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE / EligibleLeadersNotAvailable = 83,
+    ELECTION_NOT_NEEDED / ElectionNotNeeded = 84,
+    NO_REASSIGNMENT_IN_PROGRESS / NoReassignmentInProgress = 85,
+    GROUP_SUBSCRIBED_TO_TOPIC / GroupSubscribedToTopic = 86,
+    INVALID_RECORD / InvalidRecord = 87,
+    UNSTABLE_OFFSET_COMMIT / UnstableOffsetCommit = 88,
+    THROTTLING_QUOTA_EXCEEDED / ThrottlingQuotaExceeded = 89,
+    INVALID_UPDATE_VERSION / InvalidUpdateVersion = 95,
+    UNKNOWN_TOPIC_ID / UnknownTopicId = 100,
+    INCONSISTENT_TOPIC_ID / InconsistentTopicId = 103,
+    INELIGIBLE_REPLICA / IneligibleReplica = 107,
+    FENCED_MEMBER_EPOCH / FencedMemberEpoch = 110,
+    UNRELEASED_INSTANCE_ID / UnreleasedInstanceId = 111,
+    UNSUPPORTED_ASSIGNOR / UnsupportedAssignor = 112,
+    STALE_MEMBER_EPOCH / StaleMemberEpoch = 113,
+    INVALID_REGULAR_EXPRESSION / InvalidRegularExpression = 119,
+    UNSUPPORTED_ENDPOINT_TYPE / UnsupportedEndpointType = 120,
 }
+
+impl KafkaError {
+    /// The outcome a wire code reports: `Ok` for NONE.
+    pub const fn check(code: i16) -> Result<(), KafkaError> {
+        match KafkaError::from_code(code) {
+            None => Ok(()),
+            Some(error) => Err(error),
+        }
+    }
+}
+
+impl std::fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KafkaError::Unknown(code) => write!(f, "UNKNOWN({code})"),
+            known => f.write_str(known.name()),
+        }
+    }
+}
+
+impl std::error::Error for KafkaError {}
+
+/// The wire code of an outcome: NONE for `Ok`.
+pub fn code_of<T>(result: &Result<T, KafkaError>) -> i16 {
+    match result {
+        Ok(_) => NONE,
+        Err(error) => error.code(),
+    }
+}
+
+/// A Kafka error with the message the response carries (`error_message` fields), or the log
+/// line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub error: KafkaError,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(error: KafkaError, message: impl Into<String>) -> ApiError {
+        ApiError {
+            error,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<KafkaError> for ApiError {
+    fn from(error: KafkaError) -> ApiError {
+        ApiError {
+            error,
+            message: String::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.error)
+        } else {
+            write!(f, "{}: {}", self.error, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
 
 /// `NAME (code)`, as messages show an error.
 pub fn describe(code: i16) -> String {
@@ -107,5 +214,29 @@ mod tests {
         assert_eq!(super::name(-1), "UNKNOWN_SERVER_ERROR");
         assert_eq!(super::name(9999), "UNKNOWN(9999)");
         assert_eq!(super::describe(7), "REQUEST_TIMED_OUT (7)");
+    }
+
+    #[test]
+    fn the_enum_round_trips_every_code() {
+        use super::KafkaError;
+        for code in -1..=200i16 {
+            match KafkaError::from_code(code) {
+                None => assert_eq!(code, super::NONE),
+                Some(error) => {
+                    assert_eq!(error.code(), code);
+                    assert_eq!(error.to_string(), super::name(code));
+                }
+            }
+        }
+        assert_eq!(
+            KafkaError::check(super::NOT_COORDINATOR),
+            Err(KafkaError::NotCoordinator)
+        );
+        assert_eq!(KafkaError::check(super::NONE), Ok(()));
+        assert_eq!(KafkaError::from_code(9999), Some(KafkaError::Unknown(9999)));
+        assert_eq!(
+            super::code_of(&Err::<(), _>(KafkaError::RequestTimedOut)),
+            7
+        );
     }
 }
