@@ -40,7 +40,10 @@ pub enum MetaPropertiesError {
     },
     #[error("{path}: {reason}")]
     Invalid { path: String, reason: String },
-    #[error("{operation} {path}: {}", crate::client::io_reason(source))]
+    #[error(
+        "{operation} {path}: {}",
+        crate::protocol::topic_partition::io_reason(source)
+    )]
     Io {
         /// What was being done: "creating", "reading", "writing", "syncing".
         operation: &'static str,

@@ -118,7 +118,7 @@ impl Broker {
     pub fn unserved_partition_error(
         &self,
         image: &MetadataImage,
-        tp: &crate::log::TopicPartition,
+        tp: &crate::protocol::TopicPartition,
     ) -> i16 {
         if self.replicas.is_offline(tp) {
             return errors::KAFKA_STORAGE_ERROR;
@@ -145,7 +145,7 @@ impl Broker {
         current_leader_epoch: i32,
     ) -> Result<(Arc<Partition>, PartitionState), i16> {
         let broker = self;
-        let tp = crate::log::TopicPartition::new(topic, partition);
+        let tp = crate::protocol::TopicPartition::new(topic, partition);
         let Some(found) = broker.replicas.partition(&tp) else {
             return Err(broker.unserved_partition_error(image, &tp));
         };

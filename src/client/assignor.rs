@@ -16,8 +16,8 @@ use kafka_protocol::messages::consumer_protocol_subscription::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::consumer::TopicPartition;
 use super::error::{Error, Result};
+use crate::protocol::TopicPartition;
 
 /// An assignor's protocol name, as JoinGroup carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,7 +383,7 @@ mod tests {
 
     fn tps(list: &[(&str, i32)]) -> Vec<TopicPartition> {
         list.iter()
-            .map(|(t, p)| TopicPartition::new(t, *p))
+            .map(|(t, p)| TopicPartition::new(*t, *p))
             .collect()
     }
 

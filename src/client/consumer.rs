@@ -9,7 +9,6 @@
 //! `max.poll.interval.ms` leaves the group so its partitions go to others.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,31 +36,7 @@ use crate::protocol::batch::{BatchHeader, BatchIter, RecordIter, compute_crc, re
 use crate::protocol::codec;
 use crate::protocol::errors;
 
-/// A topic and one of its partitions.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    /// The topic's name.
-    pub topic: String,
-    /// The partition's index.
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    /// `topic`'s partition `partition`.
-    pub fn new(topic: &str, partition: i32) -> TopicPartition {
-        TopicPartition {
-            topic: topic.to_owned(),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for TopicPartition {
-    /// `topic-partition`, as Kafka prints it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
+pub use crate::protocol::topic_partition::TopicPartition;
 
 /// What a record's timestamp means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -101,14 +101,7 @@ pub enum Error {
 /// A result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An I/O error's text without the OS error number, for messages that state a cause once.
-pub fn io_reason(error: &std::io::Error) -> String {
-    let text = error.to_string();
-    match text.find(" (os error") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
-}
+pub use crate::protocol::topic_partition::io_reason;
 
 impl Error {
     /// A Kafka error code with what it was about; `None` for code 0.

@@ -45,12 +45,12 @@ use sluice_raft::records::{
     RegisterBroker, Uuid,
 };
 
-use crate::log::topic_partition::validate_topic_name;
 use crate::protocol::errors;
 use crate::protocol::errors::{
     ELECTION_NOT_NEEDED, ELIGIBLE_LEADERS_NOT_AVAILABLE, NO_REASSIGNMENT_IN_PROGRESS,
     PREFERRED_LEADER_NOT_AVAILABLE,
 };
+use crate::protocol::topic_partition::validate_topic_name;
 use placement::Candidate;
 
 /// Errors a client sees, with Kafka's codes.

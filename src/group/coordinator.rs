@@ -28,8 +28,8 @@ use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
 use crate::broker::Broker;
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
-use crate::log::TopicPartition;
 use crate::log::batch::{BatchBuilder, BatchIter, RecordIter};
+use crate::protocol::TopicPartition;
 use crate::protocol::codec;
 use crate::protocol::errors;
 use crate::replica::{

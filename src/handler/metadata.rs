@@ -17,8 +17,8 @@ use crate::broker::Broker;
 use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
-use crate::log::topic_partition::validate_topic_name;
 use crate::protocol::errors;
+use crate::protocol::topic_partition::validate_topic_name;
 
 pub const VERSIONS: (i16, i16) = (0, 13);
 

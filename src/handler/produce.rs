@@ -16,7 +16,7 @@ use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
-use crate::log::TopicPartition;
+use crate::protocol::TopicPartition;
 use crate::protocol::errors;
 use crate::replica::{AckState, Delayed, PendingAck, compression};
 

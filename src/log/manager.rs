@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::client::io_reason;
+use crate::protocol::topic_partition::io_reason;
 
 use super::checkpoint::{
     self, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
@@ -27,7 +27,7 @@ use super::cleaner::CleanOutcome;
 use super::config::{Clock, LogConfig};
 use super::error::{LogError, Result};
 use super::partition_log::{LoadState, Log};
-use super::topic_partition::TopicPartition;
+use super::topic_partition::{self, TopicPartition};
 
 /// The metadata quorum's directory: beside the partitions in the first log dir by default
 /// (`metadata.log.dir`), and not a partition.
@@ -204,7 +204,7 @@ impl LogManager {
                 if name == METADATA_DIR_NAME {
                     continue;
                 }
-                let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                let Some(tp) = topic_partition::from_dir_name(&name) else {
                     tracing::warn!(dir = %entry.path().display(), "ignoring a directory that is not a partition");
                     continue;
                 };
@@ -329,7 +329,7 @@ impl LogManager {
         } else {
             0
         };
-        let dir = self.config.log_dirs[dir_index].join(tp.dir_name());
+        let dir = self.config.log_dirs[dir_index].join(topic_partition::dir_name(tp));
         let (log, _) = Log::open(
             &dir,
             tp.clone(),
@@ -376,7 +376,10 @@ impl LogManager {
     /// `delay_ms` (readers holding its files finish undisturbed).
     fn schedule_removal(&self, tp: &TopicPartition, dir: &Path, delay_ms: i64) -> Result<()> {
         let stamp = self.clock.now_ms();
-        let target = dir.with_file_name(format!("{}.{stamp}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+        let target = dir.with_file_name(format!(
+            "{}.{stamp}{DELETE_DIR_SUFFIX}",
+            topic_partition::dir_name(tp)
+        ));
         fs::rename(dir, &target).map_err(|e| LogError::io(dir, e))?;
         lock(&self.pending_deletes).push((stamp + delay_ms, target));
         Ok(())

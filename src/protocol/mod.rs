@@ -1,5 +1,6 @@
 //! The Kafka wire protocol. Shared by the broker and the client SDK: v2 record batches
-//! (`batch`), their compression codecs (`codec`) and Kafka's error codes (`errors`). The
+//! (`batch`), their compression codecs (`codec`), Kafka's error codes (`errors`) and `TopicPartition` with the topic name rule
+//! (`topic_partition`). The
 //! broker's side adds request headers and response framing; message bodies are encoded and
 //! decoded by the `kafka-protocol` crate (generated from Kafka's own JSON schemas); which APIs
 //! and versions we serve is the handler registry (`handler::SUPPORTED_APIS`), from which
@@ -8,6 +9,8 @@
 pub mod batch;
 pub mod codec;
 pub mod errors;
+pub mod topic_partition;
+pub use topic_partition::TopicPartition;
 #[cfg(feature = "broker")]
 pub mod fetch_encode;
 #[cfg(feature = "broker")]

@@ -25,7 +25,7 @@ use sluice_raft::records::BrokerId;
 
 use super::{Partition, ReplicaManager};
 use crate::client::Connection;
-use crate::log::TopicPartition;
+use crate::protocol::TopicPartition;
 use crate::protocol::errors;
 
 #[derive(Debug, Clone)]

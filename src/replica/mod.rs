@@ -26,7 +26,8 @@ use sluice_raft::image::MetadataImage;
 use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
 use tokio::sync::{broadcast, watch};
 
-use crate::log::{LogConfig, LogManager, TopicPartition};
+use crate::log::{LogConfig, LogManager};
+use crate::protocol::TopicPartition;
 pub use partition::{
     AckState, AppendError, Appended, FollowerFetch, Partition, PartitionState, PendingAck,
     ReadBound,

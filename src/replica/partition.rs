@@ -13,9 +13,8 @@ use super::clock::Clock;
 use super::purgatory::Watchers;
 use crate::file_slice::FileSlice;
 use crate::log::batch::{BatchHeader, BatchIter};
-use crate::log::{
-    AppendInfo, AppendOrigin, Log, LogConfig, LogError, TopicPartition, ValidatedBatches,
-};
+use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogError, ValidatedBatches};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors;
 use crate::txn::producer_state::{
     BatchMetadata, Check, ProducerBatch, ProducerStateManager, SnapshotError,
