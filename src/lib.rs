@@ -37,6 +37,8 @@ pub mod config;
 #[cfg(feature = "broker")]
 pub mod controller;
 #[cfg(feature = "broker")]
+pub mod coordinator;
+#[cfg(feature = "broker")]
 pub mod file_slice;
 #[cfg(feature = "broker")]
 pub mod group;
