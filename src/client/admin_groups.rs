@@ -17,7 +17,8 @@ use kafka_protocol::protocol::StrBytes;
 use super::admin::Admin;
 use super::assignor;
 use super::connection::Connection;
-use super::consumer::{self, IsolationLevel, TopicPartition};
+use super::consumer::offsets;
+use super::consumer::{IsolationLevel, TopicPartition};
 use super::error::{Error, Result};
 use crate::protocol::errors;
 
@@ -374,7 +375,7 @@ impl Admin {
             .iter()
             .map(|tp| (tp.clone(), spec.timestamp()))
             .collect();
-        let found = consumer::list_offsets(
+        let found = offsets::list_offsets(
             self.cluster(),
             &asked,
             IsolationLevel::ReadUncommitted,

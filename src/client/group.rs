@@ -23,21 +23,12 @@ use tokio::sync::Notify;
 use super::assignor::{self, Assignor, Subscription};
 use super::cluster::ClusterMetadata;
 use super::connection::Connection;
-use super::consumer::{
-    self, Inner, Settings, State, Subscription as ConsumerSubscription, TopicPartition,
-};
+use super::consumer::offsets::{self, GroupMember, is_coordinator_error};
+use super::consumer::positions::{Subscription as ConsumerSubscription, SubscriptionState};
+use super::consumer::types::{Context, GroupProtocol, Settings, TopicPartition};
 use super::error::{Error, Result};
 use super::partitioner::Random;
 use crate::protocol::errors;
-
-/// `group.protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupProtocol {
-    /// JoinGroup and SyncGroup; the group leader assigns.
-    Classic,
-    /// KIP-848: the coordinator assigns through ConsumerGroupHeartbeat.
-    Consumer,
-}
 
 #[derive(Debug, Default)]
 struct Member {
@@ -69,7 +60,7 @@ pub(crate) struct GroupShared {
     pub group_id: String,
     protocol: GroupProtocol,
     member: Mutex<Member>,
-    coordinator: Mutex<Option<Arc<Connection>>>,
+    coordinator_connection: Mutex<Option<Arc<Connection>>>,
     needs_rejoin: AtomicBool,
     heartbeat_started: AtomicBool,
     closed: AtomicBool,
@@ -92,7 +83,7 @@ impl GroupShared {
                 },
                 ..Member::default()
             }),
-            coordinator: Mutex::new(None),
+            coordinator_connection: Mutex::new(None),
             needs_rejoin: AtomicBool::new(true),
             heartbeat_started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -133,21 +124,6 @@ impl GroupShared {
         self.heartbeat_now.notify_one();
     }
 
-    /// (member id, generation or epoch) for OffsetCommit: the member's while it is one, else
-    /// ("", -1) as a consumer outside the group commits.
-    pub fn commit_identity(&self) -> (String, i32) {
-        let member = self.member();
-        if member.joined {
-            (member.member_id.clone(), member.generation)
-        } else {
-            (String::new(), -1)
-        }
-    }
-
-    pub fn forget_coordinator(&self) {
-        *self.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
     /// Metadata was refreshed: rebalance if the subscribed topics, or (for the classic leader)
     /// their partition counts, changed.
     pub fn metadata_changed(&self, subscribed: &BTreeSet<String>, metadata: &ClusterMetadata) {
@@ -179,51 +155,63 @@ impl GroupShared {
     }
 }
 
-pub(crate) fn is_coordinator_error(error: &Error) -> bool {
-    match error {
-        Error::Kafka { code, .. } => matches!(
-            *code,
-            errors::NOT_COORDINATOR
-                | errors::COORDINATOR_NOT_AVAILABLE
-                | errors::COORDINATOR_LOAD_IN_PROGRESS
-        ),
-        Error::Connect { .. }
-        | Error::Disconnected { .. }
-        | Error::Timeout { .. }
-        | Error::NoBrokerReachable { .. } => true,
-        _ => false,
+impl GroupMember for GroupShared {
+    fn group_id(&self) -> &str {
+        &self.group_id
     }
-}
 
-/// The coordinator's connection, found (FindCoordinator) and opened when needed.
-pub(crate) async fn coordinator(inner: &Inner, group: &GroupShared) -> Result<Arc<Connection>> {
-    if let Some(connection) = group
-        .coordinator
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-    {
-        if !connection.is_closed() {
-            return Ok(connection.clone());
+    fn commit_identity(&self) -> (String, i32) {
+        let member = self.member();
+        if member.joined {
+            (member.member_id.clone(), member.generation)
+        } else {
+            (String::new(), -1)
         }
     }
-    let addr = inner.cluster.find_coordinator(&group.group_id).await?;
-    let connection = Arc::new(coordinator_connection(inner, &addr).await?);
-    *group.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
-    Ok(connection)
+
+    async fn coordinator(&self, ctx: &Context) -> Result<Arc<Connection>> {
+        if let Some(connection) = self
+            .coordinator_connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
+        }
+        let addr = ctx.cluster.find_coordinator(&self.group_id).await?;
+        let connection = Arc::new(coordinator_connection(ctx, &addr).await?);
+        *self
+            .coordinator_connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+        Ok(connection)
+    }
+
+    fn forget_coordinator(&self) {
+        *self
+            .coordinator_connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn request_rejoin(&self) {
+        GroupShared::request_rejoin(self);
+    }
 }
 
 /// Connects to the coordinator at `addr` on a connection of its own, so group requests never
 /// queue behind a fetch's long poll; its timeout covers a rebalance.
-async fn coordinator_connection(inner: &Inner, addr: &str) -> Result<Connection> {
-    let config = &inner.cluster.config;
+async fn coordinator_connection(ctx: &Context, addr: &str) -> Result<Connection> {
+    let config = &ctx.cluster.config;
     Connection::connect_as(
         addr,
         &config.client_id,
         config.connect_timeout,
         config
             .request_timeout
-            .max(inner.settings.max_poll_interval + Duration::from_secs(5)),
+            .max(ctx.settings.max_poll_interval + Duration::from_secs(5)),
     )
     .await
 }
@@ -235,37 +223,37 @@ fn str_bytes(text: &str) -> StrBytes {
 /// Makes sure the consumer is an active member with its assignment applied: joins or rejoins
 /// (classic) or reconciles the coordinator's assignment (KIP-848). Called by every poll.
 pub(crate) async fn ensure_active(
-    inner: &Arc<Inner>,
+    ctx: &Arc<Context>,
     group: &Arc<GroupShared>,
-    state: &mut State,
+    state: &mut SubscriptionState,
 ) -> Result<()> {
     if let Some(error) = group.member().fatal.clone() {
         return Err(error);
     }
     if !group.heartbeat_started.swap(true, Ordering::AcqRel) {
-        tokio::spawn(heartbeat_loop(Arc::downgrade(inner), group.clone()));
+        tokio::spawn(heartbeat_loop(Arc::downgrade(ctx), group.clone()));
     }
     let lost = std::mem::take(&mut group.member().lost);
     if lost {
         let owned = state.assignment();
         if !owned.is_empty() {
             tracing::warn!(group = %group.group_id, partitions = owned.len(), "partitions lost: the group gave them to other members");
-            if let Some(listener) = inner.listener() {
+            if let Some(listener) = ctx.listener() {
                 listener.on_partitions_lost(&owned);
             }
             state.partitions.clear();
         }
     }
     match group.protocol {
-        GroupProtocol::Classic => ensure_classic(inner, group, state).await,
-        GroupProtocol::Consumer => reconcile(inner, group, state).await,
+        GroupProtocol::Classic => ensure_classic(ctx, group, state).await,
+        GroupProtocol::Consumer => reconcile(ctx, group, state).await,
     }
 }
 
 async fn ensure_classic(
-    inner: &Arc<Inner>,
+    ctx: &Arc<Context>,
     group: &Arc<GroupShared>,
-    state: &mut State,
+    state: &mut SubscriptionState,
 ) -> Result<()> {
     if !group.needs_rejoin.load(Ordering::Acquire) && group.member().joined {
         return Ok(());
@@ -275,22 +263,18 @@ async fn ensure_classic(
         .assignor
         .is_some_and(Assignor::is_cooperative);
     if !cooperative && !state.partitions.is_empty() {
-        revoke(inner, state, &state.assignment()).await;
+        revoke(ctx, group, state, &state.assignment()).await;
     }
-    let mut metadata = inner.cluster.cached();
+    let mut metadata = ctx.cluster.cached();
     if let ConsumerSubscription::Topics(topics) = &state.subscription {
         let topics: Vec<String> = topics.iter().cloned().collect();
-        metadata = inner
-            .cluster
-            .refresh(Some(&topics))
-            .await
-            .unwrap_or(metadata);
+        metadata = ctx.cluster.refresh(Some(&topics)).await.unwrap_or(metadata);
     } else if metadata.topics.is_empty() {
-        metadata = inner.cluster.refresh(None).await.unwrap_or(metadata);
+        metadata = ctx.cluster.refresh(None).await.unwrap_or(metadata);
     }
-    let topics = consumer::subscribed_topics(state, &metadata);
+    let topics = state.subscribed_topics(&metadata);
     group.member().joining = true;
-    let outcome = join_and_sync(inner, group, state, &topics, &metadata).await;
+    let outcome = join_and_sync(ctx, group, state, &topics, &metadata).await;
     let (assigned, cooperative, generation, member_id) = {
         let mut member = group.member();
         member.joining = false;
@@ -311,14 +295,14 @@ async fn ensure_classic(
         "joined the group"
     );
     if !revoked.is_empty() {
-        revoke(inner, state, &revoked).await;
+        revoke(ctx, group, state, &revoked).await;
         if cooperative {
             // Cooperative: what was revoked goes to its new owner in a follow-up rebalance.
             group.request_rejoin();
         }
     }
     state.add_partitions(&added);
-    if let Some(listener) = inner.listener() {
+    if let Some(listener) = ctx.listener() {
         if !added.is_empty() || !cooperative {
             listener.on_partitions_assigned(&added);
         }
@@ -342,16 +326,21 @@ fn changes(
 
 /// Commits what was read from `partitions` (with auto-commit), tells the listener, and drops
 /// them.
-async fn revoke(inner: &Inner, state: &mut State, partitions: &[TopicPartition]) {
-    if inner.settings.enable_auto_commit {
+async fn revoke(
+    ctx: &Context,
+    group: &GroupShared,
+    state: &mut SubscriptionState,
+    partitions: &[TopicPartition],
+) {
+    if ctx.settings.enable_auto_commit {
         let offsets = state.positions(Some(partitions));
         if !offsets.is_empty() {
-            if let Err(error) = consumer::commit(inner, offsets).await {
+            if let Err(error) = offsets::commit(ctx, group, offsets).await {
                 tracing::warn!(%error, "commit before revoking partitions failed");
             }
         }
     }
-    if let Some(listener) = inner.listener() {
+    if let Some(listener) = ctx.listener() {
         listener.on_partitions_revoked(partitions);
     }
     state.remove_partitions(partitions);
@@ -359,13 +348,13 @@ async fn revoke(inner: &Inner, state: &mut State, partitions: &[TopicPartition])
 
 /// JoinGroup then SyncGroup until both succeed; returns the partitions assigned.
 async fn join_and_sync(
-    inner: &Arc<Inner>,
+    ctx: &Arc<Context>,
     group: &Arc<GroupShared>,
-    state: &State,
+    state: &SubscriptionState,
     topics: &BTreeSet<String>,
     metadata: &ClusterMetadata,
 ) -> Result<Vec<TopicPartition>> {
-    let settings = &inner.settings;
+    let settings = &ctx.settings;
     let mut attempt: u32 = 0;
     loop {
         attempt += 1;
@@ -377,7 +366,7 @@ async fn join_and_sync(
             return Err(Error::Closed);
         }
         group.needs_rejoin.store(false, Ordering::Release);
-        let connection = match coordinator(inner, group).await {
+        let connection = match group.coordinator(ctx).await {
             Ok(connection) => connection,
             Err(error) => {
                 retry_after(group, error, attempt)?;
@@ -456,7 +445,7 @@ async fn join_and_sync(
             member.leader_counts = None;
         }
         let assignments = if response.leader == response.member_id {
-            leader_assign(inner, group, assignor, &response, metadata).await?
+            leader_assign(ctx, group, assignor, &response, metadata).await?
         } else {
             Vec::new()
         };
@@ -511,7 +500,7 @@ fn retry_after(group: &GroupShared, error: Error, attempt: u32) -> Result<()> {
 /// The leader's part: every member's subscription, the partitions of their topics, the
 /// assignor's answer, encoded per member.
 async fn leader_assign(
-    inner: &Inner,
+    ctx: &Context,
     group: &GroupShared,
     assignor: Assignor,
     response: &JoinGroupResponse,
@@ -531,7 +520,7 @@ async fn leader_assign(
     let metadata = if wanted.iter().all(|t| metadata.topics.contains_key(t)) {
         metadata
     } else {
-        fresh = inner.cluster.refresh(Some(&wanted)).await?;
+        fresh = ctx.cluster.refresh(Some(&wanted)).await?;
         &*fresh
     };
     let counts: BTreeMap<String, i32> = topics
@@ -556,24 +545,28 @@ async fn leader_assign(
 
 /// KIP-848: applies the coordinator's latest assignment (revoking first, committing what was
 /// read), and tells the coordinator on the next heartbeat, which is sent at once.
-async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut State) -> Result<()> {
+async fn reconcile(
+    ctx: &Arc<Context>,
+    group: &Arc<GroupShared>,
+    state: &mut SubscriptionState,
+) -> Result<()> {
     // Keep the subscription the heartbeat sends up to date.
     if group.needs_rejoin.swap(false, Ordering::AcqRel) {
         let metadata = match &state.subscription {
-            ConsumerSubscription::Pattern(_) => inner
+            ConsumerSubscription::Pattern(_) => ctx
                 .cluster
                 .refresh(None)
                 .await
-                .unwrap_or_else(|_| inner.cluster.cached()),
-            _ => inner.cluster.cached(),
+                .unwrap_or_else(|_| ctx.cluster.cached()),
+            _ => ctx.cluster.cached(),
         };
-        group.member().subscribed = consumer::subscribed_topics(state, &metadata);
+        group.member().subscribed = state.subscribed_topics(&metadata);
         group.heartbeat_now.notify_one();
     }
     let Some(target) = group.member().target.clone() else {
         return Ok(());
     };
-    let mut metadata = inner.cluster.cached();
+    let mut metadata = ctx.cluster.cached();
     let by_id = |metadata: &ClusterMetadata, id: &[u8; 16]| {
         metadata
             .topics
@@ -582,7 +575,7 @@ async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut Sta
             .map(|t| t.name.clone())
     };
     if target.iter().any(|(id, _)| by_id(&metadata, id).is_none()) {
-        metadata = inner.cluster.refresh(None).await?;
+        metadata = ctx.cluster.refresh(None).await?;
     }
     let mut assigned = Vec::new();
     let mut known = BTreeSet::new();
@@ -597,11 +590,11 @@ async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut Sta
         return Ok(());
     }
     if !revoked.is_empty() {
-        revoke(inner, state, &revoked).await;
+        revoke(ctx, group, state, &revoked).await;
     }
     state.add_partitions(&added);
     if !added.is_empty() {
-        if let Some(listener) = inner.listener() {
+        if let Some(listener) = ctx.listener() {
             listener.on_partitions_assigned(&added);
         }
     }
@@ -618,7 +611,7 @@ async fn reconcile(inner: &Arc<Inner>, group: &Arc<GroupShared>, state: &mut Sta
 
 /// Leaves the group: LeaveGroup (classic; static members stay, as in Java) or a heartbeat
 /// with epoch -1 (-2 for a static member) for KIP-848.
-pub(crate) async fn leave(inner: &Inner, group: &GroupShared) {
+pub(crate) async fn leave(ctx: &Context, group: &GroupShared) {
     let (member_id, epoch, joined) = {
         let member = group.member();
         (member.member_id.clone(), member.generation, member.joined)
@@ -637,11 +630,11 @@ pub(crate) async fn leave(inner: &Inner, group: &GroupShared) {
         reset();
         return;
     }
-    let Ok(connection) = coordinator(inner, group).await else {
+    let Ok(connection) = group.coordinator(ctx).await else {
         reset();
         return;
     };
-    let static_member = inner.settings.group_instance_id.is_some();
+    let static_member = ctx.settings.group_instance_id.is_some();
     let outcome = match group.protocol {
         GroupProtocol::Classic if static_member => Ok(()),
         GroupProtocol::Classic => {
@@ -667,7 +660,7 @@ pub(crate) async fn leave(inner: &Inner, group: &GroupShared) {
                 .with_group_id(GroupId(str_bytes(&group.group_id)))
                 .with_member_id(str_bytes(&member_id))
                 .with_member_epoch(if static_member { -2 } else { -1 })
-                .with_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes))
+                .with_instance_id(ctx.settings.group_instance_id.as_deref().map(str_bytes))
                 .with_rack_id(None)
                 .with_subscribed_topic_names(None)
                 .with_subscribed_topic_regex(None)
@@ -684,15 +677,15 @@ pub(crate) async fn leave(inner: &Inner, group: &GroupShared) {
 
 /// Heartbeats while the consumer lives; flags rebalances and lost partitions for the poll
 /// side; leaves the group when poll is not called within `max.poll.interval.ms`.
-async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
+async fn heartbeat_loop(ctx: Weak<Context>, group: Arc<GroupShared>) {
     let mut random = Random::new();
     loop {
         let interval = {
-            let Some(inner) = inner.upgrade() else { return };
+            let Some(ctx) = ctx.upgrade() else { return };
             group
                 .member()
                 .heartbeat_interval
-                .unwrap_or(inner.settings.heartbeat_interval)
+                .unwrap_or(ctx.settings.heartbeat_interval)
         };
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -701,26 +694,26 @@ async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
         if group.closed.load(Ordering::Acquire) {
             return;
         }
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(ctx) = ctx.upgrade() else { return };
         let since_poll = group
             .last_poll
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .elapsed();
-        if since_poll > inner.settings.max_poll_interval && group.member().joined {
+        if since_poll > ctx.settings.max_poll_interval && group.member().joined {
             tracing::warn!(
                 group = %group.group_id,
                 since_poll_ms = since_poll.as_millis() as u64,
                 "poll was not called within max.poll.interval.ms; leaving the group so others take the partitions (raise max.poll.interval.ms or process less per poll)"
             );
-            leave(&inner, &group).await;
+            leave(&ctx, &group).await;
             group.member().lost = true;
             group.request_rejoin();
             continue;
         }
         let outcome = match group.protocol {
-            GroupProtocol::Classic => classic_heartbeat(&inner, &group).await,
-            GroupProtocol::Consumer => consumer_heartbeat(&inner, &group, &mut random).await,
+            GroupProtocol::Classic => classic_heartbeat(&ctx, &group).await,
+            GroupProtocol::Consumer => consumer_heartbeat(&ctx, &group, &mut random).await,
         };
         if let Err(error) = outcome {
             if is_coordinator_error(&error) {
@@ -731,7 +724,7 @@ async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
                 group.member().fatal = Some(error);
                 group.rejoin_requested.notify_waiters();
             }
-            tokio::time::sleep(inner.settings.retry_backoff).await;
+            tokio::time::sleep(ctx.settings.retry_backoff).await;
         }
     }
 }
@@ -739,12 +732,12 @@ async fn heartbeat_loop(inner: Weak<Inner>, group: Arc<GroupShared>) {
 /// A heartbeat within `request.timeout.ms` (the coordinator connection's own timeout covers
 /// a whole rebalance, too long for a heartbeat).
 async fn send_heartbeat<R: kafka_protocol::protocol::Request>(
-    inner: &Inner,
+    ctx: &Context,
     group: &GroupShared,
     connection: &Connection,
     request: &R,
 ) -> Result<R::Response> {
-    let timeout = inner.cluster.config.request_timeout;
+    let timeout = ctx.cluster.config.request_timeout;
     tokio::time::timeout(timeout, connection.send(request))
         .await
         .map_err(|_| Error::Timeout {
@@ -753,7 +746,7 @@ async fn send_heartbeat<R: kafka_protocol::protocol::Request>(
         })?
 }
 
-async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
+async fn classic_heartbeat(ctx: &Context, group: &GroupShared) -> Result<()> {
     let (member_id, generation) = {
         let member = group.member();
         if !member.joined || member.joining || member.generation < 0 {
@@ -761,13 +754,13 @@ async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
         }
         (member.member_id.clone(), member.generation)
     };
-    let connection = coordinator(inner, group).await?;
+    let connection = group.coordinator(ctx).await?;
     let request = HeartbeatRequest::default()
         .with_group_id(GroupId(str_bytes(&group.group_id)))
         .with_generation_id(generation)
         .with_member_id(str_bytes(&member_id))
-        .with_group_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes));
-    let response = send_heartbeat(inner, group, &connection, &request).await?;
+        .with_group_instance_id(ctx.settings.group_instance_id.as_deref().map(str_bytes));
+    let response = send_heartbeat(ctx, group, &connection, &request).await?;
     match response.error_code {
         errors::NONE => Ok(()),
         errors::REBALANCE_IN_PROGRESS => {
@@ -801,7 +794,7 @@ async fn classic_heartbeat(inner: &Inner, group: &GroupShared) -> Result<()> {
     }
 }
 
-async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Random) -> Result<()> {
+async fn consumer_heartbeat(ctx: &Context, group: &GroupShared, random: &mut Random) -> Result<()> {
     let (member_id, epoch, subscribed, owned) = {
         let mut member = group.member();
         if member.member_id.is_empty() {
@@ -821,14 +814,14 @@ async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Ran
             owned,
         )
     };
-    let connection = coordinator(inner, group).await?;
+    let connection = group.coordinator(ctx).await?;
     let request = ConsumerGroupHeartbeatRequest::default()
         .with_group_id(GroupId(str_bytes(&group.group_id)))
         .with_member_id(str_bytes(&member_id))
         .with_member_epoch(epoch)
-        .with_instance_id(inner.settings.group_instance_id.as_deref().map(str_bytes))
+        .with_instance_id(ctx.settings.group_instance_id.as_deref().map(str_bytes))
         .with_rack_id(None)
-        .with_rebalance_timeout_ms(inner.settings.max_poll_interval.as_millis() as i32)
+        .with_rebalance_timeout_ms(ctx.settings.max_poll_interval.as_millis() as i32)
         .with_subscribed_topic_names(Some(
             subscribed.iter().map(|t| TopicName(str_bytes(t))).collect(),
         ))
@@ -844,7 +837,7 @@ async fn consumer_heartbeat(inner: &Inner, group: &GroupShared, random: &mut Ran
                 })
                 .collect(),
         ));
-    let response = send_heartbeat(inner, group, &connection, &request).await?;
+    let response = send_heartbeat(ctx, group, &connection, &request).await?;
     match response.error_code {
         errors::NONE => {
             let mut member = group.member();

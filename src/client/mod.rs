@@ -18,6 +18,26 @@
 //! - [`Error`]: every failure, naming Kafka's error code and what to do.
 //!
 //! The runnable examples are in `examples/`.
+//!
+//! # Layout
+//!
+//! The consumer, top to bottom; each file imports only files on the lines below its own
+//! (`offsets` and `fetcher` share a layer and do not import each other):
+//!
+//! ```text
+//! consumer/mod.rs        the Consumer facade: its public methods and the poll loop
+//! group.rs               membership: join and sync, heartbeats, KIP-848 reconciliation, leave
+//! consumer/offsets.rs    commits and committed offsets at the coordinator (the group reached
+//!                        through its `GroupMember` trait), ListOffsets, finding positions
+//! consumer/fetcher.rs    Fetch requests, one per leader, answers decoded into partition buffers
+//! consumer/positions.rs  the subscription, each partition's position and buffered records
+//! consumer/types.rs      the public types, the settings, the `Context` the files above share
+//! ```
+//!
+//! Beneath every client: `cluster.rs` (metadata, a connection per broker) over
+//! `connection.rs` (one pipelined socket); `config.rs`, `error.rs`, `assignor.rs` (group.rs)
+//! and `partitioner.rs` are leaves. `producer.rs` and `admin.rs` stand beside the consumer;
+//! `admin_groups.rs` borrows its ListOffsets from `consumer/offsets.rs`.
 
 #![warn(missing_docs)]
 
@@ -43,10 +63,9 @@ pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata}
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
 pub use consumer::{
-    Consumer, ConsumerRecord, IsolationLevel, OffsetReset, RebalanceListener, TimestampType,
-    TopicPartition,
+    Consumer, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset, RebalanceListener,
+    TimestampType, TopicPartition,
 };
 pub use error::{Error, Result, io_reason, is_retriable_code};
-pub use group::GroupProtocol;
 pub use partitioner::{murmur2, partition_for_key};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
