@@ -888,3 +888,391 @@ async fn consumer_heartbeat(ctx: &Context, group: &GroupShared, random: &mut Ran
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+    use kafka_protocol::messages::offset_commit_response::{
+        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitRequest,
+        OffsetCommitResponse, RequestKind, ResponseKind, SyncGroupResponse,
+    };
+
+    use super::*;
+    use crate::client::cluster::Cluster;
+    use crate::client::config::{ClientConfig, CommonConfig};
+    use crate::client::consumer::types::RebalanceListener;
+    use crate::client::fake_broker::{self, FakeBroker, Node, Received};
+
+    /// What the listener was told, in order.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(&'static str, Vec<TopicPartition>)>>);
+
+    impl Recorded {
+        fn push(&self, event: &'static str, partitions: &[TopicPartition]) {
+            let mut events = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            events.push((event, partitions.to_vec()));
+        }
+
+        fn events(&self) -> Vec<(&'static str, Vec<TopicPartition>)> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        }
+    }
+
+    impl RebalanceListener for Recorded {
+        fn on_partitions_assigned(&self, partitions: &[TopicPartition]) {
+            self.push("assigned", partitions);
+        }
+        fn on_partitions_revoked(&self, partitions: &[TopicPartition]) {
+            self.push("revoked", partitions);
+        }
+        fn on_partitions_lost(&self, partitions: &[TopicPartition]) {
+            self.push("lost", partitions);
+        }
+    }
+
+    fn both() -> Vec<TopicPartition> {
+        vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)]
+    }
+
+    /// A member of group `g` subscribed to topic `t`, as a consumer's poll side holds it:
+    /// heartbeats every `heartbeat_ms` once joined, backoffs of 10 ms, no auto-commit.
+    fn member(
+        bootstrap: &FakeBroker,
+        heartbeat_ms: u32,
+    ) -> (
+        Arc<Context>,
+        Arc<GroupShared>,
+        SubscriptionState,
+        Arc<Recorded>,
+    ) {
+        let config = ClientConfig::new(&bootstrap.addr())
+            .set("group.id", "g")
+            .set("session.timeout.ms", "60000")
+            .set("heartbeat.interval.ms", heartbeat_ms.to_string())
+            .set("retry.backoff.ms", "10")
+            .set("enable.auto.commit", "false");
+        let settings = Settings::from_config(&config).expect("settings");
+        let group = Arc::new(GroupShared::new("g".into(), &settings));
+        let common = CommonConfig::from_config(&config).expect("config");
+        let ctx = Arc::new(Context::new(Cluster::new(common), settings));
+        let listener = Arc::new(Recorded::default());
+        ctx.set_listener(listener.clone());
+        let mut state = SubscriptionState::new();
+        state.subscription = ConsumerSubscription::Topics(BTreeSet::from(["t".to_owned()]));
+        (ctx, group, state, listener)
+    }
+
+    /// How the fake brokers of a test answer. Every broker knows topic `t` (two partitions
+    /// led by the first node); FindCoordinator names `coordinators[k]` for the k-th asked of
+    /// any broker (the last one from then on).
+    #[derive(Clone)]
+    struct Script {
+        nodes: Vec<Node>,
+        coordinators: Vec<Node>,
+        finds: Arc<AtomicUsize>,
+    }
+
+    impl Script {
+        fn new(nodes: &[&FakeBroker], coordinators: &[&FakeBroker]) -> Script {
+            Script {
+                nodes: nodes.iter().map(|b| b.node()).collect(),
+                coordinators: coordinators.iter().map(|b| b.node()).collect(),
+                finds: Arc::new(AtomicUsize::new(0)),
+            }
+        }
+
+        /// Serves `broker` as the coordinator of a group of one: JoinGroup makes the member
+        /// its leader (a member that comes without an id is given `m-<n>`, n counting joins;
+        /// the generation counts joins too) unless `join_error` says otherwise for the n-th;
+        /// SyncGroup hands the member what it assigned itself; Heartbeat and OffsetCommit
+        /// answer `heartbeat_error` and `commit_error` for the n-th.
+        fn serve(
+            &self,
+            broker: &FakeBroker,
+            join_error: fn(usize) -> i16,
+            heartbeat_error: fn(usize) -> i16,
+            commit_error: fn(usize) -> i16,
+        ) {
+            let script = self.clone();
+            broker.serve(move |received: &Received| {
+                let nth = received.nth;
+                Some(match &received.request {
+                    RequestKind::Metadata(_) => fake_broker::metadata(
+                        &script.nodes,
+                        &[("t", &[script.nodes[0].node_id; 2])],
+                    ),
+                    RequestKind::FindCoordinator(_) => {
+                        let k = script.finds.fetch_add(1, Ordering::AcqRel);
+                        let last = script.coordinators.len() - 1;
+                        fake_broker::find_coordinator(script.coordinators[k.min(last)])
+                    }
+                    RequestKind::JoinGroup(request) => {
+                        ResponseKind::JoinGroup(match join_error(nth) {
+                            errors::NONE => {
+                                let member_id = if request.member_id.is_empty() {
+                                    StrBytes::from_string(format!("m-{}", nth + 1))
+                                } else {
+                                    request.member_id.clone()
+                                };
+                                JoinGroupResponse::default()
+                                    .with_generation_id(nth as i32 + 1)
+                                    .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+                                    .with_protocol_name(Some(request.protocols[0].name.clone()))
+                                    .with_leader(member_id.clone())
+                                    .with_member_id(member_id.clone())
+                                    .with_members(vec![
+                                        JoinGroupResponseMember::default()
+                                            .with_member_id(member_id)
+                                            .with_metadata(request.protocols[0].metadata.clone()),
+                                    ])
+                            }
+                            errors::MEMBER_ID_REQUIRED => JoinGroupResponse::default()
+                                .with_error_code(errors::MEMBER_ID_REQUIRED)
+                                .with_member_id(StrBytes::from_static_str("m-1")),
+                            code => JoinGroupResponse::default().with_error_code(code),
+                        })
+                    }
+                    RequestKind::SyncGroup(request) => ResponseKind::SyncGroup(
+                        SyncGroupResponse::default().with_assignment(
+                            request
+                                .assignments
+                                .iter()
+                                .find(|a| a.member_id == request.member_id)
+                                .map(|a| a.assignment.clone())
+                                .unwrap_or_default(),
+                        ),
+                    ),
+                    RequestKind::Heartbeat(_) => ResponseKind::Heartbeat(
+                        HeartbeatResponse::default().with_error_code(heartbeat_error(nth)),
+                    ),
+                    RequestKind::OffsetCommit(request) => ResponseKind::OffsetCommit(
+                        OffsetCommitResponse::default().with_topics(
+                            request
+                                .topics
+                                .iter()
+                                .map(|t| {
+                                    OffsetCommitResponseTopic::default()
+                                        .with_name(t.name.clone())
+                                        .with_partitions(
+                                            t.partitions
+                                                .iter()
+                                                .map(|p| {
+                                                    OffsetCommitResponsePartition::default()
+                                                        .with_partition_index(p.partition_index)
+                                                        .with_error_code(commit_error(nth))
+                                                })
+                                                .collect(),
+                                        )
+                                })
+                                .collect(),
+                        ),
+                    ),
+                    RequestKind::LeaveGroup(_) => {
+                        ResponseKind::LeaveGroup(LeaveGroupResponse::default())
+                    }
+                    _ => return None,
+                })
+            });
+        }
+    }
+
+    fn none(_: usize) -> i16 {
+        errors::NONE
+    }
+
+    #[tokio::test]
+    async fn joining_as_the_leader_assigns_the_subscribed_partitions_through_sync_group() {
+        let broker = FakeBroker::bind(1).await;
+        // KIP-394: the first JoinGroup is answered with the member's id, to join with.
+        let member_id_required = |nth| match nth {
+            0 => errors::MEMBER_ID_REQUIRED,
+            _ => errors::NONE,
+        };
+        Script::new(&[&broker], &[&broker]).serve(&broker, member_id_required, none, none);
+        let (ctx, group, mut state, listener) = member(&broker, 30_000);
+
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("joined");
+
+        assert_eq!(state.assignment(), both());
+        assert_eq!(listener.events(), [("assigned", both())]);
+        assert_eq!(group.commit_identity(), ("m-1".to_owned(), 2));
+        let joins = broker.requests::<JoinGroupRequest>();
+        let member_ids: Vec<&str> = joins.iter().map(|j| j.member_id.as_str()).collect();
+        assert_eq!(member_ids, ["", "m-1"]);
+        for join in &joins {
+            assert_eq!(join.group_id.as_str(), "g");
+            assert_eq!(join.protocol_type.as_str(), "consumer");
+            let offered: Vec<&str> = join.protocols.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(offered, ["range", "cooperative-sticky"]);
+        }
+        // As the leader the member assigned the partitions itself.
+        let syncs = broker.requests::<SyncGroupRequest>();
+        assert_eq!(syncs.len(), 1);
+        assert_eq!(
+            (syncs[0].member_id.as_str(), syncs[0].generation_id),
+            ("m-1", 2)
+        );
+        assert_eq!(syncs[0].assignments.len(), 1);
+        let assigned = assignor::decode_assignment(&syncs[0].assignments[0].assignment)
+            .expect("an assignment");
+        assert_eq!(assigned, both());
+    }
+
+    #[tokio::test]
+    async fn a_rebalance_announced_by_a_heartbeat_rejoins_with_the_same_member_id() {
+        let broker = FakeBroker::bind(1).await;
+        let rebalancing = |nth| match nth {
+            0 => errors::REBALANCE_IN_PROGRESS,
+            _ => errors::NONE,
+        };
+        Script::new(&[&broker], &[&broker]).serve(&broker, none, rebalancing, none);
+        let (ctx, group, mut state, listener) = member(&broker, 30_000);
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("joined");
+        assert!(!group.needs_rejoin.load(Ordering::Acquire));
+
+        classic_heartbeat(&ctx, &group).await.expect("answered");
+        let heartbeats = broker.requests::<HeartbeatRequest>();
+        assert_eq!(
+            (
+                heartbeats[0].member_id.as_str(),
+                heartbeats[0].generation_id
+            ),
+            ("m-1", 1)
+        );
+        assert!(
+            group.needs_rejoin.load(Ordering::Acquire),
+            "the rebalance was not noticed"
+        );
+
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("rejoined");
+        let joins = broker.requests::<JoinGroupRequest>();
+        let member_ids: Vec<&str> = joins.iter().map(|j| j.member_id.as_str()).collect();
+        assert_eq!(member_ids, ["", "m-1"]);
+        assert_eq!(group.commit_identity(), ("m-1".to_owned(), 2));
+        assert_eq!(state.assignment(), both());
+        // range is eager: everything is revoked before the rejoin, then assigned again.
+        assert_eq!(
+            listener.events(),
+            [
+                ("assigned", both()),
+                ("revoked", both()),
+                ("assigned", both())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_member_id_on_heartbeat_loses_the_partitions_and_rejoins_without_an_id() {
+        let broker = FakeBroker::bind(1).await;
+        let unknown = |nth| match nth {
+            0 => errors::UNKNOWN_MEMBER_ID,
+            _ => errors::NONE,
+        };
+        Script::new(&[&broker], &[&broker]).serve(&broker, none, unknown, none);
+        let (ctx, group, mut state, listener) = member(&broker, 30_000);
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("joined");
+
+        classic_heartbeat(&ctx, &group).await.expect("answered");
+        // No longer a member: a commit now would go as a consumer outside the group.
+        assert_eq!(group.commit_identity(), (String::new(), -1));
+
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("rejoined");
+        let joins = broker.requests::<JoinGroupRequest>();
+        let member_ids: Vec<&str> = joins.iter().map(|j| j.member_id.as_str()).collect();
+        assert_eq!(member_ids, ["", ""], "rejoined with the forgotten id");
+        assert_eq!(group.commit_identity(), ("m-2".to_owned(), 2));
+        assert_eq!(state.assignment(), both());
+        // Lost, not revoked: the group had already given them away.
+        assert_eq!(
+            listener.events(),
+            [("assigned", both()), ("lost", both()), ("assigned", both())]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_that_moved_is_found_again_for_joins_and_commits() {
+        let (a, b) = (FakeBroker::bind(1).await, FakeBroker::bind(2).await);
+        // A is found first and refuses the join; B is found next, and refuses the commit
+        // after; A, found last, takes it.
+        let script = Script::new(&[&a, &b], &[&a, &b, &a]);
+        script.serve(&a, |_| errors::NOT_COORDINATOR, none, none);
+        script.serve(&b, none, none, |_| errors::NOT_COORDINATOR);
+        let (ctx, group, mut state, _) = member(&a, 30_000);
+
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("joined at the second coordinator");
+        assert_eq!(
+            (a.count(ApiKey::JoinGroup), b.count(ApiKey::JoinGroup)),
+            (1, 1)
+        );
+        assert_eq!(b.count(ApiKey::SyncGroup), 1);
+        assert_eq!(state.assignment(), both());
+
+        let offsets = BTreeMap::from([(TopicPartition::new("t", 0), 5)]);
+        offsets::commit(&ctx, group.as_ref(), offsets)
+            .await
+            .expect("committed at the third coordinator");
+        assert_eq!(
+            (a.count(ApiKey::OffsetCommit), b.count(ApiKey::OffsetCommit)),
+            (1, 1)
+        );
+        let finds = a.count(ApiKey::FindCoordinator) + b.count(ApiKey::FindCoordinator);
+        assert_eq!(finds, 3);
+        let commit = &a.requests::<OffsetCommitRequest>()[0];
+        assert_eq!(commit.group_id.as_str(), "g");
+        assert_eq!(
+            (
+                commit.member_id.as_str(),
+                commit.generation_id_or_member_epoch
+            ),
+            ("m-1", 1)
+        );
+        let partition = &commit.topics[0].partitions[0];
+        assert_eq!(commit.topics[0].name.as_str(), "t");
+        assert_eq!(
+            (partition.partition_index, partition.committed_offset),
+            (0, 5)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_heartbeat_task_finds_a_moved_coordinator_again() {
+        let (a, b) = (FakeBroker::bind(1).await, FakeBroker::bind(2).await);
+        let script = Script::new(&[&a, &b], &[&a, &b]);
+        script.serve(&a, none, |_| errors::NOT_COORDINATOR, none);
+        script.serve(&b, none, none, none);
+        // Heartbeats every 20 ms from the background task ensure_active starts.
+        let (ctx, group, mut state, _) = member(&a, 20);
+        ensure_active(&ctx, &group, &mut state)
+            .await
+            .expect("joined");
+
+        b.wait_for(ApiKey::Heartbeat, 1).await;
+        assert!(a.count(ApiKey::Heartbeat) >= 1);
+        let heartbeat = &b.requests::<HeartbeatRequest>()[0];
+        assert_eq!(
+            (heartbeat.member_id.as_str(), heartbeat.generation_id),
+            ("m-1", 1)
+        );
+        // A coordinator that moved is not a rebalance: the member stays as it is.
+        assert!(!group.needs_rejoin.load(Ordering::Acquire));
+        assert!(group.member().fatal.is_none());
+        group.close();
+    }
+}

@@ -49,6 +49,8 @@ mod config;
 mod connection;
 mod consumer;
 mod error;
+#[cfg(test)]
+mod fake_broker;
 mod group;
 mod partitioner;
 mod producer;

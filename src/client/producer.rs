@@ -1195,3 +1195,297 @@ fn partition_outcome(response: &ProduceResponse, tp: &TopicPartition) -> Result<
         None => Ok((partition.base_offset, partition.log_append_time_ms)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, InitProducerIdResponse, ProducerId, RequestKind, ResponseKind,
+    };
+
+    use super::*;
+    use crate::client::fake_broker::{self, FakeBroker, Received};
+    use crate::protocol::batch::{BatchHeader, BatchIter, RecordIter};
+
+    /// One batch as a Produce request carried it.
+    struct SentBatch {
+        partition: i32,
+        header: BatchHeader,
+        bytes: Vec<u8>,
+        values: Vec<String>,
+    }
+
+    fn batches(request: &ProduceRequest) -> Vec<SentBatch> {
+        let mut out = Vec::new();
+        for topic in &request.topic_data {
+            for partition in &topic.partition_data {
+                let Some(records) = &partition.records else {
+                    continue;
+                };
+                for batch in BatchIter::new(records) {
+                    let (_, header, raw) = batch.expect("a whole batch");
+                    let values = RecordIter::new(&header, raw)
+                        .map(|record| {
+                            let value = record.expect("a record").value.unwrap_or_default();
+                            String::from_utf8_lossy(value).into_owned()
+                        })
+                        .collect();
+                    out.push(SentBatch {
+                        partition: partition.index,
+                        header,
+                        bytes: raw.to_vec(),
+                        values,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// An answer to every partition of `request`: `error_code`, and `base_offset` for each.
+    fn produce_answer(
+        request: &ProduceRequest,
+        error_code: i16,
+        mut base_offset: impl FnMut(i32, &BatchHeader) -> i64,
+    ) -> ResponseKind {
+        ResponseKind::Produce(
+            ProduceResponse::default().with_responses(
+                request
+                    .topic_data
+                    .iter()
+                    .map(|topic| {
+                        TopicProduceResponse::default()
+                            .with_name(topic.name.clone())
+                            .with_partition_responses(
+                                topic
+                                    .partition_data
+                                    .iter()
+                                    .map(|p| {
+                                        let records = p.records.clone().unwrap_or_default();
+                                        let header =
+                                            BatchHeader::parse(&records).expect("a batch header");
+                                        PartitionProduceResponse::default()
+                                            .with_index(p.index)
+                                            .with_error_code(error_code)
+                                            .with_base_offset(if error_code == errors::NONE {
+                                                base_offset(p.index, &header)
+                                            } else {
+                                                -1
+                                            })
+                                            .with_log_append_time_ms(-1)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves topic `t` (`partitions` partitions, all led by `broker`), producer ids 1000,
+    /// 1001, ... with epoch 7, and Produce as `produce` answers.
+    fn serve_topic(
+        broker: &FakeBroker,
+        partitions: usize,
+        mut produce: impl FnMut(&Received, &ProduceRequest) -> ResponseKind + Send + 'static,
+    ) {
+        let node = broker.node();
+        let leaders = vec![node.node_id; partitions];
+        broker.serve(move |received| match &received.request {
+            RequestKind::Metadata(_) => Some(fake_broker::metadata(&[node], &[("t", &leaders)])),
+            RequestKind::InitProducerId(_) => Some(ResponseKind::InitProducerId(
+                InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(1000 + received.nth as i64))
+                    .with_producer_epoch(7),
+            )),
+            RequestKind::Produce(request) => Some(produce(received, request)),
+            _ => None,
+        });
+    }
+
+    fn config(broker: &FakeBroker) -> ClientConfig {
+        ClientConfig::new(&broker.addr())
+            .set("linger.ms", "0")
+            .set("retry.backoff.ms", "10")
+    }
+
+    /// The APIs `broker` received, ApiVersions left out.
+    fn api_order(broker: &FakeBroker) -> Vec<ApiKey> {
+        broker
+            .received()
+            .iter()
+            .map(|r| r.api_key)
+            .filter(|&key| key != ApiKey::ApiVersions)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_refused_as_not_the_leader_is_resent_unchanged_after_a_metadata_refresh() {
+        let broker = FakeBroker::bind(1).await;
+        serve_topic(&broker, 1, |received, request| match received.nth {
+            0 => produce_answer(request, errors::NOT_LEADER_OR_FOLLOWER, |_, _| -1),
+            _ => produce_answer(request, errors::NONE, |_, _| 42),
+        });
+        let producer = Producer::new(config(&broker)).expect("producer");
+        let delivery = producer
+            .send(ProducerRecord::new("t", "v").partition(0))
+            .await
+            .expect("queued");
+        let stored = delivery.await.expect("delivered on the retry");
+        assert_eq!((stored.partition, stored.offset), (0, 42));
+
+        let requests = broker.requests::<ProduceRequest>();
+        assert_eq!(requests.len(), 2, "one refusal, one retry");
+        assert!(requests.iter().all(|r| r.acks == -1), "acks=all by default");
+        let (first, retry) = (&batches(&requests[0])[0], &batches(&requests[1])[0]);
+        assert_eq!(
+            (first.header.producer_id, first.header.producer_epoch),
+            (1000, 7)
+        );
+        assert_eq!(first.header.base_sequence, 0);
+        // The same bytes: same producer id and sequence, so a broker that had stored the
+        // first attempt would drop the second as a duplicate.
+        assert_eq!(first.bytes, retry.bytes);
+        // The leader was looked up again between the refusal and the retry.
+        let order = api_order(&broker);
+        let produces: Vec<usize> = (0..order.len())
+            .filter(|&i| order[i] == ApiKey::Produce)
+            .collect();
+        assert!(
+            order[produces[0]..produces[1]].contains(&ApiKey::Metadata),
+            "{order:?}"
+        );
+        assert_eq!(broker.count(ApiKey::InitProducerId), 1);
+    }
+
+    #[tokio::test]
+    async fn a_non_retriable_error_fails_the_record_naming_it_and_the_next_batch_takes_a_new_producer_id()
+     {
+        let broker = FakeBroker::bind(1).await;
+        serve_topic(&broker, 1, |received, request| match received.nth {
+            0 => produce_answer(request, errors::TOPIC_AUTHORIZATION_FAILED, |_, _| -1),
+            _ => produce_answer(request, errors::NONE, |_, _| 5),
+        });
+        let producer = Producer::new(config(&broker)).expect("producer");
+        let refused = producer
+            .send(ProducerRecord::new("t", "first").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect_err("not authorized");
+        assert_eq!(refused.code(), Some(errors::TOPIC_AUTHORIZATION_FAILED));
+        assert!(
+            refused
+                .to_string()
+                .starts_with("TOPIC_AUTHORIZATION_FAILED: partition t-0"),
+            "{refused}"
+        );
+        assert_eq!(broker.count(ApiKey::Produce), 1, "not retried");
+
+        let stored = producer
+            .send(ProducerRecord::new("t", "second").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect("delivered");
+        assert_eq!(stored.offset, 5);
+        // The failed batch left a hole in the partition's sequences: a new producer id, whose
+        // sequences start again from 0.
+        assert_eq!(broker.count(ApiKey::InitProducerId), 2);
+        let requests = broker.requests::<ProduceRequest>();
+        let second = &batches(&requests[1])[0];
+        assert_eq!(second.values, ["second"]);
+        assert_eq!(
+            (second.header.producer_id, second.header.base_sequence),
+            (1001, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_partitions_batches_go_in_order_with_consecutive_sequences() {
+        let broker = FakeBroker::bind(1).await;
+        // The broker gives offsets as a log does: each batch's base is the end so far.
+        let mut log_end_offset = 0;
+        serve_topic(&broker, 2, move |_, request| {
+            produce_answer(request, errors::NONE, |partition, header| {
+                assert_eq!(partition, 1, "every record was sent to partition 1");
+                let base = log_end_offset;
+                log_end_offset += i64::from(header.records_count);
+                base
+            })
+        });
+        // 61 header bytes and about 33 per record: three records per batch.
+        let producer = Producer::new(
+            config(&broker)
+                .set("batch.size", "160")
+                .set("linger.ms", "60000"),
+        )
+        .expect("producer");
+        let mut deliveries = Vec::new();
+        for i in 0..20 {
+            let record = ProducerRecord::new("t", format!("record-{i:02}")).partition(1);
+            deliveries.push(producer.send(record).await.expect("queued"));
+        }
+        producer.flush().await.expect("flushed");
+        for (i, delivery) in deliveries.into_iter().enumerate() {
+            assert_eq!(delivery.await.expect("delivered").offset, i as i64);
+        }
+
+        let sent: Vec<SentBatch> = broker
+            .requests::<ProduceRequest>()
+            .iter()
+            .flat_map(batches)
+            .collect();
+        assert!(sent.len() >= 7, "{} batches", sent.len());
+        let values: Vec<String> = sent.iter().flat_map(|b| b.values.clone()).collect();
+        let expected: Vec<String> = (0..20).map(|i| format!("record-{i:02}")).collect();
+        assert_eq!(values, expected, "records in send order");
+        let mut sequence = 0;
+        for batch in &sent {
+            assert_eq!(batch.partition, 1);
+            assert_eq!(
+                (batch.header.producer_id, batch.header.producer_epoch),
+                (1000, 7)
+            );
+            assert_eq!(batch.header.base_sequence, sequence);
+            sequence += batch.header.records_count;
+        }
+    }
+
+    #[tokio::test]
+    async fn acks_reach_the_request_and_acks_0_resolves_without_an_answer() {
+        let broker = FakeBroker::bind(1).await;
+        serve_topic(&broker, 1, |_, request| {
+            produce_answer(request, errors::NONE, |_, _| 9)
+        });
+        let leader_only = Producer::new(config(&broker).set("acks", "1")).expect("producer");
+        let stored = leader_only
+            .send(ProducerRecord::new("t", "one").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect("delivered");
+        assert_eq!(stored.offset, 9);
+        let fire_and_forget = Producer::new(config(&broker).set("acks", "0")).expect("producer");
+        let sent = fire_and_forget
+            .send(ProducerRecord::new("t", "zero").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect("written");
+        assert_eq!(sent.offset, -1, "no answer, no offset");
+        // Resolved once queued on the connection: the broker reads it a moment later.
+        broker.wait_for(ApiKey::Produce, 2).await;
+
+        let requests = broker.requests::<ProduceRequest>();
+        let acks: Vec<i16> = requests.iter().map(|r| r.acks).collect();
+        assert_eq!(acks, [1, 0]);
+        // Idempotence needs acks=all: without it no producer id is taken.
+        assert_eq!(broker.count(ApiKey::InitProducerId), 0);
+        for request in &requests {
+            assert_eq!(batches(request)[0].header.producer_id, -1);
+        }
+    }
+}
