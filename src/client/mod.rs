@@ -28,7 +28,8 @@
 //! consumer/mod.rs        the Consumer facade: its public methods and the poll loop
 //! group.rs               membership: join and sync, heartbeats, KIP-848 reconciliation, leave
 //! consumer/offsets.rs    commits and committed offsets at the coordinator (the group reached
-//!                        through its `GroupMember` trait), ListOffsets, finding positions
+//!                        through `GroupMember`, which group.rs implements), ListOffsets,
+//!                        finding positions
 //! consumer/fetcher.rs    Fetch requests, one per leader, answers decoded into partition buffers
 //! consumer/positions.rs  the subscription, each partition's position and buffered records
 //! consumer/types.rs      the public types, the settings, the `Context` the files above share

@@ -19,7 +19,7 @@
 //!   decoded into each partition's buffer.
 //! - `offsets.rs`: OffsetCommit and OffsetFetch at the coordinator, ListOffsets at the
 //!   leaders, and positions for partitions that have none. Reaches the group only through
-//!   its `GroupMember` trait.
+//!   `GroupMember`, a trait it defines and `group.rs` implements.
 //! - `positions.rs`: the subscription and each partition's position, pause flag and buffered
 //!   records; plain state.
 //! - `types.rs`: the public types (records, settings' enums, the rebalance listener), the
