@@ -103,10 +103,16 @@ impl<S: Shard> Ctx<S> {
         self.undo.push(undo);
     }
 
-    /// Sets (moves, or with `None` cancels) the timer of `key`.
+    /// Sets (moves, or with `None` cancels) the timer `key`.
     pub fn schedule(&mut self, key: &str, deadline: Option<Instant>) {
-        self.touched.insert(key.to_owned());
         self.timers.push((key.to_owned(), deadline));
+    }
+
+    /// The operation changed `key` (its invariants are checked when the operation ends).
+    pub fn touch(&mut self, key: &str) {
+        if !self.touched.contains(key) {
+            self.touched.insert(key.to_owned());
+        }
     }
 
     /// Runs `then` under the shard's lock once this operation's records are committed
@@ -368,10 +374,14 @@ impl<S: Shard> ShardHandle<S> {
             cell.uncommitted.get(key).copied()
         };
         if let Some(written) = waiting {
-            Arc::clone(&self.writer)
+            let outcome = Arc::clone(&self.writer)
                 .committed(written, self.config.commit_timeout)
-                .await
-                .map_err(|_| KafkaError::CoordinatorLoadInProgress)?;
+                .await;
+            // Visible once the high watermark passed it, whether or not enough replicas
+            // acknowledged (that is the writer's answer, not the reader's).
+            if outcome.is_err() && self.writer.high_watermark() <= written.last_offset {
+                return Err(KafkaError::CoordinatorLoadInProgress);
+            }
             self.mark_committed(key, written);
         }
         self.read(read)
@@ -399,19 +409,24 @@ impl<S: Shard> ShardHandle<S> {
         Ok(response)
     }
 
-    /// Runs `op` with no one waiting for its answer; its records are committed in the
-    /// background.
-    pub fn spawn_write(self: &Arc<Self>, op: impl FnOnce(&mut S, &mut Ctx<S>)) {
+    /// Runs `op` and answers at once: its records are appended (rolled back, and `Err`, if
+    /// that fails) and committed in the background. For requests whose answer does not
+    /// depend on their records being stored (a heartbeat, a leave).
+    pub fn write_detached<R>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&mut S, &mut Ctx<S>) -> R,
+    ) -> Result<R, KafkaError> {
         let mut cell = self.lock();
         if cell.phase != Phase::Loaded {
-            return;
+            return Err(Self::refusal(cell.phase));
         }
         let mut ctx = Ctx::new(self.clock.now());
-        op(&mut cell.shard, &mut ctx);
-        if let Ok(Some(pending)) = self.append(&mut cell, ctx, "background") {
+        let response = op(&mut cell.shard, &mut ctx);
+        if let Some(pending) = self.append(&mut cell, ctx, "request")? {
             drop(cell);
             self.spawn_wait(pending);
         }
+        Ok(response)
     }
 
     /// Appends `ctx`'s records (rolling back on failure), applies its timers, checks the keys

@@ -15,6 +15,9 @@ use crate::protocol::errors::KafkaError;
 /// A record as stored: its key and value bytes (`None`: a tombstone).
 pub type EncodedRecord = (Vec<u8>, Option<Vec<u8>>);
 
+/// What a load hands each record to: its key and value.
+pub type RecordVisitor<'a> = dyn FnMut(&[u8], Option<&[u8]>) + 'a;
+
 /// What an append wrote: the runtime waits for `last_offset` to be committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
@@ -41,7 +44,10 @@ pub trait PartitionWriter: Send + Sync + 'static {
     fn committed(self: Arc<Self>, written: Written, timeout: Duration) -> CommitFuture;
 
     /// Every record from the log start to the log end, in order (loading); the number read.
-    fn read_all(&self, visit: &mut dyn FnMut(&[u8], Option<&[u8]>)) -> Result<u64, String>;
+    fn read_all(&self, visit: &mut RecordVisitor<'_>) -> Result<u64, String>;
+
+    /// The offset below which records are committed.
+    fn high_watermark(&self) -> u64;
 }
 
 /// An in-memory partition for unit tests.
@@ -104,10 +110,6 @@ impl MemoryWriter {
     pub fn records(&self) -> Vec<EncodedRecord> {
         self.log().records.clone()
     }
-
-    pub fn high_watermark(&self) -> u64 {
-        self.log().high_watermark
-    }
 }
 
 impl PartitionWriter for MemoryWriter {
@@ -158,12 +160,16 @@ impl PartitionWriter for MemoryWriter {
         })
     }
 
-    fn read_all(&self, visit: &mut dyn FnMut(&[u8], Option<&[u8]>)) -> Result<u64, String> {
+    fn read_all(&self, visit: &mut RecordVisitor<'_>) -> Result<u64, String> {
         let records = self.records();
         for (key, value) in &records {
             visit(key, value.as_deref());
         }
         Ok(records.len() as u64)
+    }
+
+    fn high_watermark(&self) -> u64 {
+        self.log().high_watermark
     }
 }
 
@@ -259,7 +265,7 @@ impl PartitionWriter for ReplicaWriter {
         })
     }
 
-    fn read_all(&self, visit: &mut dyn FnMut(&[u8], Option<&[u8]>)) -> Result<u64, String> {
+    fn read_all(&self, visit: &mut RecordVisitor<'_>) -> Result<u64, String> {
         use crate::log::batch::{BATCH_HEADER_BYTES, BatchIter, RecordIter};
         use crate::replica::ReadBound;
         let partition = &self.partition;
@@ -316,5 +322,9 @@ impl PartitionWriter for ReplicaWriter {
             }
         }
         Ok(records)
+    }
+
+    fn high_watermark(&self) -> u64 {
+        self.partition.high_watermark()
     }
 }

@@ -62,13 +62,7 @@ impl GroupState {
     }
 }
 
-/// The time a request or the timer acts at: monotonic for deadlines, wall clock for what is
-/// stored (commit and state timestamps).
-#[derive(Debug, Clone, Copy)]
-pub struct Now {
-    pub instant: Instant,
-    pub wall_ms: i64,
-}
+pub use crate::coordinator::Now;
 
 #[derive(Debug, Clone)]
 pub struct JoinRequest {
@@ -265,6 +259,12 @@ pub struct ClassicGroup {
     writes: Vec<GroupWrite>,
     /// Committed offsets by (topic, partition).
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// The group's last metadata record: what a load restores. Changed only by replaying
+    /// that record (the rebalance under way, sessions and waiting members are in memory
+    /// only, as in Kafka).
+    pub stored: Option<GroupValue>,
+    /// A transition the table does not allow happened (reported by `check`).
+    broken: Option<String>,
 }
 
 impl ClassicGroup {
@@ -284,6 +284,8 @@ impl ClassicGroup {
             initial_delay,
             writes: Vec::new(),
             offsets: BTreeMap::new(),
+            stored: None,
+            broken: None,
         }
     }
 
@@ -296,6 +298,7 @@ impl ClassicGroup {
         now: Now,
     ) -> ClassicGroup {
         let mut group = ClassicGroup::new(group_id, initial_delay, now);
+        group.stored = Some(value.clone());
         group.protocol_type = Some(value.protocol_type).filter(|t| !t.is_empty());
         group.protocol = value.protocol;
         group.generation = value.generation;
@@ -379,11 +382,9 @@ impl ClassicGroup {
     }
 
     fn transition(&mut self, to: GroupState, now: Now) {
-        debug_assert!(
-            valid_transition(self.state, to),
-            "{:?} -> {to:?}",
-            self.state
-        );
+        if !valid_transition(self.state, to) && self.broken.is_none() {
+            self.broken = Some(format!("transition {:?} -> {to:?}", self.state));
+        }
         if self.state != to {
             tracing::debug!(group = %self.group_id, from = self.state.name(), to = to.name(), generation = self.generation, "group state");
         }
@@ -1159,21 +1160,12 @@ impl ClassicGroup {
         }
     }
 
-    /// A commit stored: the offsets become visible.
-    pub fn commit_done(
-        &mut self,
-        member_id: &str,
-        offsets: Vec<((String, i32), CommittedOffset)>,
-        now: Now,
-    ) {
+    /// A member's commit is as good as a heartbeat.
+    pub fn commit_seen(&mut self, member_id: &str, now: Now) {
         if let Some(member) = self.members.get_mut(member_id) {
-            // A commit is as good as a heartbeat.
             member.session_deadline = member
                 .session_deadline
                 .max(now.instant + member.session_timeout);
-        }
-        for (key, offset) in offsets {
-            self.offsets.insert(key, offset);
         }
     }
 
@@ -1301,44 +1293,75 @@ impl ClassicGroup {
         }
     }
 
-    /// Debug builds: the structure holds together.
-    pub fn check_invariants(&self) {
-        if !cfg!(debug_assertions) {
-            return;
+    /// Cheap checks of the group's structure (after every operation, release builds too).
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(broken) = &self.broken {
+            return Err(broken.clone());
         }
         for (instance, member_id) in &self.static_members {
-            let member = self.members.get(member_id);
-            assert!(
-                member.is_some_and(|m| m.group_instance_id.as_deref() == Some(instance)),
-                "group {}: static member {instance} -> {member_id} is not a member",
-                self.group_id
-            );
-        }
-        if let Some(leader) = &self.leader {
-            assert!(
-                self.members.is_empty() || self.members.contains_key(leader),
-                "group {}: leader {leader} is not a member",
-                self.group_id
-            );
-        }
-        match self.state {
-            GroupState::Empty => assert!(
-                self.members.is_empty(),
-                "group {}: Empty with members",
-                self.group_id
-            ),
-            GroupState::PreparingRebalance => assert!(self.rebalance.is_some()),
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                assert!(
-                    !self.members.is_empty(),
-                    "group {}: {:?} without members",
-                    self.group_id,
-                    self.state
-                );
-                assert!(self.members.values().all(|m| m.awaiting_join.is_none()));
+            if self
+                .members
+                .get(member_id)
+                .is_none_or(|m| m.group_instance_id.as_deref() != Some(instance))
+            {
+                return Err(format!(
+                    "static member {instance} -> {member_id} is not a member"
+                ));
             }
-            GroupState::Dead => assert!(self.members.is_empty()),
         }
+        if let Some(leader) = &self.leader
+            && !self.members.is_empty()
+            && !self.members.contains_key(leader)
+        {
+            return Err(format!("leader {leader} is not a member"));
+        }
+        let ok = match self.state {
+            GroupState::Empty | GroupState::Dead => self.members.is_empty(),
+            GroupState::PreparingRebalance => self.rebalance.is_some(),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                !self.members.is_empty() && self.members.values().all(|m| m.awaiting_join.is_none())
+            }
+        };
+        if !ok {
+            return Err(format!(
+                "{} with {} members",
+                self.state.name(),
+                self.members.len()
+            ));
+        }
+        if self.state == GroupState::Stable
+            && self.stored.as_ref().map(|v| v.generation) != Some(self.generation)
+        {
+            return Err(format!(
+                "Stable at generation {} but stored {:?}",
+                self.generation,
+                self.stored.as_ref().map(|v| v.generation)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether nothing of the group would be loaded: no stored metadata, no offsets, no one
+    /// in it (the shard drops such a group).
+    pub fn is_vacant(&self) -> bool {
+        self.state == GroupState::Empty
+            && self.stored.is_none()
+            && self.offsets.is_empty()
+            && self.pending_members.is_empty()
+    }
+
+    /// After a load: the group as its stored metadata left it (members get a full session
+    /// from now).
+    pub fn restore_stored(&mut self, now: Now) {
+        if self.state != GroupState::Empty || !self.members.is_empty() {
+            return;
+        }
+        let Some(stored) = self.stored.clone() else {
+            return;
+        };
+        let mut restored = ClassicGroup::restore(&self.group_id, stored, self.initial_delay, now);
+        restored.offsets = std::mem::take(&mut self.offsets);
+        *self = restored;
     }
 }
 
@@ -1435,6 +1458,13 @@ mod tests {
         }
     }
 
+    /// What the shard does when a write is committed: the record replayed, then the group
+    /// told.
+    fn stored(group: &mut ClassicGroup, write: &GroupWrite, now: Now) {
+        group.stored = Some(write.value.clone());
+        group.write_done(write, errors::NONE, now);
+    }
+
     fn now_result<T: std::fmt::Debug>(reply: Reply<T>) -> T {
         match reply {
             Reply::Now(result) => result,
@@ -1462,7 +1492,7 @@ mod tests {
         assert_eq!(first.error, errors::MEMBER_ID_REQUIRED);
         let id = first.member_id;
         let receiver = later(group.join(request(&id, None, &["range"]), &config(), clock.now()));
-        group.check_invariants();
+        group.check().unwrap();
         (id, receiver)
     }
 
@@ -1486,14 +1516,14 @@ mod tests {
         assert_eq!(writes.len(), 1);
         assert_eq!(writes[0].completes_sync, Some(generation));
         assert!(answered(&mut receiver).is_none(), "answered before stored");
-        group.write_done(&writes[0], errors::NONE, clock.now());
+        stored(group, &writes[0], clock.now());
         let result = answered(&mut receiver).expect("answered once stored");
         assert_eq!(
             (result.error, result.assignment),
             (errors::NONE, leader.as_bytes().to_vec())
         );
         assert_eq!(group.state(), GroupState::Stable);
-        group.check_invariants();
+        group.check().unwrap();
     }
 
     #[test]
@@ -1608,7 +1638,7 @@ mod tests {
         let writes = group.take_writes();
         assert_eq!(writes.len(), 1);
         assert!(writes[0].value.members.is_empty());
-        group.check_invariants();
+        group.check().unwrap();
         assert_eq!(group.heartbeat(&b, None, 3, now), errors::UNKNOWN_MEMBER_ID);
         assert_eq!(
             group.check_commit("", None, -1),
@@ -1687,7 +1717,7 @@ mod tests {
         let writes = group.take_writes();
         assert_eq!(writes.len(), 1, "the new id is stored");
         assert!(answered(&mut rejoin).is_none(), "answered before stored");
-        group.write_done(&writes[0], errors::NONE, clock.now());
+        stored(&mut group, &writes[0], clock.now());
         let rejoined = answered(&mut rejoin).expect("answered once stored");
         assert_eq!(rejoined.error, errors::NONE);
         assert_eq!(group.state(), GroupState::Stable, "no rebalance");
@@ -1715,7 +1745,7 @@ mod tests {
             group.heartbeat(&new, Some("i1"), 1, clock.now()),
             errors::NONE
         );
-        group.check_invariants();
+        group.check().unwrap();
     }
 
     #[test]
@@ -1774,7 +1804,7 @@ mod tests {
             Some(errors::NOT_COORDINATOR)
         );
         assert_eq!(group.state(), GroupState::PreparingRebalance);
-        group.check_invariants();
+        group.check().unwrap();
     }
 
     #[test]
@@ -1789,7 +1819,7 @@ mod tests {
         assert_eq!(restored.state(), GroupState::Stable);
         assert_eq!(restored.generation(), 1);
         assert_eq!(restored.to_value(), group.to_value());
-        restored.check_invariants();
+        restored.check().unwrap();
         let description = restored.describe();
         assert_eq!(description.members[0].assignment, id.as_bytes().to_vec());
     }
@@ -1874,6 +1904,6 @@ mod tests {
             "the new member is dropped at 5 minutes"
         );
         assert_eq!(group.member_count(), 1);
-        group.check_invariants();
+        group.check().unwrap();
     }
 }

@@ -21,17 +21,21 @@
 //! no heartbeat for the session timeout        removed; the group epoch moves
 //! ```
 //!
-//! Membership is kept in memory: after the coordinator moves, members get UNKNOWN_MEMBER_ID
-//! and rejoin (committed offsets are durable in `__consumer_offsets` like any group's).
+//! What the group's records hold (its epochs, each member's metadata, target and current
+//! assignment) changes only through `replay` of Kafka's KIP-848 records: an operation writes a
+//! record with `apply`, which replays it at once and keeps the record that undoes it, for the
+//! coordinator runtime to append (or roll back). Loading replays the same records, so a
+//! coordinator move costs members nothing. Sessions, revocation deadlines and a static
+//! member's temporary leave are in memory only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use super::classic::Now;
 use super::records::{
-    ConsumerMemberValue, CurrentAssignmentValue, RecordKey, encode_epoch_value, encode_target_value,
+    ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, RecordKey, RecordValue,
 };
 use super::{CommittedOffset, GroupConfig};
+use crate::coordinator::Now;
 use crate::protocol::errors;
 
 /// A partition by topic id (the protocol's form) and index.
@@ -97,10 +101,53 @@ pub struct ConsumerMember {
     pub assigned: BTreeSet<Tp>,
     /// Given up, not yet confirmed by the member.
     pending_revocation: BTreeSet<Tp>,
+    // In memory only, not in the records:
     revocation_deadline: Option<Instant>,
     session_deadline: Instant,
     /// A static member that left with epoch -2: its place is kept until its session ends.
     left_static: bool,
+}
+
+impl ConsumerMember {
+    /// Its ConsumerGroupMemberMetadata record's value.
+    fn metadata_value(&self) -> ConsumerMemberValue {
+        ConsumerMemberValue {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed_topic_names: self.subscribed.iter().cloned().collect(),
+            rebalance_timeout_ms: self.rebalance_timeout.as_millis() as i32,
+            server_assignor: self.server_assignor.clone(),
+        }
+    }
+
+    /// Its ConsumerGroupCurrentMemberAssignment record's value (`target`: its target).
+    fn current_value(&self, target: Option<&BTreeSet<Tp>>) -> CurrentAssignmentValue {
+        CurrentAssignmentValue {
+            member_epoch: self.epoch,
+            previous_member_epoch: self.previous_epoch,
+            state: if !self.pending_revocation.is_empty() {
+                1
+            } else if target.is_some_and(|t| t != &self.assigned) {
+                2
+            } else {
+                0
+            },
+            assigned: self.assigned.iter().copied().collect(),
+            pending_revocation: self.pending_revocation.iter().copied().collect(),
+        }
+    }
+}
+
+/// What the group's records say, for comparing a live group with one replayed from its
+/// records (what must agree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerDurable {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub target: BTreeMap<String, BTreeSet<Tp>>,
+    pub members: BTreeMap<String, (ConsumerMemberValue, CurrentAssignmentValue)>,
 }
 
 #[derive(Debug)]
@@ -111,26 +158,23 @@ pub struct ConsumerGroup {
     pub members: BTreeMap<String, ConsumerMember>,
     /// The target assignment at `assignment_epoch`.
     pub target: BTreeMap<String, BTreeSet<Tp>>,
-    /// The subscribed topics as of the last target computation.
+    /// The subscribed topics as of the last target computation (in memory only: a loaded
+    /// group looks at its topics again on the first heartbeat).
     topics: TopicsView,
     static_members: HashMap<String, String>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     state_since_ms: i64,
-    /// Records owed to `__consumer_offsets` (Kafka's KIP-848 records), in order.
-    writes: Vec<(RecordKey, Option<Vec<u8>>)>,
-}
-
-/// A member as its records left it (`ConsumerGroup::restore`).
-#[derive(Debug, Clone, Default)]
-pub struct RestoredMember {
-    pub member_id: String,
-    pub metadata: ConsumerMemberValue,
-    pub current: Option<CurrentAssignmentValue>,
-    pub target: Option<Vec<Tp>>,
+    /// `group.consumer.session.timeout.ms`: a member's session from its join or a load.
+    session_timeout: Duration,
+    /// Current assignments replayed before their member's metadata (a compacted log keeps
+    /// each key's latest record, not the order keys were first written).
+    orphan_current: HashMap<String, CurrentAssignmentValue>,
+    /// Records written by the operation under way, each with the record that undoes it.
+    journal: Vec<(GroupRecord, GroupRecord)>,
 }
 
 impl ConsumerGroup {
-    pub fn new(group_id: &str, now: Now) -> ConsumerGroup {
+    pub fn new(group_id: &str, session_timeout: Duration, now: Now) -> ConsumerGroup {
         ConsumerGroup {
             group_id: group_id.to_owned(),
             group_epoch: 0,
@@ -141,146 +185,250 @@ impl ConsumerGroup {
             static_members: HashMap::new(),
             offsets: BTreeMap::new(),
             state_since_ms: now.wall_ms,
-            writes: Vec::new(),
+            session_timeout,
+            orphan_current: HashMap::new(),
+            journal: Vec::new(),
         }
     }
 
-    /// The group as its records left it: members keep their epochs and partitions and get a
-    /// full session from the load to heartbeat again, so a coordinator move costs them
-    /// nothing. The subscribed topics are looked at again on the first heartbeat.
-    pub fn restore(
-        group_id: &str,
-        group_epoch: i32,
-        assignment_epoch: i32,
-        restored: Vec<RestoredMember>,
-        session_timeout: Duration,
-        now: Now,
-    ) -> ConsumerGroup {
-        let mut group = ConsumerGroup::new(group_id, now);
-        group.group_epoch = group_epoch;
-        group.assignment_epoch = assignment_epoch;
-        for r in restored {
-            let current = r.current.unwrap_or_default();
-            let member = ConsumerMember {
-                member_id: r.member_id.clone(),
-                instance_id: r.metadata.instance_id.clone(),
-                rack_id: r.metadata.rack_id.clone(),
-                client_id: r.metadata.client_id.clone(),
-                client_host: r.metadata.client_host.clone(),
-                subscribed: r.metadata.subscribed_topic_names.iter().cloned().collect(),
-                server_assignor: r.metadata.server_assignor.clone(),
-                rebalance_timeout: Duration::from_millis(
-                    r.metadata.rebalance_timeout_ms.max(0) as u64
-                ),
-                epoch: current.member_epoch,
-                previous_epoch: current.previous_member_epoch,
-                assigned: current.assigned.iter().copied().collect(),
-                pending_revocation: current.pending_revocation.iter().copied().collect(),
+    /// The records written since the last call, each with its undo, in order.
+    pub fn take_journal(&mut self) -> Vec<(GroupRecord, GroupRecord)> {
+        std::mem::take(&mut self.journal)
+    }
+
+    fn key_consumer_group(&self) -> RecordKey {
+        RecordKey::ConsumerGroup {
+            group: self.group_id.clone(),
+        }
+    }
+
+    fn key_target_assignment(&self) -> RecordKey {
+        RecordKey::TargetAssignment {
+            group: self.group_id.clone(),
+        }
+    }
+
+    fn key_member(&self, member_id: &str) -> RecordKey {
+        RecordKey::ConsumerMember {
+            group: self.group_id.clone(),
+            member: member_id.to_owned(),
+        }
+    }
+
+    fn key_target(&self, member_id: &str) -> RecordKey {
+        RecordKey::TargetMember {
+            group: self.group_id.clone(),
+            member: member_id.to_owned(),
+        }
+    }
+
+    fn key_current(&self, member_id: &str) -> RecordKey {
+        RecordKey::CurrentAssignment {
+            group: self.group_id.clone(),
+            member: member_id.to_owned(),
+        }
+    }
+
+    /// The record holding `key`'s present value (a tombstone when it has none): replayed, it
+    /// puts the key back as it is now.
+    pub fn current_record(&self, key: &RecordKey) -> GroupRecord {
+        let value = match key {
+            RecordKey::ConsumerGroup { .. } => Some(RecordValue::Epoch(self.group_epoch)),
+            RecordKey::TargetAssignment { .. } => Some(RecordValue::Epoch(self.assignment_epoch)),
+            RecordKey::ConsumerMember { member, .. } => self
+                .members
+                .get(member)
+                .map(|m| RecordValue::ConsumerMember(m.metadata_value())),
+            RecordKey::TargetMember { member, .. } => self
+                .target
+                .get(member)
+                .map(|t| RecordValue::TargetMember(t.iter().copied().collect())),
+            RecordKey::CurrentAssignment { member, .. } => match self.members.get(member) {
+                Some(m) => Some(RecordValue::CurrentAssignment(
+                    m.current_value(self.target.get(member)),
+                )),
+                None => self
+                    .orphan_current
+                    .get(member)
+                    .cloned()
+                    .map(RecordValue::CurrentAssignment),
+            },
+            RecordKey::Offset { .. } | RecordKey::Group { .. } => None,
+        };
+        GroupRecord::new(key.clone(), value)
+    }
+
+    /// The one way the group's durable state changes: replayed now, appended when the
+    /// operation ends (and undone if that append fails).
+    fn apply(&mut self, key: RecordKey, value: Option<RecordValue>, now: Now) {
+        let record = GroupRecord::new(key, value);
+        let undo = self.current_record(&record.key);
+        self.replay(&record, now);
+        self.journal.push((record, undo));
+    }
+
+    /// Applies one of the group's KIP-848 records (a load, a live write, an undo). The group
+    /// epoch's tombstone (the group deleted or turned classic) is the shard's to apply.
+    pub fn replay(&mut self, record: &GroupRecord, now: Now) {
+        match (&record.key, &record.value) {
+            (RecordKey::ConsumerGroup { .. }, Some(RecordValue::Epoch(epoch))) => {
+                self.group_epoch = *epoch;
+            }
+            (RecordKey::TargetAssignment { .. }, Some(RecordValue::Epoch(epoch))) => {
+                self.assignment_epoch = *epoch;
+            }
+            (RecordKey::TargetAssignment { .. }, None) => self.assignment_epoch = 0,
+            (RecordKey::ConsumerMember { member, .. }, Some(RecordValue::ConsumerMember(v))) => {
+                self.replay_member(member, v, now)
+            }
+            (RecordKey::ConsumerMember { member, .. }, None) => {
+                if let Some(removed) = self.members.remove(member)
+                    && let Some(instance) = &removed.instance_id
+                    && self.static_members.get(instance) == Some(member)
+                {
+                    self.static_members.remove(instance);
+                }
+                if self.members.is_empty() {
+                    self.state_since_ms = now.wall_ms;
+                }
+            }
+            (RecordKey::TargetMember { member, .. }, Some(RecordValue::TargetMember(tps))) => {
+                self.target
+                    .insert(member.clone(), tps.iter().copied().collect());
+            }
+            (RecordKey::TargetMember { member, .. }, None) => {
+                self.target.remove(member);
+            }
+            (
+                RecordKey::CurrentAssignment { member, .. },
+                Some(RecordValue::CurrentAssignment(v)),
+            ) => match self.members.get_mut(member) {
+                Some(m) => set_current(m, v, now),
+                None => {
+                    self.orphan_current.insert(member.clone(), v.clone());
+                }
+            },
+            (RecordKey::CurrentAssignment { member, .. }, None) => {
+                self.orphan_current.remove(member);
+                if let Some(m) = self.members.get_mut(member) {
+                    set_current(m, &CurrentAssignmentValue::default(), now);
+                    m.previous_epoch = -1;
+                }
+            }
+            (key, value) => {
+                tracing::warn!(group = %self.group_id, ?key, has_value = value.is_some(), "a record this group does not replay");
+            }
+        }
+    }
+
+    fn replay_member(&mut self, member_id: &str, v: &ConsumerMemberValue, now: Now) {
+        if let Some(m) = self.members.get_mut(member_id) {
+            if m.instance_id != v.instance_id
+                && let Some(old) = &m.instance_id
+                && self.static_members.get(old).map(String::as_str) == Some(member_id)
+            {
+                self.static_members.remove(old);
+            }
+            m.instance_id = v.instance_id.clone();
+            m.rack_id = v.rack_id.clone();
+            m.client_id = v.client_id.clone();
+            m.client_host = v.client_host.clone();
+            m.subscribed = v.subscribed_topic_names.iter().cloned().collect();
+            m.rebalance_timeout = Duration::from_millis(v.rebalance_timeout_ms.max(0) as u64);
+            m.server_assignor = v.server_assignor.clone();
+        } else {
+            if self.members.is_empty() {
+                self.state_since_ms = now.wall_ms;
+            }
+            let mut member = ConsumerMember {
+                member_id: member_id.to_owned(),
+                instance_id: v.instance_id.clone(),
+                rack_id: v.rack_id.clone(),
+                client_id: v.client_id.clone(),
+                client_host: v.client_host.clone(),
+                subscribed: v.subscribed_topic_names.iter().cloned().collect(),
+                server_assignor: v.server_assignor.clone(),
+                rebalance_timeout: Duration::from_millis(v.rebalance_timeout_ms.max(0) as u64),
+                epoch: 0,
+                previous_epoch: -1,
+                assigned: BTreeSet::new(),
+                pending_revocation: BTreeSet::new(),
                 revocation_deadline: None,
-                session_deadline: now.instant + session_timeout,
+                // A new member, or one a load restores: a full session to heartbeat.
+                session_deadline: now.instant + self.session_timeout,
                 left_static: false,
             };
-            if let Some(instance) = &member.instance_id {
-                group
-                    .static_members
-                    .insert(instance.clone(), r.member_id.clone());
+            if let Some(current) = self.orphan_current.remove(member_id) {
+                set_current(&mut member, &current, now);
             }
-            if let Some(target) = r.target {
-                group
-                    .target
-                    .insert(r.member_id.clone(), target.into_iter().collect());
+            self.members.insert(member_id.to_owned(), member);
+        }
+        if let Some(instance) = &v.instance_id {
+            self.static_members
+                .insert(instance.clone(), member_id.to_owned());
+        }
+    }
+
+    /// After a load: what was replayed for no member is dropped.
+    pub fn finish_load(&mut self) {
+        self.orphan_current.clear();
+        let members = &self.members;
+        self.target.retain(|member, _| members.contains_key(member));
+    }
+
+    /// What the records say (see `ConsumerDurable`).
+    pub fn durable(&self) -> ConsumerDurable {
+        ConsumerDurable {
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            target: self.target.clone(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| {
+                    (
+                        id.clone(),
+                        (m.metadata_value(), m.current_value(self.target.get(id))),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Cheap checks of the group's structure (after every operation, release builds too).
+    pub fn check(&self) -> Result<(), String> {
+        for (instance, member_id) in &self.static_members {
+            if self
+                .members
+                .get(member_id)
+                .is_none_or(|m| m.instance_id.as_deref() != Some(instance))
+            {
+                return Err(format!(
+                    "static member {instance} -> {member_id} is not a member"
+                ));
             }
-            group.members.insert(r.member_id, member);
         }
-        group
-    }
-
-    /// Records owed to `__consumer_offsets`, in the order they must be appended.
-    pub fn take_writes(&mut self) -> Vec<(RecordKey, Option<Vec<u8>>)> {
-        std::mem::take(&mut self.writes)
-    }
-
-    fn write_member(&mut self, member_id: &str) {
-        let Some(m) = self.members.get(member_id) else {
-            return;
-        };
-        let value = ConsumerMemberValue {
-            instance_id: m.instance_id.clone(),
-            rack_id: m.rack_id.clone(),
-            client_id: m.client_id.clone(),
-            client_host: m.client_host.clone(),
-            subscribed_topic_names: m.subscribed.iter().cloned().collect(),
-            rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
-            server_assignor: m.server_assignor.clone(),
-        };
-        self.writes.push((
-            RecordKey::ConsumerMember {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-            Some(value.encode()),
-        ));
-    }
-
-    fn write_current(&mut self, member_id: &str) {
-        let Some(m) = self.members.get(member_id) else {
-            return;
-        };
-        let value = CurrentAssignmentValue {
-            member_epoch: m.epoch,
-            previous_member_epoch: m.previous_epoch,
-            state: if !m.pending_revocation.is_empty() {
-                1
-            } else if self.target.get(member_id).is_some_and(|t| t != &m.assigned) {
-                2
-            } else {
-                0
-            },
-            assigned: m.assigned.iter().copied().collect(),
-            pending_revocation: m.pending_revocation.iter().copied().collect(),
-        };
-        self.writes.push((
-            RecordKey::CurrentAssignment {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-            Some(value.encode()),
-        ));
-    }
-
-    fn write_target(&mut self, member_id: &str) {
-        let partitions: Vec<Tp> = self
-            .target
-            .get(member_id)
-            .map(|t| t.iter().copied().collect())
-            .unwrap_or_default();
-        self.writes.push((
-            RecordKey::TargetMember {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-            Some(encode_target_value(&partitions)),
-        ));
-    }
-
-    /// Tombstones for a member that left.
-    fn write_member_gone(&mut self, member_id: &str) {
-        for key in [
-            RecordKey::ConsumerMember {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-            RecordKey::TargetMember {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-            RecordKey::CurrentAssignment {
-                group: self.group_id.clone(),
-                member: member_id.to_owned(),
-            },
-        ] {
-            self.writes.push((key, None));
+        if self.assignment_epoch > self.group_epoch {
+            return Err(format!(
+                "assignment epoch {} is ahead of group epoch {}",
+                self.assignment_epoch, self.group_epoch
+            ));
         }
+        for (id, m) in &self.members {
+            if m.epoch > self.assignment_epoch {
+                return Err(format!(
+                    "member {id} at epoch {} is ahead of assignment epoch {}",
+                    m.epoch, self.assignment_epoch
+                ));
+            }
+            if let Some(tp) = m.assigned.intersection(&m.pending_revocation).next() {
+                return Err(format!("member {id} both owns and revokes {tp:?}"));
+            }
+        }
+        if let Some(member) = self.target.keys().find(|m| !self.members.contains_key(*m)) {
+            return Err(format!("target assignment for non-member {member}"));
+        }
+        Ok(())
     }
 
     /// Every topic name any member subscribes to (what `TopicsView` must cover).
@@ -319,6 +467,42 @@ impl ConsumerGroup {
             .unwrap_or("uniform")
     }
 
+    /// What any heartbeat is refused for before the group is looked at.
+    pub fn check_request(request: &Heartbeat) -> Result<(), HeartbeatResult> {
+        if let Some(assignor) = &request.server_assignor
+            && !ASSIGNORS.contains(&assignor.as_str())
+        {
+            return Err(HeartbeatResult::error(
+                &request.member_id,
+                errors::UNSUPPORTED_ASSIGNOR,
+                format!(
+                    "server assignor {assignor} is not one of {}",
+                    ASSIGNORS.join(", ")
+                ),
+            ));
+        }
+        match request.member_epoch {
+            0 if request.subscribed_topic_names.is_none() => Err(HeartbeatResult::error(
+                &request.member_id,
+                errors::INVALID_REQUEST,
+                "a joining member must name its subscribed topics",
+            )),
+            0 if request.rebalance_timeout_ms < 0 || request.owned.is_none() => {
+                Err(HeartbeatResult::error(
+                    &request.member_id,
+                    errors::INVALID_REQUEST,
+                    "a joining member must give its rebalance timeout and owned partitions",
+                ))
+            }
+            epoch if epoch < -2 => Err(HeartbeatResult::error(
+                &request.member_id,
+                errors::INVALID_REQUEST,
+                format!("member epoch {epoch} is not valid"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub fn heartbeat(
         &mut self,
         request: Heartbeat,
@@ -326,27 +510,13 @@ impl ConsumerGroup {
         config: &GroupConfig,
         now: Now,
     ) -> HeartbeatResult {
-        if let Some(assignor) = &request.server_assignor
-            && !ASSIGNORS.contains(&assignor.as_str())
-        {
-            return HeartbeatResult::error(
-                &request.member_id,
-                errors::UNSUPPORTED_ASSIGNOR,
-                format!(
-                    "server assignor {assignor} is not one of {}",
-                    ASSIGNORS.join(", ")
-                ),
-            );
+        if let Err(refused) = ConsumerGroup::check_request(&request) {
+            return refused;
         }
         match request.member_epoch {
             -1 | -2 => self.leave(&request, topics, now),
             0 => self.join(request, topics, config, now),
-            epoch if epoch > 0 => self.member_heartbeat(request, topics, config, now),
-            epoch => HeartbeatResult::error(
-                &request.member_id,
-                errors::INVALID_REQUEST,
-                format!("member epoch {epoch} is not valid"),
-            ),
+            _ => self.member_heartbeat(request, topics, config, now),
         }
     }
 
@@ -357,20 +527,12 @@ impl ConsumerGroup {
         config: &GroupConfig,
         now: Now,
     ) -> HeartbeatResult {
-        let Some(subscribed) = request.subscribed_topic_names.clone() else {
-            return HeartbeatResult::error(
-                &request.member_id,
-                errors::INVALID_REQUEST,
-                "a joining member must name its subscribed topics",
-            );
-        };
-        if request.rebalance_timeout_ms < 0 || request.owned.is_none() {
-            return HeartbeatResult::error(
-                &request.member_id,
-                errors::INVALID_REQUEST,
-                "a joining member must give its rebalance timeout and owned partitions",
-            );
-        }
+        let subscribed: BTreeSet<String> = request
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
         let member_id = if request.member_id.is_empty() {
             format!(
                 "{}",
@@ -383,8 +545,14 @@ impl ConsumerGroup {
             && let Some(holder) = self.static_members.get(instance).cloned()
             && holder != member_id
         {
-            let released = self.members.get(&holder).is_some_and(|m| m.left_static);
-            if !released {
+            let Some(previous) = self.members.get(&holder) else {
+                return HeartbeatResult::error(
+                    &member_id,
+                    errors::UNKNOWN_SERVER_ERROR,
+                    format!("static member {instance} maps to no member"),
+                );
+            };
+            if !previous.left_static {
                 // KIP-345: the instance is still held by a live member.
                 return HeartbeatResult::error(
                     &member_id,
@@ -394,32 +562,38 @@ impl ConsumerGroup {
             }
             // The instance's previous incarnation left with epoch -2: the new one takes over
             // its place, epoch and partitions, without a rebalance.
-            if let Some(mut member) = self.members.remove(&holder) {
-                let subscribed: BTreeSet<String> = subscribed.iter().cloned().collect();
-                let unchanged = member.subscribed == subscribed;
-                member.member_id = member_id.clone();
-                member.left_static = false;
-                member.client_id = request.client_id.clone();
-                member.client_host = request.client_host.clone();
-                member.subscribed = subscribed;
-                member.session_deadline =
-                    now.instant + Duration::from_millis(config.consumer_session_timeout_ms);
-                if let Some(target) = self.target.remove(&holder) {
-                    self.target.insert(member_id.clone(), target);
-                }
-                self.members.insert(member_id.clone(), member);
-                self.static_members
-                    .insert(instance.clone(), member_id.clone());
-                self.write_member_gone(&holder);
-                self.write_member(&member_id);
-                self.write_target(&member_id);
-                self.write_current(&member_id);
-                tracing::info!(group = %self.group_id, member = %member_id, instance = %instance, "static member rejoined");
-                if !unchanged {
-                    self.bump_epoch(topics);
-                }
-                return self.reconcile(&member_id, None, now);
+            let unchanged = previous.subscribed == subscribed;
+            let mut metadata = previous.metadata_value();
+            metadata.client_id = request.client_id.clone();
+            metadata.client_host = request.client_host.clone();
+            metadata.subscribed_topic_names = subscribed.iter().cloned().collect();
+            let current = previous.current_value(self.target.get(&holder));
+            let target: Vec<Tp> = self
+                .target
+                .get(&holder)
+                .map(|t| t.iter().copied().collect())
+                .unwrap_or_default();
+            self.remove_member(&holder, now);
+            self.apply(
+                self.key_member(&member_id),
+                Some(RecordValue::ConsumerMember(metadata)),
+                now,
+            );
+            self.apply(
+                self.key_target(&member_id),
+                Some(RecordValue::TargetMember(target)),
+                now,
+            );
+            self.apply(
+                self.key_current(&member_id),
+                Some(RecordValue::CurrentAssignment(current)),
+                now,
+            );
+            tracing::info!(group = %self.group_id, member = %member_id, instance = %instance, "static member rejoined");
+            if !unchanged {
+                self.bump_epoch(topics, now);
             }
+            return self.reconcile(&member_id, None, now);
         }
         if !self.members.contains_key(&member_id) && self.members.len() >= config.consumer_max_size
         {
@@ -430,36 +604,23 @@ impl ConsumerGroup {
             );
         }
         // A member id joining again at epoch 0 starts over (it lost its partitions).
-        self.remove_member(&member_id);
-        let member = ConsumerMember {
-            member_id: member_id.clone(),
+        self.remove_member(&member_id, now);
+        let metadata = ConsumerMemberValue {
             instance_id: request.instance_id.clone(),
             rack_id: request.rack_id.clone(),
             client_id: request.client_id.clone(),
             client_host: request.client_host.clone(),
-            subscribed: subscribed.into_iter().collect(),
+            subscribed_topic_names: subscribed.into_iter().collect(),
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
             server_assignor: request.server_assignor.clone(),
-            rebalance_timeout: Duration::from_millis(request.rebalance_timeout_ms as u64),
-            epoch: 0,
-            previous_epoch: -1,
-            assigned: BTreeSet::new(),
-            pending_revocation: BTreeSet::new(),
-            revocation_deadline: None,
-            session_deadline: now.instant
-                + Duration::from_millis(config.consumer_session_timeout_ms),
-            left_static: false,
         };
-        if let Some(instance) = &member.instance_id {
-            self.static_members
-                .insert(instance.clone(), member_id.clone());
-        }
-        if self.members.is_empty() {
-            self.state_since_ms = now.wall_ms;
-        }
-        self.members.insert(member_id.clone(), member);
-        self.write_member(&member_id);
+        self.apply(
+            self.key_member(&member_id),
+            Some(RecordValue::ConsumerMember(metadata)),
+            now,
+        );
         tracing::info!(group = %self.group_id, member = %member_id, client_id = %request.client_id, "consumer group member joined");
-        self.bump_epoch(topics);
+        self.bump_epoch(topics, now);
         self.reconcile(&member_id, None, now)
     }
 
@@ -500,26 +661,32 @@ impl ConsumerGroup {
         }
         member.session_deadline =
             now.instant + Duration::from_millis(config.consumer_session_timeout_ms);
+        let before = member.metadata_value();
+        let mut metadata = before.clone();
         if request.rebalance_timeout_ms >= 0 {
-            member.rebalance_timeout = Duration::from_millis(request.rebalance_timeout_ms as u64);
+            metadata.rebalance_timeout_ms = request.rebalance_timeout_ms;
         }
-        let mut changed = false;
+        let mut rebalance = false;
         if let Some(subscribed) = request.subscribed_topic_names {
             let subscribed: BTreeSet<String> = subscribed.into_iter().collect();
             if subscribed != member.subscribed {
-                member.subscribed = subscribed;
-                changed = true;
+                metadata.subscribed_topic_names = subscribed.into_iter().collect();
+                rebalance = true;
             }
         }
         if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
-            member.server_assignor = request.server_assignor.clone();
-            changed = true;
+            metadata.server_assignor = request.server_assignor.clone();
+            rebalance = true;
         }
-        if changed {
-            self.write_member(&member_id);
+        if metadata != before {
+            self.apply(
+                self.key_member(&member_id),
+                Some(RecordValue::ConsumerMember(metadata)),
+                now,
+            );
         }
-        if changed || self.topics_changed(topics) {
-            self.bump_epoch(topics);
+        if rebalance || self.topics_changed(topics) {
+            self.bump_epoch(topics, now);
         }
         self.reconcile(&member_id, request.owned.as_deref(), now)
     }
@@ -555,12 +722,9 @@ impl ConsumerGroup {
                 format!("member {member_id} is not in group {}", self.group_id),
             );
         }
-        self.remove_member(&member_id);
+        self.remove_member(&member_id, now);
         tracing::info!(group = %self.group_id, member = %member_id, "consumer group member left");
-        self.bump_epoch(topics);
-        if self.members.is_empty() {
-            self.state_since_ms = now.wall_ms;
-        }
+        self.bump_epoch(topics, now);
         HeartbeatResult {
             error: errors::NONE,
             message: None,
@@ -570,17 +734,14 @@ impl ConsumerGroup {
         }
     }
 
-    fn remove_member(&mut self, member_id: &str) {
-        let Some(member) = self.members.remove(member_id) else {
+    /// Tombstones for a member's three records.
+    fn remove_member(&mut self, member_id: &str, now: Now) {
+        if !self.members.contains_key(member_id) {
             return;
-        };
-        if let Some(instance) = &member.instance_id
-            && self.static_members.get(instance).map(String::as_str) == Some(member_id)
-        {
-            self.static_members.remove(instance);
         }
-        self.target.remove(member_id);
-        self.write_member_gone(member_id);
+        self.apply(self.key_member(member_id), None, now);
+        self.apply(self.key_target(member_id), None, now);
+        self.apply(self.key_current(member_id), None, now);
     }
 
     fn topics_changed(&self, topics: &TopicsView) -> bool {
@@ -594,8 +755,8 @@ impl ConsumerGroup {
     }
 
     /// Membership or subscriptions changed: a new group epoch and its target assignment.
-    fn bump_epoch(&mut self, topics: &TopicsView) {
-        self.group_epoch += 1;
+    fn bump_epoch(&mut self, topics: &TopicsView, now: Now) {
+        let group_epoch = self.group_epoch + 1;
         let wanted = self.subscribed_topics();
         self.topics = topics
             .iter()
@@ -611,29 +772,38 @@ impl ConsumerGroup {
             "range" => assign_range(&subscriptions, &self.topics),
             _ => assign_uniform(&subscriptions, &self.topics, &self.target),
         };
-        let changed: Vec<String> = target
+        let changed: Vec<(String, Vec<Tp>)> = target
             .iter()
             .filter(|(member, partitions)| self.target.get(*member) != Some(*partitions))
-            .map(|(member, _)| member.clone())
+            .map(|(member, partitions)| (member.clone(), partitions.iter().copied().collect()))
             .collect();
-        self.target = target;
-        self.assignment_epoch = self.group_epoch;
-        self.writes.push((
-            RecordKey::ConsumerGroup {
-                group: self.group_id.clone(),
-            },
-            Some(encode_epoch_value(self.group_epoch)),
-        ));
-        for member_id in changed {
-            self.write_target(&member_id);
+        let dropped: Vec<String> = self
+            .target
+            .keys()
+            .filter(|member| !target.contains_key(*member))
+            .cloned()
+            .collect();
+        self.apply(
+            self.key_consumer_group(),
+            Some(RecordValue::Epoch(group_epoch)),
+            now,
+        );
+        for (member_id, partitions) in changed {
+            self.apply(
+                self.key_target(&member_id),
+                Some(RecordValue::TargetMember(partitions)),
+                now,
+            );
         }
-        self.writes.push((
-            RecordKey::TargetAssignment {
-                group: self.group_id.clone(),
-            },
-            Some(encode_epoch_value(self.assignment_epoch)),
-        ));
-        tracing::debug!(group = %self.group_id, group_epoch = self.group_epoch, members = self.members.len(), "target assignment computed");
+        for member_id in dropped {
+            self.apply(self.key_target(&member_id), None, now);
+        }
+        self.apply(
+            self.key_target_assignment(),
+            Some(RecordValue::Epoch(group_epoch)),
+            now,
+        );
+        tracing::debug!(group = %self.group_id, group_epoch, members = self.members.len(), "target assignment computed");
     }
 
     /// Moves a member toward its target; its answer.
@@ -652,46 +822,35 @@ impl ConsumerGroup {
             })
             .collect();
         let assignment_epoch = self.assignment_epoch;
-        let Some(member) = self.members.get_mut(member_id) else {
+        let Some(member) = self.members.get(member_id) else {
             return HeartbeatResult::error(member_id, errors::UNKNOWN_MEMBER_ID, "member gone");
         };
-        let before = (
-            member.epoch,
-            member.previous_epoch,
-            member.assigned.clone(),
-            member.pending_revocation.clone(),
-        );
-        if !member.pending_revocation.is_empty() {
-            let released = owned.is_some_and(|owned| {
-                !owned
-                    .iter()
-                    .any(|tp| member.pending_revocation.contains(tp))
-            });
+        let before = member.current_value(Some(&target));
+        let (mut epoch, mut previous_epoch) = (member.epoch, member.previous_epoch);
+        let mut assigned = member.assigned.clone();
+        let mut pending_revocation = member.pending_revocation.clone();
+        if !pending_revocation.is_empty() {
+            let released =
+                owned.is_some_and(|owned| !owned.iter().any(|tp| pending_revocation.contains(tp)));
             if released {
-                member.pending_revocation.clear();
-                member.revocation_deadline = None;
+                pending_revocation.clear();
             }
         }
-        if member.pending_revocation.is_empty() {
-            let to_revoke: BTreeSet<Tp> = member.assigned.difference(&target).copied().collect();
+        if pending_revocation.is_empty() {
+            let to_revoke: BTreeSet<Tp> = assigned.difference(&target).copied().collect();
             if !to_revoke.is_empty() {
                 for tp in &to_revoke {
-                    member.assigned.remove(tp);
+                    assigned.remove(tp);
                 }
-                member.pending_revocation = to_revoke;
-                member.revocation_deadline = Some(now.instant + member.rebalance_timeout);
+                pending_revocation = to_revoke;
             } else {
-                if member.epoch != assignment_epoch {
-                    member.previous_epoch = member.epoch;
-                    member.epoch = assignment_epoch;
+                if epoch != assignment_epoch {
+                    previous_epoch = epoch;
+                    epoch = assignment_epoch;
                 }
-                for tp in target
-                    .difference(&member.assigned)
-                    .copied()
-                    .collect::<Vec<_>>()
-                {
+                for tp in target.difference(&assigned).copied().collect::<Vec<_>>() {
                     if !held_by_others.contains(&tp) {
-                        member.assigned.insert(tp);
+                        assigned.insert(tp);
                     }
                 }
             }
@@ -700,17 +859,28 @@ impl ConsumerGroup {
             error: errors::NONE,
             message: None,
             member_id: member_id.to_owned(),
-            member_epoch: member.epoch,
-            assignment: Some(member.assigned.iter().copied().collect()),
+            member_epoch: epoch,
+            assignment: Some(assigned.iter().copied().collect()),
         };
-        let after = (
-            member.epoch,
-            member.previous_epoch,
-            member.assigned.clone(),
-            member.pending_revocation.clone(),
-        );
+        let after = CurrentAssignmentValue {
+            member_epoch: epoch,
+            previous_member_epoch: previous_epoch,
+            state: if !pending_revocation.is_empty() {
+                1
+            } else if target != assigned {
+                2
+            } else {
+                0
+            },
+            assigned: assigned.into_iter().collect(),
+            pending_revocation: pending_revocation.into_iter().collect(),
+        };
         if before != after {
-            self.write_current(member_id);
+            self.apply(
+                self.key_current(member_id),
+                Some(RecordValue::CurrentAssignment(after)),
+                now,
+            );
         }
         result
     }
@@ -739,12 +909,9 @@ impl ConsumerGroup {
         }
         for (member_id, reason) in &expired {
             tracing::info!(group = %self.group_id, member = %member_id, reason, "consumer group member removed");
-            self.remove_member(member_id);
+            self.remove_member(member_id, now);
         }
-        self.bump_epoch(topics);
-        if self.members.is_empty() {
-            self.state_since_ms = now.wall_ms;
-        }
+        self.bump_epoch(topics, now);
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -771,6 +938,21 @@ impl ConsumerGroup {
             Some(_) => errors::NONE,
         }
     }
+}
+
+/// A member's epochs and partitions as a current assignment record has them; a revocation
+/// starts its rebalance timeout (in memory only) when it begins.
+fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now) {
+    member.epoch = v.member_epoch;
+    member.previous_epoch = v.previous_member_epoch;
+    member.assigned = v.assigned.iter().copied().collect();
+    let pending: BTreeSet<Tp> = v.pending_revocation.iter().copied().collect();
+    if pending.is_empty() {
+        member.revocation_deadline = None;
+    } else if member.pending_revocation.is_empty() || member.revocation_deadline.is_none() {
+        member.revocation_deadline = Some(now.instant + member.rebalance_timeout);
+    }
+    member.pending_revocation = pending;
 }
 
 /// `uniform`: every partition of a subscribed topic to one of its subscribers, balanced
@@ -934,7 +1116,7 @@ mod tests {
     #[test]
     fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
         let base = Instant::now();
-        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
         let a = group.heartbeat(
             heartbeat("a", 0, Some(vec![])),
             &topics(),
@@ -987,7 +1169,7 @@ mod tests {
     #[test]
     fn stale_epochs_are_fenced_and_commits_checked() {
         let base = Instant::now();
-        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
         group.heartbeat(
             heartbeat("a", 0, Some(vec![])),
             &topics(),
@@ -1015,7 +1197,7 @@ mod tests {
     #[test]
     fn a_silent_member_is_removed_after_its_session() {
         let base = Instant::now();
-        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
         group.heartbeat(
             heartbeat("a", 0, Some(vec![])),
             &topics(),
@@ -1079,7 +1261,7 @@ mod tests {
     #[test]
     fn a_static_member_that_left_with_epoch_minus_2_comes_back_to_its_partitions() {
         let base = Instant::now();
-        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
         let mut join = heartbeat("a", 0, Some(vec![]));
         join.instance_id = Some("i1".into());
         let a = group.heartbeat(join.clone(), &topics(), &config(), now(base, 0));
@@ -1107,9 +1289,8 @@ mod tests {
 
     #[test]
     fn the_records_written_restore_the_group() {
-        use crate::group::records::{decode_epoch_value, decode_target_value};
         let base = Instant::now();
-        let mut group = ConsumerGroup::new("g", now(base, 0));
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
         group.heartbeat(
             heartbeat("a", 0, Some(vec![])),
             &topics(),
@@ -1137,57 +1318,20 @@ mod tests {
             now(base, 3),
         );
         group.heartbeat(heartbeat("b", 2, None), &topics(), &config(), now(base, 4));
-        // Replay the records as a loader does: the latest per key wins.
-        let mut latest: BTreeMap<Vec<u8>, (RecordKey, Option<Vec<u8>>)> = BTreeMap::new();
-        for (key, value) in group.take_writes() {
-            latest.insert(key.encode(), (key, value));
+        // Replay the records written, through their encoding, into an empty group: the
+        // state the records describe is the live group's.
+        let mut restored = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 5));
+        for (record, _) in group.take_journal() {
+            let (key, value) = record.encode();
+            let decoded = GroupRecord::decode(&key, value.as_deref())
+                .unwrap()
+                .expect("a record of this coordinator");
+            assert_eq!(decoded, record);
+            restored.replay(&decoded, now(base, 5));
         }
-        let (mut epoch, mut assignment_epoch) = (0, 0);
-        let mut members: BTreeMap<String, RestoredMember> = BTreeMap::new();
-        for (key, value) in latest.into_values() {
-            let Some(value) = value else { continue };
-            match key {
-                RecordKey::ConsumerGroup { .. } => epoch = decode_epoch_value(&value).unwrap(),
-                RecordKey::TargetAssignment { .. } => {
-                    assignment_epoch = decode_epoch_value(&value).unwrap()
-                }
-                RecordKey::ConsumerMember { member, .. } => {
-                    let entry = members.entry(member.clone()).or_default();
-                    entry.member_id = member;
-                    entry.metadata = ConsumerMemberValue::decode(&value).unwrap();
-                }
-                RecordKey::TargetMember { member, .. } => {
-                    members.entry(member).or_default().target =
-                        Some(decode_target_value(&value).unwrap());
-                }
-                RecordKey::CurrentAssignment { member, .. } => {
-                    members.entry(member).or_default().current =
-                        Some(CurrentAssignmentValue::decode(&value).unwrap());
-                }
-                _ => {}
-            }
-        }
-        let restored = ConsumerGroup::restore(
-            "g",
-            epoch,
-            assignment_epoch,
-            members.into_values().collect(),
-            Duration::from_secs(45),
-            now(base, 5),
-        );
-        assert_eq!(
-            (restored.group_epoch, restored.assignment_epoch),
-            (group.group_epoch, group.assignment_epoch)
-        );
-        assert_eq!(restored.target, group.target);
-        for (id, m) in &group.members {
-            let r = &restored.members[id];
-            assert_eq!(
-                (r.epoch, &r.assigned, &r.subscribed),
-                (m.epoch, &m.assigned, &m.subscribed),
-                "{id}"
-            );
-        }
+        restored.finish_load();
+        assert_eq!(restored.durable(), group.durable());
+        restored.check().unwrap();
         assert_eq!(restored.state_name(), "Stable");
     }
 }

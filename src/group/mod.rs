@@ -9,7 +9,8 @@
 //! to find the coordinator again).
 //!
 //! Every change that must survive (a commit, a rebalance's assignment, a group becoming empty
-//! or deleted) is appended to the partition with `acks=all` semantics and answered only once
+//! or deleted) is a record, replayed into memory as it is written and appended to the
+//! partition with `acks=all` semantics (rolled back if the append fails), answered only once
 //! the in-sync replicas hold it; the append is refused unless this broker still leads at the
 //! epoch it loaded under.
 //!
@@ -19,12 +20,15 @@
 //!   `uniform` and `range` assignors.
 //! - `state`: a group of either kind, and what both answer alike (offsets, fencing, expiry).
 //! - `records`: the key and value formats of `__consumer_offsets`.
-//! - `coordinator`: loading, unloading, writes, timers and the request entry points.
+//! - `shard`: one partition's groups as a coordinator runtime shard (`crate::coordinator`):
+//!   every request an operation, every durable change a record replayed, timers per group.
+//! - `coordinator`: which partitions this broker coordinates, the request entry points.
 
 pub mod classic;
 pub mod consumer;
 mod coordinator;
 pub mod records;
+pub mod shard;
 pub mod state;
 
 pub use coordinator::{

@@ -168,6 +168,80 @@ impl RecordKey {
     }
 }
 
+/// A record of `__consumer_offsets`, decoded: its key and value (`None`: a tombstone). What a
+/// coordinator shard writes and replays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRecord {
+    pub key: RecordKey,
+    pub value: Option<RecordValue>,
+}
+
+/// The value of each kind of key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordValue {
+    Offset(OffsetValue),
+    Group(GroupValue),
+    /// KIP-848: the group epoch (ConsumerGroup) or the assignment epoch (TargetAssignment).
+    Epoch(i32),
+    ConsumerMember(ConsumerMemberValue),
+    TargetMember(IdPartitions),
+    CurrentAssignment(CurrentAssignmentValue),
+}
+
+impl GroupRecord {
+    pub fn new(key: RecordKey, value: Option<RecordValue>) -> GroupRecord {
+        GroupRecord { key, value }
+    }
+
+    pub fn tombstone(key: RecordKey) -> GroupRecord {
+        GroupRecord { key, value: None }
+    }
+
+    pub fn group(&self) -> &str {
+        self.key.group()
+    }
+
+    pub fn encode(&self) -> (Vec<u8>, Option<Vec<u8>>) {
+        let value = self.value.as_ref().map(|value| match value {
+            RecordValue::Offset(v) => v.encode(),
+            RecordValue::Group(v) => v.encode(),
+            RecordValue::Epoch(epoch) => encode_epoch_value(*epoch),
+            RecordValue::ConsumerMember(v) => v.encode(),
+            RecordValue::TargetMember(partitions) => encode_target_value(partitions),
+            RecordValue::CurrentAssignment(v) => v.encode(),
+        });
+        (self.key.encode(), value)
+    }
+
+    /// `Ok(None)` for a key version this coordinator does not read (v4 subscription
+    /// metadata, a future version).
+    pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<GroupRecord>> {
+        let Some(key) = RecordKey::decode(key)? else {
+            return Ok(None);
+        };
+        let Some(bytes) = value else {
+            return Ok(Some(GroupRecord::tombstone(key)));
+        };
+        let value = match &key {
+            RecordKey::Offset { .. } => RecordValue::Offset(OffsetValue::decode(bytes)?),
+            RecordKey::Group { .. } => RecordValue::Group(GroupValue::decode(bytes)?),
+            RecordKey::ConsumerGroup { .. } | RecordKey::TargetAssignment { .. } => {
+                RecordValue::Epoch(decode_epoch_value(bytes)?)
+            }
+            RecordKey::ConsumerMember { .. } => {
+                RecordValue::ConsumerMember(ConsumerMemberValue::decode(bytes)?)
+            }
+            RecordKey::TargetMember { .. } => {
+                RecordValue::TargetMember(decode_target_value(bytes)?)
+            }
+            RecordKey::CurrentAssignment { .. } => {
+                RecordValue::CurrentAssignment(CurrentAssignmentValue::decode(bytes)?)
+            }
+        };
+        Ok(Some(GroupRecord::new(key, Some(value))))
+    }
+}
+
 /// A committed offset as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetValue {

@@ -167,7 +167,7 @@ apis! {
     OffsetCommit offset_commit::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::OffsetCommit(offset_commit::handle(b, r).await));
     OffsetFetch offset_fetch::VERSIONS, meta =>
-        |b, c, r| message(ResponseKind::OffsetFetch(offset_fetch::handle(b, c, r)));
+        |b, c, r| message(ResponseKind::OffsetFetch(offset_fetch::handle(b, c, r).await));
     ListGroups list_groups::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::ListGroups(list_groups::handle(b, r)));
     DescribeGroups describe_groups::VERSIONS, meta =>

@@ -20,16 +20,15 @@ type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
 /// One group's answer, or its error.
 type Fetched = Result<Vec<TopicOffsets>, i16>;
 
-pub fn handle(
+pub async fn handle(
     broker: &Broker,
     context: &RequestContext,
     request: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     if context.api_version >= 8 {
-        let groups = request
-            .groups
-            .into_iter()
-            .map(|group| {
+        let mut groups = Vec::with_capacity(request.groups.len());
+        for group in request.groups {
+            groups.push({
                 let wanted = group.topics.map(|topics| {
                     topics
                         .into_iter()
@@ -37,7 +36,7 @@ pub fn handle(
                         .collect()
                 });
                 let group_id = group.group_id.to_string();
-                let fetched = fetch(broker, &group_id, wanted);
+                let fetched = fetch(broker, &group_id, wanted).await;
                 let mut answer = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
                 match fetched {
                     Err(code) => answer.error_code = code,
@@ -65,8 +64,8 @@ pub fn handle(
                     }
                 }
                 answer
-            })
-            .collect();
+            });
+        }
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let wanted = request.topics.map(|topics| {
@@ -77,7 +76,7 @@ pub fn handle(
     });
     let group_id = request.group_id.to_string();
     let mut response = OffsetFetchResponse::default();
-    match fetch(broker, &group_id, wanted.clone()) {
+    match fetch(broker, &group_id, wanted.clone()).await {
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
@@ -132,13 +131,17 @@ fn parts(offset: Option<CommittedOffset>) -> (i64, i32, String) {
     }
 }
 
-fn fetch(broker: &Broker, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+async fn fetch(
+    broker: &Broker,
+    group_id: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Fetched {
     if group_id.is_empty() {
         return Err(errors::INVALID_GROUP_ID);
     }
     match wanted {
         None => {
-            let offsets = broker.groups.fetch_offsets(group_id, None)?;
+            let offsets = broker.groups.fetch_offsets(group_id, None).await?;
             let mut topics: Vec<TopicOffsets> = Vec::new();
             for ((topic, partition), offset) in offsets {
                 match topics.last_mut() {
@@ -155,7 +158,7 @@ fn fetch(broker: &Broker, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>
                 .iter()
                 .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
                 .collect();
-            let mut offsets = broker.groups.fetch_offsets(group_id, Some(&keys))?;
+            let mut offsets = broker.groups.fetch_offsets(group_id, Some(&keys)).await?;
             Ok(wanted
                 .into_iter()
                 .map(|(topic, indexes)| {
