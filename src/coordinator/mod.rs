@@ -69,6 +69,10 @@ pub trait Shard: Send + Sized + 'static {
 
     /// Cheap checks of one key's state, run after every operation that touched it.
     fn check(&self, key: &str) -> Result<(), String>;
+
+    /// An operation that touched `key` was rolled back: the timers it set were computed
+    /// from state that is gone; set them again from the state as it is now.
+    fn rolled_back(&mut self, key: &str, ctx: &mut Ctx<Self>);
 }
 
 type AfterCommit<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, Result<(), KafkaError>) + Send>;
@@ -477,7 +481,13 @@ impl<S: Shard> ShardHandle<S> {
                     cell.shard.replay(&undo, ctx.now);
                 }
                 tracing::debug!(coordinator = self.config.name, partition = self.index, what, %error, "append refused; rolled back");
-                self.apply_timers(cell, &mut ctx);
+                ctx.timers.clear();
+                let mut timers = Ctx::new(ctx.now);
+                for key in std::mem::take(&mut ctx.touched) {
+                    cell.shard.rolled_back(&key, &mut timers);
+                    timers.touch(&key);
+                }
+                self.apply_timers(cell, &mut timers);
                 // The continuations learn of the failure; what they write (a recovery) is
                 // appended in turn.
                 let mut next = Ctx::new(ctx.now);

@@ -65,6 +65,8 @@ impl Shard for Counters {
         self.unloads += 1;
     }
 
+    fn rolled_back(&mut self, _key: &str, _ctx: &mut Ctx<Self>) {}
+
     fn check(&self, key: &str) -> Result<(), String> {
         match self.values.get(key) {
             Some(value) if *value < 0 => Err(format!("{key} is negative")),

@@ -1171,26 +1171,13 @@ impl ClassicGroup {
 
     /// Topics the members subscribe to (consumer protocol), for OffsetDelete.
     pub fn subscribed_topics(&self) -> Option<std::collections::BTreeSet<String>> {
-        use kafka_protocol::messages::ConsumerProtocolSubscription;
-        use kafka_protocol::protocol::Decodable;
         if self.protocol_type.as_deref() != Some("consumer") || self.members.is_empty() {
             return None;
         }
         let protocol = self.protocol.as_deref()?;
         let mut topics = std::collections::BTreeSet::new();
         for member in self.members.values() {
-            let metadata = member.metadata(protocol);
-            let mut buf = bytes::Bytes::from(metadata);
-            if buf.len() < 2 {
-                continue;
-            }
-            let version = i16::from_be_bytes([buf[0], buf[1]]);
-            let _ = bytes::Buf::get_i16(&mut buf);
-            if let Ok(subscription) =
-                ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3))
-            {
-                topics.extend(subscription.topics.iter().map(|t| t.to_string()));
-            }
+            topics.extend(subscription_topics(&member.metadata(protocol)));
         }
         Some(topics)
     }
@@ -1397,6 +1384,34 @@ pub struct DescribedMember {
     pub client_host: String,
     pub metadata: Vec<u8>,
     pub assignment: Vec<u8>,
+}
+
+/// The topics of a consumer protocol subscription (`ConsumerProtocolSubscription`, any
+/// version: a version, then the topics as an array of strings). The bytes are the client's:
+/// every count and length is checked against what is there, and what does not parse names
+/// no topics.
+fn subscription_topics(metadata: &[u8]) -> Vec<String> {
+    fn take<'a>(input: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = input.split_at_checked(n)?;
+        *input = rest;
+        Some(head)
+    }
+    let parse = |mut input: &[u8]| -> Option<Vec<String>> {
+        take(&mut input, 2)?;
+        let count = i32::from_be_bytes(take(&mut input, 4)?.try_into().ok()?);
+        // Each topic takes at least its two length bytes.
+        if count < 0 || count as usize > input.len() / 2 {
+            return None;
+        }
+        let mut topics = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let length = i16::from_be_bytes(take(&mut input, 2)?.try_into().ok()?);
+            let name = take(&mut input, usize::try_from(length).ok()?)?;
+            topics.push(String::from_utf8(name.to_vec()).ok()?);
+        }
+        Some(topics)
+    };
+    parse(metadata).unwrap_or_default()
 }
 
 /// `<prefix>-<uuid>`, as Kafka names members.
@@ -1905,5 +1920,19 @@ mod tests {
         );
         assert_eq!(group.member_count(), 1);
         group.check().unwrap();
+    }
+
+    #[test]
+    fn subscriptions_are_read_within_their_bytes() {
+        // Version 1, two topics, then user data that is not read.
+        let mut metadata = vec![0, 1, 0, 0, 0, 2, 0, 1, b'a', 0, 2, b'b', b'c'];
+        metadata.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(subscription_topics(&metadata), vec!["a", "bc"]);
+        // A client's bytes that are no subscription: a count of 1.8 billion topics in eight
+        // bytes names none (it once allocated for them and aborted the broker).
+        assert!(subscription_topics(b"metadata").is_empty());
+        assert!(subscription_topics(&[0, 0, 0, 0, 0, 1, 0, 9, b'x']).is_empty());
+        assert!(subscription_topics(&[0, 0, 255, 255, 255, 255]).is_empty());
+        assert!(subscription_topics(&[]).is_empty());
     }
 }

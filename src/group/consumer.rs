@@ -171,6 +171,18 @@ pub struct ConsumerGroup {
     orphan_current: HashMap<String, CurrentAssignmentValue>,
     /// Records written by the operation under way, each with the record that undoes it.
     journal: Vec<(GroupRecord, GroupRecord)>,
+    /// What memory alone held of members removed by the operation under way (deadlines, a
+    /// static leave): a rolled-back removal gives it back. Cleared when the next operation
+    /// starts (rollbacks happen before that).
+    departed: HashMap<String, Departed>,
+}
+
+/// A removed member's in-memory state.
+#[derive(Debug, Clone, Copy)]
+struct Departed {
+    session_deadline: Instant,
+    revocation_deadline: Option<Instant>,
+    left_static: bool,
 }
 
 impl ConsumerGroup {
@@ -188,6 +200,7 @@ impl ConsumerGroup {
             session_timeout,
             orphan_current: HashMap::new(),
             journal: Vec::new(),
+            departed: HashMap::new(),
         }
     }
 
@@ -233,8 +246,13 @@ impl ConsumerGroup {
     /// puts the key back as it is now.
     pub fn current_record(&self, key: &RecordKey) -> GroupRecord {
         let value = match key {
-            RecordKey::ConsumerGroup { .. } => Some(RecordValue::Epoch(self.group_epoch)),
-            RecordKey::TargetAssignment { .. } => Some(RecordValue::Epoch(self.assignment_epoch)),
+            // Epoch 0 is a group no record has made yet (one just converted from classic).
+            RecordKey::ConsumerGroup { .. } => {
+                (self.group_epoch > 0).then_some(RecordValue::Epoch(self.group_epoch))
+            }
+            RecordKey::TargetAssignment { .. } => {
+                (self.assignment_epoch > 0).then_some(RecordValue::Epoch(self.assignment_epoch))
+            }
             RecordKey::ConsumerMember { member, .. } => self
                 .members
                 .get(member)
@@ -282,11 +300,20 @@ impl ConsumerGroup {
                 self.replay_member(member, v, now)
             }
             (RecordKey::ConsumerMember { member, .. }, None) => {
-                if let Some(removed) = self.members.remove(member)
-                    && let Some(instance) = &removed.instance_id
-                    && self.static_members.get(instance) == Some(member)
-                {
-                    self.static_members.remove(instance);
+                if let Some(removed) = self.members.remove(member) {
+                    self.departed.insert(
+                        member.clone(),
+                        Departed {
+                            session_deadline: removed.session_deadline,
+                            revocation_deadline: removed.revocation_deadline,
+                            left_static: removed.left_static,
+                        },
+                    );
+                    if let Some(instance) = &removed.instance_id
+                        && self.static_members.get(instance) == Some(member)
+                    {
+                        self.static_members.remove(instance);
+                    }
                 }
                 if self.members.is_empty() {
                     self.state_since_ms = now.wall_ms;
@@ -358,6 +385,12 @@ impl ConsumerGroup {
                 session_deadline: now.instant + self.session_timeout,
                 left_static: false,
             };
+            if let Some(departed) = self.departed.remove(member_id) {
+                // A removal rolled back: the member as it was.
+                member.session_deadline = departed.session_deadline;
+                member.revocation_deadline = departed.revocation_deadline;
+                member.left_static = departed.left_static;
+            }
             if let Some(current) = self.orphan_current.remove(member_id) {
                 set_current(&mut member, &current, now);
             }
@@ -510,6 +543,7 @@ impl ConsumerGroup {
         config: &GroupConfig,
         now: Now,
     ) -> HeartbeatResult {
+        self.departed.clear();
         if let Err(refused) = ConsumerGroup::check_request(&request) {
             return refused;
         }
@@ -734,14 +768,15 @@ impl ConsumerGroup {
         }
     }
 
-    /// Tombstones for a member's three records.
+    /// Tombstones for a member's three records, its metadata last (Kafka's order): each undo
+    /// record is taken while the member still holds what it undoes.
     fn remove_member(&mut self, member_id: &str, now: Now) {
         if !self.members.contains_key(member_id) {
             return;
         }
-        self.apply(self.key_member(member_id), None, now);
-        self.apply(self.key_target(member_id), None, now);
         self.apply(self.key_current(member_id), None, now);
+        self.apply(self.key_target(member_id), None, now);
+        self.apply(self.key_member(member_id), None, now);
     }
 
     fn topics_changed(&self, topics: &TopicsView) -> bool {
@@ -888,6 +923,7 @@ impl ConsumerGroup {
     /// Sessions that ran out and revocations not confirmed within the rebalance timeout
     /// remove their members; `topics` is current metadata.
     pub fn tick(&mut self, topics: &TopicsView, now: Now) {
+        self.departed.clear();
         let expired: Vec<(String, &'static str)> = self
             .members
             .values()
@@ -949,7 +985,7 @@ fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now
     let pending: BTreeSet<Tp> = v.pending_revocation.iter().copied().collect();
     if pending.is_empty() {
         member.revocation_deadline = None;
-    } else if member.pending_revocation.is_empty() || member.revocation_deadline.is_none() {
+    } else if member.revocation_deadline.is_none() {
         member.revocation_deadline = Some(now.instant + member.rebalance_timeout);
     }
     member.pending_revocation = pending;

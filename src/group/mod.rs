@@ -29,6 +29,8 @@ pub mod consumer;
 mod coordinator;
 pub mod records;
 pub mod shard;
+#[cfg(test)]
+mod shard_tests;
 pub mod state;
 
 pub use coordinator::{

@@ -759,4 +759,9 @@ impl Shard for GroupShard {
     fn check(&self, key: &str) -> Result<(), String> {
         self.groups.get(key).map_or(Ok(()), Group::check)
     }
+
+    fn rolled_back(&mut self, key: &str, ctx: &mut Ctx<Self>) {
+        let deadline = self.groups.get(key).and_then(Group::next_deadline);
+        ctx.schedule(&group_timer(key), deadline);
+    }
 }
