@@ -257,3 +257,74 @@ fn max_connections_and_idle_connections_are_closed() {
     }
     assert_serving(&node);
 }
+
+/// A JoinGroup v1 body: one "range" protocol whose metadata is `metadata` (the client's
+/// bytes, not necessarily a consumer subscription).
+fn join_group_body(group: &str, metadata: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    string(&mut body, group);
+    body.extend_from_slice(&10_000i32.to_be_bytes()); // session_timeout_ms
+    body.extend_from_slice(&10_000i32.to_be_bytes()); // rebalance_timeout_ms
+    string(&mut body, ""); // member_id
+    string(&mut body, "consumer"); // protocol_type
+    body.extend_from_slice(&1i32.to_be_bytes());
+    string(&mut body, "range");
+    body.extend_from_slice(&(metadata.len() as i32).to_be_bytes());
+    body.extend_from_slice(metadata);
+    body
+}
+
+#[test]
+fn a_member_whose_subscription_bytes_lie_does_not_take_the_broker_down() {
+    let node = SingleNode::start(&[]);
+    let mut stream = connect(&node);
+    // "metadata" read as a subscription claims 1.9 billion topics. The coordinator once
+    // reserved room for them when asked which topics the group subscribes to (OffsetDelete):
+    // the broker's lazy allocator absorbed it, the system allocator of the unit tests aborted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // FindCoordinator creates __consumer_offsets.
+    let mut key = Vec::new();
+    string(&mut key, "liar");
+    stream.write_all(&frame(10, 0, 1, &key)).expect("write");
+    response(&mut stream).expect("FindCoordinator answer");
+    let mut correlation_id = 1;
+    loop {
+        correlation_id += 1;
+        stream
+            .write_all(&frame(
+                11,
+                1,
+                correlation_id,
+                &join_group_body("liar", b"metadata"),
+            ))
+            .expect("write");
+        let body = response(&mut stream).expect("JoinGroup answer");
+        let code = i16::from_be_bytes([body[4], body[5]]);
+        if code == 0 {
+            break;
+        }
+        // The coordinator is created and loaded on first use.
+        assert!(
+            [14, 15, 16].contains(&code) && std::time::Instant::now() < deadline,
+            "JoinGroup error {code}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut body = Vec::new();
+    string(&mut body, "liar");
+    body.extend_from_slice(&1i32.to_be_bytes());
+    string(&mut body, "t");
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&0i32.to_be_bytes());
+    stream
+        .write_all(&frame(47, 0, 99, &body))
+        .expect("write OffsetDelete");
+    let answer = response(&mut stream).expect("OffsetDelete answer");
+    assert_eq!(&answer[..4], &99i32.to_be_bytes());
+    assert_eq!(
+        i16::from_be_bytes([answer[4], answer[5]]),
+        0,
+        "no group-level error: the member subscribes to no topic it can name"
+    );
+    assert_serving(&node);
+}
