@@ -632,8 +632,8 @@ impl GroupCoordinator {
         }) {
             Ok(appended) => Ok(appended.pending),
             Err(error) => {
-                tracing::debug!(partition = entry.index, code = error.code, message = %error.message, "coordinator append refused");
-                Err(map_append_error(error.code))
+                tracing::debug!(partition = entry.index, code = error.error.code(), message = %error.message, "coordinator append refused");
+                Err(map_append_error(error.error.code()))
             }
         }
     }

@@ -39,7 +39,7 @@ pub fn handle(
                     });
                     match result {
                         Ok(low_watermark) => response.with_low_watermark(low_watermark as i64),
-                        Err(code) => response.with_error_code(code),
+                        Err(error) => response.with_error_code(error.code()),
                     }
                 })
                 .collect();

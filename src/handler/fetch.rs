@@ -275,7 +275,7 @@ fn read_partition(
         let fetched =
             match partition.follower_fetch(replica_id, w.fetch_offset, w.last_fetched_epoch) {
                 Ok(fetched) => fetched,
-                Err(code) => return (data.with_error_code(code), None, None),
+                Err(error) => return (data.with_error_code(error.code()), None, None),
             };
         if let FollowerFetch::Diverging { epoch, end_offset } = fetched {
             let reported = Reported {
@@ -330,7 +330,7 @@ fn read_partition(
             reported,
         ),
         Err(error) => (
-            data.with_error_code(error.kafka_error_code()),
+            data.with_error_code(error.kafka_error().code()),
             None,
             reported,
         ),

@@ -23,6 +23,6 @@ pub async fn handle(
         Ok(producer_id) => response
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(0),
-        Err(code) => response.with_error_code(code),
+        Err(error) => response.with_error_code(error.code()),
     }
 }

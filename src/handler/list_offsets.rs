@@ -81,7 +81,7 @@ pub fn handle(
                         // Nothing at or after the timestamp: offset -1, timestamp -1.
                         Ok(None) => response,
                         Ok(Some(found)) => found,
-                        Err(error) => response.with_error_code(error.kafka_error_code()),
+                        Err(error) => response.with_error_code(error.kafka_error().code()),
                     }
                 })
                 .collect();

@@ -94,7 +94,7 @@ pub async fn handle(
                     Err(error) => {
                         partitions.push(
                             response
-                                .with_error_code(error.kafka_error_code())
+                                .with_error_code(error.kafka_error().code())
                                 .with_error_message(Some(str_bytes(error.to_string()))),
                         );
                         continue;
@@ -133,9 +133,9 @@ pub async fn handle(
                     );
                 }
                 Err(error) => {
-                    tracing::debug!(topic_partition = %tp, code = error.code, message = %error.message, "produce refused");
+                    tracing::debug!(topic_partition = %tp, code = error.error.code(), message = %error.message, "produce refused");
                     let mut response = response
-                        .with_error_code(error.code)
+                        .with_error_code(error.error.code())
                         .with_error_message(Some(str_bytes(error.message)));
                     if context.api_version >= 8 {
                         // The client fails these records with the error and the rest of the
