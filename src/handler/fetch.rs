@@ -112,9 +112,9 @@ pub async fn handle(
                 Instant::now(),
             ) {
                 Ok(partitions) => (Mode::Incremental(id), partitions),
-                Err(error_code) => {
+                Err(error) => {
                     return FetchAnswer {
-                        error_code,
+                        error_code: error.code(),
                         ..FetchAnswer::default()
                     };
                 }
@@ -269,7 +269,7 @@ fn read_partition(
     let partition = match broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
     {
         Ok((partition, _)) => partition,
-        Err(code) => return (data.with_error_code(code), None, None),
+        Err(error) => return (data.with_error_code(error.code()), None, None),
     };
     if follower {
         let fetched =

@@ -45,7 +45,7 @@ pub fn handle(
                         p.current_leader_epoch,
                     ) {
                         Ok(found) => found,
-                        Err(code) => return response.with_error_code(code),
+                        Err(error) => return response.with_error_code(error.code()),
                     };
                     // The leader epoch is in responses from v4 on.
                     let epoch = if context.api_version >= 4 {

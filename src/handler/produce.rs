@@ -74,8 +74,9 @@ pub async fn handle(
                 continue;
             }
             let Some(partition) = broker.replicas.partition(&tp) else {
-                partitions
-                    .push(response.with_error_code(broker.unserved_partition_error(&image, &tp)));
+                partitions.push(
+                    response.with_error_code(broker.unserved_partition_error(&image, &tp).code()),
+                );
                 continue;
             };
             let Some(records) = data.records else {

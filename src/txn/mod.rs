@@ -49,8 +49,8 @@ impl ProducerIdManager {
                     tracing::warn!(?other, "unexpected answer to AllocateProducerIds");
                     return Err(KafkaError::CoordinatorNotAvailable);
                 }
-                Err((code, message)) => {
-                    tracing::warn!(code, %message, "AllocateProducerIds failed");
+                Err(refused) => {
+                    tracing::warn!(code = refused.error.code(), message = %refused.message, "AllocateProducerIds failed");
                     return Err(KafkaError::CoordinatorNotAvailable);
                 }
             }
