@@ -27,7 +27,7 @@ use crate::broker::{Reported, Wanted};
 use crate::file_slice::FileSlice;
 use crate::log::LogError;
 use crate::protocol::TopicPartition;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 use crate::replica::{Delayed, FollowerFetch, ReadBound};
 
@@ -225,7 +225,7 @@ fn read_all(
             isolation_level,
             replica_id,
         );
-        if data.error_code != errors::NONE {
+        if KafkaError::check(data.error_code).is_err() {
             errored = true;
         }
         total += slice.as_ref().map_or(0, |s| s.len as usize);
@@ -264,7 +264,11 @@ fn read_partition(
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
     let follower = replica_id >= 0;
     if w.topic.is_empty() {
-        return (data.with_error_code(errors::UNKNOWN_TOPIC_ID), None, None);
+        return (
+            data.with_error_code(KafkaError::UnknownTopicId.code()),
+            None,
+            None,
+        );
     }
     let partition = match broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
     {
@@ -307,7 +311,7 @@ fn read_partition(
     });
     if w.fetch_offset < 0 {
         return (
-            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            data.with_error_code(KafkaError::OffsetOutOfRange.code()),
             None,
             reported,
         );
@@ -325,7 +329,7 @@ fn read_partition(
     match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
         Ok(slice) => (data, slice, reported),
         Err(LogError::OffsetOutOfRange { .. }) => (
-            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            data.with_error_code(KafkaError::OffsetOutOfRange.code()),
             None,
             reported,
         ),
@@ -371,7 +375,11 @@ fn respond(
             }
         }
         let has_records = slice.as_ref().is_some_and(|s| s.len > 0);
-        if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
+        if incremental
+            && changed.is_none()
+            && !has_records
+            && KafkaError::check(data.error_code).is_ok()
+        {
             continue;
         }
         let same_topic = topics.last().is_some_and(|t| {

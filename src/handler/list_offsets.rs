@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::RequestContext;
 use crate::broker::Broker;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (1, 10);
 
@@ -74,7 +74,7 @@ pub fn handle(
                             .offset_for_timestamp(timestamp)
                             .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
                         _ => {
-                            return response.with_error_code(errors::INVALID_REQUEST);
+                            return response.with_error_code(KafkaError::InvalidRequest.code());
                         }
                     };
                     match found {
