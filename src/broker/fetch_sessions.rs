@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid as KafkaUuid;
 
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 /// `max.incremental.fetch.session.cache.slots`
 const SESSIONS_MAX: usize = 1000;
@@ -123,13 +123,13 @@ impl FetchSessionCache {
         requested: &[Wanted],
         by_topic_id: bool,
         now: Instant,
-    ) -> Result<Vec<(Wanted, Option<Reported>)>, i16> {
+    ) -> Result<Vec<(Wanted, Option<Reported>)>, KafkaError> {
         let mut sessions = self.sessions();
         let session = sessions
             .get_mut(&id)
-            .ok_or(errors::FETCH_SESSION_ID_NOT_FOUND)?;
+            .ok_or(KafkaError::FetchSessionIdNotFound)?;
         if session.next_epoch != epoch {
-            return Err(errors::INVALID_FETCH_SESSION_EPOCH);
+            return Err(KafkaError::InvalidFetchSessionEpoch);
         }
         // One pass over the session for each kind of change: these run under the lock over
         // every session, and a session can hold thousands of partitions.
@@ -373,20 +373,20 @@ mod tests {
         let id = cache.create(&[wanted("a", 0, 0)], now);
         assert_eq!(
             cache.update(id, 2, &[], &[], false, now),
-            Err(errors::INVALID_FETCH_SESSION_EPOCH)
+            Err(KafkaError::InvalidFetchSessionEpoch)
         );
         assert!(cache.update(id, 1, &[], &[], false, now).is_ok());
         cache.answered(id, true, std::iter::empty(), std::iter::empty(), now);
         assert_eq!(
             cache.update(id, 1, &[], &[], false, now),
-            Err(errors::INVALID_FETCH_SESSION_EPOCH),
+            Err(KafkaError::InvalidFetchSessionEpoch),
             "epoch 1 was used"
         );
         assert!(cache.update(id, 2, &[], &[], false, now).is_ok());
         cache.close(id);
         assert_eq!(
             cache.update(id, 2, &[], &[], false, now),
-            Err(errors::FETCH_SESSION_ID_NOT_FOUND)
+            Err(KafkaError::FetchSessionIdNotFound)
         );
     }
 

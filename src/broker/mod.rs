@@ -25,7 +25,7 @@ use sluice_raft::records::BrokerId;
 use crate::config::ServerConfig;
 use crate::controller::service::{ControllerRequest, ControllerResponse, call_controller};
 use crate::metrics::Metrics;
-use crate::protocol::errors;
+use crate::protocol::errors::{ApiError, KafkaError};
 use crate::replica::{Partition, PartitionState, ReplicaManager};
 use crate::txn::ProducerIdManager;
 
@@ -61,20 +61,25 @@ impl Broker {
             .collect()
     }
 
-    /// A request to the active controller; the answer or (code, message).
+    /// A request to the active controller; the answer or the error with its message.
     pub async fn call_controller(
         &self,
         request: ControllerRequest,
         timeout: Duration,
-    ) -> Result<ControllerResponse, (i16, String)> {
+    ) -> Result<ControllerResponse, ApiError> {
         match call_controller(&self.quorum, &self.voters(), &request, timeout).await {
-            Ok(ControllerResponse::Error { code, message }) => Err((code, message)),
-            Ok(ControllerResponse::NotController { .. }) => Err((
-                errors::NOT_CONTROLLER,
-                "no active controller answered".into(),
+            Ok(ControllerResponse::Error { code, message }) => {
+                Err(ControllerResponse::decode_error(code, message))
+            }
+            Ok(ControllerResponse::NotController { .. }) => Err(ApiError::new(
+                KafkaError::NotController,
+                "no active controller answered",
             )),
             Ok(response) => Ok(response),
-            Err(error) => Err((errors::REQUEST_TIMED_OUT, error.to_string())),
+            Err(error) => Err(ApiError::new(
+                KafkaError::RequestTimedOut,
+                error.to_string(),
+            )),
         }
     }
 
@@ -119,21 +124,21 @@ impl Broker {
         &self,
         image: &MetadataImage,
         tp: &crate::protocol::TopicPartition,
-    ) -> i16 {
+    ) -> KafkaError {
         if self.replicas.is_offline(tp) {
-            return errors::KAFKA_STORAGE_ERROR;
+            return KafkaError::KafkaStorageError;
         }
         let known = image
             .topic_by_name(&tp.topic)
             .is_some_and(|t| t.partitions.contains_key(&tp.partition));
         if known {
-            errors::NOT_LEADER_OR_FOLLOWER
+            KafkaError::NotLeaderOrFollower
         } else {
-            errors::UNKNOWN_TOPIC_OR_PARTITION
+            KafkaError::UnknownTopicOrPartition
         }
     }
 
-    /// The partition this broker leads, with its state, or the error code a client gets: the
+    /// The partition this broker leads, with its state, or the error a client gets: the
     /// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION), led elsewhere (NOT_LEADER_OR_FOLLOWER),
     /// or the client's leader epoch is older (FENCED_LEADER_EPOCH) or newer (UNKNOWN_LEADER_EPOCH)
     /// than ours. `current_leader_epoch` -1 skips the epoch check.
@@ -143,7 +148,7 @@ impl Broker {
         topic: &str,
         partition: i32,
         current_leader_epoch: i32,
-    ) -> Result<(Arc<Partition>, PartitionState), i16> {
+    ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
         let broker = self;
         let tp = crate::protocol::TopicPartition::new(topic, partition);
         let Some(found) = broker.replicas.partition(&tp) else {
@@ -151,13 +156,13 @@ impl Broker {
         };
         let state = found.state();
         if state.leader != broker.broker_id {
-            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            return Err(KafkaError::NotLeaderOrFollower);
         }
         if current_leader_epoch >= 0 && current_leader_epoch != state.leader_epoch {
             return Err(if current_leader_epoch < state.leader_epoch {
-                errors::FENCED_LEADER_EPOCH
+                KafkaError::FencedLeaderEpoch
             } else {
-                errors::UNKNOWN_LEADER_EPOCH
+                KafkaError::UnknownLeaderEpoch
             });
         }
         Ok((found, state))

@@ -291,10 +291,9 @@ async fn create_topic(broker: &Broker) -> anyhow::Result<()> {
             .await
         {
             Ok(_) => break,
-            Err((code, message)) if Instant::now() > deadline => anyhow::bail!(
-                "creating {TOPIC}: {}: {message}",
-                protocol::errors::name(code)
-            ),
+            Err(refused) if Instant::now() > deadline => {
+                anyhow::bail!("creating {TOPIC}: {}: {}", refused.error, refused.message)
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }

@@ -52,16 +52,16 @@ pub const ELECTION_PREFERRED: i8 = 0;
 pub const ELECTION_UNCLEAN: i8 = 1;
 
 /// ElectLeaders for one partition: preferred (its first replica, when alive and in the ISR)
-/// or unclean (an offline partition gets any live replica). The change, or the error code.
+/// or unclean (an offline partition gets any live replica). The change, or the error.
 pub fn elect_for(
     image: &MetadataImage,
     topic_id: Uuid,
     partition: i32,
     election_type: i8,
-) -> Result<PartitionChange, i16> {
-    let current = image.partition(topic_id, partition).ok_or(
-        ControllerError::UnknownTopicOrPartition(format!("{partition}")).kafka_error_code(),
-    )?;
+) -> Result<PartitionChange, KafkaError> {
+    let current = image
+        .partition(topic_id, partition)
+        .ok_or(ControllerError::UnknownTopicOrPartition(format!("{partition}")).kafka_error())?;
     let change = |leader: BrokerId, isr: Option<Vec<BrokerId>>| PartitionChange {
         topic_id,
         partition,
@@ -71,7 +71,7 @@ pub fn elect_for(
     };
     if election_type == ELECTION_UNCLEAN {
         if current.leader != NO_LEADER && alive(image, current.leader) {
-            return Err(ELECTION_NOT_NEEDED);
+            return Err(KafkaError::ElectionNotNeeded);
         }
         return match elect_leader(&current.replicas, &current.isr, |b| alive(image, b), true) {
             Election::Clean(leader) => Ok(change(leader, None)),
@@ -79,23 +79,26 @@ pub fn elect_for(
                 tracing::warn!(%topic_id, partition, leader, "UNCLEAN leader election (ElectLeaders): acknowledged records may be lost");
                 Ok(change(leader, Some(vec![leader])))
             }
-            Election::None => Err(ELIGIBLE_LEADERS_NOT_AVAILABLE),
+            Election::None => Err(KafkaError::EligibleLeadersNotAvailable),
         };
     }
     let Some(&preferred) = current.replicas.first() else {
-        return Err(PREFERRED_LEADER_NOT_AVAILABLE);
+        return Err(KafkaError::PreferredLeaderNotAvailable);
     };
     if current.leader == preferred {
-        return Err(ELECTION_NOT_NEEDED);
+        return Err(KafkaError::ElectionNotNeeded);
     }
     if !alive(image, preferred) || !current.isr.contains(&preferred) {
-        return Err(PREFERRED_LEADER_NOT_AVAILABLE);
+        return Err(KafkaError::PreferredLeaderNotAvailable);
     }
     Ok(change(preferred, None))
 }
 
+/// One partition's ElectLeaders outcome: (topic, partition, elected or why not).
+pub type Elected = (String, i32, Result<(), KafkaError>);
+
 /// ElectLeaders for the partitions a request names, or for every partition (`None`): the
-/// outcome per partition as (topic, partition, error code), and the changes to commit.
+/// outcome per partition as (topic, partition, outcome), and the changes to commit.
 ///
 /// As Kafka's `ReplicationControlManager.electLeaders`: a request that names no partitions
 /// hears only of partitions elected or failed, not of those whose replica already leads
@@ -105,7 +108,7 @@ pub fn elect_leaders(
     image: &MetadataImage,
     election_type: i8,
     partitions: Option<&[(String, i32)]>,
-) -> (Vec<(String, i32, i16)>, Vec<MetadataRecord>) {
+) -> (Vec<Elected>, Vec<MetadataRecord>) {
     let wanted: Vec<(String, i32)> = match partitions {
         Some(list) => list.to_vec(),
         None => image
@@ -122,15 +125,15 @@ pub fn elect_leaders(
             Some(t) if t.partitions.contains_key(&partition) => {
                 elect_for(image, t.id, partition, election_type)
             }
-            _ => Err(ControllerError::UnknownTopicOrPartition(topic.clone()).kafka_error_code()),
+            _ => Err(ControllerError::UnknownTopicOrPartition(topic.clone()).kafka_error()),
         };
         match outcome {
             Ok(change) => {
                 records.push(MetadataRecord::PartitionChange(change));
-                results.push((topic, partition, 0));
+                results.push((topic, partition, Ok(())));
             }
-            Err(ELECTION_NOT_NEEDED) if every_partition => {}
-            Err(code) => results.push((topic, partition, code)),
+            Err(KafkaError::ElectionNotNeeded) if every_partition => {}
+            Err(error) => results.push((topic, partition, Err(error))),
         }
     }
     (results, records)

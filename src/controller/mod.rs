@@ -45,15 +45,11 @@ use sluice_raft::records::{
     RegisterBroker, Uuid,
 };
 
-use crate::protocol::errors;
-use crate::protocol::errors::{
-    ELECTION_NOT_NEEDED, ELIGIBLE_LEADERS_NOT_AVAILABLE, NO_REASSIGNMENT_IN_PROGRESS,
-    PREFERRED_LEADER_NOT_AVAILABLE,
-};
+use crate::protocol::errors::{ApiError, KafkaError};
 use crate::protocol::topic_partition::validate_topic_name;
 use placement::Candidate;
 
-/// Errors a client sees, with Kafka's codes.
+/// Errors a client sees, each with its Kafka error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControllerError {
     #[error("topic '{0}' already exists")]
@@ -83,21 +79,28 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
-    pub fn kafka_error_code(&self) -> i16 {
+    pub fn kafka_error(&self) -> KafkaError {
         match self {
-            ControllerError::TopicAlreadyExists(_) => errors::TOPIC_ALREADY_EXISTS,
-            ControllerError::InvalidTopic(_) => errors::INVALID_TOPIC_EXCEPTION,
-            ControllerError::InvalidPartitions(_) => errors::INVALID_PARTITIONS,
-            ControllerError::InvalidReplicationFactor(_) => errors::INVALID_REPLICATION_FACTOR,
-            ControllerError::InvalidReplicaAssignment(_) => errors::INVALID_REPLICA_ASSIGNMENT,
-            ControllerError::InvalidConfig(_) => errors::INVALID_CONFIG,
-            ControllerError::UnknownTopicOrPartition(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
-            ControllerError::NotLeaderOrFollower(_) => errors::NOT_LEADER_OR_FOLLOWER,
-            ControllerError::FencedLeaderEpoch { .. } => errors::FENCED_LEADER_EPOCH,
-            ControllerError::InvalidUpdateVersion { .. } => errors::INVALID_UPDATE_VERSION,
-            ControllerError::IneligibleReplica(_) => errors::INELIGIBLE_REPLICA,
-            ControllerError::StaleBrokerEpoch(_) => errors::STALE_BROKER_EPOCH,
+            ControllerError::TopicAlreadyExists(_) => KafkaError::TopicAlreadyExists,
+            ControllerError::InvalidTopic(_) => KafkaError::InvalidTopicException,
+            ControllerError::InvalidPartitions(_) => KafkaError::InvalidPartitions,
+            ControllerError::InvalidReplicationFactor(_) => KafkaError::InvalidReplicationFactor,
+            ControllerError::InvalidReplicaAssignment(_) => KafkaError::InvalidReplicaAssignment,
+            ControllerError::InvalidConfig(_) => KafkaError::InvalidConfig,
+            ControllerError::UnknownTopicOrPartition(_) => KafkaError::UnknownTopicOrPartition,
+            ControllerError::NotLeaderOrFollower(_) => KafkaError::NotLeaderOrFollower,
+            ControllerError::FencedLeaderEpoch { .. } => KafkaError::FencedLeaderEpoch,
+            ControllerError::InvalidUpdateVersion { .. } => KafkaError::InvalidUpdateVersion,
+            ControllerError::IneligibleReplica(_) => KafkaError::IneligibleReplica,
+            ControllerError::StaleBrokerEpoch(_) => KafkaError::StaleBrokerEpoch,
         }
+    }
+}
+
+/// The Kafka error with the message the client reads.
+impl From<ControllerError> for ApiError {
+    fn from(error: ControllerError) -> ApiError {
+        ApiError::new(error.kafka_error(), error.to_string())
     }
 }
 

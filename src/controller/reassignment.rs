@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// Why one partition's move is refused: a Kafka error code and a message that says what to do.
-pub type Refusal = (i16, String);
+/// Why one partition's move is refused: a Kafka error and a message that says what to do.
+pub type Refusal = ApiError;
 
 /// AlterPartitionReassignments for one partition: `Some(target)` starts (or redirects) a move
 /// to those replicas: they are added to the replica set now and follow the leader; once all
@@ -22,8 +22,9 @@ pub fn reassign(
     adding: &mut BTreeMap<BrokerId, u32>,
 ) -> Result<Vec<MetadataRecord>, Refusal> {
     let unknown = || {
-        let error = ControllerError::UnknownTopicOrPartition(format!("{topic}-{partition}"));
-        (error.kafka_error_code(), error.to_string())
+        ApiError::from(ControllerError::UnknownTopicOrPartition(format!(
+            "{topic}-{partition}"
+        )))
     };
     let topic_image = image.topic_by_name(topic).ok_or_else(unknown)?;
     let current = topic_image.partitions.get(&partition).ok_or_else(unknown)?;
@@ -31,8 +32,8 @@ pub fn reassign(
     let ongoing = image.reassignments.get(&key);
     let Some(target) = target else {
         let Some(ongoing) = ongoing else {
-            return Err((
-                NO_REASSIGNMENT_IN_PROGRESS,
+            return Err(ApiError::new(
+                KafkaError::NoReassignmentInProgress,
                 format!("no reassignment of {topic}-{partition} is in progress"),
             ));
         };
@@ -70,10 +71,7 @@ pub fn reassign(
     let mut distinct = target.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    let invalid = |why: String| {
-        let error = ControllerError::InvalidReplicaAssignment(why);
-        (error.kafka_error_code(), error.to_string())
-    };
+    let invalid = |why: String| ApiError::from(ControllerError::InvalidReplicaAssignment(why));
     if target.is_empty() || distinct.len() != target.len() {
         return Err(invalid(format!("replicas {target:?}")));
     }

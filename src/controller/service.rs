@@ -27,7 +27,7 @@ use sluice_raft::records::{BrokerId, MetadataRecord, RegisterBroker, Uuid};
 use sluice_raft::{ProposeError, Quorum};
 
 use super::{ControllerError, Defaults, NewTopic};
-use crate::protocol::errors;
+use crate::protocol::errors::{self, ApiError, KafkaError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerRequest {
@@ -147,7 +147,8 @@ pub enum ControllerResponse {
         leader_addr: Option<String>,
     },
     Quorum(QuorumDescription),
-    /// ElectLeaders results: (topic, partition, error code), committed.
+    /// ElectLeaders results: (topic, partition, error code), committed. (Codes, not
+    /// `KafkaError`: responses cross the network between brokers.)
     Elections(Vec<(String, i32, i16)>),
     /// A block of producer ids, committed to this broker.
     ProducerIds {
@@ -164,7 +165,32 @@ pub enum ControllerResponse {
     Reassignments(Vec<(String, i32, i16, String)>),
 }
 
+/// A controller's errors on the wire between brokers: the one place they are encoded and decoded.
+impl From<ApiError> for ControllerResponse {
+    fn from(error: ApiError) -> ControllerResponse {
+        ControllerResponse::Error {
+            code: error.error.code(),
+            message: error.message,
+        }
+    }
+}
+
+impl From<ControllerError> for ControllerResponse {
+    fn from(error: ControllerError) -> ControllerResponse {
+        ControllerResponse::from(ApiError::from(error))
+    }
+}
+
 impl ControllerResponse {
+    /// The error an `Error` answer carries. A controller never answers `Error` with NONE;
+    /// should one, it is UNKNOWN_SERVER_ERROR rather than success.
+    pub fn decode_error(code: i16, message: String) -> ApiError {
+        ApiError::new(
+            KafkaError::from_code(code).unwrap_or(KafkaError::UnknownServerError),
+            message,
+        )
+    }
+
     /// The answer in words for a log line: a Kafka error by name and code with its message,
     /// otherwise what kind of answer it was (never a debug dump of the struct).
     pub fn summary(&self) -> String {
@@ -220,10 +246,7 @@ async fn commit(quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<(), Con
             ProposeError::NotLeader { leader_addr, .. } => {
                 ControllerResponse::NotController { leader_addr }
             }
-            other => ControllerResponse::Error {
-                code: errors::REQUEST_TIMED_OUT,
-                message: other.to_string(),
-            },
+            other => ApiError::new(KafkaError::RequestTimedOut, other.to_string()).into(),
         })
 }
 
@@ -536,11 +559,14 @@ impl ControllerService {
                 match super::reassign(&image, topic, *partition, target.clone(), &mut adding) {
                     Ok(mut decided) => {
                         records.append(&mut decided);
-                        results.push((topic.clone(), *partition, 0, String::new()));
+                        results.push((topic.clone(), *partition, errors::NONE, String::new()));
                     }
-                    Err((code, message)) => {
-                        results.push((topic.clone(), *partition, code, message))
-                    }
+                    Err(refused) => results.push((
+                        topic.clone(),
+                        *partition,
+                        refused.error.code(),
+                        refused.message,
+                    )),
                 }
             }
             if let Err(refused) = commit(&quorum, records).await {
@@ -558,7 +584,14 @@ impl ControllerService {
             if let Err(refused) = commit(&quorum, records).await {
                 return refused;
             }
-            return ControllerResponse::Elections(results);
+            return ControllerResponse::Elections(
+                results
+                    .into_iter()
+                    .map(|(topic, partition, outcome)| {
+                        (topic, partition, errors::code_of(&outcome))
+                    })
+                    .collect(),
+            );
         }
         if let ControllerRequest::AllocateProducerIds {
             broker_id,
@@ -568,12 +601,7 @@ impl ControllerService {
             let (records, first) =
                 match super::allocate_producer_ids(&image, broker_id, broker_epoch) {
                     Ok(decided) => decided,
-                    Err(error) => {
-                        return ControllerResponse::Error {
-                            code: error.kafka_error_code(),
-                            message: error.to_string(),
-                        };
-                    }
+                    Err(error) => return error.into(),
                 };
             return match commit(&quorum, records).await {
                 Ok(()) => ControllerResponse::ProducerIds {
@@ -717,10 +745,8 @@ impl ControllerService {
                 if !known {
                     let node = sluice_raft::NodeInfo { addr };
                     if let Err(error) = quorum.raft().add_learner(node_id, node, false).await {
-                        return ControllerResponse::Error {
-                            code: errors::REQUEST_TIMED_OUT,
-                            message: error.to_string(),
-                        };
+                        return ApiError::new(KafkaError::RequestTimedOut, error.to_string())
+                            .into();
                     }
                     tracing::info!(node_id, "added a learner to the metadata quorum");
                 }
@@ -729,12 +755,7 @@ impl ControllerService {
         };
         let (records, broker_epoch, fenced) = match decided {
             Ok(decided) => decided,
-            Err(error) => {
-                return ControllerResponse::Error {
-                    code: error.kafka_error_code(),
-                    message: error.to_string(),
-                };
-            }
+            Err(error) => return error.into(),
         };
         if let Err(refused) = commit(&quorum, records).await {
             return refused;
@@ -951,10 +972,11 @@ impl CallHandler for ControllerService {
         Box::pin(async move {
             let response = match bincode::deserialize::<ControllerRequest>(&payload) {
                 Ok(request) => self.handle_request(request).await,
-                Err(error) => ControllerResponse::Error {
-                    code: errors::INVALID_REQUEST,
-                    message: format!("undecodable controller request: {error}"),
-                },
+                Err(error) => ApiError::new(
+                    KafkaError::InvalidRequest,
+                    format!("undecodable controller request: {error}"),
+                )
+                .into(),
             };
             bincode::serialize(&response).unwrap_or_default()
         })
@@ -979,10 +1001,8 @@ async fn change_voters(
         (true, true) | (false, false) => return ok,
         (true, false) => openraft::ChangeMembers::AddVoterIds([node_id].into()),
         (false, true) if voters.len() == 1 => {
-            return ControllerResponse::Error {
-                code: errors::INVALID_REQUEST,
-                message: "cannot remove the last voter".into(),
-            };
+            return ApiError::new(KafkaError::InvalidRequest, "cannot remove the last voter")
+                .into();
         }
         (false, true) => openraft::ChangeMembers::RemoveVoters([node_id].into()),
     };
@@ -992,10 +1012,7 @@ async fn change_voters(
             ok
         }
         // With openraft's reason (e.g. the node is not a learner yet).
-        Err(error) => ControllerResponse::Error {
-            code: errors::INVALID_REQUEST,
-            message: error.to_string(),
-        },
+        Err(error) => ApiError::new(KafkaError::InvalidRequest, error.to_string()).into(),
     }
 }
 

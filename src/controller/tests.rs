@@ -89,7 +89,8 @@ fn create_topic_validates_like_kafka() {
     let code = |t: &NewTopic| {
         create_topic(&image, t, Uuid(2), &DEFAULTS)
             .unwrap_err()
-            .kafka_error_code()
+            .kafka_error()
+            .code()
     };
     assert_eq!(code(&topic("orders")), 36, "TOPIC_ALREADY_EXISTS");
     assert_eq!(
@@ -335,7 +336,7 @@ fn alter_partition_checks_epochs_and_eligibility() {
         partition_epoch: current.partition_epoch,
         new_isr: vec![leader, others[0]],
     };
-    let code = |r: &AlterPartition| alter_partition(&image, r).unwrap_err().kafka_error_code();
+    let code = |r: &AlterPartition| alter_partition(&image, r).unwrap_err().kafka_error().code();
     assert_eq!(
         code(&AlterPartition {
             broker: others[0],
@@ -387,7 +388,8 @@ fn alter_partition_checks_epochs_and_eligibility() {
     assert_eq!(
         alter_partition(&shrunk, &request)
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         95
     );
     // A fenced replica may not join.
@@ -408,7 +410,8 @@ fn alter_partition_checks_epochs_and_eligibility() {
     assert_eq!(
         alter_partition(&fenced, &join)
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         107
     );
 }
@@ -433,13 +436,15 @@ fn partitions_are_added_and_topics_deleted() {
     assert_eq!(
         create_partitions(&image, "t", 2, &[])
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         37
     );
     assert_eq!(
         create_partitions(&image, "nope", 5, &[])
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         3
     );
     let image = apply(&image, create_partitions(&image, "t", 5, &[]).unwrap());
@@ -461,8 +466,8 @@ fn partitions_are_added_and_topics_deleted() {
         assert_eq!(
             create_partitions(&image, "t", 7, &bad)
                 .unwrap_err()
-                .kafka_error_code(),
-            errors::INVALID_REPLICA_ASSIGNMENT,
+                .kafka_error(),
+            KafkaError::InvalidReplicaAssignment,
             "{bad:?}"
         );
     }
@@ -479,7 +484,10 @@ fn partitions_are_added_and_topics_deleted() {
     assert_eq!(topic.partitions[&6].isr, vec![2, 3]);
     let image = apply(&image, delete_topic(&image, "t").unwrap());
     assert!(image.topic_by_name("t").is_none());
-    assert_eq!(delete_topic(&image, "t").unwrap_err().kafka_error_code(), 3);
+    assert_eq!(
+        delete_topic(&image, "t").unwrap_err().kafka_error().code(),
+        3
+    );
 }
 
 #[test]
@@ -510,7 +518,8 @@ fn duplicate_isr_members_and_unservable_assignments_are_refused() {
     assert_eq!(
         alter_partition(&image, &duplicate)
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         107
     );
     // Replay refuses a duplicate ISR whatever proposes it.
@@ -537,7 +546,8 @@ fn duplicate_isr_members_and_unservable_assignments_are_refused() {
     assert_eq!(
         create_topic(&fenced, &offline, Uuid(5), &DEFAULTS)
             .unwrap_err()
-            .kafka_error_code(),
+            .kafka_error()
+            .code(),
         39
     );
 }
@@ -613,7 +623,7 @@ fn creates_past_a_brokers_partition_limit_are_refused_and_placement_avoids_full_
     };
     let refused = |result: Result<Vec<MetadataRecord>, ControllerError>| match result {
         Err(error @ ControllerError::InvalidPartitions(_)) => {
-            assert_eq!(error.kafka_error_code(), errors::INVALID_PARTITIONS);
+            assert_eq!(error.kafka_error(), KafkaError::InvalidPartitions);
             error.to_string()
         }
         other => panic!("expected INVALID_PARTITIONS, got {other:?}"),
@@ -697,9 +707,9 @@ fn moves_past_a_brokers_partition_limit_are_refused() {
         create_topic(&image, &on_one, Uuid(1), &DEFAULTS).unwrap(),
     );
     let refused = |result: Result<Vec<MetadataRecord>, Refusal>| match result {
-        Err((code, message)) => {
-            assert_eq!(code, errors::INVALID_REPLICA_ASSIGNMENT);
-            message
+        Err(refused) => {
+            assert_eq!(refused.error, KafkaError::InvalidReplicaAssignment);
+            refused.message
         }
         Ok(records) => panic!("expected INVALID_REPLICA_ASSIGNMENT, got {records:?}"),
     };
@@ -1050,8 +1060,8 @@ fn elect_leaders_for_every_partition_leaves_out_those_already_led_by_their_prefe
     assert_eq!(
         results,
         vec![
-            ("calm".to_owned(), 0, ELECTION_NOT_NEEDED),
-            ("calm".to_owned(), 1, ELECTION_NOT_NEEDED),
+            ("calm".to_owned(), 0, Err(KafkaError::ElectionNotNeeded)),
+            ("calm".to_owned(), 1, Err(KafkaError::ElectionNotNeeded)),
         ]
     );
     assert!(records.is_empty());
@@ -1069,12 +1079,12 @@ fn elect_leaders_for_every_partition_leaves_out_those_already_led_by_their_prefe
         })],
     );
     let (results, records) = elect_leaders(&moved, ELECTION_PREFERRED, None);
-    assert_eq!(results, vec![("calm".to_owned(), 1, 0)]);
+    assert_eq!(results, vec![("calm".to_owned(), 1, Ok(()))]);
     let back = apply(&moved, records);
     assert_eq!(back.partition(Uuid(5), 1).unwrap().leader, preferred);
     // Failures are answered too: an unknown partition named explicitly.
     let unknown = [("calm".to_owned(), 9)];
     let (results, _) = elect_leaders(&image, ELECTION_PREFERRED, Some(&unknown));
     assert_eq!(results.len(), 1);
-    assert_ne!(results[0].2, 0);
+    assert_eq!(results[0].2, Err(KafkaError::UnknownTopicOrPartition));
 }

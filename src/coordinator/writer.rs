@@ -233,8 +233,8 @@ impl PartitionWriter for ReplicaWriter {
                 records_epoch: appended.pending.records_epoch,
             }),
             Err(error) => {
-                tracing::debug!(partition = %self.partition.topic_partition, code = error.code, message = %error.message, "coordinator append refused");
-                Err(KafkaError::from_code(error.code).unwrap_or(KafkaError::UnknownServerError))
+                tracing::debug!(partition = %self.partition.topic_partition, error = %error.error, message = %error.message, "coordinator append refused");
+                Err(error.error)
             }
         }
     }

@@ -283,6 +283,7 @@ impl GroupCoordinator {
         match broker
             .call_controller(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
             .await
+            .map_err(|error| (error.error.code(), error.message))
         {
             Ok(_) => tracing::info!(
                 partitions = self.config.offsets_topic_num_partitions,

@@ -45,9 +45,9 @@ pub async fn handle(
             .with_resource_name(resource.resource_name);
         responses.push(match outcome {
             Ok(()) => response,
-            Err((code, message)) => response
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
+            Err(error) => response
+                .with_error_code(error.error.code())
+                .with_error_message(Some(str_bytes(error.message))),
         });
     }
     AlterConfigsResponse::default().with_responses(responses)

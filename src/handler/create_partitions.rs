@@ -9,6 +9,7 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
+use crate::protocol::errors::ApiError;
 
 pub const VERSIONS: (i16, i16) = (0, 3);
 
@@ -37,7 +38,7 @@ pub async fn handle(
         let outcome = if request.validate_only {
             crate::controller::create_partitions(&broker.image(), &name, topic.count, &assignments)
                 .map(|_| ())
-                .map_err(|e| (e.kafka_error_code(), e.to_string()))
+                .map_err(ApiError::from)
         } else {
             let request = ControllerRequest::CreatePartitions {
                 topic: name.clone(),
@@ -61,9 +62,9 @@ pub async fn handle(
         };
         results.push(match outcome {
             Ok(()) => result,
-            Err((code, message)) => result
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
+            Err(error) => result
+                .with_error_code(error.error.code())
+                .with_error_message(Some(str_bytes(error.message))),
         });
     }
     CreatePartitionsResponse::default().with_results(results)

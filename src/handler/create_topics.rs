@@ -14,7 +14,7 @@ use super::{RequestContext, kafka_uuid, str_bytes, topic_config_entries};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::controller::{Defaults, NewTopic};
-use crate::protocol::errors;
+use crate::protocol::errors::{ApiError, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (2, 7);
 
@@ -50,7 +50,7 @@ pub async fn handle(
         if seen.get(&name).copied().unwrap_or(0) > 1 {
             results.push(
                 result
-                    .with_error_code(errors::INVALID_REQUEST)
+                    .with_error_code(KafkaError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes(format!(
                         "topic '{name}' appears more than once in the request"
                     )))),
@@ -61,7 +61,7 @@ pub async fn handle(
             // Kafka's answer: the coordinator creates it, with its own settings.
             results.push(
                 result
-                    .with_error_code(errors::INVALID_REQUEST)
+                    .with_error_code(KafkaError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes(format!(
                         "creation of internal topic {name} is prohibited"
                     )))),
@@ -99,7 +99,7 @@ pub async fn handle(
                 &defaults(broker),
             )
             .map(|_| ())
-            .map_err(|e| (e.kafka_error_code(), e.to_string()))
+            .map_err(ApiError::from)
         } else {
             match broker
                 .call_controller(ControllerRequest::CreateTopic(new_topic), timeout)
@@ -115,9 +115,9 @@ pub async fn handle(
             }
         };
         let result = match outcome {
-            Err((code, message)) => result
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
+            Err(error) => result
+                .with_error_code(error.error.code())
+                .with_error_message(Some(str_bytes(error.message))),
             Ok(()) => {
                 let image = broker.image();
                 let (partitions, replication_factor) = if request.validate_only {

@@ -32,14 +32,14 @@ pub fn handle(
                     let (partition, _) =
                         match broker.led_partition(&image, &name, p.partition_index, -1) {
                             Ok(found) => found,
-                            Err(code) => return response.with_error_code(code),
+                            Err(error) => return response.with_error_code(error.code()),
                         };
                     let result = tokio::task::block_in_place(|| {
                         broker.replicas.delete_records(&partition, p.offset)
                     });
                     match result {
                         Ok(low_watermark) => response.with_low_watermark(low_watermark as i64),
-                        Err(code) => response.with_error_code(code),
+                        Err(error) => response.with_error_code(error.code()),
                     }
                 })
                 .collect();

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicN
 use super::{RequestContext, kafka_uuid, our_uuid, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (1, 6);
 
@@ -57,12 +57,12 @@ pub async fn handle(
             result.topic_id = kafka_uuid(id);
         }
         let Some(topic) = topic else {
-            let code = if name.is_some() {
-                errors::UNKNOWN_TOPIC_OR_PARTITION
+            let error = if name.is_some() {
+                KafkaError::UnknownTopicOrPartition
             } else {
-                errors::UNKNOWN_TOPIC_ID
+                KafkaError::UnknownTopicId
             };
-            responses.push(result.with_error_code(code));
+            responses.push(result.with_error_code(error.code()));
             continue;
         };
         result.name = Some(TopicName(str_bytes(topic.name.clone())));
@@ -77,10 +77,10 @@ pub async fn handle(
                     .await;
                 responses.push(result);
             }
-            Err((code, message)) => responses.push(
+            Err(error) => responses.push(
                 result
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message))),
+                    .with_error_code(error.error.code())
+                    .with_error_message(Some(str_bytes(error.message))),
             ),
         }
     }

@@ -6,7 +6,7 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
 use crate::broker::authorizer::{Resource, authorized_operations};
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -24,7 +24,7 @@ pub fn handle(
         .with_endpoint_type(ENDPOINT_TYPE_BROKERS);
     if context.api_version >= 1 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
         return response
-            .with_error_code(errors::UNSUPPORTED_ENDPOINT_TYPE)
+            .with_error_code(KafkaError::UnsupportedEndpointType.code())
             .with_error_message(Some(str_bytes(
                 "this listener describes brokers only (endpoint_type 1)",
             )));

@@ -13,7 +13,7 @@ use sluice_raft::records::ConfigResource;
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::config::registry::{self, Key};
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (1, 4);
 
@@ -147,7 +147,7 @@ pub fn handle(
                 RESOURCE_TOPIC => {
                     if image.topic_by_name(&name).is_none() {
                         return result
-                            .with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION)
+                            .with_error_code(KafkaError::UnknownTopicOrPartition.code())
                             .with_error_message(Some(str_bytes(format!(
                                 "unknown topic '{name}'"
                             ))));
@@ -157,7 +157,7 @@ pub fn handle(
                 RESOURCE_BROKER => {
                     if name != broker.broker_id.to_string() && !name.is_empty() {
                         return result
-                            .with_error_code(errors::INVALID_REQUEST)
+                            .with_error_code(KafkaError::InvalidRequest.code())
                             .with_error_message(Some(str_bytes(format!(
                                 "broker {name} cannot be described by broker {}",
                                 broker.broker_id
@@ -167,7 +167,7 @@ pub fn handle(
                 }
                 other => {
                     return result
-                        .with_error_code(errors::INVALID_REQUEST)
+                        .with_error_code(KafkaError::InvalidRequest.code())
                         .with_error_message(Some(str_bytes(format!(
                             "resource type {other} is not supported"
                         ))));

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumRe
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -29,7 +29,7 @@ pub async fn handle(
     });
     if !wanted {
         return DescribeQuorumResponse::default()
-            .with_error_code(errors::INVALID_REQUEST)
+            .with_error_code(KafkaError::InvalidRequest.code())
             .with_error_message(Some(str_bytes("only __cluster_metadata-0 has a quorum")));
     }
     let description = match broker
@@ -39,13 +39,13 @@ pub async fn handle(
         Ok(ControllerResponse::Quorum(description)) => description,
         Ok(other) => {
             return DescribeQuorumResponse::default()
-                .with_error_code(errors::UNKNOWN_SERVER_ERROR)
+                .with_error_code(KafkaError::UnknownServerError.code())
                 .with_error_message(Some(str_bytes(format!("unexpected answer {other:?}"))));
         }
-        Err((code, message)) => {
+        Err(error) => {
             return DescribeQuorumResponse::default()
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message)));
+                .with_error_code(error.error.code())
+                .with_error_message(Some(str_bytes(error.message)));
         }
     };
     let state = |m: &crate::controller::service::MemberDescription| {

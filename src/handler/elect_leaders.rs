@@ -10,6 +10,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicN
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -44,12 +45,12 @@ pub async fn handle(
     let results = match broker.call_controller(call, timeout).await {
         Ok(ControllerResponse::Elections(results)) => results,
         Ok(_) => Vec::new(),
-        Err((code, message)) => {
+        Err(error) => {
             let mut response = ElectLeadersResponse::default();
             if context.api_version >= 1 {
-                response.error_code = code;
+                response.error_code = error.error.code();
             }
-            tracing::warn!(code, %message, "ElectLeaders failed");
+            tracing::warn!(code = error.error.code(), message = %error.message, "ElectLeaders failed");
             return response;
         }
     };
@@ -58,11 +59,13 @@ pub async fn handle(
         let mut result = PartitionResult::default()
             .with_partition_id(partition)
             .with_error_code(code);
-        if code != 0 {
-            result.error_message = Some(str_bytes(match code {
-                84 => "the preferred replica already leads",
-                80 => "the preferred replica is not alive and in the ISR",
-                83 => "no live replica to elect",
+        if let Err(error) = KafkaError::check(code) {
+            result.error_message = Some(str_bytes(match error {
+                KafkaError::ElectionNotNeeded => "the preferred replica already leads",
+                KafkaError::PreferredLeaderNotAvailable => {
+                    "the preferred replica is not alive and in the ISR"
+                }
+                KafkaError::EligibleLeadersNotAvailable => "no live replica to elect",
                 _ => "election failed",
             }));
         }

@@ -27,7 +27,7 @@ use crate::broker::{Reported, Wanted};
 use crate::file_slice::FileSlice;
 use crate::log::LogError;
 use crate::protocol::TopicPartition;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 use crate::replica::{Delayed, FollowerFetch, ReadBound};
 
@@ -112,9 +112,9 @@ pub async fn handle(
                 Instant::now(),
             ) {
                 Ok(partitions) => (Mode::Incremental(id), partitions),
-                Err(error_code) => {
+                Err(error) => {
                     return FetchAnswer {
-                        error_code,
+                        error_code: error.code(),
                         ..FetchAnswer::default()
                     };
                 }
@@ -225,7 +225,7 @@ fn read_all(
             isolation_level,
             replica_id,
         );
-        if data.error_code != errors::NONE {
+        if KafkaError::check(data.error_code).is_err() {
             errored = true;
         }
         total += slice.as_ref().map_or(0, |s| s.len as usize);
@@ -264,18 +264,22 @@ fn read_partition(
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
     let follower = replica_id >= 0;
     if w.topic.is_empty() {
-        return (data.with_error_code(errors::UNKNOWN_TOPIC_ID), None, None);
+        return (
+            data.with_error_code(KafkaError::UnknownTopicId.code()),
+            None,
+            None,
+        );
     }
     let partition = match broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
     {
         Ok((partition, _)) => partition,
-        Err(code) => return (data.with_error_code(code), None, None),
+        Err(error) => return (data.with_error_code(error.code()), None, None),
     };
     if follower {
         let fetched =
             match partition.follower_fetch(replica_id, w.fetch_offset, w.last_fetched_epoch) {
                 Ok(fetched) => fetched,
-                Err(code) => return (data.with_error_code(code), None, None),
+                Err(error) => return (data.with_error_code(error.code()), None, None),
             };
         if let FollowerFetch::Diverging { epoch, end_offset } = fetched {
             let reported = Reported {
@@ -307,7 +311,7 @@ fn read_partition(
     });
     if w.fetch_offset < 0 {
         return (
-            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            data.with_error_code(KafkaError::OffsetOutOfRange.code()),
             None,
             reported,
         );
@@ -325,12 +329,12 @@ fn read_partition(
     match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
         Ok(slice) => (data, slice, reported),
         Err(LogError::OffsetOutOfRange { .. }) => (
-            data.with_error_code(errors::OFFSET_OUT_OF_RANGE),
+            data.with_error_code(KafkaError::OffsetOutOfRange.code()),
             None,
             reported,
         ),
         Err(error) => (
-            data.with_error_code(error.kafka_error_code()),
+            data.with_error_code(error.kafka_error().code()),
             None,
             reported,
         ),
@@ -371,7 +375,11 @@ fn respond(
             }
         }
         let has_records = slice.as_ref().is_some_and(|s| s.len > 0);
-        if incremental && changed.is_none() && !has_records && data.error_code == errors::NONE {
+        if incremental
+            && changed.is_none()
+            && !has_records
+            && KafkaError::check(data.error_code).is_ok()
+        {
             continue;
         }
         let same_topic = topics.last().is_some_and(|t| {

@@ -14,7 +14,7 @@ use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
-use crate::protocol::errors;
+use crate::protocol::errors::{ApiError, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
@@ -47,9 +47,9 @@ pub async fn handle(
             .with_resource_name(resource.resource_name);
         responses.push(match outcome {
             Ok(()) => response,
-            Err((code, message)) => response
-                .with_error_code(code)
-                .with_error_message(Some(str_bytes(message))),
+            Err(error) => response
+                .with_error_code(error.error.code())
+                .with_error_message(Some(str_bytes(error.message))),
         });
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
@@ -60,8 +60,8 @@ pub async fn handle(
 fn incremental_changes(
     current: &ConfigMap,
     configs: &[AlterableConfig],
-) -> Result<Changes, (i16, String)> {
-    let invalid = |message: String| (errors::INVALID_CONFIG, message);
+) -> Result<Changes, ApiError> {
+    let invalid = |message: String| ApiError::new(KafkaError::InvalidConfig, message);
     let mut changes = Vec::with_capacity(configs.len());
     for config in configs {
         let key = config.name.to_string();
@@ -102,15 +102,16 @@ fn incremental_changes(
 
 /// One resource of an AlterConfigs or IncrementalAlterConfigs request: the resource parsed
 /// (INVALID_REQUEST when it cannot be), `changes` computed from its current configs, then
-/// validated and (unless `validate_only`) committed. The error code and message otherwise.
+/// validated and (unless `validate_only`) committed. The error and its message otherwise.
 pub(super) async fn alter_resource(
     broker: &Broker,
     resource_type: i8,
     name: &str,
     validate_only: bool,
-    changes: impl FnOnce(&ConfigMap) -> Result<Changes, (i16, String)>,
-) -> Result<(), (i16, String)> {
-    let target = config_resource(resource_type, name).map_err(|m| (errors::INVALID_REQUEST, m))?;
+    changes: impl FnOnce(&ConfigMap) -> Result<Changes, ApiError>,
+) -> Result<(), ApiError> {
+    let target = config_resource(resource_type, name)
+        .map_err(|message| ApiError::new(KafkaError::InvalidRequest, message))?;
     let image = broker.image();
     let empty = ConfigMap::new();
     let changes = changes(image.configs.get(&target).unwrap_or(&empty))?;
@@ -139,11 +140,11 @@ async fn apply(
     target: ConfigResource,
     changes: Changes,
     validate_only: bool,
-) -> Result<(), (i16, String)> {
+) -> Result<(), ApiError> {
     if validate_only {
         return crate::controller::alter_configs(image, &target, &changes)
             .map(|_| ())
-            .map_err(|e| (e.kafka_error_code(), e.to_string()));
+            .map_err(ApiError::from);
     }
     let wanted = changes.clone();
     let resource = target.clone();

@@ -5,7 +5,7 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 
 use super::RequestContext;
 use crate::broker::Broker;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -17,12 +17,12 @@ pub async fn handle(
     let response = InitProducerIdResponse::default();
     if request.transactional_id.is_some() {
         // Transactions need a transaction coordinator, which this broker does not run yet.
-        return response.with_error_code(errors::COORDINATOR_NOT_AVAILABLE);
+        return response.with_error_code(KafkaError::CoordinatorNotAvailable.code());
     }
     match broker.producer_ids.next(broker).await {
         Ok(producer_id) => response
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(0),
-        Err(code) => response.with_error_code(code),
+        Err(error) => response.with_error_code(error.code()),
     }
 }

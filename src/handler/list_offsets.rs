@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::RequestContext;
 use crate::broker::Broker;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (1, 10);
 
@@ -45,7 +45,7 @@ pub fn handle(
                         p.current_leader_epoch,
                     ) {
                         Ok(found) => found,
-                        Err(code) => return response.with_error_code(code),
+                        Err(error) => return response.with_error_code(error.code()),
                     };
                     // The leader epoch is in responses from v4 on.
                     let epoch = if context.api_version >= 4 {
@@ -74,14 +74,14 @@ pub fn handle(
                             .offset_for_timestamp(timestamp)
                             .map(|found| found.map(|(offset, ts)| at(offset).with_timestamp(ts))),
                         _ => {
-                            return response.with_error_code(errors::INVALID_REQUEST);
+                            return response.with_error_code(KafkaError::InvalidRequest.code());
                         }
                     };
                     match found {
                         // Nothing at or after the timestamp: offset -1, timestamp -1.
                         Ok(None) => response,
                         Ok(Some(found)) => found,
-                        Err(error) => response.with_error_code(error.kafka_error_code()),
+                        Err(error) => response.with_error_code(error.kafka_error().code()),
                     }
                 })
                 .collect();

@@ -17,7 +17,7 @@ use crate::broker::Broker;
 use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::topic_partition::validate_topic_name;
 
 pub const VERSIONS: (i16, i16) = (0, 13);
@@ -35,7 +35,7 @@ pub async fn handle(
 ) -> MetadataResponse {
     let mut image = broker.image();
     // Auto-creates the controller refused, by topic: answered with its error at once.
-    let mut refused: HashMap<String, i16> = HashMap::new();
+    let mut refused: HashMap<String, KafkaError> = HashMap::new();
     // Versions 0-3 have no allow_auto_topic_creation field: those clients always allow it.
     let allow_auto_create = (context.api_version < 4 || request.allow_auto_topic_creation)
         && broker.config.auto_create_topics_enable;
@@ -95,17 +95,17 @@ pub async fn handle(
                     Some(topic) => describe_topic(&image, topic),
                     None => {
                         let name = wanted.name.as_ref().map(|n| n.to_string());
-                        let code = match &name {
+                        let error = match &name {
                             Some(n) if validate_topic_name(n).is_err() => {
-                                errors::INVALID_TOPIC_EXCEPTION
+                                KafkaError::InvalidTopicException
                             }
                             Some(n) if refused.contains_key(n) => refused[n],
-                            Some(_) if allow_auto_create => errors::LEADER_NOT_AVAILABLE,
-                            Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
-                            None => errors::UNKNOWN_TOPIC_ID,
+                            Some(_) if allow_auto_create => KafkaError::LeaderNotAvailable,
+                            Some(_) => KafkaError::UnknownTopicOrPartition,
+                            None => KafkaError::UnknownTopicId,
                         };
                         MetadataResponseTopic::default()
-                            .with_error_code(code)
+                            .with_error_code(error.code())
                             .with_name(wanted.name.clone())
                             .with_topic_id(wanted.topic_id)
                     }
@@ -122,7 +122,7 @@ pub async fn handle(
         for topic in response
             .topics
             .iter_mut()
-            .filter(|t| t.error_code == errors::NONE)
+            .filter(|t| KafkaError::check(t.error_code).is_ok())
         {
             topic.topic_authorized_operations = operations;
         }
@@ -149,7 +149,7 @@ async fn wait_for_fencing(broker: &Broker, lost: &[i32]) {
 /// most `AUTO_CREATE_WAIT`) for those it accepted to reach this broker's image. Returns the
 /// refused ones with their error (e.g. INVALID_PARTITIONS past `max.broker.partitions`), so
 /// the client learns why at once instead of retrying LEADER_NOT_AVAILABLE.
-async fn auto_create(broker: &Broker, names: &[String]) -> HashMap<String, i16> {
+async fn auto_create(broker: &Broker, names: &[String]) -> HashMap<String, KafkaError> {
     let mut refused = HashMap::new();
     for name in names {
         let topic = NewTopic {
@@ -163,12 +163,12 @@ async fn auto_create(broker: &Broker, names: &[String]) -> HashMap<String, i16> 
             .await
         {
             Ok(_) => tracing::info!(topic = %name, "auto-created topic"),
-            Err((code, message)) if code == errors::TOPIC_ALREADY_EXISTS => {
-                tracing::debug!(topic = %name, %message, "auto-create raced another")
+            Err(refusal) if refusal.error == KafkaError::TopicAlreadyExists => {
+                tracing::debug!(topic = %name, message = %refusal.message, "auto-create raced another")
             }
-            Err((code, message)) => {
-                tracing::warn!(topic = %name, error = %errors::name(code), %message, "auto-create refused");
-                refused.insert(name.clone(), code);
+            Err(refusal) => {
+                tracing::warn!(topic = %name, error = %refusal.error, message = %refusal.message, "auto-create refused");
+                refused.insert(name.clone(), refusal.error);
             }
         }
     }
@@ -193,12 +193,13 @@ fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> MetadataResponse
                 .filter(|r| image.brokers.get(r).is_none_or(|b| b.fenced))
                 .map(|r| BrokerId(*r))
                 .collect();
+            let led = if p.leader == NO_LEADER {
+                Err(KafkaError::LeaderNotAvailable)
+            } else {
+                Ok(())
+            };
             MetadataResponsePartition::default()
-                .with_error_code(if p.leader == NO_LEADER {
-                    errors::LEADER_NOT_AVAILABLE
-                } else {
-                    errors::NONE
-                })
+                .with_error_code(errors::code_of(&led))
                 .with_partition_index(*index)
                 .with_leader_id(BrokerId(p.leader))
                 .with_leader_epoch(p.leader_epoch)

@@ -52,7 +52,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
 use crate::broker::readiness::READY_WAIT;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 use crate::protocol::fetch_encode::FetchAnswer;
 
 /// How long a data request waits for the replicas to catch up with the metadata image.
@@ -241,8 +241,8 @@ impl<'a> LeaderHints<'a> {
     /// names a leader other than this broker (whose own view would be no better).
     pub fn hint(&mut self, topic: &str, partition: i32, error_code: i16) -> Option<(i32, i32)> {
         if !matches!(
-            error_code,
-            errors::NOT_LEADER_OR_FOLLOWER | errors::FENCED_LEADER_EPOCH
+            KafkaError::check(error_code),
+            Err(KafkaError::NotLeaderOrFollower | KafkaError::FencedLeaderEpoch)
         ) {
             return None;
         }

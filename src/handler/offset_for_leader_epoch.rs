@@ -37,7 +37,7 @@ pub fn handle(
                         p.current_leader_epoch,
                     ) {
                         Ok(found) => found,
-                        Err(code) => return response.with_error_code(code),
+                        Err(error) => return response.with_error_code(error.code()),
                     };
                     match partition.end_offset_for_epoch(p.leader_epoch) {
                         Some((epoch, end_offset)) => response

@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
-use crate::protocol::errors;
+use crate::protocol::errors::{ApiError, KafkaError};
 
 pub const ALTER_VERSIONS: (i16, i16) = (0, 1);
 pub const LIST_VERSIONS: (i16, i16) = (0, 0);
@@ -33,7 +33,7 @@ pub async fn alter(
 ) -> AlterPartitionReassignmentsResponse {
     let image = broker.image();
     let allow_factor_change = context.api_version < 1 || request.allow_replication_factor_change;
-    let mut refused: BTreeMap<(String, i32), (i16, String)> = BTreeMap::new();
+    let mut refused: BTreeMap<(String, i32), Result<(), ApiError>> = BTreeMap::new();
     let mut moves = Vec::new();
     for topic in &request.topics {
         let name = topic.name.to_string();
@@ -48,10 +48,10 @@ pub async fn alter(
                 if target.len() != current {
                     refused.insert(
                         (name.clone(), p.partition_index),
-                        (
-                            errors::INVALID_REPLICATION_FACTOR,
-                            "the move changes the replication factor".into(),
-                        ),
+                        Err(ApiError::new(
+                            KafkaError::InvalidReplicationFactor,
+                            "the move changes the replication factor",
+                        )),
                     );
                     continue;
                 }
@@ -64,7 +64,7 @@ pub async fn alter(
     } else {
         REASSIGN_WAIT_MAX
     };
-    let mut results: BTreeMap<(String, i32), (i16, String)> = refused;
+    let mut results: BTreeMap<(String, i32), Result<(), ApiError>> = refused;
     if !moves.is_empty() {
         match broker
             .call_controller(ControllerRequest::Reassign(moves.clone()), timeout)
@@ -72,34 +72,37 @@ pub async fn alter(
         {
             Ok(ControllerResponse::Reassignments(outcomes)) => {
                 for (topic, partition, code, message) in outcomes {
-                    results.insert((topic, partition), (code, message));
+                    let outcome =
+                        KafkaError::check(code).map_err(|error| ApiError::new(error, message));
+                    results.insert((topic, partition), outcome);
                 }
             }
             // A controller of an earlier version: codes without messages.
             Ok(ControllerResponse::Elections(outcomes)) => {
                 for (topic, partition, code) in outcomes {
-                    let message = match code {
-                        0 => String::new(),
-                        errors::NO_REASSIGNMENT_IN_PROGRESS => "no reassignment in progress".into(),
-                        _ => "reassignment refused".into(),
-                    };
-                    results.insert((topic, partition), (code, message));
+                    let outcome = KafkaError::check(code).map_err(|error| {
+                        let message = match error {
+                            KafkaError::NoReassignmentInProgress => "no reassignment in progress",
+                            _ => "reassignment refused",
+                        };
+                        ApiError::new(error, message)
+                    });
+                    results.insert((topic, partition), outcome);
                 }
             }
             Ok(_) | Err(_) => {
                 return AlterPartitionReassignmentsResponse::default()
-                    .with_error_code(errors::REQUEST_TIMED_OUT)
+                    .with_error_code(KafkaError::RequestTimedOut.code())
                     .with_error_message(Some(str_bytes("the controller did not answer")));
             }
         }
     }
     let mut topics: BTreeMap<String, Vec<ReassignablePartitionResponse>> = BTreeMap::new();
-    for ((topic, partition), (code, message)) in results {
-        let mut response = ReassignablePartitionResponse::default()
-            .with_partition_index(partition)
-            .with_error_code(code);
-        if code != 0 {
-            response.error_message = Some(str_bytes(message));
+    for ((topic, partition), outcome) in results {
+        let mut response = ReassignablePartitionResponse::default().with_partition_index(partition);
+        if let Err(refusal) = outcome {
+            response.error_code = refusal.error.code();
+            response.error_message = Some(str_bytes(refusal.message));
         }
         topics.entry(topic).or_default().push(response);
     }

@@ -17,7 +17,7 @@ use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::TopicPartition;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 use crate::replica::{AckState, Delayed, PendingAck, compression};
 
 pub const VERSIONS: (i16, i16) = (3, 12);
@@ -59,14 +59,14 @@ pub async fn handle(
             let response = PartitionProduceResponse::default().with_index(data.index);
             let tp = TopicPartition::new(name.clone(), data.index);
             if !matches!(acks, -1..=1) {
-                partitions.push(response.with_error_code(errors::INVALID_REQUIRED_ACKS));
+                partitions.push(response.with_error_code(KafkaError::InvalidRequiredAcks.code()));
                 continue;
             }
             if name == crate::group::OFFSETS_TOPIC {
                 // Only the group coordinator writes it (Kafka's InvalidTopicException).
                 partitions.push(
                     response
-                        .with_error_code(errors::INVALID_TOPIC_EXCEPTION)
+                        .with_error_code(KafkaError::InvalidTopicException.code())
                         .with_error_message(Some(str_bytes(format!(
                             "cannot append to internal topic {name}"
                         )))),
@@ -74,14 +74,15 @@ pub async fn handle(
                 continue;
             }
             let Some(partition) = broker.replicas.partition(&tp) else {
-                partitions
-                    .push(response.with_error_code(broker.unserved_partition_error(&image, &tp)));
+                partitions.push(
+                    response.with_error_code(broker.unserved_partition_error(&image, &tp).code()),
+                );
                 continue;
             };
             let Some(records) = data.records else {
                 partitions.push(
                     response
-                        .with_error_code(errors::CORRUPT_MESSAGE)
+                        .with_error_code(KafkaError::CorruptMessage.code())
                         .with_error_message(Some(str_bytes("no records"))),
                 );
                 continue;
@@ -94,7 +95,7 @@ pub async fn handle(
                     Err(error) => {
                         partitions.push(
                             response
-                                .with_error_code(error.kafka_error_code())
+                                .with_error_code(error.kafka_error().code())
                                 .with_error_message(Some(str_bytes(error.to_string()))),
                         );
                         continue;
@@ -133,9 +134,9 @@ pub async fn handle(
                     );
                 }
                 Err(error) => {
-                    tracing::debug!(topic_partition = %tp, code = error.code, message = %error.message, "produce refused");
+                    tracing::debug!(topic_partition = %tp, code = error.error.code(), message = %error.message, "produce refused");
                     let mut response = response
-                        .with_error_code(error.code)
+                        .with_error_code(error.error.code())
                         .with_error_message(Some(str_bytes(error.message)));
                     if context.api_version >= 8 {
                         // The client fails these records with the error and the rest of the
@@ -162,7 +163,7 @@ pub async fn handle(
         let failed = responses
             .iter()
             .flat_map(|(_, partitions, _)| partitions.iter())
-            .any(|p| p.error_code != errors::NONE);
+            .any(|p| KafkaError::check(p.error_code).is_err());
         return if failed { Some(Err(())) } else { None };
     }
     // Every acks=all partition waits in the purgatory at once, until the request's deadline.
@@ -199,22 +200,22 @@ pub async fn handle(
                 AckState::NotLeader => {
                     response.base_offset = -1;
                     Some((
-                        errors::NOT_LEADER_OR_FOLLOWER,
+                        KafkaError::NotLeaderOrFollower,
                         "leadership moved before the in-sync replicas acknowledged the batch",
                     ))
                 }
                 AckState::Waiting => Some((
-                    errors::REQUEST_TIMED_OUT,
+                    KafkaError::RequestTimedOut,
                     "the in-sync replicas did not acknowledge within timeout_ms",
                 )),
                 // Written and committed, but the ISR stayed below the minimum.
                 AckState::UnderMinIsr => Some((
-                    errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                    KafkaError::NotEnoughReplicasAfterAppend,
                     "the ISR stayed below min.insync.replicas after the append",
                 )),
             };
-            if let Some((code, message)) = failed {
-                response.error_code = code;
+            if let Some((error, message)) = failed {
+                response.error_code = error.code();
                 response.error_message = Some(str_bytes(message));
             }
         }

@@ -155,33 +155,33 @@ mod tests {
 
     #[test]
     fn every_validation_error_has_its_kafka_code() {
-        use super::super::error::code;
-        let check = |batch: &[u8], expected: i16| {
+        use crate::protocol::errors::KafkaError;
+        let check = |batch: &[u8], expected: KafkaError| {
             let error = match BatchIter::new(batch).next().unwrap() {
                 Err(error) => LogError::from(error),
                 Ok((position, header, bytes)) => {
                     validate_batch(position, &header, bytes).unwrap_err()
                 }
             };
-            assert_eq!(error.kafka_error_code(), expected, "{error}");
+            assert_eq!(error.kafka_error(), expected, "{error}");
         };
         let good = sample();
         // Truncated header, lying length, bad CRC.
-        check(&good[..40], code::CORRUPT_MESSAGE);
+        check(&good[..40], KafkaError::CorruptMessage);
         let mut lying = good.clone();
         lying[8..12].copy_from_slice(&10_000i32.to_be_bytes());
-        check(&lying, code::CORRUPT_MESSAGE);
+        check(&lying, KafkaError::CorruptMessage);
         let mut negative = good.clone();
         negative[8..12].copy_from_slice(&(-5i32).to_be_bytes());
-        check(&negative, code::CORRUPT_MESSAGE);
+        check(&negative, KafkaError::CorruptMessage);
         let mut flipped = good.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
-        check(&flipped, code::CORRUPT_MESSAGE);
+        check(&flipped, KafkaError::CorruptMessage);
         // Old magic, count not matching offsets, record framing: INVALID_RECORD.
         let mut old_magic = good.clone();
         old_magic[16] = 1;
-        check(&old_magic, code::INVALID_RECORD);
+        check(&old_magic, KafkaError::InvalidRecord);
         let rechecksum = |mut batch: Vec<u8>| {
             let crc = compute_crc(&batch);
             batch[17..21].copy_from_slice(&crc.to_be_bytes());
@@ -189,12 +189,12 @@ mod tests {
         };
         let mut count = good.clone();
         count[57..61].copy_from_slice(&5i32.to_be_bytes());
-        check(&rechecksum(count), code::INVALID_RECORD);
+        check(&rechecksum(count), KafkaError::InvalidRecord);
         let mut delta = good.clone();
         delta[23..27].copy_from_slice(&7i32.to_be_bytes());
-        check(&rechecksum(delta), code::INVALID_RECORD);
+        check(&rechecksum(delta), KafkaError::InvalidRecord);
         let mut record_length = good.clone();
         record_length[61] = 0x7e; // first record claims 63 bytes
-        check(&rechecksum(record_length), code::INVALID_RECORD);
+        check(&rechecksum(record_length), KafkaError::InvalidRecord);
     }
 }

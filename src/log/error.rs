@@ -1,16 +1,15 @@
-//! Errors of the storage engine, and their one mapping to Kafka error codes.
+//! Errors of the storage engine, and their one mapping to Kafka errors.
 //!
 //! Two kinds live here, and the difference matters to callers:
 //! - *request errors* (a bad batch, an offset out of range): the request is answered with the
-//!   Kafka error code from [`LogError::kafka_error_code`] and the log is untouched;
+//!   Kafka error from [`LogError::kafka_error`] and the log is untouched;
 //! - *storage errors* (`Io`, `Offline`): the disk failed under us. The log marks itself offline
 //!   and answers KAFKA_STORAGE_ERROR from then on, as Kafka does for a failed log directory.
 
 use std::io;
 use std::path::PathBuf;
 
-/// Kafka error codes the storage engine can produce.
-pub use crate::protocol::errors as code;
+use crate::protocol::errors::KafkaError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -84,26 +83,28 @@ impl LogError {
         }
     }
 
-    /// The Kafka error code a broker answers with for this error.
-    pub fn kafka_error_code(&self) -> i16 {
+    /// The Kafka error a broker answers with for this error.
+    pub fn kafka_error(&self) -> KafkaError {
         match self {
-            LogError::Corrupt { .. } => code::CORRUPT_MESSAGE,
-            LogError::TooLarge { .. } => code::MESSAGE_TOO_LARGE,
-            LogError::InvalidRecord { .. } | LogError::RecordErrors { .. } => code::INVALID_RECORD,
-            LogError::OffsetsOutOfOrder(_) => code::CORRUPT_MESSAGE,
-            LogError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
-            LogError::InvalidArgument(_) => code::INVALID_REQUEST,
+            LogError::Corrupt { .. } => KafkaError::CorruptMessage,
+            LogError::TooLarge { .. } => KafkaError::MessageTooLarge,
+            LogError::InvalidRecord { .. } | LogError::RecordErrors { .. } => {
+                KafkaError::InvalidRecord
+            }
+            LogError::OffsetsOutOfOrder(_) => KafkaError::CorruptMessage,
+            LogError::OffsetOutOfRange { .. } => KafkaError::OffsetOutOfRange,
+            LogError::InvalidArgument(_) => KafkaError::InvalidRequest,
             LogError::Io { .. }
             | LogError::Offline(_)
             | LogError::OpenFailed { .. }
             | LogError::CorruptFile { .. }
-            | LogError::LogDirUnusable { .. } => code::KAFKA_STORAGE_ERROR,
+            | LogError::LogDirUnusable { .. } => KafkaError::KafkaStorageError,
         }
     }
 
     /// True for errors that mean the disk, not the request, is at fault.
     pub fn is_storage_error(&self) -> bool {
-        self.kafka_error_code() == code::KAFKA_STORAGE_ERROR
+        self.kafka_error() == KafkaError::KafkaStorageError
     }
 }
 

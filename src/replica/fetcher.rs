@@ -26,7 +26,7 @@ use sluice_raft::records::BrokerId;
 use super::{Partition, ReplicaManager};
 use crate::client::Connection;
 use crate::protocol::TopicPartition;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 #[derive(Debug, Clone)]
 pub struct FetcherSettings {
@@ -305,13 +305,13 @@ fn apply_fetched(
     partition: &Arc<Partition>,
     data: kafka_protocol::messages::fetch_response::PartitionData,
 ) -> bool {
-    match data.error_code {
-        errors::NONE if data.diverging_epoch.epoch >= 0 => {
+    match KafkaError::check(data.error_code) {
+        Ok(()) if data.diverging_epoch.epoch >= 0 => {
             // KIP-320: our log holds records the leader's does not; find where they part.
             tracing::info!(topic_partition = %partition.topic_partition, epoch = data.diverging_epoch.epoch, end_offset = data.diverging_epoch.end_offset, "the leader reports a diverging epoch");
             partition.request_truncation();
         }
-        errors::NONE => {
+        Ok(()) => {
             let records = data.records.unwrap_or_default();
             if let Err(error) = partition.append_as_follower(&records) {
                 tracing::error!(topic_partition = %partition.topic_partition, %error, "follower append failed");
@@ -321,7 +321,7 @@ fn apply_fetched(
             partition.follow_high_watermark(data.high_watermark);
             return true;
         }
-        errors::OFFSET_OUT_OF_RANGE => {
+        Err(KafkaError::OffsetOutOfRange) => {
             let leader_start = data.log_start_offset.max(0) as u64;
             if partition.log_end_offset() < leader_start {
                 // Behind the leader's log start: start over from there.
@@ -332,8 +332,8 @@ fn apply_fetched(
                 partition.request_truncation();
             }
         }
-        code => {
-            tracing::debug!(topic_partition = %partition.topic_partition, code, "replica fetch error");
+        Err(error) => {
+            tracing::debug!(topic_partition = %partition.topic_partition, code = error.code(), "replica fetch error");
         }
     }
     false
@@ -396,8 +396,8 @@ async fn truncate_diverged(
             else {
                 continue;
             };
-            if answer.error_code != errors::NONE {
-                tracing::debug!(topic_partition = %partition.topic_partition, code = answer.error_code, "OffsetForLeaderEpoch error");
+            if let Err(error) = KafkaError::check(answer.error_code) {
+                tracing::debug!(topic_partition = %partition.topic_partition, code = error.code(), "OffsetForLeaderEpoch error");
                 continue;
             }
             // A leadership change since the question makes the answer moot (and truncating

@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::log::{LogConfig, LogManager};
 use crate::protocol::TopicPartition;
+use crate::protocol::errors::KafkaError;
 pub use partition::{
     AckState, AppendError, Appended, FollowerFetch, Partition, PartitionState, PendingAck,
     ReadBound,
@@ -586,13 +587,13 @@ impl ReplicaManager {
     }
 
     /// DeleteRecords on a partition led here: moves its log start to `before` (-1: the high
-    /// watermark), checkpointed; the new log start, or the Kafka error code.
-    pub fn delete_records(&self, partition: &Partition, before: i64) -> Result<u64, i16> {
+    /// watermark), checkpointed; the new log start, or the Kafka error.
+    pub fn delete_records(&self, partition: &Partition, before: i64) -> Result<u64, KafkaError> {
         let target = partition.delete_records_target(before)?;
         let moved = self
             .logs
             .advance_log_start_offset(&partition.topic_partition, target)
-            .map_err(|error| error.kafka_error_code());
+            .map_err(|error| error.kafka_error());
         partition.log_moved();
         moved
     }

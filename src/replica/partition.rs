@@ -15,7 +15,7 @@ use crate::file_slice::FileSlice;
 use crate::log::batch::{BatchHeader, BatchIter};
 use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogError, ValidatedBatches};
 use crate::protocol::TopicPartition;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 use crate::txn::producer_state::{
     BatchMetadata, Check, ProducerBatch, ProducerStateManager, SnapshotError,
 };
@@ -92,19 +92,19 @@ pub enum FollowerFetch {
     Diverging { epoch: i32, end_offset: i64 },
 }
 
-/// Why an append was refused: a Kafka error code, a message, and for records refused one by
-/// one (INVALID_RECORD) each record's index and why (Produce's `record_errors`).
+/// Why an append was refused: a Kafka error, a message, and for records refused one by one
+/// (INVALID_RECORD) each record's index and why (Produce's `record_errors`).
 #[derive(Debug, Clone)]
 pub struct AppendError {
-    pub code: i16,
+    pub error: KafkaError,
     pub message: String,
     pub record_errors: Vec<(i32, String)>,
 }
 
 impl AppendError {
-    fn new(code: i16, message: String) -> Self {
+    fn new(error: KafkaError, message: String) -> Self {
         AppendError {
-            code,
+            error,
             message,
             record_errors: Vec::new(),
         }
@@ -113,14 +113,14 @@ impl AppendError {
 
 impl From<LogError> for AppendError {
     fn from(error: LogError) -> Self {
-        let code = error.kafka_error_code();
+        let kafka_error = error.kafka_error();
         match error {
             LogError::RecordErrors { errors, message } => AppendError {
-                code,
+                error: kafka_error,
                 message,
                 record_errors: errors,
             },
-            other => AppendError::new(code, other.to_string()),
+            other => AppendError::new(kafka_error, other.to_string()),
         }
     }
 }
@@ -374,14 +374,14 @@ impl Partition {
         replica: BrokerId,
         fetch_offset: i64,
         last_fetched_epoch: i32,
-    ) -> Result<FollowerFetch, i16> {
+    ) -> Result<FollowerFetch, KafkaError> {
         {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner());
             if state.leader != self.broker_id
                 || replica == self.broker_id
                 || !state.replicas.contains(&replica)
             {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
+                return Err(KafkaError::NotLeaderOrFollower);
             }
         }
         if fetch_offset < 0 {
@@ -699,7 +699,7 @@ impl Partition {
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         if state.leader != self.broker_id {
             return Err(AppendError::new(
-                errors::NOT_LEADER_OR_FOLLOWER,
+                KafkaError::NotLeaderOrFollower,
                 format!(
                     "broker {} is not the leader of {}",
                     self.broker_id, self.topic_partition
@@ -709,7 +709,7 @@ impl Partition {
         let (leader_epoch, isr_size) = (state.leader_epoch, state.isr.len());
         if expected_leader_epoch.is_some_and(|expected| expected != leader_epoch) {
             return Err(AppendError::new(
-                errors::NOT_LEADER_OR_FOLLOWER,
+                KafkaError::NotLeaderOrFollower,
                 format!(
                     "broker {} leads {} at epoch {leader_epoch}, not {expected_leader_epoch:?}",
                     self.broker_id, self.topic_partition
@@ -718,7 +718,7 @@ impl Partition {
         }
         if acks == -1 && isr_size < min_insync_replicas {
             return Err(AppendError::new(
-                errors::NOT_ENOUGH_REPLICAS,
+                KafkaError::NotEnoughReplicas,
                 format!(
                     "the ISR has {isr_size} replicas, min.insync.replicas is {min_insync_replicas}"
                 ),
@@ -750,9 +750,9 @@ impl Partition {
                         pending,
                     });
                 }
-                Err(code) => {
+                Err(error) => {
                     return Err(AppendError::new(
-                        code,
+                        error,
                         format!(
                             "producer {} epoch {} sequence {}: refused",
                             batch.producer_id, batch.epoch, batch.first_sequence
@@ -891,12 +891,12 @@ impl Partition {
 
     /// DeleteRecords' target: `before` (-1 for the high watermark), refused with
     /// OFFSET_OUT_OF_RANGE past the high watermark.
-    pub fn delete_records_target(&self, before: i64) -> Result<u64, i16> {
+    pub fn delete_records_target(&self, before: i64) -> Result<u64, KafkaError> {
         let high_watermark = self.log.high_watermark();
         match before {
             -1 => Ok(high_watermark),
             offset if offset >= 0 && offset as u64 <= high_watermark => Ok(offset as u64),
-            _ => Err(errors::OFFSET_OUT_OF_RANGE),
+            _ => Err(KafkaError::OffsetOutOfRange),
         }
     }
 

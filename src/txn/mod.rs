@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 #[derive(Debug, Default)]
 struct Block {
@@ -26,8 +26,8 @@ pub struct ProducerIdManager {
 
 impl ProducerIdManager {
     /// The next unused producer id; asks the controller for a new block when this one is used
-    /// up. The error is a Kafka error code.
-    pub async fn next(&self, broker: &Broker) -> Result<i64, i16> {
+    /// up.
+    pub async fn next(&self, broker: &Broker) -> Result<i64, KafkaError> {
         let mut block = self.block.lock().await;
         if block.next >= block.end {
             let request = ControllerRequest::AllocateProducerIds {
@@ -47,11 +47,11 @@ impl ProducerIdManager {
                 }
                 Ok(other) => {
                     tracing::warn!(?other, "unexpected answer to AllocateProducerIds");
-                    return Err(errors::COORDINATOR_NOT_AVAILABLE);
+                    return Err(KafkaError::CoordinatorNotAvailable);
                 }
-                Err((code, message)) => {
-                    tracing::warn!(code, %message, "AllocateProducerIds failed");
-                    return Err(errors::COORDINATOR_NOT_AVAILABLE);
+                Err(refused) => {
+                    tracing::warn!(code = refused.error.code(), message = %refused.message, "AllocateProducerIds failed");
+                    return Err(KafkaError::CoordinatorNotAvailable);
                 }
             }
         }

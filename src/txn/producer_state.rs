@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's
 /// `max.in.flight.requests.per.connection` limit for idempotence).
@@ -98,22 +98,21 @@ impl ProducerStateManager {
         self.producers.is_empty()
     }
 
-    /// Checks a batch against the state (Kafka's `ProducerAppendInfo.checkSequence`); the
-    /// error is a Kafka error code.
-    pub fn check(&self, batch: &ProducerBatch) -> Result<Check, i16> {
+    /// Checks a batch against the state (Kafka's `ProducerAppendInfo.checkSequence`).
+    pub fn check(&self, batch: &ProducerBatch) -> Result<Check, KafkaError> {
         let Some(entry) = self.producers.get(&batch.producer_id) else {
             // Unknown producer (new, or its state expired with the log): any sequence starts it.
             return Ok(Check::Append);
         };
         if batch.epoch < entry.epoch {
-            return Err(errors::INVALID_PRODUCER_EPOCH);
+            return Err(KafkaError::InvalidProducerEpoch);
         }
         if batch.epoch > entry.epoch {
             // A bumped epoch restarts sequences at 0.
             return if batch.first_sequence == 0 {
                 Ok(Check::Append)
             } else {
-                Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                Err(KafkaError::OutOfOrderSequenceNumber)
             };
         }
         if let Some(duplicate) = entry.batches.iter().find(|b| {
@@ -123,7 +122,7 @@ impl ProducerStateManager {
         }
         match entry.batches.back() {
             Some(last) if batch.first_sequence != next_sequence(last.last_sequence) => {
-                Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                Err(KafkaError::OutOfOrderSequenceNumber)
             }
             _ => Ok(Check::Append),
         }
@@ -339,21 +338,21 @@ mod tests {
         // A gap, or an overlap that is not a retry, is out of order.
         assert_eq!(
             state.check(&batch(0, 21, 22)),
-            Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(KafkaError::OutOfOrderSequenceNumber)
         );
         assert_eq!(
             state.check(&batch(0, 12, 16)),
-            Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(KafkaError::OutOfOrderSequenceNumber)
         );
         // An older epoch is fenced; a newer one must restart at 0.
         append(&mut state, batch(1, 0, 0), 10);
         assert_eq!(
             state.check(&batch(0, 20, 20)),
-            Err(errors::INVALID_PRODUCER_EPOCH)
+            Err(KafkaError::InvalidProducerEpoch)
         );
         assert_eq!(
             state.check(&batch(2, 5, 5)),
-            Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(KafkaError::OutOfOrderSequenceNumber)
         );
         assert_eq!(state.check(&batch(2, 0, 3)), Ok(Check::Append));
     }
@@ -367,7 +366,7 @@ mod tests {
         assert_eq!(state.producer(7).map(|p| p.batches.len()), Some(5));
         assert_eq!(
             state.check(&batch(0, 0, 0)),
-            Err(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(KafkaError::OutOfOrderSequenceNumber)
         );
         assert!(matches!(
             state.check(&batch(0, 2, 2)),

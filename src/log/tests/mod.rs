@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::batch::{BatchBuilder, BatchHeader, BatchIter, RecordIter};
 use super::config::{CleanupPolicy, Clock, FlushPolicy, LogConfig, ManualClock, TimestampType};
-use super::error::{LogError, code};
+use super::error::LogError;
 use super::partition_log::{AppendOrigin, LoadState, Log};
 use super::topic_partition::TopicPartition;
+use crate::protocol::errors::KafkaError;
 
 mod randomized;
 
@@ -186,8 +187,8 @@ fn append_assigns_offsets_stamps_epoch_and_reads_back_the_same_bytes() {
     // At the log end: nothing, no error. Past it or below the start: OFFSET_OUT_OF_RANGE.
     assert!(log.read(5, 100, None).unwrap().slice.is_none());
     assert_eq!(
-        log.read(6, 100, None).unwrap_err().kafka_error_code(),
-        code::OFFSET_OUT_OF_RANGE
+        log.read(6, 100, None).unwrap_err().kafka_error(),
+        KafkaError::OffsetOutOfRange
     );
 }
 
@@ -209,24 +210,24 @@ fn invalid_batches_are_rejected_whole_with_kafka_codes() {
     let error = log
         .append_as_leader(&mut both, 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::CORRUPT_MESSAGE);
+    assert_eq!(error.kafka_error(), KafkaError::CorruptMessage);
 
     let mut large = make_batch(20, "large", T0);
     let error = log
         .append_as_leader(&mut large, 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::MESSAGE_TOO_LARGE);
+    assert_eq!(error.kafka_error(), KafkaError::MessageTooLarge);
 
     let mut truncated = good[..good.len() - 3].to_vec();
     let error = log
         .append_as_leader(&mut truncated, 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::CORRUPT_MESSAGE);
+    assert_eq!(error.kafka_error(), KafkaError::CorruptMessage);
 
     let error = log
         .append_as_leader(&mut [], 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+    assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 
     // A control batch from a client.
     let mut control = good.clone();
@@ -236,7 +237,7 @@ fn invalid_batches_are_rejected_whole_with_kafka_codes() {
     let error = log
         .append_as_leader(&mut control, 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+    assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 
     assert_eq!(log.size_bytes(), size_before, "no partial append");
     assert_eq!(log.log_end_offset(), 1);
@@ -254,7 +255,7 @@ fn compacted_topics_refuse_records_without_keys() {
     let error = log
         .append_as_leader(&mut keyless, 0, AppendOrigin::Client)
         .unwrap_err();
-    assert_eq!(error.kafka_error_code(), code::INVALID_RECORD);
+    assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 }
 
 /// Kafka's LogValidator checks every record, compressed or not: 10 keyless records among 100
@@ -281,8 +282,8 @@ fn keyless_records_are_refused_by_index_in_batches_of_every_codec() {
             .append_as_leader(&mut batch, 0, AppendOrigin::Client)
             .unwrap_err();
         assert_eq!(
-            error.kafka_error_code(),
-            code::INVALID_RECORD,
+            error.kafka_error(),
+            KafkaError::InvalidRecord,
             "codec {codec}"
         );
         let LogError::RecordErrors { errors, message } = error else {
@@ -514,16 +515,14 @@ fn log_start_offset_and_retention_delete_old_segments() {
     // DeleteRecords: not past the high watermark.
     log.set_high_watermark(40);
     assert_eq!(
-        log.advance_log_start_offset(50)
-            .unwrap_err()
-            .kafka_error_code(),
-        code::OFFSET_OUT_OF_RANGE
+        log.advance_log_start_offset(50).unwrap_err().kafka_error(),
+        KafkaError::OffsetOutOfRange
     );
     log.set_high_watermark(log.log_end_offset());
     assert_eq!(log.advance_log_start_offset(50).unwrap(), 50);
     assert_eq!(
-        log.read(49, 100, None).unwrap_err().kafka_error_code(),
-        code::OFFSET_OUT_OF_RANGE
+        log.read(49, 100, None).unwrap_err().kafka_error(),
+        KafkaError::OffsetOutOfRange
     );
     assert!(log.read(50, 100, None).unwrap().slice.is_some());
     assert_eq!(

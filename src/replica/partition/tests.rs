@@ -251,7 +251,7 @@ fn a_promoted_follower_deduplicates_like_its_leader() {
         .partition
         .append_as_leader(&mut old, -1, 1)
         .expect_err("older than the last five");
-    assert_eq!(refused.code, errors::OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(refused.error, KafkaError::OutOfOrderSequenceNumber);
     let next = append(&follower.partition, batch(PRODUCER, 2, 21, 3));
     assert!(!next.duplicate);
     assert_eq!(next.info.first_offset, 21);
@@ -334,7 +334,7 @@ fn a_fetch_from_a_broker_that_is_not_a_follower_is_refused_and_changes_nothing()
     for stranger in [9, ME] {
         assert_eq!(
             partition.follower_fetch(stranger, 10, 5),
-            Err(errors::NOT_LEADER_OR_FOLLOWER),
+            Err(KafkaError::NotLeaderOrFollower),
             "broker {stranger}"
         );
     }
@@ -364,7 +364,7 @@ fn a_fetch_from_a_broker_that_is_not_a_follower_is_refused_and_changes_nothing()
     partition.set_state(state(2, 6, &[2]));
     assert_eq!(
         partition.follower_fetch(2, 10, 5),
-        Err(errors::NOT_LEADER_OR_FOLLOWER)
+        Err(KafkaError::NotLeaderOrFollower)
     );
 }
 
