@@ -1,7 +1,8 @@
 //! The broker's shared context: what every request is served with (the metadata image and
 //! waits for it, the controller, the replica manager, producer ids, fetch sessions, metrics).
-//! Handlers (`handler/`), coordinators (`txn/`, groups) and the node import it from here,
-//! never from each other.
+//! Handlers (`handler/`) and the node import it from here. Coordinators (`txn/`, `group/`)
+//! do not: they get a `ControllerClient` and an `ImageWatch` (`controller::client`), so
+//! imports go one way, broker -> coordinators.
 //!
 //! Coordinators that own internal partitions (`__consumer_offsets`, `__transaction_state`)
 //! follow `replicas.leadership_changes()`: became leader at epoch E (load), follower or
@@ -23,7 +24,8 @@ use sluice_raft::image::MetadataImage;
 use sluice_raft::records::BrokerId;
 
 use crate::config::ServerConfig;
-use crate::controller::service::{ControllerRequest, ControllerResponse, call_controller};
+use crate::controller::client::{ControllerClient, ImageWatch};
+use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::metrics::Metrics;
 use crate::protocol::errors::{ApiError, KafkaError};
 use crate::replica::{Partition, PartitionState, ReplicaManager};
@@ -40,6 +42,9 @@ pub struct Broker {
     pub fetch_sessions: FetchSessionCache,
     /// The group coordinator (`__consumer_offsets` partitions this broker leads).
     pub groups: Arc<crate::group::GroupCoordinator>,
+    /// Calls to the active controller, and the metadata image: what coordinators get.
+    pub controller: ControllerClient,
+    pub images: ImageWatch,
     /// This broker's registration epoch (-1 until registered) and fenced state, kept by the
     /// broker lifecycle.
     pub broker_epoch: Arc<AtomicI64>,
@@ -53,34 +58,13 @@ impl Broker {
         self.quorum.image()
     }
 
-    fn voters(&self) -> Vec<String> {
-        self.config
-            .voters
-            .iter()
-            .map(|v| format!("{}:{}", v.host, v.port))
-            .collect()
-    }
-
     /// A request to the active controller; the answer or the error with its message.
     pub async fn call_controller(
         &self,
         request: ControllerRequest,
         timeout: Duration,
     ) -> Result<ControllerResponse, ApiError> {
-        match call_controller(&self.quorum, &self.voters(), &request, timeout).await {
-            Ok(ControllerResponse::Error { code, message }) => {
-                Err(ControllerResponse::decode_error(code, message))
-            }
-            Ok(ControllerResponse::NotController { .. }) => Err(ApiError::new(
-                KafkaError::NotController,
-                "no active controller answered",
-            )),
-            Ok(response) => Ok(response),
-            Err(error) => Err(ApiError::new(
-                KafkaError::RequestTimedOut,
-                error.to_string(),
-            )),
-        }
+        self.controller.call(request, timeout).await
     }
 
     /// Waits until the local image satisfies `until` (a committed change has reached this
@@ -88,19 +72,9 @@ impl Broker {
     pub async fn wait_for_image(
         &self,
         timeout: Duration,
-        mut until: impl FnMut(&MetadataImage) -> bool,
+        until: impl FnMut(&MetadataImage) -> bool,
     ) -> bool {
-        let mut images = self.quorum.images();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if until(&images.borrow_and_update()) {
-                return true;
-            }
-            match tokio::time::timeout_at(deadline, images.changed()).await {
-                Ok(Ok(())) => {}
-                _ => return until(&self.quorum.image()),
-            }
-        }
+        self.images.wait_for(timeout, until).await
     }
 
     pub fn current_broker_epoch(&self) -> i64 {

@@ -19,6 +19,7 @@
 //! - `producer_ids`: producer id blocks.
 
 mod brokers;
+pub mod client;
 mod configs;
 mod elections;
 mod isr;

@@ -177,7 +177,7 @@ impl PartitionWriter for MemoryWriter {
 pub struct ReplicaWriter {
     pub partition: Arc<crate::replica::Partition>,
     replicas: Arc<crate::replica::ReplicaManager>,
-    quorum: Arc<sluice_raft::Quorum>,
+    images: crate::controller::client::ImageWatch,
     topic: String,
 }
 
@@ -188,20 +188,20 @@ impl ReplicaWriter {
     pub fn new(
         partition: Arc<crate::replica::Partition>,
         replicas: Arc<crate::replica::ReplicaManager>,
-        quorum: Arc<sluice_raft::Quorum>,
+        images: crate::controller::client::ImageWatch,
     ) -> ReplicaWriter {
         let topic = partition.topic_partition.topic.clone();
         ReplicaWriter {
             partition,
             replicas,
-            quorum,
+            images,
             topic,
         }
     }
 
     fn min_insync_replicas(&self) -> usize {
         self.replicas
-            .min_insync_replicas(&self.quorum.image(), &self.topic)
+            .min_insync_replicas(&self.images.image(), &self.topic)
     }
 }
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluice_raft::Quorum;
 use tokio::sync::broadcast;
 
 use super::classic::{GroupDescription, JoinRequest, JoinResult, Leaving, Reply, SyncResult};
@@ -19,8 +18,8 @@ use super::shard::{GroupShard, TopicsSource, map_append_error};
 pub use super::shard::{ListedGroup, OffsetCommit};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
-use crate::broker::Broker;
 use crate::controller::NewTopic;
+use crate::controller::client::{ControllerClient, ImageWatch};
 use crate::controller::service::ControllerRequest;
 use crate::coordinator::writer::ReplicaWriter;
 use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock};
@@ -43,12 +42,12 @@ pub type CommitOutcome = Vec<i16>;
 
 /// The topics of the metadata image.
 struct ImageTopics {
-    quorum: Arc<Quorum>,
+    images: ImageWatch,
 }
 
 impl TopicsSource for ImageTopics {
     fn view(&self, names: &BTreeSet<String>) -> TopicsView {
-        let image = self.quorum.image();
+        let image = self.images.image();
         names
             .iter()
             .filter_map(|name| {
@@ -65,7 +64,8 @@ type Handle = Arc<ShardHandle<GroupShard>>;
 pub struct GroupCoordinator {
     config: Arc<GroupConfig>,
     replicas: Arc<ReplicaManager>,
-    quorum: Arc<Quorum>,
+    images: ImageWatch,
+    controller: ControllerClient,
     topics: Arc<dyn TopicsSource>,
     runtime: Runtime<GroupShard>,
     /// One creation of `__consumer_offsets` at a time.
@@ -79,7 +79,8 @@ impl GroupCoordinator {
     pub fn new(
         config: GroupConfig,
         replicas: Arc<ReplicaManager>,
-        quorum: Arc<Quorum>,
+        images: ImageWatch,
+        controller: ControllerClient,
     ) -> Arc<GroupCoordinator> {
         let runtime = Runtime::new(
             RuntimeConfig {
@@ -93,10 +94,11 @@ impl GroupCoordinator {
         Arc::new(GroupCoordinator {
             config: Arc::new(config),
             topics: Arc::new(ImageTopics {
-                quorum: Arc::clone(&quorum),
+                images: images.clone(),
             }),
             replicas,
-            quorum,
+            images,
+            controller,
             runtime,
             creating: tokio::sync::Mutex::new(()),
             commits: AtomicU64::new(0),
@@ -165,7 +167,7 @@ impl GroupCoordinator {
         let writer = Arc::new(ReplicaWriter::new(
             partition,
             Arc::clone(&self.replicas),
-            Arc::clone(&self.quorum),
+            self.images.clone(),
         ));
         let (config, topics) = (Arc::clone(&self.config), Arc::clone(&self.topics));
         let empty = Arc::new(move || GroupShard::new(Arc::clone(&config), Arc::clone(&topics)));
@@ -221,7 +223,7 @@ impl GroupCoordinator {
     // ---- finding a group ----
 
     fn offsets_partition_count(&self) -> Option<i32> {
-        self.quorum
+        self.images
             .image()
             .topic_by_name(OFFSETS_TOPIC)
             .map(|t| t.partitions.len() as i32)
@@ -242,7 +244,7 @@ impl GroupCoordinator {
             // Led here by the image, but the replica layer has not said so yet: loading is
             // about to start.
             let led_here = self
-                .quorum
+                .images
                 .image()
                 .topic_by_name(OFFSETS_TOPIC)
                 .and_then(|t| t.partitions.get(&index))
@@ -258,7 +260,7 @@ impl GroupCoordinator {
 
     /// Creates `__consumer_offsets` when it does not exist (the first FindCoordinator for a
     /// group does, as in Kafka); its partition count.
-    pub async fn ensure_offsets_topic(&self, broker: &Broker) -> Result<i32, OffsetsTopicError> {
+    pub async fn ensure_offsets_topic(&self) -> Result<i32, OffsetsTopicError> {
         if let Some(count) = self.offsets_partition_count() {
             return Ok(count);
         }
@@ -280,8 +282,9 @@ impl GroupCoordinator {
             ]),
             ..Default::default()
         };
-        match broker
-            .call_controller(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
+        match self
+            .controller
+            .call(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
             .await
             .map_err(|error| (error.error.code(), error.message))
         {
@@ -310,8 +313,8 @@ impl GroupCoordinator {
                 });
             }
         }
-        broker
-            .wait_for_image(CREATE_WAIT, |image| {
+        self.images
+            .wait_for(CREATE_WAIT, |image| {
                 image.topic_by_name(OFFSETS_TOPIC).is_some()
             })
             .await;

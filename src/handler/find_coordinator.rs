@@ -93,7 +93,7 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
     }
     let count = broker
         .groups
-        .ensure_offsets_topic(broker)
+        .ensure_offsets_topic()
         .await
         .map_err(|e| (e.code, e.message))?;
     let image = broker.image();

@@ -19,7 +19,7 @@ pub async fn handle(
         // Transactions need a transaction coordinator, which this broker does not run yet.
         return response.with_error_code(KafkaError::CoordinatorNotAvailable.code());
     }
-    match broker.producer_ids.next(broker).await {
+    match broker.producer_ids.next(&broker.controller).await {
         Ok(producer_id) => response
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(0),

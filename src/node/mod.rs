@@ -258,10 +258,22 @@ impl Node {
             let listener = TcpListener::bind(addr)
                 .await
                 .map_err(|source| NodeError::Kafka { addr, source })?;
+            let images = crate::controller::client::ImageWatch::new(Arc::clone(&quorum));
+            let controller = crate::controller::client::ControllerClient::new(
+                Arc::clone(&quorum),
+                config
+                    .voters
+                    .iter()
+                    .map(|v| format!("{}:{}", v.host, v.port))
+                    .collect(),
+                broker_id,
+                Arc::clone(&broker_epoch),
+            );
             let groups = crate::group::GroupCoordinator::new(
                 config.groups.clone(),
                 Arc::clone(&replicas),
-                Arc::clone(&quorum),
+                images.clone(),
+                controller.clone(),
             );
             tasks.extend(groups.start());
             let broker = Arc::new(Broker {
@@ -273,6 +285,8 @@ impl Node {
                 producer_ids: ProducerIdManager::default(),
                 fetch_sessions: FetchSessionCache::default(),
                 groups: groups.clone(),
+                controller,
+                images,
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
                 readiness: Arc::clone(&readiness),

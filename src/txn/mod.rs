@@ -9,7 +9,7 @@ pub mod producer_state;
 
 use std::time::Duration;
 
-use crate::broker::Broker;
+use crate::controller::client::ControllerClient;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::errors::KafkaError;
 
@@ -27,17 +27,14 @@ pub struct ProducerIdManager {
 impl ProducerIdManager {
     /// The next unused producer id; asks the controller for a new block when this one is used
     /// up.
-    pub async fn next(&self, broker: &Broker) -> Result<i64, KafkaError> {
+    pub async fn next(&self, controller: &ControllerClient) -> Result<i64, KafkaError> {
         let mut block = self.block.lock().await;
         if block.next >= block.end {
             let request = ControllerRequest::AllocateProducerIds {
-                broker_id: broker.broker_id,
-                broker_epoch: broker.current_broker_epoch(),
+                broker_id: controller.broker_id(),
+                broker_epoch: controller.broker_epoch(),
             };
-            match broker
-                .call_controller(request, Duration::from_secs(10))
-                .await
-            {
+            match controller.call(request, Duration::from_secs(10)).await {
                 Ok(ControllerResponse::ProducerIds { first, count }) => {
                     *block = Block {
                         next: first,
@@ -50,7 +47,7 @@ impl ProducerIdManager {
                     return Err(KafkaError::CoordinatorNotAvailable);
                 }
                 Err(refused) => {
-                    tracing::warn!(code = refused.error.code(), message = %refused.message, "AllocateProducerIds failed");
+                    tracing::warn!(error = %refused.error, message = %refused.message, "AllocateProducerIds failed");
                     return Err(KafkaError::CoordinatorNotAvailable);
                 }
             }
