@@ -395,6 +395,16 @@ impl Log {
         Ok(())
     }
 
+    /// A broken invariant of its replica: the log goes offline as after a storage error (its
+    /// broker reports it, the controller moves leadership away), instead of serving what may
+    /// be wrong.
+    pub fn fence(&self, reason: &str) {
+        if !self.offline.swap(true, Ordering::AcqRel) {
+            tracing::error!(topic_partition = %self.topic_partition, reason, "invariant broken: the log is going offline");
+            LOGS_GONE_OFFLINE.fetch_add(1, Ordering::Release);
+        }
+    }
+
     /// Storage errors take the log offline: its state on disk is no longer known.
     fn fail<T>(&self, error: LogError) -> Result<T> {
         if error.is_storage_error() {

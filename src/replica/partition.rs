@@ -277,25 +277,35 @@ impl Partition {
         self.check_invariants();
     }
 
-    /// What must always hold, checked in debug builds after every change: the high watermark
-    /// never passes the log end, and as leader it never moves back within a leader epoch, and
-    /// no follower's recorded log end passes ours. Takes no state lock (callers may hold it).
+    /// What must always hold, checked after every change, release builds too: the high
+    /// watermark never passes the log end, and as leader it never moves back within a leader
+    /// epoch, and no follower's recorded log end passes ours. Takes no state lock (callers
+    /// may hold it). A broken one panics in debug builds (tests); in release builds it logs at
+    /// ERROR and fences the replica (its log goes offline, as after a storage error: the
+    /// controller moves leadership away and clients are told KAFKA_STORAGE_ERROR).
     fn check_invariants(&self) {
-        if !cfg!(debug_assertions) {
-            return;
-        }
-        let leading_epoch = self.leading_epoch.load(Ordering::Acquire);
-        let (high_watermark, log_end) = (self.log.high_watermark(), self.log.log_end_offset());
-        assert!(
-            high_watermark <= log_end,
-            "{}: high watermark {high_watermark} past the log end {log_end}",
-            self.topic_partition
-        );
-        let Ok(leader_epoch) = i32::try_from(leading_epoch) else {
+        let Err(message) = self.invariants() else {
             return;
         };
+        if cfg!(debug_assertions) {
+            panic!("{}: {message}", self.topic_partition);
+        }
+        self.log.fence(&message);
+    }
+
+    fn invariants(&self) -> Result<(), String> {
+        let leading_epoch = self.leading_epoch.load(Ordering::Acquire);
+        let (high_watermark, log_end) = (self.log.high_watermark(), self.log.log_end_offset());
+        if high_watermark > log_end {
+            return Err(format!(
+                "high watermark {high_watermark} past the log end {log_end}"
+            ));
+        }
+        let Ok(leader_epoch) = i32::try_from(leading_epoch) else {
+            return Ok(());
+        };
         if leader_epoch < 0 {
-            return;
+            return Ok(());
         }
         let mut seen = self
             .leader_high_watermark
@@ -304,25 +314,24 @@ impl Partition {
         // Read again under the lock: two checks running at once could otherwise record a
         // newer high watermark before comparing an older one read earlier (a false alarm).
         let high_watermark = self.log.high_watermark();
-        if seen.0 == leader_epoch {
-            assert!(
-                high_watermark >= seen.1,
-                "{}: the leader's high watermark moved back from {} to {high_watermark} at epoch {leader_epoch}",
-                self.topic_partition,
+        if seen.0 == leader_epoch && high_watermark < seen.1 {
+            return Err(format!(
+                "the leader's high watermark moved back from {} to {high_watermark} at epoch {leader_epoch}",
                 seen.1,
-            );
+            ));
         }
         *seen = (leader_epoch, high_watermark);
         drop(seen);
         for (replica, follower) in self.followers() {
-            if let Some(follower_end) = follower.log_end_offset {
-                assert!(
-                    follower_end <= log_end,
-                    "{}: follower {replica} recorded at {follower_end}, past the leader's log end {log_end}",
-                    self.topic_partition
-                );
+            if let Some(follower_end) = follower.log_end_offset
+                && follower_end > log_end
+            {
+                return Err(format!(
+                    "follower {replica} recorded at {follower_end}, past the leader's log end {log_end}"
+                ));
             }
         }
+        Ok(())
     }
 
     pub fn broker_id(&self) -> BrokerId {

@@ -1157,3 +1157,24 @@ fn a_cleaner_checkpoint_past_the_recovered_log_end_is_lowered() {
     let plan = log.cleanable(40).unwrap();
     assert_eq!(plan.first_dirty_offset, 0, "{plan:?}");
 }
+
+#[test]
+fn a_fenced_log_refuses_appends_and_counts_as_gone_offline() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    append(&log, 1, "a", T0);
+    let before = super::partition_log::LOGS_GONE_OFFLINE.load(std::sync::atomic::Ordering::Acquire);
+    log.fence("a test's broken invariant");
+    log.fence("once is enough");
+    assert!(log.is_offline());
+    let after = super::partition_log::LOGS_GONE_OFFLINE.load(std::sync::atomic::Ordering::Acquire);
+    assert!(after > before, "the offline reporter is woken");
+    let mut batch = make_batch(1, "b", T0);
+    let error = log
+        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert_eq!(
+        error.kafka_error(),
+        crate::protocol::errors::KafkaError::KafkaStorageError
+    );
+}
