@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 use super::records::{GroupValue, MemberValue};
 use super::{CommittedOffset, GroupConfig};
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 /// A new member's join that never completes (its client went away mid-rebalance) is dropped
 /// after this long (Kafka's `NewMemberJoinTimeoutMs`).
@@ -87,9 +87,9 @@ pub struct JoinedMember {
     pub metadata: Vec<u8>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinResult {
-    pub error: i16,
+    pub error: Result<(), KafkaError>,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -101,29 +101,35 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    pub fn error(member_id: &str, error: i16) -> JoinResult {
+    pub fn error(member_id: &str, error: KafkaError) -> JoinResult {
         JoinResult {
-            error,
+            error: Err(error),
             generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
             member_id: member_id.to_owned(),
-            ..Default::default()
+            members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncResult {
-    pub error: i16,
+    pub error: Result<(), KafkaError>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Vec<u8>,
 }
 
 impl SyncResult {
-    fn error(error: i16) -> SyncResult {
+    pub fn error(error: KafkaError) -> SyncResult {
         SyncResult {
-            error,
-            ..Default::default()
+            error: Err(error),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Vec::new(),
         }
     }
 }
@@ -172,7 +178,7 @@ impl Member {
     }
 
     /// Answers whatever the member waits for (a join, a sync, a store) with `error`.
-    fn fail_waits(&mut self, error: i16) {
+    fn fail_waits(&mut self, error: KafkaError) {
         if let Some(join) = self.awaiting_join.take() {
             let _ = join.send(JoinResult::error(&self.member_id, error));
         }
@@ -405,7 +411,7 @@ impl ClassicGroup {
             // Removed a moment ago (deleted, or moved to another coordinator): find it again.
             return Reply::Now(JoinResult::error(
                 &member_id,
-                errors::COORDINATOR_NOT_AVAILABLE,
+                KafkaError::CoordinatorNotAvailable,
             ));
         }
         if request.protocols.is_empty()
@@ -414,7 +420,7 @@ impl ClassicGroup {
         {
             return Reply::Now(JoinResult::error(
                 &member_id,
-                errors::INCONSISTENT_GROUP_PROTOCOL,
+                KafkaError::InconsistentGroupProtocol,
             ));
         }
         if member_id.is_empty() {
@@ -457,15 +463,15 @@ impl ClassicGroup {
         } else if request.require_known_member_id {
             // KIP-394: the member joins again with this id; until it does, it holds a place.
             if self.is_full(config) {
-                return Reply::Now(JoinResult::error("", errors::GROUP_MAX_SIZE_REACHED));
+                return Reply::Now(JoinResult::error("", KafkaError::GroupMaxSizeReached));
             }
             let timeout = Duration::from_millis(request.session_timeout_ms.max(0) as u64);
             self.pending_members
                 .insert(new_id.clone(), now.instant + timeout);
-            return Reply::Now(JoinResult::error(&new_id, errors::MEMBER_ID_REQUIRED));
+            return Reply::Now(JoinResult::error(&new_id, KafkaError::MemberIdRequired));
         }
         if self.is_full(config) {
-            return Reply::Now(JoinResult::error("", errors::GROUP_MAX_SIZE_REACHED));
+            return Reply::Now(JoinResult::error("", KafkaError::GroupMaxSizeReached));
         }
         self.add_member_and_rebalance(new_id, request, now)
     }
@@ -479,8 +485,8 @@ impl ClassicGroup {
         if self.pending_members.remove(&member_id).is_some() {
             return self.add_member_and_rebalance(member_id, request, now);
         }
-        if let Err(code) = self.check_member(&member_id, request.group_instance_id.as_deref()) {
-            return Reply::Now(JoinResult::error(&member_id, code));
+        if let Err(error) = self.check_member(&member_id, request.group_instance_id.as_deref()) {
+            return Reply::Now(JoinResult::error(&member_id, error));
         }
         match self.state {
             GroupState::PreparingRebalance => {
@@ -523,7 +529,7 @@ impl ClassicGroup {
                 }
             }
             GroupState::Empty | GroupState::Dead => {
-                Reply::Now(JoinResult::error(&member_id, errors::UNKNOWN_MEMBER_ID))
+                Reply::Now(JoinResult::error(&member_id, KafkaError::UnknownMemberId))
             }
         }
     }
@@ -596,7 +602,7 @@ impl ClassicGroup {
             member.client_host = request.client_host.clone();
             if let Some(previous) = member.awaiting_join.take() {
                 // A second join from the same member replaces the first (its client retried).
-                let _ = previous.send(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID));
+                let _ = previous.send(JoinResult::error(member_id, KafkaError::UnknownMemberId));
             }
             member.awaiting_join = awaiting;
             if !member.is_new {
@@ -614,10 +620,10 @@ impl ClassicGroup {
         now: Now,
     ) -> Reply<JoinResult> {
         let Some(mut member) = self.members.remove(old_id) else {
-            return Reply::Now(JoinResult::error("", errors::UNKNOWN_MEMBER_ID));
+            return Reply::Now(JoinResult::error("", KafkaError::UnknownMemberId));
         };
         // The old incarnation's waits are fenced.
-        member.fail_waits(errors::FENCED_INSTANCE_ID);
+        member.fail_waits(KafkaError::FencedInstanceId);
         let old_leader = self.leader.clone();
         if self.leader.as_deref() == Some(old_id) {
             self.leader = Some(new_id.clone());
@@ -669,25 +675,25 @@ impl ClassicGroup {
                 self.try_complete_join(now);
             }
             GroupState::Empty | GroupState::Dead => {
-                return Reply::Now(JoinResult::error(&new_id, errors::UNKNOWN_MEMBER_ID));
+                return Reply::Now(JoinResult::error(&new_id, KafkaError::UnknownMemberId));
             }
         }
         Reply::Later(rx)
     }
 
     /// The member is known, and its instance id (when given) is the one it holds.
-    fn check_member(&self, member_id: &str, instance: Option<&str>) -> Result<(), i16> {
+    fn check_member(&self, member_id: &str, instance: Option<&str>) -> Result<(), KafkaError> {
         if let Some(instance) = instance {
             match self.static_members.get(instance) {
                 Some(holder) if holder == member_id => return Ok(()),
-                Some(_) => return Err(errors::FENCED_INSTANCE_ID),
+                Some(_) => return Err(KafkaError::FencedInstanceId),
                 None => {}
             }
         }
         if self.members.contains_key(member_id) {
             Ok(())
         } else {
-            Err(errors::UNKNOWN_MEMBER_ID)
+            Err(KafkaError::UnknownMemberId)
         }
     }
 
@@ -706,7 +712,7 @@ impl ClassicGroup {
             for member in self.members.values_mut() {
                 member.assignment.clear();
                 if let Some(sync) = member.awaiting_sync.take() {
-                    let _ = sync.send(SyncResult::error(errors::REBALANCE_IN_PROGRESS));
+                    let _ = sync.send(SyncResult::error(KafkaError::RebalanceInProgress));
                 }
             }
         }
@@ -892,7 +898,7 @@ impl ClassicGroup {
             Vec::new()
         };
         JoinResult {
-            error: errors::NONE,
+            error: Ok(()),
             generation_id: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol.clone(),
@@ -917,25 +923,25 @@ impl ClassicGroup {
         now: Now,
     ) -> Reply<SyncResult> {
         if self.state == GroupState::Dead {
-            return Reply::Now(SyncResult::error(errors::COORDINATOR_NOT_AVAILABLE));
+            return Reply::Now(SyncResult::error(KafkaError::CoordinatorNotAvailable));
         }
-        if let Err(code) = self.check_member(member_id, group_instance_id) {
-            return Reply::Now(SyncResult::error(code));
+        if let Err(error) = self.check_member(member_id, group_instance_id) {
+            return Reply::Now(SyncResult::error(error));
         }
         if generation_id != self.generation {
-            return Reply::Now(SyncResult::error(errors::ILLEGAL_GENERATION));
+            return Reply::Now(SyncResult::error(KafkaError::IllegalGeneration));
         }
         if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
             || protocol_name.is_some_and(|p| Some(p) != self.protocol.as_deref())
         {
-            return Reply::Now(SyncResult::error(errors::INCONSISTENT_GROUP_PROTOCOL));
+            return Reply::Now(SyncResult::error(KafkaError::InconsistentGroupProtocol));
         }
         match self.state {
             GroupState::Empty | GroupState::Dead => {
-                Reply::Now(SyncResult::error(errors::UNKNOWN_MEMBER_ID))
+                Reply::Now(SyncResult::error(KafkaError::UnknownMemberId))
             }
             GroupState::PreparingRebalance => {
-                Reply::Now(SyncResult::error(errors::REBALANCE_IN_PROGRESS))
+                Reply::Now(SyncResult::error(KafkaError::RebalanceInProgress))
             }
             GroupState::CompletingRebalance => {
                 let (tx, rx) = oneshot::channel();
@@ -959,7 +965,7 @@ impl ClassicGroup {
             GroupState::Stable => {
                 let member = &self.members[member_id];
                 Reply::Now(SyncResult {
-                    error: errors::NONE,
+                    error: Ok(()),
                     protocol_type: self.protocol_type.clone(),
                     protocol_name: self.protocol.clone(),
                     assignment: member.assignment.clone(),
@@ -968,16 +974,15 @@ impl ClassicGroup {
         }
     }
 
-    /// A write the coordinator appended is stored (`error` NONE) or failed.
-    pub fn write_done(&mut self, write: &GroupWrite, error: i16, now: Now) {
+    /// A write the coordinator appended is stored (`stored` is `Ok`) or failed.
+    pub fn write_done(&mut self, write: &GroupWrite, stored: Result<(), KafkaError>, now: Now) {
         if let Some((member_id, result)) = &write.answers_join
             && let Some(member) = self.members.get_mut(member_id)
             && let Some(join) = member.awaiting_store.take()
         {
-            let _ = join.send(if error == errors::NONE {
-                result.clone()
-            } else {
-                JoinResult::error(member_id, error)
+            let _ = join.send(match stored {
+                Ok(()) => result.clone(),
+                Err(error) => JoinResult::error(member_id, error),
             });
         }
         let Some(generation) = write.completes_sync else {
@@ -986,7 +991,7 @@ impl ClassicGroup {
         if self.state != GroupState::CompletingRebalance || self.generation != generation {
             return;
         }
-        if error != errors::NONE {
+        if let Err(error) = stored {
             // Kafka's answer: the members rejoin.
             for member in self.members.values_mut() {
                 member.assignment.clear();
@@ -1004,7 +1009,7 @@ impl ClassicGroup {
             member.session_deadline = now.instant + member.session_timeout;
             if let Some(sync) = member.awaiting_sync.take() {
                 let _ = sync.send(SyncResult {
-                    error: errors::NONE,
+                    error: Ok(()),
                     protocol_type: protocol_type.clone(),
                     protocol_name: protocol.clone(),
                     assignment: member.assignment.clone(),
@@ -1021,30 +1026,28 @@ impl ClassicGroup {
         group_instance_id: Option<&str>,
         generation_id: i32,
         now: Now,
-    ) -> i16 {
+    ) -> Result<(), KafkaError> {
         if self.state == GroupState::Dead {
-            return errors::COORDINATOR_NOT_AVAILABLE;
+            return Err(KafkaError::CoordinatorNotAvailable);
         }
-        if let Err(code) = self.check_member(member_id, group_instance_id) {
-            return code;
-        }
+        self.check_member(member_id, group_instance_id)?;
         if self.state == GroupState::Empty {
-            return errors::UNKNOWN_MEMBER_ID;
+            return Err(KafkaError::UnknownMemberId);
         }
         if generation_id != self.generation {
-            return errors::ILLEGAL_GENERATION;
+            return Err(KafkaError::IllegalGeneration);
         }
         if let Some(member) = self.members.get_mut(member_id) {
             member.session_deadline = now.instant + member.session_timeout;
         }
         match self.state {
-            GroupState::PreparingRebalance => errors::REBALANCE_IN_PROGRESS,
-            _ => errors::NONE,
+            GroupState::PreparingRebalance => Err(KafkaError::RebalanceInProgress),
+            _ => Ok(()),
         }
     }
 
-    /// LeaveGroup for each member: its error (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or NONE.
-    pub fn leave(&mut self, leaving: &[Leaving], now: Now) -> Vec<i16> {
+    /// LeaveGroup for each member: left, or its error (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+    pub fn leave(&mut self, leaving: &[Leaving], now: Now) -> Vec<Result<(), KafkaError>> {
         let mut results = Vec::with_capacity(leaving.len());
         for member in leaving {
             let member_id = match &member.group_instance_id {
@@ -1053,11 +1056,11 @@ impl ClassicGroup {
                         holder.clone()
                     }
                     Some(_) => {
-                        results.push(errors::FENCED_INSTANCE_ID);
+                        results.push(Err(KafkaError::FencedInstanceId));
                         continue;
                     }
                     None => {
-                        results.push(errors::UNKNOWN_MEMBER_ID);
+                        results.push(Err(KafkaError::UnknownMemberId));
                         continue;
                     }
                 },
@@ -1066,15 +1069,15 @@ impl ClassicGroup {
             if self.pending_members.remove(&member_id).is_some() {
                 // The join phase may have been waiting only for it.
                 self.try_complete_join(now);
-                results.push(errors::NONE);
+                results.push(Ok(()));
                 continue;
             }
             if !self.members.contains_key(&member_id) {
-                results.push(errors::UNKNOWN_MEMBER_ID);
+                results.push(Err(KafkaError::UnknownMemberId));
                 continue;
             }
             self.remove_member(&member_id, now, "a member left");
-            results.push(errors::NONE);
+            results.push(Ok(()));
         }
         results
     }
@@ -1095,7 +1098,7 @@ impl ClassicGroup {
         let Some(mut member) = self.members.remove(member_id) else {
             return;
         };
-        member.fail_waits(errors::UNKNOWN_MEMBER_ID);
+        member.fail_waits(KafkaError::UnknownMemberId);
         if let Some(instance) = &member.group_instance_id
             && self.static_members.get(instance).map(String::as_str) == Some(member_id)
         {
@@ -1131,7 +1134,7 @@ impl ClassicGroup {
 
     // ---- offsets and admin ----
 
-    /// Whether an OffsetCommit from this member and generation may commit: NONE, or the error.
+    /// Whether an OffsetCommit from this member and generation may commit, or its error.
     /// Generation -1 with no member id is a commit from outside the group (an admin tool or a
     /// consumer with manual assignment), allowed while the group has no members.
     pub fn check_commit(
@@ -1139,24 +1142,22 @@ impl ClassicGroup {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
+    ) -> Result<(), KafkaError> {
         if self.state == GroupState::Dead {
-            return errors::COORDINATOR_NOT_AVAILABLE;
+            return Err(KafkaError::CoordinatorNotAvailable);
         }
         // Kafka: any commit with a negative generation while the group has no members.
         if generation_id < 0 && self.members.is_empty() {
-            return errors::NONE;
+            return Ok(());
         }
-        if let Err(code) = self.check_member(member_id, group_instance_id) {
-            return code;
-        }
+        self.check_member(member_id, group_instance_id)?;
         if generation_id != self.generation {
-            return errors::ILLEGAL_GENERATION;
+            return Err(KafkaError::IllegalGeneration);
         }
         match self.state {
-            GroupState::CompletingRebalance => errors::REBALANCE_IN_PROGRESS,
-            GroupState::Empty => errors::UNKNOWN_MEMBER_ID,
-            _ => errors::NONE,
+            GroupState::CompletingRebalance => Err(KafkaError::RebalanceInProgress),
+            GroupState::Empty => Err(KafkaError::UnknownMemberId),
+            _ => Ok(()),
         }
     }
 
@@ -1183,11 +1184,11 @@ impl ClassicGroup {
     }
 
     /// DeleteGroups: refused while members remain.
-    pub fn check_delete(&self) -> i16 {
+    pub fn check_delete(&self) -> Result<(), KafkaError> {
         match self.state {
-            GroupState::Dead => errors::GROUP_ID_NOT_FOUND,
-            GroupState::Empty => errors::NONE,
-            _ => errors::NON_EMPTY_GROUP,
+            GroupState::Dead => Err(KafkaError::GroupIdNotFound),
+            GroupState::Empty => Ok(()),
+            _ => Err(KafkaError::NonEmptyGroup),
         }
     }
 
@@ -1204,7 +1205,7 @@ impl ClassicGroup {
     /// The coordinator moved away: every waiting member is told to find it again.
     pub fn unload(&mut self) {
         for member in self.members.values_mut() {
-            member.fail_waits(errors::NOT_COORDINATOR);
+            member.fail_waits(KafkaError::NotCoordinator);
         }
     }
 
@@ -1477,7 +1478,7 @@ mod tests {
     /// told.
     fn stored(group: &mut ClassicGroup, write: &GroupWrite, now: Now) {
         group.stored = Some(write.value.clone());
-        group.write_done(write, errors::NONE, now);
+        group.write_done(write, Ok(()), now);
     }
 
     fn now_result<T: std::fmt::Debug>(reply: Reply<T>) -> T {
@@ -1504,7 +1505,7 @@ mod tests {
         clock: &Clock,
     ) -> (String, oneshot::Receiver<JoinResult>) {
         let first = now_result(group.join(request("", None, &["range"]), &config(), clock.now()));
-        assert_eq!(first.error, errors::MEMBER_ID_REQUIRED);
+        assert_eq!(first.error, Err(KafkaError::MemberIdRequired));
         let id = first.member_id;
         let receiver = later(group.join(request(&id, None, &["range"]), &config(), clock.now()));
         group.check().unwrap();
@@ -1535,7 +1536,7 @@ mod tests {
         let result = answered(&mut receiver).expect("answered once stored");
         assert_eq!(
             (result.error, result.assignment),
-            (errors::NONE, leader.as_bytes().to_vec())
+            (Ok(()), leader.as_bytes().to_vec())
         );
         assert_eq!(group.state(), GroupState::Stable);
         group.check().unwrap();
@@ -1553,7 +1554,7 @@ mod tests {
         );
         assert_eq!(joined.members.len(), 1);
         sync_and_store(&mut group, &a, &[&a], &clock);
-        assert_eq!(group.heartbeat(&a, None, 1, clock.now()), errors::NONE);
+        assert_eq!(group.heartbeat(&a, None, 1, clock.now()), Ok(()));
 
         // B joins: A is told to rejoin through its heartbeat.
         let (b, mut b_join) = join_new(&mut group, &clock);
@@ -1561,11 +1562,11 @@ mod tests {
         assert!(answered(&mut b_join).is_none());
         assert_eq!(
             group.heartbeat(&a, None, 1, clock.now()),
-            errors::REBALANCE_IN_PROGRESS
+            Err(KafkaError::RebalanceInProgress)
         );
         assert_eq!(
             group.check_commit(&a, None, 1),
-            errors::NONE,
+            Ok(()),
             "commits allowed while preparing"
         );
         let mut a_join = later(group.join(request(&a, None, &["range"]), &config(), clock.now()));
@@ -1577,7 +1578,7 @@ mod tests {
         assert_eq!(group.state(), GroupState::CompletingRebalance);
         assert_eq!(
             group.check_commit(&b, None, 2),
-            errors::REBALANCE_IN_PROGRESS
+            Err(KafkaError::RebalanceInProgress)
         );
         // B syncs before the leader: it waits for the assignment.
         let mut b_sync = later(group.sync(&b, None, 2, None, None, Vec::new(), clock.now()));
@@ -1588,25 +1589,28 @@ mod tests {
         );
 
         // The old generation is fenced everywhere.
-        assert_eq!(group.check_commit(&a, None, 1), errors::ILLEGAL_GENERATION);
+        assert_eq!(
+            group.check_commit(&a, None, 1),
+            Err(KafkaError::IllegalGeneration)
+        );
         assert_eq!(
             group.heartbeat(&b, None, 1, clock.now()),
-            errors::ILLEGAL_GENERATION
+            Err(KafkaError::IllegalGeneration)
         );
         assert_eq!(
             now_result(group.sync(&b, None, 1, None, None, Vec::new(), clock.now())).error,
-            errors::ILLEGAL_GENERATION
+            Err(KafkaError::IllegalGeneration)
         );
         assert_eq!(
             group.check_commit("nobody", None, 2),
-            errors::UNKNOWN_MEMBER_ID
+            Err(KafkaError::UnknownMemberId)
         );
         assert_eq!(
             group.check_commit("", None, -1),
-            errors::UNKNOWN_MEMBER_ID,
+            Err(KafkaError::UnknownMemberId),
             "the group has members"
         );
-        assert_eq!(group.check_commit(&b, None, 2), errors::NONE);
+        assert_eq!(group.check_commit(&b, None, 2), Ok(()));
     }
 
     #[test]
@@ -1631,7 +1635,7 @@ mod tests {
                 }],
                 clock.now()
             ),
-            vec![errors::NONE]
+            vec![Ok(())]
         );
         assert_eq!(group.state(), GroupState::PreparingRebalance);
         let mut b_join = later(group.join(request(&b, None, &["range"]), &config(), clock.now()));
@@ -1654,13 +1658,16 @@ mod tests {
         assert_eq!(writes.len(), 1);
         assert!(writes[0].value.members.is_empty());
         group.check().unwrap();
-        assert_eq!(group.heartbeat(&b, None, 3, now), errors::UNKNOWN_MEMBER_ID);
+        assert_eq!(
+            group.heartbeat(&b, None, 3, now),
+            Err(KafkaError::UnknownMemberId)
+        );
         assert_eq!(
             group.check_commit("", None, -1),
-            errors::NONE,
+            Ok(()),
             "an empty group takes tool commits"
         );
-        assert_eq!(group.check_delete(), errors::NONE);
+        assert_eq!(group.check_delete(), Ok(()));
     }
 
     #[test]
@@ -1676,7 +1683,7 @@ mod tests {
             let now = clock.advance(5_000);
             assert_eq!(
                 group.heartbeat(&a, None, 1, now),
-                errors::REBALANCE_IN_PROGRESS
+                Err(KafkaError::RebalanceInProgress)
             );
             group.tick(now);
         }
@@ -1734,7 +1741,7 @@ mod tests {
         assert!(answered(&mut rejoin).is_none(), "answered before stored");
         stored(&mut group, &writes[0], clock.now());
         let rejoined = answered(&mut rejoin).expect("answered once stored");
-        assert_eq!(rejoined.error, errors::NONE);
+        assert_eq!(rejoined.error, Ok(()));
         assert_eq!(group.state(), GroupState::Stable, "no rebalance");
         assert_eq!(rejoined.generation_id, 1);
         assert_ne!(rejoined.member_id, old);
@@ -1750,16 +1757,13 @@ mod tests {
         );
         assert_eq!(
             group.heartbeat(&old, Some("i1"), 1, clock.now()),
-            errors::FENCED_INSTANCE_ID
+            Err(KafkaError::FencedInstanceId)
         );
         assert_eq!(
             group.heartbeat(&old, None, 1, clock.now()),
-            errors::UNKNOWN_MEMBER_ID
+            Err(KafkaError::UnknownMemberId)
         );
-        assert_eq!(
-            group.heartbeat(&new, Some("i1"), 1, clock.now()),
-            errors::NONE
-        );
+        assert_eq!(group.heartbeat(&new, Some("i1"), 1, clock.now()), Ok(()));
         group.check().unwrap();
     }
 
@@ -1773,13 +1777,13 @@ mod tests {
         other.require_known_member_id = false;
         assert_eq!(
             now_result(group.join(other, &config(), clock.now())).error,
-            errors::INCONSISTENT_GROUP_PROTOCOL
+            Err(KafkaError::InconsistentGroupProtocol)
         );
         let mut empty = request("", None, &[]);
         empty.protocols.clear();
         assert_eq!(
             now_result(group.join(empty, &config(), clock.now())).error,
-            errors::INCONSISTENT_GROUP_PROTOCOL
+            Err(KafkaError::InconsistentGroupProtocol)
         );
         let small = GroupConfig {
             max_size: 1,
@@ -1787,12 +1791,12 @@ mod tests {
         };
         assert_eq!(
             now_result(group.join(request("", None, &["range"]), &small, clock.now())).error,
-            errors::GROUP_MAX_SIZE_REACHED
+            Err(KafkaError::GroupMaxSizeReached)
         );
         assert_eq!(
             now_result(group.join(request("ghost", None, &["range"]), &config(), clock.now()))
                 .error,
-            errors::UNKNOWN_MEMBER_ID
+            Err(KafkaError::UnknownMemberId)
         );
         assert!(group.is_member(&a));
     }
@@ -1813,10 +1817,10 @@ mod tests {
             clock.now(),
         ));
         let writes = group.take_writes();
-        group.write_done(&writes[0], errors::NOT_COORDINATOR, clock.now());
+        group.write_done(&writes[0], Err(KafkaError::NotCoordinator), clock.now());
         assert_eq!(
             answered(&mut sync).map(|r| r.error),
-            Some(errors::NOT_COORDINATOR)
+            Some(Err(KafkaError::NotCoordinator))
         );
         assert_eq!(group.state(), GroupState::PreparingRebalance);
         group.check().unwrap();
@@ -1910,12 +1914,15 @@ mod tests {
         let mut b_join = later(group.join(slow, &config(), clock.now()));
         for _ in 0..30 {
             let now = clock.advance(10_000);
-            group.heartbeat(&a, None, 1, now);
+            assert_eq!(
+                group.heartbeat(&a, None, 1, now),
+                Err(KafkaError::RebalanceInProgress)
+            );
             group.tick(now);
         }
         assert_eq!(
             answered(&mut b_join).map(|r| r.error),
-            Some(errors::UNKNOWN_MEMBER_ID),
+            Some(Err(KafkaError::UnknownMemberId)),
             "the new member is dropped at 5 minutes"
         );
         assert_eq!(group.member_count(), 1);

@@ -36,7 +36,7 @@ use super::records::{
 };
 use super::{CommittedOffset, GroupConfig};
 use crate::coordinator::Now;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 /// A partition by topic id (the protocol's form) and index.
 pub type Tp = (u128, i32);
@@ -63,9 +63,9 @@ pub struct Heartbeat {
     pub client_host: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeartbeatResult {
-    pub error: i16,
+    pub error: Result<(), KafkaError>,
     pub message: Option<String>,
     pub member_id: String,
     pub member_epoch: i32,
@@ -74,9 +74,13 @@ pub struct HeartbeatResult {
 }
 
 impl HeartbeatResult {
-    fn error(member_id: &str, error: i16, message: impl Into<String>) -> HeartbeatResult {
+    pub fn error(
+        member_id: &str,
+        error: KafkaError,
+        message: impl Into<String>,
+    ) -> HeartbeatResult {
         HeartbeatResult {
-            error,
+            error: Err(error),
             message: Some(message.into()),
             member_id: member_id.to_owned(),
             member_epoch: -1,
@@ -507,7 +511,7 @@ impl ConsumerGroup {
         {
             return Err(HeartbeatResult::error(
                 &request.member_id,
-                errors::UNSUPPORTED_ASSIGNOR,
+                KafkaError::UnsupportedAssignor,
                 format!(
                     "server assignor {assignor} is not one of {}",
                     ASSIGNORS.join(", ")
@@ -517,19 +521,19 @@ impl ConsumerGroup {
         match request.member_epoch {
             0 if request.subscribed_topic_names.is_none() => Err(HeartbeatResult::error(
                 &request.member_id,
-                errors::INVALID_REQUEST,
+                KafkaError::InvalidRequest,
                 "a joining member must name its subscribed topics",
             )),
             0 if request.rebalance_timeout_ms < 0 || request.owned.is_none() => {
                 Err(HeartbeatResult::error(
                     &request.member_id,
-                    errors::INVALID_REQUEST,
+                    KafkaError::InvalidRequest,
                     "a joining member must give its rebalance timeout and owned partitions",
                 ))
             }
             epoch if epoch < -2 => Err(HeartbeatResult::error(
                 &request.member_id,
-                errors::INVALID_REQUEST,
+                KafkaError::InvalidRequest,
                 format!("member epoch {epoch} is not valid"),
             )),
             _ => Ok(()),
@@ -582,7 +586,7 @@ impl ConsumerGroup {
             let Some(previous) = self.members.get(&holder) else {
                 return HeartbeatResult::error(
                     &member_id,
-                    errors::UNKNOWN_SERVER_ERROR,
+                    KafkaError::UnknownServerError,
                     format!("static member {instance} maps to no member"),
                 );
             };
@@ -590,7 +594,7 @@ impl ConsumerGroup {
                 // KIP-345: the instance is still held by a live member.
                 return HeartbeatResult::error(
                     &member_id,
-                    errors::UNRELEASED_INSTANCE_ID,
+                    KafkaError::UnreleasedInstanceId,
                     format!("static member {instance} is still held by member {holder}"),
                 );
             }
@@ -633,7 +637,7 @@ impl ConsumerGroup {
         {
             return HeartbeatResult::error(
                 &member_id,
-                errors::GROUP_MAX_SIZE_REACHED,
+                KafkaError::GroupMaxSizeReached,
                 format!("group {} has {} members", self.group_id, self.members.len()),
             );
         }
@@ -669,7 +673,7 @@ impl ConsumerGroup {
         let Some(member) = self.members.get_mut(&member_id) else {
             return HeartbeatResult::error(
                 &member_id,
-                errors::UNKNOWN_MEMBER_ID,
+                KafkaError::UnknownMemberId,
                 format!("member {member_id} is not in group {}", self.group_id),
             );
         };
@@ -685,7 +689,7 @@ impl ConsumerGroup {
             if !lost_response {
                 return HeartbeatResult::error(
                     &member_id,
-                    errors::FENCED_MEMBER_EPOCH,
+                    KafkaError::FencedMemberEpoch,
                     format!(
                         "member epoch {} is not the member's epoch {}: rejoin",
                         request.member_epoch, member.epoch
@@ -734,7 +738,7 @@ impl ConsumerGroup {
             // partitions for its session; the same instance takes them back on rejoining.
             member.left_static = true;
             return HeartbeatResult {
-                error: errors::NONE,
+                error: Ok(()),
                 message: None,
                 member_id: request.member_id.clone(),
                 member_epoch: -2,
@@ -752,7 +756,7 @@ impl ConsumerGroup {
         if !self.members.contains_key(&member_id) {
             return HeartbeatResult::error(
                 &member_id,
-                errors::UNKNOWN_MEMBER_ID,
+                KafkaError::UnknownMemberId,
                 format!("member {member_id} is not in group {}", self.group_id),
             );
         }
@@ -760,7 +764,7 @@ impl ConsumerGroup {
         tracing::info!(group = %self.group_id, member = %member_id, "consumer group member left");
         self.bump_epoch(topics, now);
         HeartbeatResult {
-            error: errors::NONE,
+            error: Ok(()),
             message: None,
             member_id,
             member_epoch: request.member_epoch,
@@ -858,7 +862,7 @@ impl ConsumerGroup {
             .collect();
         let assignment_epoch = self.assignment_epoch;
         let Some(member) = self.members.get(member_id) else {
-            return HeartbeatResult::error(member_id, errors::UNKNOWN_MEMBER_ID, "member gone");
+            return HeartbeatResult::error(member_id, KafkaError::UnknownMemberId, "member gone");
         };
         let before = member.current_value(Some(&target));
         let (mut epoch, mut previous_epoch) = (member.epoch, member.previous_epoch);
@@ -891,7 +895,7 @@ impl ConsumerGroup {
             }
         }
         let result = HeartbeatResult {
-            error: errors::NONE,
+            error: Ok(()),
             message: None,
             member_id: member_id.to_owned(),
             member_epoch: epoch,
@@ -960,18 +964,18 @@ impl ConsumerGroup {
     /// Whether an OffsetCommit (or a member-checked OffsetFetch) by this member at this
     /// epoch is accepted: a tool (no member, epoch -1) while the group is empty, a member at
     /// its current epoch.
-    pub fn check_commit(&self, member_id: &str, member_epoch: i32) -> i16 {
+    pub fn check_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), KafkaError> {
         if member_epoch < 0 && member_id.is_empty() {
             return if self.members.is_empty() {
-                errors::NONE
+                Ok(())
             } else {
-                errors::UNKNOWN_MEMBER_ID
+                Err(KafkaError::UnknownMemberId)
             };
         }
         match self.members.get(member_id) {
-            None => errors::UNKNOWN_MEMBER_ID,
-            Some(member) if member.epoch != member_epoch => errors::STALE_MEMBER_EPOCH,
-            Some(_) => errors::NONE,
+            None => Err(KafkaError::UnknownMemberId),
+            Some(member) if member.epoch != member_epoch => Err(KafkaError::StaleMemberEpoch),
+            Some(_) => Ok(()),
         }
     }
 }
@@ -1159,7 +1163,7 @@ mod tests {
             &config(),
             now(base, 0),
         );
-        assert_eq!((a.error, a.member_epoch), (errors::NONE, 1));
+        assert_eq!((a.error, a.member_epoch), (Ok(()), 1));
         assert_eq!(partitions(&a), (0..6).collect());
         assert_eq!(group.state_name(), "Stable");
 
@@ -1213,21 +1217,24 @@ mod tests {
             now(base, 0),
         );
         let stale = group.heartbeat(heartbeat("a", 7, None), &topics(), &config(), now(base, 1));
-        assert_eq!(stale.error, errors::FENCED_MEMBER_EPOCH);
+        assert_eq!(stale.error, Err(KafkaError::FencedMemberEpoch));
         let unknown = group.heartbeat(heartbeat("x", 1, None), &topics(), &config(), now(base, 1));
-        assert_eq!(unknown.error, errors::UNKNOWN_MEMBER_ID);
-        assert_eq!(group.check_commit("a", 1), errors::NONE);
-        assert_eq!(group.check_commit("a", 0), errors::STALE_MEMBER_EPOCH);
-        assert_eq!(group.check_commit("x", 1), errors::UNKNOWN_MEMBER_ID);
-        assert_eq!(group.check_commit("", -1), errors::UNKNOWN_MEMBER_ID);
+        assert_eq!(unknown.error, Err(KafkaError::UnknownMemberId));
+        assert_eq!(group.check_commit("a", 1), Ok(()));
+        assert_eq!(
+            group.check_commit("a", 0),
+            Err(KafkaError::StaleMemberEpoch)
+        );
+        assert_eq!(group.check_commit("x", 1), Err(KafkaError::UnknownMemberId));
+        assert_eq!(group.check_commit("", -1), Err(KafkaError::UnknownMemberId));
         let left = group.heartbeat(heartbeat("a", -1, None), &topics(), &config(), now(base, 2));
-        assert_eq!((left.error, left.member_epoch), (errors::NONE, -1));
+        assert_eq!((left.error, left.member_epoch), (Ok(()), -1));
         assert_eq!(group.state_name(), "Empty");
-        assert_eq!(group.check_commit("", -1), errors::NONE);
+        assert_eq!(group.check_commit("", -1), Ok(()));
         let mut bad = heartbeat("b", 0, Some(vec![]));
         bad.server_assignor = Some("sticky".into());
         let refused = group.heartbeat(bad, &topics(), &config(), now(base, 3));
-        assert_eq!(refused.error, errors::UNSUPPORTED_ASSIGNOR);
+        assert_eq!(refused.error, Err(KafkaError::UnsupportedAssignor));
     }
 
     #[test]
@@ -1306,18 +1313,15 @@ mod tests {
         let mut twin = join.clone();
         twin.member_id = "a2".into();
         let refused = group.heartbeat(twin.clone(), &topics(), &config(), now(base, 1));
-        assert_eq!(refused.error, errors::UNRELEASED_INSTANCE_ID);
+        assert_eq!(refused.error, Err(KafkaError::UnreleasedInstanceId));
         // The first leaves for a restart (-2): the second takes its place, epoch unchanged.
         let mut leave = heartbeat("a", -2, None);
         leave.instance_id = Some("i1".into());
         let left = group.heartbeat(leave, &topics(), &config(), now(base, 2));
-        assert_eq!((left.error, left.member_epoch), (errors::NONE, -2));
+        assert_eq!((left.error, left.member_epoch), (Ok(()), -2));
         let epoch = group.group_epoch;
         let back = group.heartbeat(twin, &topics(), &config(), now(base, 3));
-        assert_eq!(
-            (back.error, back.member_epoch),
-            (errors::NONE, a.member_epoch)
-        );
+        assert_eq!((back.error, back.member_epoch), (Ok(()), a.member_epoch));
         assert_eq!(partitions(&back).len(), 6);
         assert_eq!(group.group_epoch, epoch, "no rebalance");
         assert_eq!(group.members.keys().collect::<Vec<_>>(), vec!["a2"]);

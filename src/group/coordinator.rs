@@ -24,21 +24,14 @@ use crate::controller::service::ControllerRequest;
 use crate::coordinator::writer::ReplicaWriter;
 use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock};
 use crate::protocol::TopicPartition;
-use crate::protocol::errors::{self, KafkaError};
+use crate::protocol::errors::{self, ApiError, KafkaError};
 use crate::replica::{LeadershipChange, ReplicaManager, Role};
 
 /// How long a FindCoordinator waits for `__consumer_offsets` to be created.
 const CREATE_WAIT: Duration = Duration::from_secs(10);
 
-/// Why `__consumer_offsets` is not there to coordinate with.
-#[derive(Debug, Clone)]
-pub struct OffsetsTopicError {
-    pub code: i16,
-    pub message: String,
-}
-
-/// An OffsetCommit's answer: one error per partition, in request order.
-pub type CommitOutcome = Vec<i16>;
+/// An OffsetCommit's answer: one outcome per partition, in request order.
+pub type CommitOutcome = Vec<Result<(), KafkaError>>;
 
 /// The topics of the metadata image.
 struct ImageTopics {
@@ -231,13 +224,13 @@ impl GroupCoordinator {
 
     /// The shard coordinating `group_id`, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
     /// COORDINATOR_NOT_AVAILABLE.
-    fn shard_of(&self, group_id: &str) -> Result<Handle, i16> {
+    fn shard_of(&self, group_id: &str) -> Result<Handle, KafkaError> {
         if group_id.len() > i16::MAX as usize {
             // Not storable in Kafka's record formats.
-            return Err(errors::INVALID_GROUP_ID);
+            return Err(KafkaError::InvalidGroupId);
         }
         let Some(count) = self.offsets_partition_count() else {
-            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+            return Err(KafkaError::CoordinatorNotAvailable);
         };
         let index = partition_for(group_id, count);
         let Some(shard) = self.runtime.shard(index) else {
@@ -250,17 +243,17 @@ impl GroupCoordinator {
                 .and_then(|t| t.partitions.get(&index))
                 .is_some_and(|p| p.leader == self.replicas.broker_id());
             return Err(if led_here {
-                errors::COORDINATOR_LOAD_IN_PROGRESS
+                KafkaError::CoordinatorLoadInProgress
             } else {
-                errors::NOT_COORDINATOR
+                KafkaError::NotCoordinator
             });
         };
         Ok(shard)
     }
 
     /// Creates `__consumer_offsets` when it does not exist (the first FindCoordinator for a
-    /// group does, as in Kafka); its partition count.
-    pub async fn ensure_offsets_topic(&self) -> Result<i32, OffsetsTopicError> {
+    /// group does, as in Kafka); its partition count, or COORDINATOR_NOT_AVAILABLE and why.
+    pub async fn ensure_offsets_topic(&self) -> Result<i32, ApiError> {
         if let Some(count) = self.offsets_partition_count() {
             return Ok(count);
         }
@@ -286,31 +279,26 @@ impl GroupCoordinator {
             .controller
             .call(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
             .await
-            .map_err(|error| (error.error.code(), error.message))
         {
             Ok(_) => tracing::info!(
                 partitions = self.config.offsets_topic_num_partitions,
                 replication_factor = self.config.offsets_topic_replication_factor,
                 "created {OFFSETS_TOPIC}"
             ),
-            Err((code, _)) if code == errors::TOPIC_ALREADY_EXISTS => {}
-            Err((code, message)) => {
-                let message = if code == errors::INVALID_REPLICATION_FACTOR {
-                    format!(
+            Err(ApiError {
+                error: KafkaError::TopicAlreadyExists,
+                ..
+            }) => {}
+            Err(ApiError { error, message }) => {
+                let message = match error {
+                    KafkaError::InvalidReplicationFactor => format!(
                         "cannot create {OFFSETS_TOPIC}: {message}; lower \
                          offsets.topic.replication.factor or start more brokers"
-                    )
-                } else {
-                    format!(
-                        "cannot create {OFFSETS_TOPIC}: {}: {message}",
-                        errors::name(code)
-                    )
+                    ),
+                    other => format!("cannot create {OFFSETS_TOPIC}: {other}: {message}"),
                 };
                 tracing::warn!(%message, "group coordinator unavailable");
-                return Err(OffsetsTopicError {
-                    code: errors::COORDINATOR_NOT_AVAILABLE,
-                    message,
-                });
+                return Err(ApiError::new(KafkaError::CoordinatorNotAvailable, message));
             }
         }
         self.images
@@ -318,11 +306,12 @@ impl GroupCoordinator {
                 image.topic_by_name(OFFSETS_TOPIC).is_some()
             })
             .await;
-        self.offsets_partition_count()
-            .ok_or_else(|| OffsetsTopicError {
-                code: errors::COORDINATOR_NOT_AVAILABLE,
-                message: format!("{OFFSETS_TOPIC} is being created"),
-            })
+        self.offsets_partition_count().ok_or_else(|| {
+            ApiError::new(
+                KafkaError::CoordinatorNotAvailable,
+                format!("{OFFSETS_TOPIC} is being created"),
+            )
+        })
     }
 
     // ---- the classic protocol ----
@@ -331,21 +320,21 @@ impl GroupCoordinator {
         let member_id = request.member_id.clone();
         let shard = match self.shard_of(group_id) {
             Ok(shard) => shard,
-            Err(code) => return JoinResult::error(&member_id, code),
+            Err(error) => return JoinResult::error(&member_id, error),
         };
         let session = request.session_timeout_ms.max(0) as u64;
         if session < self.config.min_session_timeout_ms
             || session > self.config.max_session_timeout_ms
         {
-            return JoinResult::error(&member_id, errors::INVALID_SESSION_TIMEOUT);
+            return JoinResult::error(&member_id, KafkaError::InvalidSessionTimeout);
         }
         let reply = shard.write(|s, ctx| s.join(ctx, group_id, request)).await;
         match reply {
-            Err(error) => JoinResult::error(&member_id, map_append_error(error).code()),
+            Err(error) => JoinResult::error(&member_id, map_append_error(error)),
             Ok(Reply::Now(result)) => result,
             Ok(Reply::Later(receiver)) => receiver
                 .await
-                .unwrap_or_else(|_| JoinResult::error(&member_id, errors::NOT_COORDINATOR)),
+                .unwrap_or_else(|_| JoinResult::error(&member_id, KafkaError::NotCoordinator)),
         }
     }
 
@@ -360,13 +349,9 @@ impl GroupCoordinator {
         protocol_name: Option<&str>,
         assignments: Vec<(String, Vec<u8>)>,
     ) -> SyncResult {
-        let error = |code| SyncResult {
-            error: code,
-            ..Default::default()
-        };
         let shard = match self.shard_of(group_id) {
             Ok(shard) => shard,
-            Err(code) => return error(code),
+            Err(error) => return SyncResult::error(error),
         };
         // The leader's assignment is answered once stored, through its continuation: the
         // request itself waits only for what the operation appended.
@@ -383,11 +368,11 @@ impl GroupCoordinator {
             )
         });
         match reply {
-            Err(e) => error(map_append_error(e).code()),
+            Err(e) => SyncResult::error(map_append_error(e)),
             Ok(Reply::Now(result)) => result,
             Ok(Reply::Later(receiver)) => receiver
                 .await
-                .unwrap_or_else(|_| error(errors::NOT_COORDINATOR)),
+                .unwrap_or_else(|_| SyncResult::error(KafkaError::NotCoordinator)),
         }
     }
 
@@ -397,32 +382,33 @@ impl GroupCoordinator {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
-        let shard = match self.shard_of(group_id) {
-            Ok(shard) => shard,
-            Err(code) => return code,
-        };
-        let code = shard
+    ) -> Result<(), KafkaError> {
+        let shard = self.shard_of(group_id)?;
+        let outcome = shard
             .write_detached(|s, ctx| {
                 s.heartbeat(ctx, group_id, member_id, group_instance_id, generation_id)
             })
-            .unwrap_or_else(|e| map_append_error(e).code());
+            .unwrap_or_else(|e| Err(map_append_error(e)));
         tracing::trace!(
             group = group_id,
             member = member_id,
             generation_id,
-            code,
+            code = errors::code_of(&outcome),
             "heartbeat"
         );
-        code
+        outcome
     }
 
-    /// LeaveGroup: the group's error, or one error per member.
-    pub fn leave(self: &Arc<Self>, group_id: &str, leaving: &[Leaving]) -> Result<Vec<i16>, i16> {
+    /// LeaveGroup: the group's error, or one outcome per member.
+    pub fn leave(
+        self: &Arc<Self>,
+        group_id: &str,
+        leaving: &[Leaving],
+    ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let shard = self.shard_of(group_id)?;
         shard
             .write_detached(|s, ctx| s.leave(ctx, group_id, leaving))
-            .map_err(|e| map_append_error(e).code())
+            .map_err(map_append_error)
     }
 
     // ---- KIP-848 consumer groups ----
@@ -433,39 +419,36 @@ impl GroupCoordinator {
         group_id: &str,
         request: Heartbeat,
     ) -> HeartbeatResult {
-        let error = |code: i16, message: String| HeartbeatResult {
-            error: code,
-            message: Some(message),
-            member_id: request.member_id.clone(),
-            member_epoch: -1,
-            assignment: None,
-        };
+        let member_id = request.member_id.clone();
         if !self.config.consumer_protocol_enabled {
-            return error(
-                errors::UNSUPPORTED_VERSION,
-                "the consumer group protocol is disabled (group.coordinator.rebalance.protocols)"
-                    .into(),
+            return HeartbeatResult::error(
+                &member_id,
+                KafkaError::UnsupportedVersion,
+                "the consumer group protocol is disabled (group.coordinator.rebalance.protocols)",
             );
         }
         let shard = match self.shard_of(group_id) {
             Ok(shard) => shard,
-            Err(code) => return error(code, format!("group {group_id}: {}", errors::name(code))),
+            Err(error) => {
+                return HeartbeatResult::error(
+                    &member_id,
+                    error,
+                    format!("group {group_id}: {error}"),
+                );
+            }
         };
-        let member_id = request.member_id.clone();
         match shard
             .write(|s, ctx| s.consumer_heartbeat(ctx, group_id, request))
             .await
         {
             Ok(result) => result,
             Err(stored) => {
-                let code = map_append_error(stored);
-                HeartbeatResult {
-                    error: code.code(),
-                    message: Some(format!("the group's change was not stored: {code}")),
-                    member_id,
-                    member_epoch: -1,
-                    assignment: None,
-                }
+                let error = map_append_error(stored);
+                HeartbeatResult::error(
+                    &member_id,
+                    error,
+                    format!("the group's change was not stored: {error}"),
+                )
             }
         }
     }
@@ -475,19 +458,17 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         describe: impl FnOnce(&ConsumerGroup) -> T,
-    ) -> Result<T, i16> {
+    ) -> Result<T, KafkaError> {
         let shard = self.shard_of(group_id)?;
-        shard
-            .read(|s| match s.group(group_id) {
-                Some(Group::Consumer(consumer)) => Ok(describe(consumer)),
-                _ => Err(errors::GROUP_ID_NOT_FOUND),
-            })
-            .map_err(KafkaError::code)?
+        shard.read(|s| match s.group(group_id) {
+            Some(Group::Consumer(consumer)) => Ok(describe(consumer)),
+            _ => Err(KafkaError::GroupIdNotFound),
+        })?
     }
 
     // ---- offsets ----
 
-    /// OffsetCommit: the group-wide error, or one error per partition.
+    /// OffsetCommit: the group-wide error, or one outcome per partition.
     pub async fn commit(
         self: &Arc<Self>,
         group_id: &str,
@@ -495,13 +476,13 @@ impl GroupCoordinator {
         group_instance_id: Option<&str>,
         generation_id: i32,
         commits: Vec<OffsetCommit>,
-    ) -> Result<CommitOutcome, i16> {
+    ) -> Result<CommitOutcome, KafkaError> {
         let shard = self.shard_of(group_id)?;
-        let mut results = vec![errors::NONE; commits.len()];
+        let mut results = vec![Ok(()); commits.len()];
         let mut accepted = Vec::with_capacity(commits.len());
         for (i, commit) in commits.iter().enumerate() {
             if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
-                results[i] = errors::OFFSET_METADATA_TOO_LARGE;
+                results[i] = Err(KafkaError::OffsetMetadataTooLarge);
             } else {
                 accepted.push(i);
             }
@@ -522,22 +503,22 @@ impl GroupCoordinator {
                 )
             })
             .await;
-        let error = match outcome {
+        let stored = match outcome {
             Ok(Err(group_error)) => {
                 self.commits_failed.fetch_add(1, Ordering::Relaxed);
                 return Err(group_error);
             }
-            Ok(Ok(())) => errors::NONE,
-            Err(e) => map_append_error(e).code(),
+            Ok(Ok(())) => Ok(()),
+            Err(e) => Err(map_append_error(e)),
         };
-        if error == errors::NONE {
+        if stored.is_ok() {
             self.commits
                 .fetch_add(accepted.len() as u64, Ordering::Relaxed);
         } else {
             self.commits_failed.fetch_add(1, Ordering::Relaxed);
         }
         for i in accepted {
-            results[i] = error;
+            results[i] = stored;
         }
         Ok(results)
     }
@@ -549,66 +530,58 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         wanted: Option<&[(String, i32)]>,
-    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, i16> {
+    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, KafkaError> {
         let shard = self.shard_of(group_id)?;
         shard
             .read_committed(group_id, |s| s.offsets(group_id, wanted))
             .await
-            .map_err(KafkaError::code)
     }
 
-    /// OffsetDelete: per partition NONE or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.
+    /// OffsetDelete: per partition deleted or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.
     pub async fn delete_offsets(
         self: &Arc<Self>,
         group_id: &str,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<i16>, i16> {
+    ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let shard = self.shard_of(group_id)?;
         shard
             .write(|s, ctx| s.delete_offsets(ctx, group_id, partitions))
             .await
-            .map_err(|e| map_append_error(e).code())?
+            .map_err(map_append_error)?
     }
 
     // ---- admin ----
 
     /// DescribeGroups for one group: Dead with no members when this coordinator has none of
     /// that name (Kafka's answer).
-    pub fn describe(&self, group_id: &str) -> Result<GroupDescription, i16> {
+    pub fn describe(&self, group_id: &str) -> Result<GroupDescription, KafkaError> {
         let shard = self.shard_of(group_id)?;
-        shard
-            .read(|s| s.describe(group_id))
-            .map_err(KafkaError::code)?
+        shard.read(|s| s.describe(group_id))?
     }
 
-    /// Every group this broker coordinates; the error is COORDINATOR_LOAD_IN_PROGRESS while a
+    /// Every group this broker coordinates, with COORDINATOR_LOAD_IN_PROGRESS while a
     /// partition is loading.
-    pub fn list(&self) -> (Vec<ListedGroup>, i16) {
+    pub fn list(&self) -> (Vec<ListedGroup>, Result<(), KafkaError>) {
         let mut groups = Vec::new();
-        let mut error = errors::NONE;
+        let mut outcome = Ok(());
         for shard in self.runtime.shards() {
             match shard.read(GroupShard::list) {
                 Ok(listed) => groups.extend(listed),
-                Err(KafkaError::CoordinatorLoadInProgress) => {
-                    error = errors::COORDINATOR_LOAD_IN_PROGRESS
-                }
+                Err(error @ KafkaError::CoordinatorLoadInProgress) => outcome = Err(error),
                 Err(_) => {}
             }
         }
-        (groups, error)
+        (groups, outcome)
     }
 
-    /// DeleteGroups for one group: NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP or a coordinator
-    /// error.
-    pub async fn delete_group(self: &Arc<Self>, group_id: &str) -> i16 {
-        let shard = match self.shard_of(group_id) {
-            Ok(shard) => shard,
-            Err(code) => return code,
-        };
+    /// DeleteGroups for one group: deleted, or GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP or a
+    /// coordinator error.
+    pub async fn delete_group(self: &Arc<Self>, group_id: &str) -> Result<(), KafkaError> {
+        let shard = self.shard_of(group_id)?;
         shard
             .write(|s, ctx| s.delete_group(ctx, group_id))
             .await
-            .unwrap_or_else(|e| map_append_error(e).code())
+            .map_err(map_append_error)?
     }
 
     // ---- metrics ----

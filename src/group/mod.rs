@@ -33,9 +33,7 @@ pub mod shard;
 mod shard_tests;
 pub mod state;
 
-pub use coordinator::{
-    CommitOutcome, GroupCoordinator, ListedGroup, OffsetCommit, OffsetsTopicError,
-};
+pub use coordinator::{CommitOutcome, GroupCoordinator, ListedGroup, OffsetCommit};
 
 /// Kafka's name for the offsets topic.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

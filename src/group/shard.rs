@@ -20,7 +20,7 @@ use super::records::{GroupRecord, OffsetValue, RecordKey, RecordValue};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig};
 use crate::coordinator::{Ctx, Now, Shard};
-use crate::protocol::errors::{self, KafkaError};
+use crate::protocol::errors::KafkaError;
 
 /// The timer of the offsets retention check (group timers are `group:<id>`).
 const RETENTION_TIMER: &str = "retention";
@@ -205,11 +205,9 @@ impl GroupShard {
                     self.apply(ctx, record);
                     let group_id = group_id.to_owned();
                     ctx.after_commit(move |shard, ctx, outcome| {
-                        let error = outcome
-                            .err()
-                            .map_or(errors::NONE, |e| map_append_error(e).code());
+                        let stored = outcome.map_err(map_append_error);
                         if let Some(Group::Classic(classic)) = shard.groups.get_mut(&group_id) {
-                            classic.write_done(&write, error, ctx.now);
+                            classic.write_done(&write, stored, ctx.now);
                         }
                         shard.finish(ctx, &group_id);
                     });
@@ -232,7 +230,7 @@ impl GroupShard {
         let member_id = request.member_id.clone();
         if !self.groups.contains_key(group_id) {
             if !member_id.is_empty() {
-                return Reply::Now(JoinResult::error(&member_id, errors::UNKNOWN_MEMBER_ID));
+                return Reply::Now(JoinResult::error(&member_id, KafkaError::UnknownMemberId));
             }
             let group = self.new_classic(group_id, ctx.now);
             self.groups
@@ -243,7 +241,7 @@ impl GroupShard {
                 // A KIP-848 consumer group with members: they heartbeat instead.
                 return Reply::Now(JoinResult::error(
                     &member_id,
-                    errors::INCONSISTENT_GROUP_PROTOCOL,
+                    KafkaError::InconsistentGroupProtocol,
                 ));
             }
             // An empty KIP-848 group gives way to a classic one, keeping its offsets.
@@ -278,15 +276,10 @@ impl GroupShard {
         protocol_name: Option<&str>,
         assignments: Vec<(String, Vec<u8>)>,
     ) -> Reply<SyncResult> {
-        let error = |code| {
-            Reply::Now(SyncResult {
-                error: code,
-                ..Default::default()
-            })
-        };
+        let error = |error| Reply::Now(SyncResult::error(error));
         let reply = match self.groups.get_mut(group_id) {
-            None => return error(errors::UNKNOWN_MEMBER_ID),
-            Some(Group::Consumer(_)) => return error(errors::INCONSISTENT_GROUP_PROTOCOL),
+            None => return error(KafkaError::UnknownMemberId),
+            Some(Group::Consumer(_)) => return error(KafkaError::InconsistentGroupProtocol),
             Some(Group::Classic(classic)) => classic.sync(
                 member_id,
                 group_instance_id,
@@ -308,29 +301,29 @@ impl GroupShard {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
-        let code = match self.groups.get_mut(group_id) {
-            None => return errors::UNKNOWN_MEMBER_ID,
-            Some(Group::Consumer(_)) => return errors::INCONSISTENT_GROUP_PROTOCOL,
+    ) -> Result<(), KafkaError> {
+        let outcome = match self.groups.get_mut(group_id) {
+            None => return Err(KafkaError::UnknownMemberId),
+            Some(Group::Consumer(_)) => return Err(KafkaError::InconsistentGroupProtocol),
             Some(Group::Classic(classic)) => {
                 classic.heartbeat(member_id, group_instance_id, generation_id, ctx.now)
             }
         };
         self.finish(ctx, group_id);
-        code
+        outcome
     }
 
-    /// LeaveGroup: one error per member.
+    /// LeaveGroup: one outcome per member.
     pub fn leave(
         &mut self,
         ctx: &mut Ctx<GroupShard>,
         group_id: &str,
         leaving: &[Leaving],
-    ) -> Vec<i16> {
+    ) -> Vec<Result<(), KafkaError>> {
         let results = match self.groups.get_mut(group_id) {
             Some(Group::Classic(classic)) => classic.leave(leaving, ctx.now),
             Some(Group::Consumer(_)) | None => {
-                return vec![errors::UNKNOWN_MEMBER_ID; leaving.len()];
+                return vec![Err(KafkaError::UnknownMemberId); leaving.len()];
             }
         };
         self.finish(ctx, group_id);
@@ -345,13 +338,6 @@ impl GroupShard {
         group_id: &str,
         request: Heartbeat,
     ) -> HeartbeatResult {
-        let error = |code: i16, message: String| HeartbeatResult {
-            error: code,
-            message: Some(message),
-            member_id: request.member_id.clone(),
-            member_epoch: -1,
-            assignment: None,
-        };
         if let Err(refused) = ConsumerGroup::check_request(&request) {
             return refused;
         }
@@ -359,14 +345,16 @@ impl GroupShard {
         match self.groups.get(group_id) {
             None | Some(Group::Classic(_)) if !joining => {
                 // Only a join (epoch 0) creates or converts a group.
-                return error(
-                    errors::UNKNOWN_MEMBER_ID,
+                return HeartbeatResult::error(
+                    &request.member_id,
+                    KafkaError::UnknownMemberId,
                     format!("group {group_id} has no member {}", request.member_id),
                 );
             }
             Some(Group::Classic(classic)) if classic.state() != GroupState::Empty => {
-                return error(
-                    errors::GROUP_ID_NOT_FOUND,
+                return HeartbeatResult::error(
+                    &request.member_id,
+                    KafkaError::GroupIdNotFound,
                     format!("group {group_id} is a classic group with members"),
                 );
             }
@@ -402,8 +390,8 @@ impl GroupShard {
 
     // ---- offsets ----
 
-    /// OffsetCommit of the partitions `commits`: the group-wide error or, per partition,
-    /// NONE (the runtime answers once they are stored).
+    /// OffsetCommit of the partitions `commits`: the group-wide error, or `Ok` for every
+    /// partition (the runtime answers once they are stored).
     #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
@@ -413,14 +401,11 @@ impl GroupShard {
         group_instance_id: Option<&str>,
         generation_id: i32,
         commits: &[OffsetCommit],
-    ) -> Result<(), i16> {
-        let check = match self.groups.get(group_id) {
-            Some(group) => group.check_commit(member_id, group_instance_id, generation_id),
-            None if generation_id < 0 => errors::NONE,
-            None => return Err(errors::ILLEGAL_GENERATION),
-        };
-        if check != errors::NONE {
-            return Err(check);
+    ) -> Result<(), KafkaError> {
+        match self.groups.get(group_id) {
+            Some(group) => group.check_commit(member_id, group_instance_id, generation_id)?,
+            None if generation_id < 0 => {}
+            None => return Err(KafkaError::IllegalGeneration),
         }
         for commit in commits {
             let record = GroupRecord::new(
@@ -463,24 +448,24 @@ impl GroupShard {
         }
     }
 
-    /// OffsetDelete: per partition NONE or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.
+    /// OffsetDelete: per partition deleted or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.
     pub fn delete_offsets(
         &mut self,
         ctx: &mut Ctx<GroupShard>,
         group_id: &str,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<i16>, i16> {
+    ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let Some(group) = self.groups.get(group_id) else {
-            return Err(errors::GROUP_ID_NOT_FOUND);
+            return Err(KafkaError::GroupIdNotFound);
         };
         let subscribed = group.subscribed_topics();
         let mut results = Vec::with_capacity(partitions.len());
         let mut deleted = Vec::new();
         for key in partitions {
             if subscribed.contains(&key.0) {
-                results.push(errors::GROUP_SUBSCRIBED_TO_TOPIC);
+                results.push(Err(KafkaError::GroupSubscribedToTopic));
             } else {
-                results.push(errors::NONE);
+                results.push(Ok(()));
                 if group.offsets().contains_key(key) {
                     deleted.push(key.clone());
                 }
@@ -500,19 +485,20 @@ impl GroupShard {
         Ok(results)
     }
 
-    /// DeleteGroups of one group: NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP.
-    pub fn delete_group(&mut self, ctx: &mut Ctx<GroupShard>, group_id: &str) -> i16 {
+    /// DeleteGroups of one group: deleted, or GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP.
+    pub fn delete_group(
+        &mut self,
+        ctx: &mut Ctx<GroupShard>,
+        group_id: &str,
+    ) -> Result<(), KafkaError> {
         let Some(group) = self.groups.get(group_id) else {
-            return errors::GROUP_ID_NOT_FOUND;
+            return Err(KafkaError::GroupIdNotFound);
         };
-        let error = group.check_delete();
-        if error != errors::NONE {
-            return error;
-        }
+        group.check_delete()?;
         let offsets: Vec<(String, i32)> = group.offsets().keys().cloned().collect();
         self.remove_group(ctx, group_id, offsets, true);
         self.finish(ctx, group_id);
-        errors::NONE
+        Ok(())
     }
 
     /// Tombstones for `offsets` and, with `group_gone`, for the group's own records.
@@ -574,11 +560,11 @@ impl GroupShard {
     // ---- reads ----
 
     /// DescribeGroups: Dead with no members for a group this shard does not have (Kafka's).
-    pub fn describe(&self, group_id: &str) -> Result<GroupDescription, i16> {
+    pub fn describe(&self, group_id: &str) -> Result<GroupDescription, KafkaError> {
         Ok(match self.groups.get(group_id) {
             Some(Group::Classic(classic)) => classic.describe(),
             // Kafka's answer for a KIP-848 group (ConsumerGroupDescribe describes it).
-            Some(Group::Consumer(_)) => return Err(errors::GROUP_ID_NOT_FOUND),
+            Some(Group::Consumer(_)) => return Err(KafkaError::GroupIdNotFound),
             None => GroupDescription {
                 state: GroupState::Dead,
                 protocol_type: String::new(),

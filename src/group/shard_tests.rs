@@ -14,7 +14,7 @@ use super::state::{DurableGroup, Group};
 use crate::coordinator::{
     Clock, ManualClock, MemoryWriter, PartitionWriter, Runtime, RuntimeConfig, ShardHandle,
 };
-use crate::protocol::errors::{self, KafkaError};
+use crate::protocol::errors::KafkaError;
 
 const TOPIC_ID: u128 = 7;
 
@@ -114,24 +114,16 @@ impl Fixture {
                 commit_timestamp_ms: 0,
             },
         }];
-        match self
-            .shard
+        self.shard
             .write(|s, ctx| s.commit(ctx, group, member, None, generation, &commits))
-            .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(code)) => {
-                Err(KafkaError::from_code(code).unwrap_or(KafkaError::UnknownServerError))
-            }
-            Err(error) => Err(error),
-        }
+            .await?
     }
 
     async fn consumer_heartbeat(
         &self,
         group: &str,
         request: Heartbeat,
-    ) -> Result<(i16, i32, Vec<Tp>), KafkaError> {
+    ) -> Result<(Result<(), KafkaError>, i32, Vec<Tp>), KafkaError> {
         let result = self
             .shard
             .write(|s, ctx| s.consumer_heartbeat(ctx, group, request))
@@ -150,12 +142,12 @@ impl Fixture {
             .shard
             .write_detached(|s, ctx| s.join(ctx, group, join_request("")))?;
         Ok(match reply {
-            Reply::Now(result) if result.error == errors::NONE => Some(result.member_id),
+            Reply::Now(result) if result.error.is_ok() => Some(result.member_id),
             Reply::Now(_) => None,
             Reply::Later(mut receiver) => receiver
                 .try_recv()
                 .ok()
-                .filter(|r| r.error == errors::NONE)
+                .filter(|r| r.error.is_ok())
                 .map(|r| r.member_id),
         })
     }
@@ -378,21 +370,33 @@ async fn a_reloaded_kip848_group_keeps_its_members_epochs_and_partitions() {
         .await
         .unwrap();
     assert_eq!(assigned_a.len(), 6);
-    f.consumer_heartbeat("g", consumer_request("b", 0, Some(vec![])))
-        .await
-        .unwrap();
+    assert_eq!(
+        f.consumer_heartbeat("g", consumer_request("b", 0, Some(vec![])))
+            .await
+            .unwrap()
+            .0,
+        Ok(())
+    );
     // a gives up half, b takes it.
     let (_, _, kept) = f
         .consumer_heartbeat("g", consumer_request("a", epoch_a, Some(assigned_a)))
         .await
         .unwrap();
-    f.consumer_heartbeat("g", consumer_request("a", epoch_a, Some(kept.clone())))
-        .await
-        .unwrap();
+    assert_eq!(
+        f.consumer_heartbeat("g", consumer_request("a", epoch_a, Some(kept.clone())))
+            .await
+            .unwrap()
+            .0,
+        Ok(())
+    );
     let epoch_b = f.member_epoch("g", "b").unwrap();
-    f.consumer_heartbeat("g", consumer_request("b", epoch_b, Some(vec![])))
-        .await
-        .unwrap();
+    assert_eq!(
+        f.consumer_heartbeat("g", consumer_request("b", epoch_b, Some(vec![])))
+            .await
+            .unwrap()
+            .0,
+        Ok(())
+    );
     let live = f.durable();
     let (a, b) = (f.assigned("g", "a"), f.assigned("g", "b"));
     assert_eq!(a.len() + b.len(), 6);

@@ -9,7 +9,7 @@ use super::CommittedOffset;
 use super::classic::{ClassicGroup, GroupState, Now};
 use super::consumer::{ConsumerDurable, ConsumerGroup, TopicsView};
 use super::records::GroupValue;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 /// What a group's records say: equal for a live group and one replayed from its records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,13 +84,13 @@ impl Group {
         }
     }
 
-    /// OffsetCommit's fencing: NONE, or the error every partition gets.
+    /// OffsetCommit's fencing: the error every partition gets, if any.
     pub fn check_commit(
         &self,
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_or_epoch: i32,
-    ) -> i16 {
+    ) -> Result<(), KafkaError> {
         match self {
             Group::Classic(g) => g.check_commit(member_id, group_instance_id, generation_or_epoch),
             Group::Consumer(g) => g.check_commit(member_id, generation_or_epoch),
@@ -112,12 +112,12 @@ impl Group {
         }
     }
 
-    /// DeleteGroups: NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP.
-    pub fn check_delete(&self) -> i16 {
+    /// DeleteGroups: refused with GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP.
+    pub fn check_delete(&self) -> Result<(), KafkaError> {
         match self {
             Group::Classic(g) => g.check_delete(),
-            Group::Consumer(g) if g.members.is_empty() => errors::NONE,
-            Group::Consumer(_) => errors::NON_EMPTY_GROUP,
+            Group::Consumer(g) if g.members.is_empty() => Ok(()),
+            Group::Consumer(_) => Err(KafkaError::NonEmptyGroup),
         }
     }
 

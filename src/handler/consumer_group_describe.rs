@@ -12,7 +12,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::group::consumer::Tp;
-use crate::protocol::errors;
+use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
@@ -94,14 +94,15 @@ pub fn handle(
                     .with_assignment_epoch(assignment_epoch)
                     .with_assignor_name(str_bytes(assignor))
                     .with_members(members),
-                Err(code) => {
-                    let message = if code == errors::GROUP_ID_NOT_FOUND {
-                        format!("group {} is not a consumer group", group_id.as_str())
-                    } else {
-                        errors::name(code).into_owned()
+                Err(error) => {
+                    let message = match error {
+                        KafkaError::GroupIdNotFound => {
+                            format!("group {} is not a consumer group", group_id.as_str())
+                        }
+                        other => other.to_string(),
                     };
                     described
-                        .with_error_code(code)
+                        .with_error_code(error.code())
                         .with_error_message(Some(str_bytes(message)))
                 }
             }

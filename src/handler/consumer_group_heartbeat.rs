@@ -60,12 +60,12 @@ pub async fn handle(
     };
     let result = broker.groups.consumer_heartbeat(&group_id, heartbeat).await;
     let mut response = ConsumerGroupHeartbeatResponse::default()
-        .with_error_code(result.error)
+        .with_error_code(errors::code_of(&result.error))
         .with_error_message(result.message.map(str_bytes))
         .with_member_id(Some(str_bytes(result.member_id)))
         .with_member_epoch(result.member_epoch)
         .with_heartbeat_interval_ms(interval_ms);
-    if result.error == errors::NONE {
+    if result.error.is_ok() {
         response.assignment = result
             .assignment
             .map(|partitions| Assignment::default().with_topic_partitions(by_topic(&partitions)));

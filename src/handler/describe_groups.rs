@@ -32,7 +32,7 @@ pub fn handle(
                 return described.with_error_code(errors::INVALID_GROUP_ID);
             }
             match broker.groups.describe(&group_id) {
-                Err(code) => described.with_error_code(code),
+                Err(error) => described.with_error_code(error.code()),
                 Ok(description) => described
                     .with_group_state(str_bytes(description.state.name()))
                     .with_protocol_type(str_bytes(description.protocol_type))

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
 use crate::group::{OFFSETS_TOPIC, partition_for};
-use crate::protocol::errors;
+use crate::protocol::errors::{ApiError, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 6);
 
@@ -16,7 +16,7 @@ const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 /// A coordinator's node, or the error and its message.
-type Found = Result<(i32, String, i32), (i16, String)>;
+type Found = Result<(i32, String, i32), ApiError>;
 
 pub async fn handle(
     broker: &Broker,
@@ -43,10 +43,10 @@ pub async fn handle(
                         .with_node_id(BrokerId(node_id))
                         .with_host(str_bytes(host))
                         .with_port(port),
-                    Err((code, message)) => coordinator
+                    Err(ApiError { error, message }) => coordinator
                         .with_node_id(BrokerId(-1))
                         .with_port(-1)
-                        .with_error_code(code)
+                        .with_error_code(error.code())
                         .with_error_message(Some(str_bytes(message))),
                 }
             })
@@ -61,9 +61,9 @@ pub async fn handle(
                 .with_host(str_bytes(host))
                 .with_port(port);
         }
-        Some(Err((code, message))) => {
+        Some(Err(ApiError { error, message })) => {
             response = response
-                .with_error_code(code)
+                .with_error_code(error.code())
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
             if context.api_version >= 1 {
@@ -79,23 +79,19 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
     match key_type {
         GROUP => {}
         TRANSACTION => {
-            return Err((
-                errors::COORDINATOR_NOT_AVAILABLE,
-                "transactions are not served by this broker yet".into(),
+            return Err(ApiError::new(
+                KafkaError::CoordinatorNotAvailable,
+                "transactions are not served by this broker yet",
             ));
         }
         other => {
-            return Err((
-                errors::INVALID_REQUEST,
+            return Err(ApiError::new(
+                KafkaError::InvalidRequest,
                 format!("unknown coordinator key type {other}"),
             ));
         }
     }
-    let count = broker
-        .groups
-        .ensure_offsets_topic()
-        .await
-        .map_err(|e| (e.code, e.message))?;
+    let count = broker.groups.ensure_offsets_topic().await?;
     let image = broker.image();
     let index = partition_for(key, count);
     let leader = image
@@ -109,8 +105,8 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
         .and_then(|b| listener_endpoint(b, &context.listener_name));
     match endpoint {
         Some(endpoint) => Ok((leader, endpoint.host.clone(), i32::from(endpoint.port))),
-        None => Err((
-            errors::COORDINATOR_NOT_AVAILABLE,
+        None => Err(ApiError::new(
+            KafkaError::CoordinatorNotAvailable,
             format!("{OFFSETS_TOPIC} partition {index} has no leader right now"),
         )),
     }

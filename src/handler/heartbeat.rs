@@ -4,14 +4,14 @@
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use crate::broker::Broker;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 4);
 
 pub fn handle(broker: &Broker, request: HeartbeatRequest) -> HeartbeatResponse {
     let group_id = request.group_id.to_string();
-    let code = if group_id.is_empty() {
-        errors::INVALID_GROUP_ID
+    let outcome = if group_id.is_empty() {
+        Err(KafkaError::InvalidGroupId)
     } else {
         let instance = request.group_instance_id.map(|i| i.to_string());
         broker.groups.heartbeat(
@@ -21,5 +21,5 @@ pub fn handle(broker: &Broker, request: HeartbeatRequest) -> HeartbeatResponse {
             request.generation_id,
         )
     };
-    HeartbeatResponse::default().with_error_code(code)
+    HeartbeatResponse::default().with_error_code(errors::code_of(&outcome))
 }

@@ -47,7 +47,7 @@ pub async fn handle(
     };
     let result = broker.groups.join(&group_id, join).await;
     let mut response = JoinGroupResponse::default()
-        .with_error_code(result.error)
+        .with_error_code(errors::code_of(&result.error))
         .with_generation_id(result.generation_id)
         .with_protocol_name(result.protocol_name.map(str_bytes))
         .with_leader(str_bytes(result.leader))

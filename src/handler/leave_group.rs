@@ -36,20 +36,20 @@ pub fn handle(
         return LeaveGroupResponse::default().with_error_code(errors::INVALID_GROUP_ID);
     }
     match broker.groups.leave(&group_id, &leaving) {
-        Err(code) => LeaveGroupResponse::default().with_error_code(code),
+        Err(error) => LeaveGroupResponse::default().with_error_code(error.code()),
         Ok(results) if context.api_version >= 3 => LeaveGroupResponse::default().with_members(
             leaving
                 .into_iter()
                 .zip(results)
-                .map(|(member, code)| {
+                .map(|(member, left)| {
                     MemberResponse::default()
                         .with_member_id(str_bytes(member.member_id))
                         .with_group_instance_id(member.group_instance_id.map(str_bytes))
-                        .with_error_code(code)
+                        .with_error_code(errors::code_of(&left))
                 })
                 .collect(),
         ),
         Ok(results) => LeaveGroupResponse::default()
-            .with_error_code(results.first().copied().unwrap_or(errors::NONE)),
+            .with_error_code(errors::code_of(&results.first().copied().unwrap_or(Ok(())))),
     }
 }

@@ -5,11 +5,12 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
 pub fn handle(broker: &Broker, request: ListGroupsRequest) -> ListGroupsResponse {
-    let (groups, error) = broker.groups.list();
+    let (groups, outcome) = broker.groups.list();
     let states: Vec<String> = request
         .states_filter
         .iter()
@@ -33,6 +34,6 @@ pub fn handle(broker: &Broker, request: ListGroupsRequest) -> ListGroupsResponse
         })
         .collect();
     ListGroupsResponse::default()
-        .with_error_code(error)
+        .with_error_code(errors::code_of(&outcome))
         .with_groups(listed)
 }

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::broker::Broker;
 use crate::group::{CommittedOffset, OffsetCommit};
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (2, 9);
 
@@ -24,9 +24,9 @@ pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetComm
             let exists =
                 known.is_some_and(|t| t.partitions.contains_key(&partition.partition_index));
             if group_id.is_empty() {
-                decided.push(Some(errors::INVALID_GROUP_ID));
+                decided.push(Some(KafkaError::InvalidGroupId));
             } else if !exists {
-                decided.push(Some(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                decided.push(Some(KafkaError::UnknownTopicOrPartition));
             } else {
                 decided.push(None);
                 commits.push(OffsetCommit {
@@ -74,18 +74,18 @@ pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetComm
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = match decided.next().flatten() {
-                        Some(code) => code,
+                    let committed = match decided.next().flatten() {
+                        Some(error) => Err(error),
                         None => match &outcome {
                             Ok(_) => from_coordinator
                                 .next()
-                                .unwrap_or(errors::UNKNOWN_SERVER_ERROR),
-                            Err(code) => *code,
+                                .unwrap_or(Err(KafkaError::UnknownServerError)),
+                            Err(error) => Err(*error),
                         },
                     };
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(code)
+                        .with_error_code(errors::code_of(&committed))
                 })
                 .collect();
             OffsetCommitResponseTopic::default()

@@ -7,7 +7,7 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::broker::Broker;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 0);
 
@@ -32,7 +32,7 @@ pub async fn handle(broker: &Broker, request: OffsetDeleteRequest) -> OffsetDele
     }
     let results = match broker.groups.delete_offsets(&group_id, &keys).await {
         Ok(results) => results,
-        Err(code) => return OffsetDeleteResponse::default().with_error_code(code),
+        Err(error) => return OffsetDeleteResponse::default().with_error_code(error.code()),
     };
     let mut results = results.into_iter();
     let mut unknown = unknown.into_iter();
@@ -44,14 +44,16 @@ pub async fn handle(broker: &Broker, request: OffsetDeleteRequest) -> OffsetDele
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = if unknown.next().unwrap_or(true) {
-                        errors::UNKNOWN_TOPIC_OR_PARTITION
+                    let deleted = if unknown.next().unwrap_or(true) {
+                        Err(KafkaError::UnknownTopicOrPartition)
                     } else {
-                        results.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR)
+                        results
+                            .next()
+                            .unwrap_or(Err(KafkaError::UnknownServerError))
                     };
                     OffsetDeleteResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(code)
+                        .with_error_code(errors::code_of(&deleted))
                 })
                 .collect();
             OffsetDeleteResponseTopic::default()

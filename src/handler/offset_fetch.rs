@@ -11,14 +11,14 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::CommittedOffset;
-use crate::protocol::errors;
+use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (1, 9);
 
 /// A topic's partitions: (index, committed offset or none).
 type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
 /// One group's answer, or its error.
-type Fetched = Result<Vec<TopicOffsets>, i16>;
+type Fetched = Result<Vec<TopicOffsets>, KafkaError>;
 
 pub async fn handle(
     broker: &Broker,
@@ -39,7 +39,7 @@ pub async fn handle(
                 let fetched = fetch(broker, &group_id, wanted).await;
                 let mut answer = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
                 match fetched {
-                    Err(code) => answer.error_code = code,
+                    Err(error) => answer.error_code = error.code(),
                     Ok(topics) => {
                         answer.topics = topics
                             .into_iter()
@@ -80,19 +80,20 @@ pub async fn handle(
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
-                .map(|(name, partitions)| topic_v1(name, partitions, errors::NONE))
+                .map(|(name, partitions)| topic_v1(name, partitions, Ok(())))
                 .collect();
         }
-        Err(code) => {
+        Err(error) => {
             if context.api_version >= 2 {
-                response.error_code = code;
+                response.error_code = error.code();
             } else {
                 // v1 has no top-level error: every partition carries it.
                 response.topics = wanted
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(name, indexes)| {
-                        topic_v1(name, indexes.into_iter().map(|i| (i, None)).collect(), code)
+                        let partitions = indexes.into_iter().map(|i| (i, None)).collect();
+                        topic_v1(name, partitions, Err(error))
                     })
                     .collect();
             }
@@ -104,7 +105,7 @@ pub async fn handle(
 fn topic_v1(
     name: String,
     partitions: Vec<(i32, Option<CommittedOffset>)>,
-    code: i16,
+    fetched: Result<(), KafkaError>,
 ) -> OffsetFetchResponseTopic {
     OffsetFetchResponseTopic::default()
         .with_name(TopicName(str_bytes(name)))
@@ -118,7 +119,7 @@ fn topic_v1(
                         .with_committed_offset(o)
                         .with_committed_leader_epoch(epoch)
                         .with_metadata(Some(str_bytes(metadata)))
-                        .with_error_code(code)
+                        .with_error_code(errors::code_of(&fetched))
                 })
                 .collect(),
         )
@@ -137,7 +138,7 @@ async fn fetch(
     wanted: Option<Vec<(String, Vec<i32>)>>,
 ) -> Fetched {
     if group_id.is_empty() {
-        return Err(errors::INVALID_GROUP_ID);
+        return Err(KafkaError::InvalidGroupId);
     }
     match wanted {
         None => {

@@ -39,7 +39,7 @@ pub async fn handle(
         )
         .await;
     let mut response = SyncGroupResponse::default()
-        .with_error_code(result.error)
+        .with_error_code(errors::code_of(&result.error))
         .with_assignment(result.assignment.into());
     if context.api_version >= 5 {
         response.protocol_type = result.protocol_type.map(str_bytes);
