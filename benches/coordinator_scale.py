@@ -1,0 +1,668 @@
+#!/usr/bin/env python3
+"""The group coordinator's cost with many groups, and its load time, on one node.
+
+The clients speak the Kafka protocol from Python (asyncio, frames built by hand with
+non-flexible versions), so that a thousand members fit beside the broker on two cores.
+
+1. scale: a broker with the shipped defaults (50 __consumer_offsets partitions). 10,000 idle
+   classic groups, each made by one OffsetCommit with generation -1 and no member (a group
+   with one offset), then 1,000 active classic members (100 groups x 10, JoinGroup/SyncGroup
+   each on a connection of its own, then handed to a few pipelined connections) that send a
+   Heartbeat every 3 s and an OffsetCommit of their ten partitions every 5 s. Over the
+   measuring window: heartbeat and commit latency p50/p99, beside the p99 of ApiVersions
+   requests sent on the same connections in the same window (the raw limit: the transport,
+   the event loop and the broker's dispatch); the broker's CPU (utime+stime from
+   /proc/PID/stat) per request served, beside its CPU per ApiVersions in a window of
+   ApiVersions alone at the same request rate (measured before the members join).
+2. load: a broker with offsets.topic.num.partitions=1 takes 1,000,000 offset commit records
+   (10,000 groups x 100 partitions, one OffsetCommit per group), is stopped with SIGTERM and
+   started again: the time from the start until a group's OffsetFetch answers without
+   COORDINATOR_LOAD_IN_PROGRESS, the broker's own "loaded group coordinator partition" line
+   (elapsed_ms, records), beside the time `cat` takes to read the partition's log files to
+   /dev/null (the raw limit; the page cache is warm for both, the log was just written).
+
+usage: benches/coordinator_scale.py [--sluice PATH] [--seconds N] [--skip-scale] [--skip-load]
+Results on stdout, progress on stderr.
+"""
+import argparse
+import asyncio
+import glob
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_node import Node, say  # noqa: E402
+
+TOPIC = "scale"
+TOPIC_PARTITIONS = 100
+IDLE_GROUPS = 10_000
+ACTIVE_GROUPS = 100
+MEMBERS_PER_GROUP = 10
+HEARTBEAT_INTERVAL_S = 3.0
+COMMIT_INTERVAL_S = 5.0
+SESSION_TIMEOUT_MS = 45_000
+REBALANCE_TIMEOUT_MS = 30_000
+SHARED_CONNECTIONS = 8
+PROBES_PER_CONNECTION_PER_S = 10
+LOAD_GROUPS = 10_000
+REQUEST_TIMEOUT_S = 60
+
+# Kafka's API keys and the (non-flexible) versions spoken here.
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (8, 7), (9, 5), (10, 2)
+JOIN_GROUP, HEARTBEAT, SYNC_GROUP = (11, 5), (12, 3), (14, 3)
+API_VERSIONS, CREATE_TOPICS = (18, 0), (19, 2)
+
+# Error codes met on the way.
+NONE, LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
+UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, TOPIC_ALREADY_EXISTS = 25, 27, 36
+MEMBER_ID_REQUIRED = 79
+RETRIABLE = {LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
+
+
+# ---- encoding and decoding (Kafka's primitive types, big-endian) ----
+
+def i16(v):
+    return struct.pack(">h", v)
+
+
+def i32(v):
+    return struct.pack(">i", v)
+
+
+def i64(v):
+    return struct.pack(">q", v)
+
+
+def string(s):
+    b = s.encode()
+    return i16(len(b)) + b
+
+
+def nullable_string(s):
+    return i16(-1) if s is None else string(s)
+
+
+def byte_array(b):
+    return i32(-1) if b is None else i32(len(b)) + b
+
+
+def array(items):
+    return i32(len(items)) + b"".join(items)
+
+
+class Reader:
+    def __init__(self, data):
+        self.data, self.at = data, 0
+
+    def take(self, fmt):
+        (v,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return v
+
+    def i16(self):
+        return self.take(">h")
+
+    def i32(self):
+        return self.take(">i")
+
+    def i64(self):
+        return self.take(">q")
+
+    def string(self):
+        n = self.i16()
+        if n < 0:
+            return None
+        s = self.data[self.at:self.at + n].decode()
+        self.at += n
+        return s
+
+    def bytes(self):
+        n = self.i32()
+        if n < 0:
+            return None
+        b = self.data[self.at:self.at + n]
+        self.at += n
+        return b
+
+
+def subscription(topics):
+    """ConsumerProtocolSubscription v0: what a classic consumer puts in JoinGroup."""
+    return i16(0) + array([string(t) for t in topics]) + byte_array(None)
+
+
+def assignment(topic, partitions):
+    """ConsumerProtocolAssignment v0: what the leader hands each member in SyncGroup."""
+    return i16(0) + array([string(topic) + array([i32(p) for p in partitions])]) + byte_array(None)
+
+
+def offset_commit(group, generation, member_id, topic, offsets):
+    parts = [i32(p) + i64(o) + i32(-1) + nullable_string(None) for p, o in offsets]
+    return (string(group) + i32(generation) + string(member_id) + nullable_string(None)
+            + array([string(topic) + array(parts)]))
+
+
+def offset_commit_errors(body):
+    """Partition error codes of an OffsetCommit v7 answer."""
+    r = Reader(body)
+    r.i32()  # throttle_time_ms
+    codes = []
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            r.i32()
+            codes.append(r.i16())
+    return codes
+
+
+def member_partitions(index):
+    per = TOPIC_PARTITIONS // MEMBERS_PER_GROUP
+    return list(range(index * per, (index + 1) * per))
+
+
+# ---- a pipelined connection ----
+
+class Connection:
+    """One socket; requests go out as they are made, answers come back in order (matched by
+    correlation id)."""
+
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+        self.next_correlation_id, self.waiting = 0, {}
+        self.task = asyncio.ensure_future(self.read_answers())
+
+    @classmethod
+    async def open(cls, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def read_answers(self):
+        try:
+            while True:
+                size = struct.unpack(">i", await self.reader.readexactly(4))[0]
+                body = await self.reader.readexactly(size)
+                correlation_id = struct.unpack_from(">i", body)[0]
+                future = self.waiting.pop(correlation_id, None)
+                if future is not None and not future.done():
+                    future.set_result(body[4:])
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            for future in self.waiting.values():
+                if not future.done():
+                    future.set_exception(ConnectionError(f"connection lost: {e}"))
+            self.waiting.clear()
+
+    async def request(self, api, body):
+        """The answer's body (after the correlation id)."""
+        (key, version) = api
+        self.next_correlation_id += 1
+        cid = self.next_correlation_id
+        header = i16(key) + i16(version) + i32(cid) + string("bench")
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[cid] = future
+        self.writer.write(i32(len(header) + len(body)) + header + body)
+        return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+
+    async def close(self):
+        self.task.cancel()
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+# ---- cluster setup ----
+
+async def wait_coordinator(conn, group):
+    """FindCoordinator until it answers (the first one creates __consumer_offsets)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r = Reader(await conn.request(FIND_COORDINATOR, string(group) + b"\x00"))
+        r.i32()
+        if r.i16() == NONE:
+            return
+        await asyncio.sleep(0.1)
+    raise SystemExit("FindCoordinator never answered without error")
+
+
+async def create_topic(conn, name, partitions):
+    body = array([string(name) + i32(partitions) + i16(1) + array([]) + array([])]) + i32(30_000) + b"\x00"
+    r = Reader(await conn.request(CREATE_TOPICS, body))
+    r.i32()
+    r.i32()
+    r.string()
+    code = r.i16()
+    if code not in (NONE, TOPIC_ALREADY_EXISTS):
+        raise SystemExit(f"CreateTopics {name}: error {code}")
+
+
+async def commit_until_stored(conn, body):
+    """One OffsetCommit, repeated while the coordinator is not ready (loading, not yet
+    leader). Returns how many partitions were stored."""
+    for _ in range(600):
+        codes = offset_commit_errors(await conn.request(OFFSET_COMMIT, body))
+        if any(c in RETRIABLE for c in codes):
+            await asyncio.sleep(0.1)
+            continue
+        bad = [c for c in codes if c != NONE]
+        if bad:
+            raise SystemExit(f"OffsetCommit: errors {sorted(set(bad))}")
+        return len(codes)
+    raise SystemExit("OffsetCommit kept answering a retriable error")
+
+
+async def commit_many(port, bodies, connections, in_flight_per_connection):
+    """Sends every body, pipelined; returns the partitions stored."""
+    conns = [await Connection.open(port) for _ in range(connections)]
+    stored = 0
+    queue = iter(bodies)
+
+    async def worker(conn):
+        nonlocal stored
+        for body in queue:
+            partitions = await commit_until_stored(conn, body)
+            stored += partitions
+
+    await asyncio.gather(*(worker(c) for c in conns for _ in range(in_flight_per_connection)))
+    for c in conns:
+        await c.close()
+    return stored
+
+
+# ---- measuring ----
+
+class Samples:
+    def __init__(self):
+        self.window = None  # (start, end) in time.monotonic()
+        self.latencies = {"heartbeat": [], "commit": [], "api_versions": []}
+        self.errors = {"heartbeat": {}, "commit": {}}
+        self.sent_in_window = 0
+
+    def record(self, kind, started, elapsed):
+        if self.window and self.window[0] <= started < self.window[1]:
+            self.latencies[kind].append(elapsed)
+
+    def error(self, kind, code):
+        self.errors[kind][code] = self.errors[kind].get(code, 0) + 1
+
+
+def percentile(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def cpu_s(pid):
+    """utime + stime of a process, seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def timed(conn, api, body):
+    started = time.monotonic()
+    answer = await conn.request(api, body)
+    return started, time.monotonic() - started, answer
+
+
+async def probe(conn, samples, stop, per_s, phase):
+    """ApiVersions at a steady rate on one connection, starting `phase` (0..1) of an interval
+    late so that the connections' probes do not arrive together."""
+    interval = 1.0 / per_s
+    next_at = time.monotonic() + phase * interval
+    await asyncio.sleep(phase * interval)
+    while not stop.is_set():
+        next_at += interval
+        started, elapsed, _ = await timed(conn, API_VERSIONS, b"")
+        samples.record("api_versions", started, elapsed)
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def api_versions_only(node, conns, rate_per_s, seconds):
+    """The broker's CPU per ApiVersions, and their latency, at `rate_per_s` over `conns`."""
+    samples = Samples()
+    stop = asyncio.Event()
+    tasks = [asyncio.ensure_future(probe(c, samples, stop, rate_per_s / len(conns), i / len(conns)))
+             for i, c in enumerate(conns)]
+    await asyncio.sleep(1)
+    cpu_before, started = cpu_s(node.process.pid), time.monotonic()
+    samples.window = (started, started + seconds)
+    await asyncio.sleep(seconds)
+    cpu = cpu_s(node.process.pid) - cpu_before
+    stop.set()
+    await asyncio.gather(*tasks)
+    served = len(samples.latencies["api_versions"])
+    return cpu, served, samples.latencies["api_versions"]
+
+
+class Group:
+    def __init__(self, name):
+        self.name = name
+        self.synced = {}  # member index -> generation it synced
+        self.leader_members = {}  # generation -> members the leader saw
+
+    def stable(self):
+        generations = set(self.synced.values())
+        if len(self.synced) != MEMBERS_PER_GROUP or len(generations) != 1:
+            return False
+        return self.leader_members.get(generations.pop()) == MEMBERS_PER_GROUP
+
+
+async def join_member(port, group, index):
+    """JoinGroup and SyncGroup on a connection of the member's own (a JoinGroup waits for the
+    group's other members, and a connection answers in order), then Heartbeat until the whole
+    group synced one generation of ten. Returns (member_id, generation)."""
+    conn = await Connection.open(port)
+    member_id, topics = "", subscription([TOPIC])
+    try:
+        while True:
+            body = (string(group.name) + i32(SESSION_TIMEOUT_MS) + i32(REBALANCE_TIMEOUT_MS)
+                    + string(member_id) + nullable_string(None) + string("consumer")
+                    + array([string("range") + byte_array(topics)]))
+            r = Reader(await conn.request(JOIN_GROUP, body))
+            r.i32()
+            code, generation = r.i16(), r.i32()
+            r.string()
+            leader, member_id = r.string(), r.string()
+            members = []
+            for _ in range(r.i32()):
+                members.append(r.string())
+                r.string()  # group_instance_id
+                r.bytes()  # metadata
+            if code == MEMBER_ID_REQUIRED:
+                continue
+            if code != NONE:
+                if code == UNKNOWN_MEMBER_ID:
+                    member_id = ""
+                await asyncio.sleep(0.1)
+                continue
+            plan = []
+            if leader == member_id:
+                group.leader_members[generation] = len(members)
+                plan = [string(m) + byte_array(assignment(TOPIC, member_partitions(i)))
+                        for i, m in enumerate(sorted(members))]
+            body = string(group.name) + i32(generation) + string(member_id) + nullable_string(None) + array(plan)
+            r = Reader(await conn.request(SYNC_GROUP, body))
+            r.i32()
+            if r.i16() != NONE:
+                continue
+            group.synced[index] = generation
+            while not group.stable():
+                await asyncio.sleep(0.2)
+                body = string(group.name) + i32(generation) + string(member_id) + nullable_string(None)
+                r = Reader(await conn.request(HEARTBEAT, body))
+                r.i32()
+                code = r.i16()
+                if code == UNKNOWN_MEMBER_ID:
+                    member_id = ""
+                if code != NONE:
+                    group.synced.pop(index, None)
+                    break
+            else:
+                return member_id, generation
+    finally:
+        await conn.close()
+
+
+async def member_traffic(conn, samples, stop, group, index, member_id, generation, phase_s):
+    """A joined member: Heartbeat every 3 s, OffsetCommit of its partitions every 5 s."""
+    heartbeat = string(group) + i32(generation) + string(member_id) + nullable_string(None)
+    partitions = member_partitions(index)
+    next_heartbeat = time.monotonic() + phase_s * HEARTBEAT_INTERVAL_S
+    next_commit = time.monotonic() + phase_s * COMMIT_INTERVAL_S
+    offset = 0
+    while not stop.is_set():
+        await asyncio.sleep(max(0.0, min(next_heartbeat, next_commit) - time.monotonic()))
+        if stop.is_set():
+            return
+        if next_heartbeat <= next_commit:
+            next_heartbeat += HEARTBEAT_INTERVAL_S
+            started, elapsed, answer = await timed(conn, HEARTBEAT, heartbeat)
+            code = struct.unpack_from(">h", answer, 4)[0]  # after throttle_time_ms
+            if code != NONE:
+                samples.error("heartbeat", code)
+            samples.record("heartbeat", started, elapsed)
+        else:
+            next_commit += COMMIT_INTERVAL_S
+            offset += 1
+            body = offset_commit(group, generation, member_id, TOPIC, [(p, offset) for p in partitions])
+            started, elapsed, answer = await timed(conn, OFFSET_COMMIT, body)
+            for code in offset_commit_errors(answer):
+                if code != NONE:
+                    samples.error("commit", code)
+            samples.record("commit", started, elapsed)
+
+
+async def scale(binary, seconds):
+    work = tempfile.mkdtemp(prefix="sluice-coordinator-scale-")
+    node = Node(binary, work)
+    node.start()
+    node.wait_listening()
+    try:
+        admin = await Connection.open(node.kafka)
+        await wait_coordinator(admin, "warm-up")
+        await create_topic(admin, TOPIC, TOPIC_PARTITIONS)
+        await admin.close()
+        started = time.monotonic()
+        bodies = (offset_commit(f"idle-{g:05d}", -1, "", TOPIC, [(g % TOPIC_PARTITIONS, g)]) for g in range(IDLE_GROUPS))
+        stored = await commit_many(node.kafka, bodies, SHARED_CONNECTIONS, 16)
+        say(f"scale: {IDLE_GROUPS} idle groups ({stored} offsets) in {time.monotonic() - started:.1f} s")
+
+        conns = [await Connection.open(node.kafka) for _ in range(SHARED_CONNECTIONS)]
+        rate_per_s = (ACTIVE_GROUPS * MEMBERS_PER_GROUP * (1 / HEARTBEAT_INTERVAL_S + 1 / COMMIT_INTERVAL_S)
+                      + SHARED_CONNECTIONS * PROBES_PER_CONNECTION_PER_S)
+        raw_seconds = min(15.0, seconds)
+        raw_cpu, raw_served, raw_latencies = await api_versions_only(node, conns, rate_per_s, raw_seconds)
+        say(f"scale: ApiVersions alone at {rate_per_s:.0f}/s for {raw_seconds:.0f} s: {raw_served} served")
+
+        samples, stop, tasks = Samples(), asyncio.Event(), []
+        tasks += [asyncio.ensure_future(probe(c, samples, stop, PROBES_PER_CONNECTION_PER_S, i / len(conns)))
+                  for i, c in enumerate(conns)]
+        started = time.monotonic()
+        groups = [Group(f"active-{g:03d}") for g in range(ACTIVE_GROUPS)]
+        joining = asyncio.Semaphore(20)
+        member_count = 0
+
+        async def join_group(group):
+            nonlocal member_count
+            async with joining:
+                joined = await asyncio.gather(*(join_member(node.kafka, group, i) for i in range(MEMBERS_PER_GROUP)))
+            for index, (member_id, generation) in enumerate(joined):
+                conn = conns[member_count % len(conns)]
+                phase = (member_count * 0.6180339887) % 1.0  # spread the members over the interval
+                member_count += 1
+                tasks.append(asyncio.ensure_future(
+                    member_traffic(conn, samples, stop, group.name, index, member_id, generation, phase)))
+
+        await asyncio.gather(*(join_group(g) for g in groups))
+        say(f"scale: {ACTIVE_GROUPS * MEMBERS_PER_GROUP} members joined {ACTIVE_GROUPS} groups in {time.monotonic() - started:.1f} s")
+        await asyncio.sleep(COMMIT_INTERVAL_S + 1)  # every member under way
+
+        cpu_before, started = cpu_s(node.process.pid), time.monotonic()
+        samples.window = (started, started + seconds)
+        say(f"scale: measuring for {seconds:.0f} s")
+        await asyncio.sleep(seconds)
+        cpu = cpu_s(node.process.pid) - cpu_before
+        await asyncio.sleep(2)  # answers to requests sent in the window
+        stop.set()
+        await asyncio.gather(*tasks)
+        for c in conns:
+            await c.close()
+        return report_scale(samples, seconds, cpu, raw_cpu, raw_served, raw_latencies)
+    finally:
+        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report_scale(samples, seconds, cpu, raw_cpu, raw_served, raw_latencies):
+    lat = samples.latencies
+    served = sum(len(v) for v in lat.values())
+    ms = {k: (percentile(v, 0.50) * 1000, percentile(v, 0.99) * 1000) for k, v in lat.items()}
+    raw_p50, raw_p99 = percentile(raw_latencies, 0.50) * 1000, percentile(raw_latencies, 0.99) * 1000
+    per_request_us = cpu / served * 1e6
+    raw_per_request_us = raw_cpu / raw_served * 1e6
+    print(f"scale: {IDLE_GROUPS} idle groups, {ACTIVE_GROUPS * MEMBERS_PER_GROUP} active members, "
+          f"{seconds:.0f} s window, {SHARED_CONNECTIONS} connections")
+    print(f"  served: {len(lat['heartbeat'])} heartbeats, {len(lat['commit'])} commits, "
+          f"{len(lat['api_versions'])} ApiVersions; errors: heartbeat {samples.errors['heartbeat'] or 'none'}, "
+          f"commit {samples.errors['commit'] or 'none'}")
+    for kind in ("heartbeat", "commit", "api_versions"):
+        p50, p99 = ms[kind]
+        print(f"  {kind:12} p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  "
+              f"(x{p50 / ms['api_versions'][0]:.2f} / x{p99 / ms['api_versions'][1]:.2f} of ApiVersions)")
+    print(f"  broker CPU {cpu:.2f} s ({cpu / seconds * 100:.1f}% of a core): {per_request_us:.0f} us per request "
+          f"served, {cpu / max(1, len(lat['heartbeat'])) * 1e6:.0f} us per heartbeat (all CPU / heartbeats)")
+    print(f"  raw: ApiVersions alone at the same rate: p50 {raw_p50:.3f} ms p99 {raw_p99:.3f} ms, "
+          f"{raw_per_request_us:.0f} us CPU per request; CPU per request x{per_request_us / raw_per_request_us:.2f}")
+    sys.stdout.flush()
+    return {
+        "heartbeat_p50_ms": ms["heartbeat"][0], "heartbeat_p99_ms": ms["heartbeat"][1],
+        "commit_p50_ms": ms["commit"][0], "commit_p99_ms": ms["commit"][1],
+        "api_versions_p50_ms": ms["api_versions"][0], "api_versions_p99_ms": ms["api_versions"][1],
+        "cpu_us_per_request": per_request_us, "raw_cpu_us_per_request": raw_per_request_us,
+        "cpu_percent": cpu / seconds * 100,
+    }
+
+
+# ---- loading a partition of a million records ----
+
+LOADED = re.compile(r"loaded group coordinator partition.*")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def loaded_line(log_path, after_bytes):
+    """The fields of the last "loaded group coordinator partition" line past `after_bytes`."""
+    with open(log_path, "rb") as f:
+        f.seek(after_bytes)
+        text = ANSI.sub("", f.read().decode(errors="replace"))
+    lines = [line for line in text.splitlines() if "loaded group coordinator partition" in line]
+    if not lines:
+        return {}
+    return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+
+
+async def offset_fetch_until_loaded(port, group, expected, deadline_s=600):
+    """Seconds from now until OffsetFetch answers for `group` (connecting as soon as the port
+    opens), and the error codes met before."""
+    started = time.monotonic()
+    seen = {}
+    body = string(group) + array([string(TOPIC) + array([i32(p) for p, _ in expected])])
+    conn = None
+    while time.monotonic() - started < deadline_s:
+        if conn is None:
+            try:
+                conn = await Connection.open(port)
+            except OSError:
+                await asyncio.sleep(0.005)
+                continue
+        try:
+            r = Reader(await conn.request(OFFSET_FETCH, body))
+        except (ConnectionError, asyncio.TimeoutError):
+            await conn.close()
+            conn = None
+            continue
+        r.i32()
+        got, codes = {}, []
+        for _ in range(r.i32()):
+            r.string()
+            for _ in range(r.i32()):
+                p, o = r.i32(), r.i64()
+                r.i32()
+                r.string()
+                codes.append(r.i16())
+                got[p] = o
+        codes.append(r.i16())
+        code = next((c for c in codes if c != NONE), NONE)
+        if code == NONE:
+            elapsed = time.monotonic() - started
+            await conn.close()
+            if got != dict(expected):
+                raise SystemExit(f"OffsetFetch after the restart: {got}, expected {dict(expected)}")
+            return elapsed, seen
+        seen[code] = seen.get(code, 0) + 1
+        if code not in RETRIABLE:
+            raise SystemExit(f"OffsetFetch after the restart: error {code}")
+        await asyncio.sleep(0.005)
+    raise SystemExit("the coordinator did not load")
+
+
+def load_offset(group, partition):
+    return group * 1000 + partition
+
+
+async def load(binary):
+    work = tempfile.mkdtemp(prefix="sluice-coordinator-load-")
+    node = Node(binary, work, overrides=["offsets.topic.num.partitions=1"])
+    log_path = os.path.join(work, "node.log")
+    node.start()
+    node.wait_listening()
+    try:
+        admin = await Connection.open(node.kafka)
+        await wait_coordinator(admin, "warm-up")
+        await create_topic(admin, TOPIC, TOPIC_PARTITIONS)
+        await admin.close()
+        started = time.monotonic()
+        bodies = (offset_commit(f"load-{g:05d}", -1, "", TOPIC,
+                                [(p, load_offset(g, p)) for p in range(TOPIC_PARTITIONS)])
+                  for g in range(LOAD_GROUPS))
+        stored = await commit_many(node.kafka, bodies, 4, 8)
+        write_s = time.monotonic() - started
+        say(f"load: {stored} offsets committed in {write_s:.1f} s")
+
+        started = time.monotonic()
+        node.stop()
+        stop_s = time.monotonic() - started
+        segments = sorted(glob.glob(os.path.join(work, "data", "__consumer_offsets-0", "*.log")))
+        log_bytes = sum(os.path.getsize(s) for s in segments)
+        started = time.monotonic()
+        subprocess.run(["sh", "-c", 'cat "$@" > /dev/null', "cat", *segments], check=True)
+        cat_s = time.monotonic() - started
+
+        log_size = os.path.getsize(log_path)
+        group = LOAD_GROUPS - 1
+        expected = [(p, load_offset(group, p)) for p in (0, TOPIC_PARTITIONS - 1)]
+        started = time.monotonic()
+        node.start()
+        _, seen = await offset_fetch_until_loaded(node.kafka, f"load-{group:05d}", expected)
+        answered_s = time.monotonic() - started  # from the process start
+        await asyncio.sleep(0.5)
+        line = loaded_line(log_path, log_size)
+        loaded_ms = float(line.get("elapsed_ms", "nan"))
+        print(f"load: {stored} offset commits ({LOAD_GROUPS} groups x {TOPIC_PARTITIONS} partitions), "
+              f"written in {write_s:.1f} s ({stored / write_s:.0f} records/s); SIGTERM stop took {stop_s:.2f} s")
+        print(f"  partition log: {log_bytes / 1e6:.1f} MB in {len(segments)} segment(s); "
+              f"cat to /dev/null {cat_s * 1000:.0f} ms")
+        print(f"  restart to first OffsetFetch answered: {answered_s * 1000:.0f} ms "
+              f"(x{answered_s / cat_s:.1f} of cat; retried on errors {seen or 'none'})")
+        print(f"  broker's line: records={line.get('records')} groups={line.get('groups')} "
+              f"elapsed_ms={line.get('elapsed_ms')} (x{loaded_ms / 1000 / cat_s:.1f} of cat)")
+        sys.stdout.flush()
+        return {"restart_to_answer_ms": answered_s * 1000, "loaded_elapsed_ms": loaded_ms,
+                "records": line.get("records"), "cat_ms": cat_s * 1000, "log_mb": log_bytes / 1e6}
+    finally:
+        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
+    parser.add_argument("--seconds", type=float, default=60, help="the scale measuring window")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--skip-load", action="store_true")
+    args = parser.parse_args()
+    print(f"binary: {os.path.realpath(args.sluice)}", flush=True)
+    if not args.skip_scale:
+        asyncio.run(scale(args.sluice, args.seconds))
+    if not args.skip_load:
+        asyncio.run(load(args.sluice))
+
+
+if __name__ == "__main__":
+    main()
