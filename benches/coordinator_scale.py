@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """The group coordinator's cost with many groups, and its load time, on one node.
 
-The clients speak the Kafka protocol from Python (asyncio, frames built by hand with
-non-flexible versions), so that a thousand members fit beside the broker on two cores.
+The clients speak the Kafka protocol from Python (asyncio, frames built by hand), so that a
+thousand members fit beside the broker on two cores.
 
 1. scale: a broker with the shipped defaults (50 __consumer_offsets partitions). 10,000 idle
    classic groups, each made by one OffsetCommit with generation -1 and no member (a group
-   with one offset), then 1,000 active classic members (100 groups x 10, JoinGroup/SyncGroup
-   each on a connection of its own, then handed to a few pipelined connections) that send a
-   Heartbeat every 3 s and an OffsetCommit of their ten partitions every 5 s. Over the
-   measuring window: heartbeat and commit latency p50/p99, beside the p99 of ApiVersions
-   requests sent on the same connections in the same window (the raw limit: the transport,
-   the event loop and the broker's dispatch); the broker's CPU (utime+stime from
+   with one offset), then 1,000 active members in 100 groups of ten, each group's members
+   sharing 100 partitions, each member committing its ten every 5 s:
+   - classic: JoinGroup/SyncGroup, each member on a connection of its own (a JoinGroup waits
+     for the rest of its group, and a connection answers in order), then handed to a few
+     pipelined connections; Heartbeat every 3 s.
+   - consumer (KIP-848, another broker): ConsumerGroupHeartbeat on the pipelined
+     connections, every group.consumer.heartbeat.interval.ms (5 s); OffsetCommit v9 at the
+     member epoch.
+   Over the measuring window: heartbeat and commit latency p50/p99, beside the p99 of
+   ApiVersions requests sent on the same connections in the same window (the raw limit: the
+   transport, the event loop and the broker's dispatch); the broker's CPU (utime+stime from
    /proc/PID/stat) per request served, beside its CPU per ApiVersions in a window of
    ApiVersions alone at the same request rate (measured before the members join).
 2. load: a broker with offsets.topic.num.partitions=1 takes 1,000,000 offset commit records
@@ -21,7 +26,8 @@ non-flexible versions), so that a thousand members fit beside the broker on two 
    (elapsed_ms, records), beside the time `cat` takes to read the partition's log files to
    /dev/null (the raw limit; the page cache is warm for both, the log was just written).
 
-usage: benches/coordinator_scale.py [--sluice PATH] [--seconds N] [--skip-scale] [--skip-load]
+usage: benches/coordinator_scale.py [--sluice PATH] [--seconds N] [--protocols classic,consumer]
+                                   [--skip-scale] [--skip-load]
 Results on stdout, progress on stderr.
 """
 import argparse
@@ -46,6 +52,7 @@ ACTIVE_GROUPS = 100
 MEMBERS_PER_GROUP = 10
 HEARTBEAT_INTERVAL_S = 3.0
 COMMIT_INTERVAL_S = 5.0
+CONSUMER_HEARTBEAT_INTERVAL_S = 5.0  # group.consumer.heartbeat.interval.ms's default
 SESSION_TIMEOUT_MS = 45_000
 REBALANCE_TIMEOUT_MS = 30_000
 SHARED_CONNECTIONS = 8
@@ -57,10 +64,15 @@ REQUEST_TIMEOUT_S = 60
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (8, 7), (9, 5), (10, 2)
 JOIN_GROUP, HEARTBEAT, SYNC_GROUP = (11, 5), (12, 3), (14, 3)
 API_VERSIONS, CREATE_TOPICS = (18, 0), (19, 2)
+# Flexible versions (compact strings and arrays, tagged fields): KIP-848's heartbeat, and the
+# OffsetCommit version Kafka requires of a KIP-848 member.
+CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT_FLEXIBLE = (68, 0), (8, 9)
+FLEXIBLE = {CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT_FLEXIBLE}
 
 # Error codes met on the way.
 NONE, LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
 UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, TOPIC_ALREADY_EXISTS = 25, 27, 36
+FENCED_MEMBER_EPOCH = 110
 MEMBER_ID_REQUIRED = 79
 RETRIABLE = {LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 
@@ -96,6 +108,30 @@ def array(items):
     return i32(len(items)) + b"".join(items)
 
 
+def uvarint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def compact_string(s):
+    if s is None:
+        return uvarint(0)
+    b = s.encode()
+    return uvarint(len(b) + 1) + b
+
+
+def compact_array(items):
+    """Items already end with their own (empty) tagged fields where they are structs."""
+    return uvarint(0) if items is None else uvarint(len(items) + 1) + b"".join(items)
+
+
+NO_TAGS = b"\x00"
+
+
 class Reader:
     def __init__(self, data):
         self.data, self.at = data, 0
@@ -121,6 +157,34 @@ class Reader:
         s = self.data[self.at:self.at + n].decode()
         self.at += n
         return s
+
+    def uvarint(self):
+        v = shift = 0
+        while True:
+            b = self.data[self.at]
+            self.at += 1
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+
+    def compact_string(self):
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.data[self.at:self.at + n].decode()
+        self.at += n
+        return s
+
+    def raw(self, n):
+        b = self.data[self.at:self.at + n]
+        self.at += n
+        return b
+
+    def tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.raw(self.uvarint())
 
     def bytes(self):
         n = self.i32()
@@ -197,11 +261,14 @@ class Connection:
             self.waiting.clear()
 
     async def request(self, api, body):
-        """The answer's body (after the correlation id)."""
+        """The answer's body (after the correlation id; a flexible answer's body starts with
+        the header's tagged fields)."""
         (key, version) = api
         self.next_correlation_id += 1
         cid = self.next_correlation_id
         header = i16(key) + i16(version) + i32(cid) + string("bench")
+        if api in FLEXIBLE:
+            header += NO_TAGS  # request header v2
         future = asyncio.get_running_loop().create_future()
         self.waiting[cid] = future
         self.writer.write(i32(len(header) + len(body)) + header + body)
@@ -410,36 +477,177 @@ async def join_member(port, group, index):
         await conn.close()
 
 
-async def member_traffic(conn, samples, stop, group, index, member_id, generation, phase_s):
-    """A joined member: Heartbeat every 3 s, OffsetCommit of its partitions every 5 s."""
-    heartbeat = string(group) + i32(generation) + string(member_id) + nullable_string(None)
-    partitions = member_partitions(index)
-    next_heartbeat = time.monotonic() + phase_s * HEARTBEAT_INTERVAL_S
-    next_commit = time.monotonic() + phase_s * COMMIT_INTERVAL_S
+class ClassicMember:
+    """A classic member after its SyncGroup: Heartbeat every 3 s, commits of its partitions."""
+
+    heartbeat_interval_s = HEARTBEAT_INTERVAL_S
+
+    def __init__(self, conn, group, index, member_id, generation):
+        self.conn, self.group, self.member_id, self.generation = conn, group, member_id, generation
+        self.partitions = member_partitions(index)
+        self.body = string(group) + i32(generation) + string(member_id) + nullable_string(None)
+
+    async def heartbeat(self):
+        answer = await self.conn.request(HEARTBEAT, self.body)
+        return struct.unpack_from(">h", answer, 4)[0]  # after throttle_time_ms
+
+    async def commit(self, offset):
+        body = offset_commit(self.group, self.generation, self.member_id, TOPIC,
+                             [(p, offset) for p in self.partitions])
+        return offset_commit_errors(await self.conn.request(OFFSET_COMMIT, body))
+
+
+class ConsumerMember:
+    """A KIP-848 member: ConsumerGroupHeartbeat (joining at epoch 0, then reporting the
+    partitions it owns whenever its assignment changed) and OffsetCommit v9 at its epoch."""
+
+    def __init__(self, conn, group):
+        self.conn, self.group = conn, group
+        self.member_id, self.epoch, self.owned = "", 0, []
+        self.report_owned = False
+        self.heartbeat_interval_s = 5.0
+
+    def request(self):
+        joining = self.epoch == 0
+        owned = None
+        if joining:
+            owned = []
+        elif self.report_owned:
+            owned = [tid + compact_array([i32(p) for p in parts]) + NO_TAGS for tid, parts in self.owned]
+        subscribed = [compact_string(TOPIC)] if joining else None
+        return (compact_string(self.group) + compact_string(self.member_id) + i32(self.epoch)
+                + compact_string(None) + compact_string(None)
+                + i32(REBALANCE_TIMEOUT_MS if joining else -1) + compact_array(subscribed)
+                + compact_string(None) + compact_array(owned) + NO_TAGS)
+
+    async def heartbeat(self):
+        sent_owned = self.report_owned or self.epoch == 0
+        r = Reader(await self.conn.request(CONSUMER_GROUP_HEARTBEAT, self.request()))
+        r.tags()  # response header v1
+        r.i32()
+        code = r.i16()
+        r.compact_string()
+        member_id, epoch, interval_ms = r.compact_string(), r.i32(), r.i32()
+        assignment = None
+        if r.take(">b") >= 0:
+            assignment = []
+            for _ in range(r.uvarint() - 1):
+                topic_id = r.raw(16)
+                assignment.append((topic_id, [r.i32() for _ in range(r.uvarint() - 1)]))
+                r.tags()
+            r.tags()
+        if code == NONE:
+            self.member_id, self.epoch = member_id, epoch
+            self.heartbeat_interval_s = interval_ms / 1000
+            if sent_owned:
+                self.report_owned = False
+            # The broker repeats the assignment whenever owned partitions were reported:
+            # only a change is reported back.
+            if assignment is not None and sorted(assignment) != sorted(self.owned):
+                self.owned, self.report_owned = assignment, True
+        elif code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):
+            self.epoch, self.owned, self.report_owned = 0, [], False
+        return code
+
+    def partitions(self):
+        return sorted(p for _, parts in self.owned for p in parts)
+
+    async def commit(self, offset):
+        parts = [i32(p) + i64(offset) + i32(-1) + compact_string(None) + NO_TAGS for p in self.partitions()]
+        body = (compact_string(self.group) + i32(self.epoch) + compact_string(self.member_id)
+                + compact_string(None) + compact_array([compact_string(TOPIC) + compact_array(parts) + NO_TAGS])
+                + NO_TAGS)
+        r = Reader(await self.conn.request(OFFSET_COMMIT_FLEXIBLE, body))
+        r.tags()
+        r.i32()
+        codes = []
+        for _ in range(r.uvarint() - 1):
+            r.compact_string()
+            for _ in range(r.uvarint() - 1):
+                r.i32()
+                codes.append(r.i16())
+                r.tags()
+            r.tags()
+        return codes
+
+
+async def join_consumer_group(conns, name, first_connection):
+    """Ten KIP-848 members join one group and heartbeat every 250 ms until each owns its
+    share at one epoch, nothing left to report. Returns the members."""
+    members = [ConsumerMember(conns[(first_connection + i) % len(conns)], name) for i in range(MEMBERS_PER_GROUP)]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        codes = await asyncio.gather(*(m.heartbeat() for m in members))
+        owned = [p for m in members for p in m.partitions()]
+        if (all(c == NONE for c in codes) and len({m.epoch for m in members}) == 1
+                and sorted(owned) == list(range(TOPIC_PARTITIONS)) and not any(m.report_owned for m in members)
+                and all(len(m.partitions()) == TOPIC_PARTITIONS // MEMBERS_PER_GROUP for m in members)):
+            return members
+        await asyncio.sleep(0.25)
+    raise SystemExit(f"consumer group {name} did not settle")
+
+
+async def member_traffic(member, samples, stop, phase):
+    """A joined member: its heartbeats, and an OffsetCommit of its partitions every 5 s."""
+    next_heartbeat = time.monotonic() + phase * member.heartbeat_interval_s
+    next_commit = time.monotonic() + phase * COMMIT_INTERVAL_S
     offset = 0
     while not stop.is_set():
         await asyncio.sleep(max(0.0, min(next_heartbeat, next_commit) - time.monotonic()))
         if stop.is_set():
             return
+        started = time.monotonic()
         if next_heartbeat <= next_commit:
-            next_heartbeat += HEARTBEAT_INTERVAL_S
-            started, elapsed, answer = await timed(conn, HEARTBEAT, heartbeat)
-            code = struct.unpack_from(">h", answer, 4)[0]  # after throttle_time_ms
-            if code != NONE:
-                samples.error("heartbeat", code)
-            samples.record("heartbeat", started, elapsed)
+            next_heartbeat += member.heartbeat_interval_s
+            codes, kind = [await member.heartbeat()], "heartbeat"
         else:
             next_commit += COMMIT_INTERVAL_S
             offset += 1
-            body = offset_commit(group, generation, member_id, TOPIC, [(p, offset) for p in partitions])
-            started, elapsed, answer = await timed(conn, OFFSET_COMMIT, body)
-            for code in offset_commit_errors(answer):
-                if code != NONE:
-                    samples.error("commit", code)
-            samples.record("commit", started, elapsed)
+            codes, kind = await member.commit(offset), "commit"
+        samples.record(kind, started, time.monotonic() - started)
+        for code in codes:
+            if code != NONE:
+                samples.error(kind, code)
 
 
-async def scale(binary, seconds):
+async def join_classic(port, conns, spread):
+    """100 classic groups of ten, 20 groups joining at a time."""
+    joining = asyncio.Semaphore(20)
+    members = []
+
+    async def one(name):
+        group = Group(name)
+        async with joining:
+            joined = await asyncio.gather(*(join_member(port, group, i) for i in range(MEMBERS_PER_GROUP)))
+        for index, (member_id, generation) in enumerate(joined):
+            conn = conns[len(members) % len(conns)]
+            member = ClassicMember(conn, name, index, member_id, generation)
+            members.append(member)
+            spread(member)
+
+    await asyncio.gather(*(one(f"classic-{g:03d}") for g in range(ACTIVE_GROUPS)))
+    return members
+
+
+async def join_consumer(conns, spread):
+    """100 KIP-848 groups of ten, 20 groups joining at a time."""
+    joining = asyncio.Semaphore(20)
+    members = []
+
+    async def one(g):
+        async with joining:
+            joined = await join_consumer_group(conns, f"consumer-{g:03d}", g)
+        for member in joined:
+            members.append(member)
+            spread(member)
+
+    await asyncio.gather(*(one(g) for g in range(ACTIVE_GROUPS)))
+    return members
+
+
+async def scale(binary, seconds, protocol):
+    """One broker, the idle groups, the raw window, then the active members of `protocol`
+    (classic or consumer) and the measuring window."""
     work = tempfile.mkdtemp(prefix="sluice-coordinator-scale-")
     node = Node(binary, work)
     node.start()
@@ -452,41 +660,37 @@ async def scale(binary, seconds):
         started = time.monotonic()
         bodies = (offset_commit(f"idle-{g:05d}", -1, "", TOPIC, [(g % TOPIC_PARTITIONS, g)]) for g in range(IDLE_GROUPS))
         stored = await commit_many(node.kafka, bodies, SHARED_CONNECTIONS, 16)
-        say(f"scale: {IDLE_GROUPS} idle groups ({stored} offsets) in {time.monotonic() - started:.1f} s")
+        say(f"scale {protocol}: {IDLE_GROUPS} idle groups ({stored} offsets) in {time.monotonic() - started:.1f} s")
 
         conns = [await Connection.open(node.kafka) for _ in range(SHARED_CONNECTIONS)]
-        rate_per_s = (ACTIVE_GROUPS * MEMBERS_PER_GROUP * (1 / HEARTBEAT_INTERVAL_S + 1 / COMMIT_INTERVAL_S)
+        heartbeat_s = HEARTBEAT_INTERVAL_S if protocol == "classic" else CONSUMER_HEARTBEAT_INTERVAL_S
+        rate_per_s = (ACTIVE_GROUPS * MEMBERS_PER_GROUP * (1 / heartbeat_s + 1 / COMMIT_INTERVAL_S)
                       + SHARED_CONNECTIONS * PROBES_PER_CONNECTION_PER_S)
         raw_seconds = min(15.0, seconds)
         raw_cpu, raw_served, raw_latencies = await api_versions_only(node, conns, rate_per_s, raw_seconds)
-        say(f"scale: ApiVersions alone at {rate_per_s:.0f}/s for {raw_seconds:.0f} s: {raw_served} served")
+        say(f"scale {protocol}: ApiVersions alone at {rate_per_s:.0f}/s for {raw_seconds:.0f} s: {raw_served} served")
 
         samples, stop, tasks = Samples(), asyncio.Event(), []
         tasks += [asyncio.ensure_future(probe(c, samples, stop, PROBES_PER_CONNECTION_PER_S, i / len(conns)))
                   for i, c in enumerate(conns)]
+
+        def spread(member):
+            # Members start spread over their interval (golden-ratio phases), as soon as they
+            # joined: the first joined keep their sessions while the others join.
+            phase = (len(tasks) * 0.6180339887) % 1.0
+            tasks.append(asyncio.ensure_future(member_traffic(member, samples, stop, phase)))
+
         started = time.monotonic()
-        groups = [Group(f"active-{g:03d}") for g in range(ACTIVE_GROUPS)]
-        joining = asyncio.Semaphore(20)
-        member_count = 0
-
-        async def join_group(group):
-            nonlocal member_count
-            async with joining:
-                joined = await asyncio.gather(*(join_member(node.kafka, group, i) for i in range(MEMBERS_PER_GROUP)))
-            for index, (member_id, generation) in enumerate(joined):
-                conn = conns[member_count % len(conns)]
-                phase = (member_count * 0.6180339887) % 1.0  # spread the members over the interval
-                member_count += 1
-                tasks.append(asyncio.ensure_future(
-                    member_traffic(conn, samples, stop, group.name, index, member_id, generation, phase)))
-
-        await asyncio.gather(*(join_group(g) for g in groups))
-        say(f"scale: {ACTIVE_GROUPS * MEMBERS_PER_GROUP} members joined {ACTIVE_GROUPS} groups in {time.monotonic() - started:.1f} s")
+        if protocol == "classic":
+            members = await join_classic(node.kafka, conns, spread)
+        else:
+            members = await join_consumer(conns, spread)
+        say(f"scale {protocol}: {len(members)} members joined {ACTIVE_GROUPS} groups in {time.monotonic() - started:.1f} s")
         await asyncio.sleep(COMMIT_INTERVAL_S + 1)  # every member under way
 
         cpu_before, started = cpu_s(node.process.pid), time.monotonic()
         samples.window = (started, started + seconds)
-        say(f"scale: measuring for {seconds:.0f} s")
+        say(f"scale {protocol}: measuring for {seconds:.0f} s")
         await asyncio.sleep(seconds)
         cpu = cpu_s(node.process.pid) - cpu_before
         await asyncio.sleep(2)  # answers to requests sent in the window
@@ -494,20 +698,20 @@ async def scale(binary, seconds):
         await asyncio.gather(*tasks)
         for c in conns:
             await c.close()
-        return report_scale(samples, seconds, cpu, raw_cpu, raw_served, raw_latencies)
+        return report_scale(protocol, samples, seconds, cpu, raw_cpu, raw_served, raw_latencies)
     finally:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report_scale(samples, seconds, cpu, raw_cpu, raw_served, raw_latencies):
+def report_scale(protocol, samples, seconds, cpu, raw_cpu, raw_served, raw_latencies):
     lat = samples.latencies
     served = sum(len(v) for v in lat.values())
     ms = {k: (percentile(v, 0.50) * 1000, percentile(v, 0.99) * 1000) for k, v in lat.items()}
     raw_p50, raw_p99 = percentile(raw_latencies, 0.50) * 1000, percentile(raw_latencies, 0.99) * 1000
     per_request_us = cpu / served * 1e6
     raw_per_request_us = raw_cpu / raw_served * 1e6
-    print(f"scale: {IDLE_GROUPS} idle groups, {ACTIVE_GROUPS * MEMBERS_PER_GROUP} active members, "
+    print(f"scale {protocol}: {IDLE_GROUPS} idle groups, {ACTIVE_GROUPS * MEMBERS_PER_GROUP} active {protocol} members, "
           f"{seconds:.0f} s window, {SHARED_CONNECTIONS} connections")
     print(f"  served: {len(lat['heartbeat'])} heartbeats, {len(lat['commit'])} commits, "
           f"{len(lat['api_versions'])} ApiVersions; errors: heartbeat {samples.errors['heartbeat'] or 'none'}, "
@@ -654,12 +858,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
     parser.add_argument("--seconds", type=float, default=60, help="the scale measuring window")
+    parser.add_argument("--protocols", default="classic,consumer",
+                        help="the active members' protocols, one broker each: classic, consumer (KIP-848)")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
     args = parser.parse_args()
     print(f"binary: {os.path.realpath(args.sluice)}", flush=True)
     if not args.skip_scale:
-        asyncio.run(scale(args.sluice, args.seconds))
+        for protocol in args.protocols.split(","):
+            asyncio.run(scale(args.sluice, args.seconds, protocol))
     if not args.skip_load:
         asyncio.run(load(args.sluice))
 
