@@ -21,13 +21,13 @@ thousand members fit beside the broker on two cores.
    ApiVersions alone at the same request rate (measured before the members join).
 2. load: a broker with offsets.topic.num.partitions=1 takes 1,000,000 offset commit records
    (10,000 groups x 100 partitions, one OffsetCommit per group), is stopped with SIGTERM and
-   started again: the time from the start until a group's OffsetFetch answers without
+   started again (three times): the time from the start until a group's OffsetFetch answers without
    COORDINATOR_LOAD_IN_PROGRESS, the broker's own "loaded group coordinator partition" line
    (elapsed_ms, records), beside the time `cat` takes to read the partition's log files to
    /dev/null (the raw limit; the page cache is warm for both, the log was just written).
 
 usage: benches/coordinator_scale.py [--sluice PATH] [--seconds N] [--protocols classic,consumer]
-                                   [--skip-scale] [--skip-load]
+                                   [--restarts N] [--skip-scale] [--skip-load]
 Results on stdout, progress on stderr.
 """
 import argparse
@@ -800,7 +800,7 @@ def load_offset(group, partition):
     return group * 1000 + partition
 
 
-async def load(binary):
+async def load(binary, restarts):
     work = tempfile.mkdtemp(prefix="sluice-coordinator-load-")
     node = Node(binary, work, overrides=["offsets.topic.num.partitions=1"])
     log_path = os.path.join(work, "node.log")
@@ -819,36 +819,37 @@ async def load(binary):
         write_s = time.monotonic() - started
         say(f"load: {stored} offsets committed in {write_s:.1f} s")
 
-        started = time.monotonic()
-        node.stop()
-        stop_s = time.monotonic() - started
-        segments = sorted(glob.glob(os.path.join(work, "data", "__consumer_offsets-0", "*.log")))
-        log_bytes = sum(os.path.getsize(s) for s in segments)
-        started = time.monotonic()
-        subprocess.run(["sh", "-c", 'cat "$@" > /dev/null', "cat", *segments], check=True)
-        cat_s = time.monotonic() - started
-
-        log_size = os.path.getsize(log_path)
+        print(f"load: {stored} offset commits ({LOAD_GROUPS} groups x {TOPIC_PARTITIONS} partitions), "
+              f"written in {write_s:.1f} s ({stored / write_s:.0f} records/s)")
         group = LOAD_GROUPS - 1
         expected = [(p, load_offset(group, p)) for p in (0, TOPIC_PARTITIONS - 1)]
-        started = time.monotonic()
-        node.start()
-        _, seen = await offset_fetch_until_loaded(node.kafka, f"load-{group:05d}", expected)
-        answered_s = time.monotonic() - started  # from the process start
-        await asyncio.sleep(0.5)
-        line = loaded_line(log_path, log_size)
-        loaded_ms = float(line.get("elapsed_ms", "nan"))
-        print(f"load: {stored} offset commits ({LOAD_GROUPS} groups x {TOPIC_PARTITIONS} partitions), "
-              f"written in {write_s:.1f} s ({stored / write_s:.0f} records/s); SIGTERM stop took {stop_s:.2f} s")
-        print(f"  partition log: {log_bytes / 1e6:.1f} MB in {len(segments)} segment(s); "
-              f"cat to /dev/null {cat_s * 1000:.0f} ms")
-        print(f"  restart to first OffsetFetch answered: {answered_s * 1000:.0f} ms "
-              f"(x{answered_s / cat_s:.1f} of cat; retried on errors {seen or 'none'})")
-        print(f"  broker's line: records={line.get('records')} groups={line.get('groups')} "
-              f"elapsed_ms={line.get('elapsed_ms')} (x{loaded_ms / 1000 / cat_s:.1f} of cat)")
-        sys.stdout.flush()
-        return {"restart_to_answer_ms": answered_s * 1000, "loaded_elapsed_ms": loaded_ms,
-                "records": line.get("records"), "cat_ms": cat_s * 1000, "log_mb": log_bytes / 1e6}
+        answered_ms, loaded_ms = [], []
+        for restart in range(1, restarts + 1):
+            started = time.monotonic()
+            node.stop()
+            stop_s = time.monotonic() - started
+            segments = sorted(glob.glob(os.path.join(work, "data", "__consumer_offsets-0", "*.log")))
+            log_bytes = sum(os.path.getsize(s) for s in segments)
+            started = time.monotonic()
+            subprocess.run(["sh", "-c", 'cat "$@" > /dev/null', "cat", *segments], check=True)
+            cat_ms = (time.monotonic() - started) * 1000
+
+            log_size = os.path.getsize(log_path)
+            started = time.monotonic()
+            node.start()
+            _, seen = await offset_fetch_until_loaded(node.kafka, f"load-{group:05d}", expected)
+            answered_ms.append((time.monotonic() - started) * 1000)  # from the process start
+            await asyncio.sleep(0.5)
+            line = loaded_line(log_path, log_size)
+            loaded_ms.append(float(line.get("elapsed_ms", "nan")))
+            print(f"  restart {restart}: SIGTERM stop {stop_s:.2f} s; log {log_bytes / 1e6:.1f} MB in "
+                  f"{len(segments)} segment(s), cat to /dev/null {cat_ms:.0f} ms; first OffsetFetch answered "
+                  f"{answered_ms[-1]:.0f} ms after the start (x{answered_ms[-1] / cat_ms:.1f} of cat; retried on "
+                  f"{seen or 'none'}); broker's line: records={line.get('records')} groups={line.get('groups')} "
+                  f"elapsed_ms={line.get('elapsed_ms')} (x{loaded_ms[-1] / cat_ms:.1f} of cat)", flush=True)
+        print(f"  median of {restarts}: answered {percentile(answered_ms, 0.5):.0f} ms, "
+              f"loaded (broker's elapsed_ms) {percentile(loaded_ms, 0.5):.0f} ms", flush=True)
+        return {"answered_ms": answered_ms, "loaded_ms": loaded_ms}
     finally:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -860,6 +861,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=60, help="the scale measuring window")
     parser.add_argument("--protocols", default="classic,consumer",
                         help="the active members' protocols, one broker each: classic, consumer (KIP-848)")
+    parser.add_argument("--restarts", type=int, default=3, help="load: restarts measured")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
     args = parser.parse_args()
@@ -868,7 +870,7 @@ def main():
         for protocol in args.protocols.split(","):
             asyncio.run(scale(args.sluice, args.seconds, protocol))
     if not args.skip_load:
-        asyncio.run(load(args.sluice))
+        asyncio.run(load(args.sluice, args.restarts))
 
 
 if __name__ == "__main__":
