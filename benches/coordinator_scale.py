@@ -71,8 +71,7 @@ FLEXIBLE = {CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT_FLEXIBLE}
 
 # Error codes met on the way.
 NONE, LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
-UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, TOPIC_ALREADY_EXISTS = 25, 27, 36
-FENCED_MEMBER_EPOCH = 110
+UNKNOWN_MEMBER_ID, TOPIC_ALREADY_EXISTS, FENCED_MEMBER_EPOCH = 25, 36, 110
 MEMBER_ID_REQUIRED = 79
 RETRIABLE = {LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 
@@ -736,7 +735,6 @@ def report_scale(protocol, samples, seconds, cpu, raw_cpu, raw_served, raw_laten
 
 # ---- loading a partition of a million records ----
 
-LOADED = re.compile(r"loaded group coordinator partition.*")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
