@@ -857,6 +857,18 @@ mod tests {
             pending_revocation: vec![(9, 9)],
         };
         let encoded = current.encode();
+        // The bytes Kafka writes for these values (a change of types must not move a byte).
+        assert_eq!(
+            hex(&encode_target_value(&partitions)),
+            "0000030000001000000000000000000000000003000000000000000300000000000000000000000000\
+             0000000502000000010000"
+        );
+        assert_eq!(
+            hex(&encoded),
+            "0000000000040000000301030000001000000000000000000000000003000000000000000300000000\
+             0000000000000000000000000502000000010002000000000000000000000000000000090200000009\
+             0000"
+        );
         assert_eq!(CurrentAssignmentValue::decode(&encoded), Ok(current));
         for cut in 0..encoded.len() {
             assert!(
@@ -864,5 +876,9 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
