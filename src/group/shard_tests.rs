@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use super::CommittedOffset;
 use super::classic::{JoinRequest, Leaving, Reply};
-use super::consumer::{Heartbeat, TopicsView, Tp};
+use super::consumer::{Heartbeat, TopicsView};
 use super::shard::{GroupShard, OffsetCommit, TopicsSource};
 use super::state::{DurableGroup, Group};
 use crate::coordinator::{
     Clock, ManualClock, MemoryWriter, PartitionWriter, Runtime, RuntimeConfig, ShardHandle,
 };
+use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
 
 const TOPIC_ID: u128 = 7;
@@ -123,7 +124,7 @@ impl Fixture {
         &self,
         group: &str,
         request: Heartbeat,
-    ) -> Result<(Result<(), KafkaError>, i32, Vec<Tp>), KafkaError> {
+    ) -> Result<(Result<(), KafkaError>, i32, Vec<TopicIdPartition>), KafkaError> {
         let result = self
             .shard
             .write(|s, ctx| s.consumer_heartbeat(ctx, group, request))
@@ -184,7 +185,7 @@ impl Fixture {
         })
     }
 
-    fn assigned(&self, group: &str, member: &str) -> Vec<Tp> {
+    fn assigned(&self, group: &str, member: &str) -> Vec<TopicIdPartition> {
         self.shard.inspect(|s| match s.group(group) {
             Some(Group::Consumer(g)) => g
                 .members
@@ -222,7 +223,11 @@ fn join_request(member_id: &str) -> JoinRequest {
     }
 }
 
-fn consumer_request(member_id: &str, epoch: i32, owned: Option<Vec<Tp>>) -> Heartbeat {
+fn consumer_request(
+    member_id: &str,
+    epoch: i32,
+    owned: Option<Vec<TopicIdPartition>>,
+) -> Heartbeat {
     Heartbeat {
         member_id: member_id.into(),
         member_epoch: epoch,
