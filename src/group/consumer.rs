@@ -36,8 +36,8 @@ use super::records::{
 };
 use super::{CommittedOffset, GroupConfig};
 use crate::coordinator::Now;
-use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
+use crate::protocol::{TopicIdPartition, TopicPartition};
 
 /// The topics a group's members subscribe to, as the metadata image has them: name ->
 /// (topic id, partition count).
@@ -164,7 +164,7 @@ pub struct ConsumerGroup {
     /// group looks at its topics again on the first heartbeat).
     topics: TopicsView,
     static_members: HashMap<String, String>,
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     state_since_ms: i64,
     /// `group.consumer.session.timeout.ms`: a member's session from its join or a load.
     session_timeout: Duration,

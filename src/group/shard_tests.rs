@@ -14,8 +14,8 @@ use super::state::{DurableGroup, Group};
 use crate::coordinator::{
     Clock, ManualClock, MemoryWriter, PartitionWriter, Runtime, RuntimeConfig, ShardHandle,
 };
-use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
+use crate::protocol::{TopicIdPartition, TopicPartition};
 
 const TOPIC_ID: u128 = 7;
 
@@ -106,8 +106,7 @@ impl Fixture {
         offset: i64,
     ) -> Result<(), KafkaError> {
         let commits = vec![OffsetCommit {
-            topic: "t".into(),
-            partition: 0,
+            topic_partition: TopicPartition::new("t", 0),
             offset: CommittedOffset {
                 offset,
                 leader_epoch: -1,
@@ -260,7 +259,7 @@ async fn a_failed_append_of_any_write_path_leaves_memory_as_the_log() {
     // OffsetDelete and DeleteGroups.
     let deleted = f
         .shard
-        .write(|s, ctx| s.delete_offsets(ctx, "g", &[("t".to_owned(), 0)]))
+        .write(|s, ctx| s.delete_offsets(ctx, "g", &[TopicPartition::new("t", 0)]))
         .await;
     assert_eq!(deleted.err(), Some(KafkaError::NotLeaderOrFollower));
     assert_eq!(
@@ -342,8 +341,7 @@ async fn a_commit_is_answered_and_fetched_only_once_stored() {
     let shard = Arc::clone(&f.shard);
     let commit = tokio::spawn(async move {
         let commits = vec![OffsetCommit {
-            topic: "t".into(),
-            partition: 0,
+            topic_partition: TopicPartition::new("t", 0),
             offset: CommittedOffset {
                 offset: 42,
                 leader_epoch: -1,
@@ -364,7 +362,7 @@ async fn a_commit_is_answered_and_fetched_only_once_stored() {
     f.writer.commit_all();
     assert_eq!(commit.await.unwrap(), Ok(Ok(())));
     let fetched = fetch.await.unwrap().unwrap();
-    assert_eq!(fetched[&("t".to_owned(), 0)].offset, 42);
+    assert_eq!(fetched[&TopicPartition::new("t", 0)].offset, 42);
 }
 
 #[tokio::test]
@@ -502,7 +500,9 @@ async fn replaying_the_records_from_scratch_gives_the_live_state() {
                 9 => {
                     let _ = f
                         .shard
-                        .write(|s, ctx| s.delete_offsets(ctx, group, &[("t".to_owned(), 0)]))
+                        .write(|s, ctx| {
+                            s.delete_offsets(ctx, group, &[TopicPartition::new("t", 0)])
+                        })
                         .await;
                     let _ = f.shard.write(|s, ctx| s.delete_group(ctx, group)).await;
                 }
