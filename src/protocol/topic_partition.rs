@@ -6,8 +6,10 @@ use std::fmt;
 /// Kafka's limit on topic name length (`Topic.MAX_NAME_LENGTH`).
 pub const TOPIC_NAME_LENGTH_MAX: usize = 249;
 
-/// A topic and one of its partitions.
+/// A topic and one of its partitions. Brokers send it to the controller (bincode, which
+/// encodes it as it encodes the `(String, i32)` it replaced, so mixed versions agree).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "broker", derive(serde::Serialize, serde::Deserialize))]
 pub struct TopicPartition {
     /// The topic's name.
     pub topic: String,
@@ -135,5 +137,18 @@ mod tests {
             "_____________________w-7"
         );
         assert!(TopicIdPartition::new(1, 9) < TopicIdPartition::new(2, 0));
+    }
+
+    #[cfg(feature = "broker")]
+    #[test]
+    fn a_topic_partition_crosses_to_the_controller_as_the_tuple_it_replaced() {
+        let old: Option<Vec<(String, i32)>> = Some(vec![("orders".to_owned(), 3)]);
+        let new = Some(vec![TopicPartition::new("orders", 3)]);
+        let bytes = bincode::serialize(&old).expect("serializes");
+        assert_eq!(bincode::serialize(&new).expect("serializes"), bytes);
+        assert_eq!(
+            bincode::deserialize::<Option<Vec<TopicPartition>>>(&bytes).expect("deserializes"),
+            new
+        );
     }
 }
