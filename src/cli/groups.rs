@@ -147,7 +147,16 @@ struct Member {
     group_instance_id: Option<String>,
     client_id: String,
     host: String,
-    assignment: Vec<(String, i32)>,
+    /// `[topic, partition]` pairs in JSON, as before `TopicPartition` derived `Serialize`.
+    #[serde(serialize_with = "topic_partition_pairs")]
+    assignment: Vec<TopicPartition>,
+}
+
+fn topic_partition_pairs<S: serde::Serializer>(
+    partitions: &[TopicPartition],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(partitions.iter().map(|tp| (&tp.topic, tp.partition)))
 }
 
 fn members(described: &GroupDescription) -> Vec<Member> {
@@ -159,11 +168,7 @@ fn members(described: &GroupDescription) -> Vec<Member> {
             group_instance_id: m.group_instance_id.clone(),
             client_id: m.client_id.clone(),
             host: m.host.clone(),
-            assignment: m
-                .assignment
-                .iter()
-                .map(|tp| (tp.topic.clone(), tp.partition))
-                .collect(),
+            assignment: m.assignment.clone(),
         })
         .collect()
 }
@@ -219,13 +224,13 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
     let described = admin.describe_group(group).await?;
     let members = members(&described);
     let committed = committed_offsets(&admin, group).await?;
-    let mut owner: BTreeMap<(String, i32), &Member> = BTreeMap::new();
+    let mut owner: BTreeMap<TopicPartition, &Member> = BTreeMap::new();
     for member in &members {
         for key in &member.assignment {
             owner.insert(key.clone(), member);
         }
     }
-    let partitions: BTreeSet<(String, i32)> =
+    let partitions: BTreeSet<TopicPartition> =
         committed.keys().chain(owner.keys()).cloned().collect();
     let ends = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
     let rows: Vec<PartitionLag> = partitions
@@ -235,8 +240,8 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
             let log_end_offset = ends.get(key).copied().flatten();
             let member = owner.get(key);
             PartitionLag {
-                topic: key.0.clone(),
-                partition: key.1,
+                topic: key.topic.clone(),
+                partition: key.partition,
                 committed_offset,
                 log_end_offset,
                 lag: committed_offset
@@ -357,8 +362,8 @@ async fn describe_members_or_state(
         .iter()
         .map(|m| {
             let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-            for (topic, partition) in &m.assignment {
-                by_topic.entry(topic).or_default().push(*partition);
+            for tp in &m.assignment {
+                by_topic.entry(&tp.topic).or_default().push(tp.partition);
             }
             let assignment = by_topic
                 .iter()
@@ -413,14 +418,14 @@ async fn reset_offsets(
             described.state
         );
     }
-    let partitions: BTreeSet<(String, i32)> = admin
+    let partitions: BTreeSet<TopicPartition> = admin
         .describe_topics(&[topic.to_owned()])
         .await?
         .first()
         .context("Metadata answered no topic")?
         .partitions
         .iter()
-        .map(|p| (topic.to_owned(), p.partition))
+        .map(|p| TopicPartition::new(topic, p.partition))
         .collect();
     let earliest = offsets_at(&admin, &partitions, OffsetSpec::Earliest).await?;
     let latest = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
@@ -467,9 +472,7 @@ async fn reset_offsets(
     if execute {
         let offsets: BTreeMap<TopicPartition, i64> = plan
             .iter()
-            .map(|((topic, partition), _, offset)| {
-                (TopicPartition::new(topic, *partition), *offset)
-            })
+            .map(|(tp, _, offset)| (tp.clone(), *offset))
             .collect();
         admin.alter_group_offsets(group, &offsets).await?;
     }
@@ -482,12 +485,14 @@ async fn reset_offsets(
     }
     let rows: Vec<Reset> = plan
         .into_iter()
-        .map(|((topic, partition), committed_offset, new_offset)| Reset {
-            topic,
-            partition,
-            committed_offset,
-            new_offset,
-        })
+        .map(
+            |(TopicPartition { topic, partition }, committed_offset, new_offset)| Reset {
+                topic,
+                partition,
+                committed_offset,
+                new_offset,
+            },
+        )
         .collect();
     if common.output == Format::Json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -523,35 +528,21 @@ async fn delete(common: &Common, group: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The group's committed offsets, by (topic, partition).
+/// The group's committed offsets.
 async fn committed_offsets(
     admin: &Admin,
     group: &str,
-) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
-    Ok(admin
-        .list_group_offsets(group)
-        .await?
-        .into_iter()
-        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
-        .collect())
+) -> anyhow::Result<BTreeMap<TopicPartition, i64>> {
+    Ok(admin.list_group_offsets(group).await?)
 }
 
 /// Each partition's offset at `spec` (`None`: no record at or after the time).
 async fn offsets_at(
     admin: &Admin,
-    partitions: &BTreeSet<(String, i32)>,
+    partitions: &BTreeSet<TopicPartition>,
     spec: OffsetSpec,
-) -> anyhow::Result<BTreeMap<(String, i32), Option<i64>>> {
-    let asked: BTreeSet<TopicPartition> = partitions
-        .iter()
-        .map(|(topic, partition)| TopicPartition::new(topic, *partition))
-        .collect();
-    Ok(admin
-        .list_offsets(&asked, spec)
-        .await?
-        .into_iter()
-        .map(|(tp, offset)| ((tp.topic, tp.partition), offset))
-        .collect())
+) -> anyhow::Result<BTreeMap<TopicPartition, Option<i64>>> {
+    Ok(admin.list_offsets(partitions, spec).await?)
 }
 
 /// `2026-12-01T10:00:00[.sss][Z|±hh:mm]` (UTC without a zone) or milliseconds since the epoch.
@@ -637,5 +628,18 @@ mod tests {
         );
         assert_eq!(parse_datetime_ms("2024-13-01T00:00:00"), None);
         assert_eq!(parse_datetime_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn a_members_assignment_prints_as_topic_partition_pairs_in_json() {
+        let member = Member {
+            member_id: "m".into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            host: "/127.0.0.1".into(),
+            assignment: vec![TopicPartition::new("t", 0), TopicPartition::new("u", 2)],
+        };
+        let value = serde_json::to_value(&member).expect("serializes");
+        assert_eq!(value["assignment"], json!([["t", 0], ["u", 2]]));
     }
 }

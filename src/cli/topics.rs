@@ -18,6 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
 use sluice::client::{Admin, AlterConfigOp, ElectionType, Error, NewTopic, RESOURCE_TOPIC};
 use sluice::protocol::errors;
+use sluice::protocol::topic_partition::topic_id_text;
 
 use super::common::{Connect, Format, TopicArg, block_on, parse_key_value, print_table};
 
@@ -455,7 +456,7 @@ async fn describe(
             .map(|t| {
                 json!({
                     "name": t.name,
-                    "topic_id": uuid_text(&t.topic_id),
+                    "topic_id": topic_id_text(u128::from_be_bytes(t.topic_id)),
                     "internal": t.is_internal,
                     "configs": t.configs,
                     "partitions": t.partitions.iter().filter(|p| filter(p)).map(|p| json!({
@@ -482,7 +483,7 @@ async fn describe(
         println!(
             "Topic: {}  TopicId: {}  PartitionCount: {}  ReplicationFactor: {}  Configs: {}",
             topic.name,
-            uuid_text(&topic.topic_id),
+            topic_id_text(u128::from_be_bytes(topic.topic_id)),
             topic.partitions.len(),
             replication_factor,
             configs.join(",")
@@ -532,22 +533,6 @@ fn ids(v: &[i32]) -> String {
         return "-".into();
     }
     v.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// A topic id as Kafka's tools print it (URL-safe base64 without padding).
-fn uuid_text(id: &[u8; 16]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(22);
-    for chunk in id.chunks(3) {
-        let mut n = 0u32;
-        for (i, b) in chunk.iter().enumerate() {
-            n |= u32::from(*b) << (16 - 8 * i);
-        }
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 async fn reassign(

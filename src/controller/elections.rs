@@ -107,20 +107,24 @@ pub type Elected = (String, i32, Result<(), KafkaError>);
 pub fn elect_leaders(
     image: &MetadataImage,
     election_type: i8,
-    partitions: Option<&[(String, i32)]>,
+    partitions: Option<&[TopicPartition]>,
 ) -> (Vec<Elected>, Vec<MetadataRecord>) {
-    let wanted: Vec<(String, i32)> = match partitions {
+    let wanted: Vec<TopicPartition> = match partitions {
         Some(list) => list.to_vec(),
         None => image
             .topics
             .values()
-            .flat_map(|t| t.partitions.keys().map(|p| (t.name.clone(), *p)))
+            .flat_map(|t| {
+                t.partitions
+                    .keys()
+                    .map(|p| TopicPartition::new(t.name.as_str(), *p))
+            })
             .collect(),
     };
     let every_partition = partitions.is_none();
     let mut results = Vec::with_capacity(wanted.len());
     let mut records = Vec::new();
-    for (topic, partition) in wanted {
+    for TopicPartition { topic, partition } in wanted {
         let outcome = match image.topic_by_name(&topic) {
             Some(t) if t.partitions.contains_key(&partition) => {
                 elect_for(image, t.id, partition, election_type)

@@ -46,6 +46,7 @@ use sluice_raft::records::{
     RegisterBroker, Uuid,
 };
 
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{ApiError, KafkaError};
 use crate::protocol::topic_partition::validate_topic_name;
 use placement::Candidate;

@@ -27,6 +27,7 @@ use sluice_raft::records::{BrokerId, MetadataRecord, RegisterBroker, Uuid};
 use sluice_raft::{ProposeError, Quorum};
 
 use super::{ControllerError, Defaults, NewTopic};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, ApiError, KafkaError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,7 +75,7 @@ pub enum ControllerRequest {
     /// ElectLeaders: `partitions` by topic name, `None` for every partition.
     ElectLeaders {
         election_type: i8,
-        partitions: Option<Vec<(String, i32)>>,
+        partitions: Option<Vec<TopicPartition>>,
     },
     /// A block of producer ids for a broker's InitProducerId answers.
     AllocateProducerIds {

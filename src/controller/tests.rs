@@ -1055,7 +1055,10 @@ fn elect_leaders_for_every_partition_leaves_out_those_already_led_by_their_prefe
     let (results, records) = elect_leaders(&image, ELECTION_PREFERRED, None);
     assert!(results.is_empty() && records.is_empty(), "{results:?}");
 
-    let named = [("calm".to_owned(), 0), ("calm".to_owned(), 1)];
+    let named = [
+        TopicPartition::new("calm", 0),
+        TopicPartition::new("calm", 1),
+    ];
     let (results, records) = elect_leaders(&image, ELECTION_PREFERRED, Some(&named));
     assert_eq!(
         results,
@@ -1083,7 +1086,7 @@ fn elect_leaders_for_every_partition_leaves_out_those_already_led_by_their_prefe
     let back = apply(&moved, records);
     assert_eq!(back.partition(Uuid(5), 1).unwrap().leader, preferred);
     // Failures are answered too: an unknown partition named explicitly.
-    let unknown = [("calm".to_owned(), 9)];
+    let unknown = [TopicPartition::new("calm", 9)];
     let (results, _) = elect_leaders(&image, ELECTION_PREFERRED, Some(&unknown));
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].2, Err(KafkaError::UnknownTopicOrPartition));

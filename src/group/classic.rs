@@ -34,6 +34,7 @@ use tokio::sync::oneshot;
 
 use super::records::{GroupValue, MemberValue};
 use super::{CommittedOffset, GroupConfig};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
 /// A new member's join that never completes (its client went away mid-rebalance) is dropped
@@ -264,7 +265,7 @@ pub struct ClassicGroup {
     initial_delay: Duration,
     writes: Vec<GroupWrite>,
     /// Committed offsets by (topic, partition).
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     /// The group's last metadata record: what a load restores. Changed only by replaying
     /// that record (the rebalance under way, sessions and waiting members are in memory
     /// only, as in Kafka).
@@ -1212,7 +1213,7 @@ impl ClassicGroup {
     /// Offsets that expired as of `now` (`offsets.retention.minutes`): all of an empty
     /// group's, once it has been empty that long; a group with no protocol (commits only) by
     /// each offset's commit time.
-    pub fn expired_offsets(&self, retention: Duration, now: Now) -> Vec<(String, i32)> {
+    pub fn expired_offsets(&self, retention: Duration, now: Now) -> Vec<TopicPartition> {
         let retention_ms = retention.as_millis() as i64;
         if self.state != GroupState::Empty {
             return Vec::new();
@@ -1856,7 +1857,7 @@ mod tests {
         // A group that only stores offsets (no protocol): each offset by its commit time.
         group
             .offsets
-            .insert(("t".into(), 0), offset(clock.now().wall_ms));
+            .insert(TopicPartition::new("t", 0), offset(clock.now().wall_ms));
         let retention = Duration::from_secs(60);
         assert!(
             group
@@ -1865,10 +1866,10 @@ mod tests {
         );
         group
             .offsets
-            .insert(("t".into(), 1), offset(clock.now().wall_ms));
+            .insert(TopicPartition::new("t", 1), offset(clock.now().wall_ms));
         assert_eq!(
             group.expired_offsets(retention, clock.advance(1)),
-            vec![("t".to_owned(), 0)]
+            vec![TopicPartition::new("t", 0)]
         );
 
         // A consumer group: nothing expires while it has members, everything once it has

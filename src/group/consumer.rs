@@ -37,9 +37,7 @@ use super::records::{
 use super::{CommittedOffset, GroupConfig};
 use crate::coordinator::Now;
 use crate::protocol::errors::KafkaError;
-
-/// A partition by topic id (the protocol's form) and index.
-pub type Tp = (u128, i32);
+use crate::protocol::{TopicIdPartition, TopicPartition};
 
 /// The topics a group's members subscribe to, as the metadata image has them: name ->
 /// (topic id, partition count).
@@ -58,7 +56,7 @@ pub struct Heartbeat {
     pub subscribed_topic_names: Option<Vec<String>>,
     pub server_assignor: Option<String>,
     /// None: unchanged since the last heartbeat.
-    pub owned: Option<Vec<Tp>>,
+    pub owned: Option<Vec<TopicIdPartition>>,
     pub client_id: String,
     pub client_host: String,
 }
@@ -70,7 +68,7 @@ pub struct HeartbeatResult {
     pub member_id: String,
     pub member_epoch: i32,
     /// The member's assignment (what it may own now).
-    pub assignment: Option<Vec<Tp>>,
+    pub assignment: Option<Vec<TopicIdPartition>>,
 }
 
 impl HeartbeatResult {
@@ -102,9 +100,9 @@ pub struct ConsumerMember {
     pub epoch: i32,
     previous_epoch: i32,
     /// What the member may own now.
-    pub assigned: BTreeSet<Tp>,
+    pub assigned: BTreeSet<TopicIdPartition>,
     /// Given up, not yet confirmed by the member.
-    pending_revocation: BTreeSet<Tp>,
+    pending_revocation: BTreeSet<TopicIdPartition>,
     // In memory only, not in the records:
     revocation_deadline: Option<Instant>,
     session_deadline: Instant,
@@ -127,7 +125,7 @@ impl ConsumerMember {
     }
 
     /// Its ConsumerGroupCurrentMemberAssignment record's value (`target`: its target).
-    fn current_value(&self, target: Option<&BTreeSet<Tp>>) -> CurrentAssignmentValue {
+    fn current_value(&self, target: Option<&BTreeSet<TopicIdPartition>>) -> CurrentAssignmentValue {
         CurrentAssignmentValue {
             member_epoch: self.epoch,
             previous_member_epoch: self.previous_epoch,
@@ -150,7 +148,7 @@ impl ConsumerMember {
 pub struct ConsumerDurable {
     pub group_epoch: i32,
     pub assignment_epoch: i32,
-    pub target: BTreeMap<String, BTreeSet<Tp>>,
+    pub target: BTreeMap<String, BTreeSet<TopicIdPartition>>,
     pub members: BTreeMap<String, (ConsumerMemberValue, CurrentAssignmentValue)>,
 }
 
@@ -161,12 +159,12 @@ pub struct ConsumerGroup {
     pub assignment_epoch: i32,
     pub members: BTreeMap<String, ConsumerMember>,
     /// The target assignment at `assignment_epoch`.
-    pub target: BTreeMap<String, BTreeSet<Tp>>,
+    pub target: BTreeMap<String, BTreeSet<TopicIdPartition>>,
     /// The subscribed topics as of the last target computation (in memory only: a loaded
     /// group looks at its topics again on the first heartbeat).
     topics: TopicsView,
     static_members: HashMap<String, String>,
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     state_since_ms: i64,
     /// `group.consumer.session.timeout.ms`: a member's session from its join or a load.
     session_timeout: Duration,
@@ -459,7 +457,7 @@ impl ConsumerGroup {
                 ));
             }
             if let Some(tp) = m.assigned.intersection(&m.pending_revocation).next() {
-                return Err(format!("member {id} both owns and revokes {tp:?}"));
+                return Err(format!("member {id} both owns and revokes {tp}"));
             }
         }
         if let Some(member) = self.target.keys().find(|m| !self.members.contains_key(*m)) {
@@ -606,7 +604,7 @@ impl ConsumerGroup {
             metadata.client_host = request.client_host.clone();
             metadata.subscribed_topic_names = subscribed.iter().cloned().collect();
             let current = previous.current_value(self.target.get(&holder));
-            let target: Vec<Tp> = self
+            let target: Vec<TopicIdPartition> = self
                 .target
                 .get(&holder)
                 .map(|t| t.iter().copied().collect())
@@ -811,7 +809,7 @@ impl ConsumerGroup {
             "range" => assign_range(&subscriptions, &self.topics),
             _ => assign_uniform(&subscriptions, &self.topics, &self.target),
         };
-        let changed: Vec<(String, Vec<Tp>)> = target
+        let changed: Vec<(String, Vec<TopicIdPartition>)> = target
             .iter()
             .filter(|(member, partitions)| self.target.get(*member) != Some(*partitions))
             .map(|(member, partitions)| (member.clone(), partitions.iter().copied().collect()))
@@ -846,10 +844,15 @@ impl ConsumerGroup {
     }
 
     /// Moves a member toward its target; its answer.
-    fn reconcile(&mut self, member_id: &str, owned: Option<&[Tp]>, now: Now) -> HeartbeatResult {
+    fn reconcile(
+        &mut self,
+        member_id: &str,
+        owned: Option<&[TopicIdPartition]>,
+        now: Now,
+    ) -> HeartbeatResult {
         let target = self.target.get(member_id).cloned().unwrap_or_default();
         // Partitions others still hold (assigned or not yet confirmed as revoked).
-        let held_by_others: BTreeSet<Tp> = self
+        let held_by_others: BTreeSet<TopicIdPartition> = self
             .members
             .values()
             .filter(|m| m.member_id != member_id)
@@ -876,7 +879,8 @@ impl ConsumerGroup {
             }
         }
         if pending_revocation.is_empty() {
-            let to_revoke: BTreeSet<Tp> = assigned.difference(&target).copied().collect();
+            let to_revoke: BTreeSet<TopicIdPartition> =
+                assigned.difference(&target).copied().collect();
             if !to_revoke.is_empty() {
                 for tp in &to_revoke {
                     assigned.remove(tp);
@@ -986,7 +990,7 @@ fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now
     member.epoch = v.member_epoch;
     member.previous_epoch = v.previous_member_epoch;
     member.assigned = v.assigned.iter().copied().collect();
-    let pending: BTreeSet<Tp> = v.pending_revocation.iter().copied().collect();
+    let pending: BTreeSet<TopicIdPartition> = v.pending_revocation.iter().copied().collect();
     if pending.is_empty() {
         member.revocation_deadline = None;
     } else if member.revocation_deadline.is_none() {
@@ -1001,9 +1005,9 @@ fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now
 pub fn assign_uniform(
     subscriptions: &BTreeMap<String, BTreeSet<String>>,
     topics: &TopicsView,
-    previous: &BTreeMap<String, BTreeSet<Tp>>,
-) -> BTreeMap<String, BTreeSet<Tp>> {
-    let mut target: BTreeMap<String, BTreeSet<Tp>> = subscriptions
+    previous: &BTreeMap<String, BTreeSet<TopicIdPartition>>,
+) -> BTreeMap<String, BTreeSet<TopicIdPartition>> {
+    let mut target: BTreeMap<String, BTreeSet<TopicIdPartition>> = subscriptions
         .keys()
         .map(|m| (m.clone(), BTreeSet::new()))
         .collect();
@@ -1011,7 +1015,7 @@ pub fn assign_uniform(
         return target;
     }
     // Every partition with the members that may take it.
-    let mut partitions: Vec<(Tp, Vec<&String>)> = Vec::new();
+    let mut partitions: Vec<(TopicIdPartition, Vec<&String>)> = Vec::new();
     for (topic, (id, count)) in topics {
         let subscribers: Vec<&String> = subscriptions
             .iter()
@@ -1022,22 +1026,22 @@ pub fn assign_uniform(
             continue;
         }
         for partition in 0..*count {
-            partitions.push(((*id, partition), subscribers.clone()));
+            partitions.push((TopicIdPartition::new(*id, partition), subscribers.clone()));
         }
     }
     let total = partitions.len();
     let members = subscriptions.len();
     let floor = total / members;
     let mut extra = total % members;
-    let previous_owner: HashMap<Tp, &String> = previous
+    let previous_owner: HashMap<TopicIdPartition, &String> = previous
         .iter()
         .flat_map(|(m, tps)| tps.iter().map(move |tp| (*tp, m)))
         .collect();
-    let subscribers_of: HashMap<Tp, &Vec<&String>> =
+    let subscribers_of: HashMap<TopicIdPartition, &Vec<&String>> =
         partitions.iter().map(|(tp, s)| (*tp, s)).collect();
     let mut unassigned = Vec::new();
     // Sticky pass: previous owners keep up to their share.
-    let mut kept: Vec<(Tp, &String)> = Vec::new();
+    let mut kept: Vec<(TopicIdPartition, &String)> = Vec::new();
     for (tp, subscribers) in &partitions {
         match previous_owner.get(tp) {
             Some(owner) if subscribers.contains(owner) => kept.push((*tp, owner)),
@@ -1081,8 +1085,8 @@ pub fn assign_uniform(
 pub fn assign_range(
     subscriptions: &BTreeMap<String, BTreeSet<String>>,
     topics: &TopicsView,
-) -> BTreeMap<String, BTreeSet<Tp>> {
-    let mut target: BTreeMap<String, BTreeSet<Tp>> = subscriptions
+) -> BTreeMap<String, BTreeSet<TopicIdPartition>> {
+    let mut target: BTreeMap<String, BTreeSet<TopicIdPartition>> = subscriptions
         .keys()
         .map(|m| (m.clone(), BTreeSet::new()))
         .collect();
@@ -1102,7 +1106,7 @@ pub fn assign_range(
             let take = each + usize::from(i < extra);
             let entry = target.entry((*member).clone()).or_default();
             for partition in next..next + take {
-                entry.insert((*id, partition as i32));
+                entry.insert(TopicIdPartition::new(*id, partition as i32));
             }
             next += take;
         }
@@ -1129,7 +1133,7 @@ mod tests {
         }
     }
 
-    fn heartbeat(member_id: &str, epoch: i32, owned: Option<Vec<Tp>>) -> Heartbeat {
+    fn heartbeat(member_id: &str, epoch: i32, owned: Option<Vec<TopicIdPartition>>) -> Heartbeat {
         Heartbeat {
             member_id: member_id.into(),
             member_epoch: epoch,
@@ -1149,7 +1153,7 @@ mod tests {
             .assignment
             .iter()
             .flatten()
-            .map(|(_, p)| *p)
+            .map(|tp| tp.partition)
             .collect()
     }
 
@@ -1178,7 +1182,7 @@ mod tests {
         assert_eq!(group.state_name(), "Reconciling");
 
         // A is told to keep three; it stays at epoch 1 until it confirms.
-        let owned_a: Vec<Tp> = (0..6).map(|p| (7, p)).collect();
+        let owned_a: Vec<TopicIdPartition> = (0..6).map(|p| TopicIdPartition::new(7, p)).collect();
         let a = group.heartbeat(
             heartbeat("a", 1, Some(owned_a)),
             &topics(),
@@ -1191,7 +1195,8 @@ mod tests {
         // Nothing is given to B while A has not confirmed.
         let b = group.heartbeat(heartbeat("b", 2, None), &topics(), &config(), now(base, 30));
         assert!(partitions(&b).is_empty());
-        let owned_a: Vec<Tp> = kept.iter().map(|p| (7, *p)).collect();
+        let owned_a: Vec<TopicIdPartition> =
+            kept.iter().map(|p| TopicIdPartition::new(7, *p)).collect();
         let a = group.heartbeat(
             heartbeat("a", 1, Some(owned_a)),
             &topics(),
@@ -1257,7 +1262,11 @@ mod tests {
         assert_eq!(group.members.len(), 2);
         // A heartbeats, B does not.
         group.heartbeat(
-            heartbeat("a", 1, Some((0..6).map(|p| (7, p)).collect())),
+            heartbeat(
+                "a",
+                1,
+                Some((0..6).map(|p| TopicIdPartition::new(7, p)).collect()),
+            ),
             &topics(),
             &config(),
             now(base, 30_000),
@@ -1294,11 +1303,15 @@ mod tests {
         assert!(three["a"].is_subset(&two["a"]));
         assert!(three["b"].is_subset(&two["b"]));
         let range = assign_range(&subscribe(&["a", "b"]), &topics);
+        let tp = TopicIdPartition::new;
         assert_eq!(
             range["a"],
-            BTreeSet::from([(1, 0), (1, 1), (1, 2), (1, 3), (2, 0)])
+            BTreeSet::from([tp(1, 0), tp(1, 1), tp(1, 2), tp(1, 3), tp(2, 0)])
         );
-        assert_eq!(range["b"], BTreeSet::from([(1, 4), (1, 5), (1, 6), (2, 1)]));
+        assert_eq!(
+            range["b"],
+            BTreeSet::from([tp(1, 4), tp(1, 5), tp(1, 6), tp(2, 1)])
+        );
     }
 
     #[test]
@@ -1343,7 +1356,7 @@ mod tests {
             &config(),
             now(base, 1),
         );
-        let owned: Vec<Tp> = (0..6).map(|p| (7, p)).collect();
+        let owned: Vec<TopicIdPartition> = (0..6).map(|p| TopicIdPartition::new(7, p)).collect();
         let a = group.heartbeat(
             heartbeat("a", 1, Some(owned)),
             &topics(),

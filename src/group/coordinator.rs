@@ -529,8 +529,8 @@ impl GroupCoordinator {
     pub async fn fetch_offsets(
         &self,
         group_id: &str,
-        wanted: Option<&[(String, i32)]>,
-    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, KafkaError> {
+        wanted: Option<&[TopicPartition]>,
+    ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, KafkaError> {
         let shard = self.shard_of(group_id)?;
         shard
             .read_committed(group_id, |s| s.offsets(group_id, wanted))
@@ -541,7 +541,7 @@ impl GroupCoordinator {
     pub async fn delete_offsets(
         self: &Arc<Self>,
         group_id: &str,
-        partitions: &[(String, i32)],
+        partitions: &[TopicPartition],
     ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let shard = self.shard_of(group_id)?;
         shard
@@ -608,16 +608,15 @@ impl GroupCoordinator {
                         Group::Consumer(g) => g.members.len(),
                     };
                     members_by_group.push((group.group_id().to_owned(), members));
-                    for ((topic, partition), committed) in group.offsets() {
-                        let tp = TopicPartition::new(topic.as_str(), *partition);
-                        let Some(replica) = self.replicas.partition(&tp) else {
+                    for (tp, committed) in group.offsets() {
+                        let Some(replica) = self.replicas.partition(tp) else {
                             continue;
                         };
                         let behind = replica
                             .high_watermark()
                             .saturating_sub(committed.offset.max(0) as u64);
                         let slot = lag
-                            .entry((group.group_id().to_owned(), topic.clone()))
+                            .entry((group.group_id().to_owned(), tp.topic.clone()))
                             .or_default();
                         slot.0 += behind;
                         slot.1 = slot.1.max(behind);

@@ -30,6 +30,8 @@
 
 use thiserror::Error;
 
+use crate::protocol::TopicIdPartition;
+
 const OFFSET_KEY_VERSION: i16 = 1;
 const OFFSET_VALUE_VERSION: i16 = 3;
 const GROUP_KEY_VERSION: i16 = 2;
@@ -184,7 +186,7 @@ pub enum RecordValue {
     /// KIP-848: the group epoch (ConsumerGroup) or the assignment epoch (TargetAssignment).
     Epoch(i32),
     ConsumerMember(ConsumerMemberValue),
-    TargetMember(IdPartitions),
+    TargetMember(Vec<TopicIdPartition>),
     CurrentAssignment(CurrentAssignmentValue),
 }
 
@@ -381,9 +383,6 @@ impl GroupValue {
     }
 }
 
-/// KIP-848 partitions: (topic id, partition).
-pub type IdPartitions = Vec<(u128, i32)>;
-
 /// ConsumerGroupMemberMetadataValue v0.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConsumerMemberValue {
@@ -403,8 +402,8 @@ pub struct CurrentAssignmentValue {
     pub previous_member_epoch: i32,
     /// Kafka's MemberState: 0 stable, 1 unrevoked partitions, 2 unreleased partitions.
     pub state: i8,
-    pub assigned: IdPartitions,
-    pub pending_revocation: IdPartitions,
+    pub assigned: Vec<TopicIdPartition>,
+    pub pending_revocation: Vec<TopicIdPartition>,
 }
 
 /// A flexible-version value: version 0, then the body.
@@ -478,14 +477,14 @@ impl ConsumerMemberValue {
 }
 
 /// ConsumerGroupTargetAssignmentMemberValue v0.
-pub fn encode_target_value(partitions: &[(u128, i32)]) -> Vec<u8> {
+pub fn encode_target_value(partitions: &[TopicIdPartition]) -> Vec<u8> {
     flexible(|out| {
         put_id_partitions(out, partitions);
         put_uvarint(out, 0);
     })
 }
 
-pub fn decode_target_value(bytes: &[u8]) -> Result<IdPartitions> {
+pub fn decode_target_value(bytes: &[u8]) -> Result<Vec<TopicIdPartition>> {
     let mut input = Reader(bytes);
     input.i16()?;
     let partitions = input.id_partitions()?;
@@ -526,12 +525,12 @@ impl CurrentAssignmentValue {
 
 /// `[]TopicPartitions`: per topic id (in order), its partitions; each struct with its
 /// (empty) tagged fields.
-fn put_id_partitions(out: &mut Vec<u8>, partitions: &[(u128, i32)]) {
+fn put_id_partitions(out: &mut Vec<u8>, partitions: &[TopicIdPartition]) {
     let mut topics: Vec<(u128, Vec<i32>)> = Vec::new();
-    for (id, partition) in partitions {
+    for tp in partitions {
         match topics.last_mut() {
-            Some((last, list)) if last == id => list.push(*partition),
-            _ => topics.push((*id, vec![*partition])),
+            Some((last, list)) if *last == tp.topic_id => list.push(tp.partition),
+            _ => topics.push((tp.topic_id, vec![tp.partition])),
         }
     }
     put_uvarint(out, topics.len() as u64 + 1);
@@ -687,7 +686,7 @@ impl<'a> Reader<'a> {
         Ok(count)
     }
 
-    fn id_partitions(&mut self) -> Result<IdPartitions> {
+    fn id_partitions(&mut self) -> Result<Vec<TopicIdPartition>> {
         let topics = self.compact_count()?;
         let mut out = Vec::new();
         for _ in 0..topics {
@@ -697,7 +696,7 @@ impl<'a> Reader<'a> {
             let id = u128::from_be_bytes(bytes);
             let count = self.compact_count()?;
             for _ in 0..count {
-                out.push((id, self.i32()?));
+                out.push(TopicIdPartition::new(id, self.i32()?));
             }
             self.skip_tagged_fields()?;
         }
@@ -844,7 +843,11 @@ mod tests {
             server_assignor: Some("uniform".into()),
         };
         assert_eq!(ConsumerMemberValue::decode(&member.encode()), Ok(member));
-        let partitions = vec![(1u128 << 100, 0), (1u128 << 100, 3), (5, 1)];
+        let partitions = vec![
+            TopicIdPartition::new(1 << 100, 0),
+            TopicIdPartition::new(1 << 100, 3),
+            TopicIdPartition::new(5, 1),
+        ];
         assert_eq!(
             decode_target_value(&encode_target_value(&partitions)),
             Ok(partitions.clone())
@@ -854,9 +857,21 @@ mod tests {
             previous_member_epoch: 3,
             state: 1,
             assigned: partitions.clone(),
-            pending_revocation: vec![(9, 9)],
+            pending_revocation: vec![TopicIdPartition::new(9, 9)],
         };
         let encoded = current.encode();
+        // The bytes Kafka writes for these values (a change of types must not move a byte).
+        assert_eq!(
+            hex(&encode_target_value(&partitions)),
+            "0000030000001000000000000000000000000003000000000000000300000000000000000000000000\
+             0000000502000000010000"
+        );
+        assert_eq!(
+            hex(&encoded),
+            "0000000000040000000301030000001000000000000000000000000003000000000000000300000000\
+             0000000000000000000000000502000000010002000000000000000000000000000000090200000009\
+             0000"
+        );
         assert_eq!(CurrentAssignmentValue::decode(&encoded), Ok(current));
         for cut in 0..encoded.len() {
             assert!(
@@ -864,5 +879,9 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 }

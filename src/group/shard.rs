@@ -20,6 +20,7 @@ use super::records::{GroupRecord, OffsetValue, RecordKey, RecordValue};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig};
 use crate::coordinator::{Ctx, Now, Shard};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
 /// The timer of the offsets retention check (group timers are `group:<id>`).
@@ -37,8 +38,7 @@ pub trait TopicsSource: Send + Sync + 'static {
 /// One OffsetCommit partition.
 #[derive(Debug, Clone)]
 pub struct OffsetCommit {
-    pub topic: String,
-    pub partition: i32,
+    pub topic_partition: TopicPartition,
     pub offset: CommittedOffset,
 }
 
@@ -120,7 +120,7 @@ impl GroupShard {
                 group,
             ) => group
                 .offsets()
-                .get(&(topic.clone(), *partition))
+                .get(&TopicPartition::new(topic.as_str(), *partition))
                 .map(|o| RecordValue::Offset(offset_value(o))),
             (RecordKey::Group { .. }, Group::Classic(g)) => {
                 g.stored.clone().map(RecordValue::Group)
@@ -411,8 +411,8 @@ impl GroupShard {
             let record = GroupRecord::new(
                 RecordKey::Offset {
                     group: group_id.to_owned(),
-                    topic: commit.topic.clone(),
-                    partition: commit.partition,
+                    topic: commit.topic_partition.topic.clone(),
+                    partition: commit.topic_partition.partition,
                 },
                 Some(RecordValue::Offset(OffsetValue {
                     offset: commit.offset.offset,
@@ -434,8 +434,8 @@ impl GroupShard {
     pub fn offsets(
         &self,
         group_id: &str,
-        wanted: Option<&[(String, i32)]>,
-    ) -> BTreeMap<(String, i32), CommittedOffset> {
+        wanted: Option<&[TopicPartition]>,
+    ) -> BTreeMap<TopicPartition, CommittedOffset> {
         let Some(group) = self.groups.get(group_id) else {
             return BTreeMap::new();
         };
@@ -453,7 +453,7 @@ impl GroupShard {
         &mut self,
         ctx: &mut Ctx<GroupShard>,
         group_id: &str,
-        partitions: &[(String, i32)],
+        partitions: &[TopicPartition],
     ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let Some(group) = self.groups.get(group_id) else {
             return Err(KafkaError::GroupIdNotFound);
@@ -462,7 +462,7 @@ impl GroupShard {
         let mut results = Vec::with_capacity(partitions.len());
         let mut deleted = Vec::new();
         for key in partitions {
-            if subscribed.contains(&key.0) {
+            if subscribed.contains(&key.topic) {
                 results.push(Err(KafkaError::GroupSubscribedToTopic));
             } else {
                 results.push(Ok(()));
@@ -471,7 +471,7 @@ impl GroupShard {
                 }
             }
         }
-        for (topic, partition) in deleted {
+        for TopicPartition { topic, partition } in deleted {
             self.apply(
                 ctx,
                 GroupRecord::tombstone(RecordKey::Offset {
@@ -495,7 +495,7 @@ impl GroupShard {
             return Err(KafkaError::GroupIdNotFound);
         };
         group.check_delete()?;
-        let offsets: Vec<(String, i32)> = group.offsets().keys().cloned().collect();
+        let offsets: Vec<TopicPartition> = group.offsets().keys().cloned().collect();
         self.remove_group(ctx, group_id, offsets, true);
         self.finish(ctx, group_id);
         Ok(())
@@ -506,14 +506,14 @@ impl GroupShard {
         &mut self,
         ctx: &mut Ctx<GroupShard>,
         group_id: &str,
-        offsets: Vec<(String, i32)>,
+        offsets: Vec<TopicPartition>,
         group_gone: bool,
     ) {
         let consumer = matches!(self.groups.get(group_id), Some(Group::Consumer(_)));
         let group = group_id.to_owned();
         let mut keys: Vec<RecordKey> = offsets
             .into_iter()
-            .map(|(topic, partition)| RecordKey::Offset {
+            .map(|TopicPartition { topic, partition }| RecordKey::Offset {
                 group: group.clone(),
                 topic,
                 partition,
@@ -540,7 +540,7 @@ impl GroupShard {
     /// nothing is left of it.
     fn expire_offsets(&mut self, ctx: &mut Ctx<GroupShard>) {
         let retention = Duration::from_millis(self.config.offsets_retention_ms);
-        type Expiring = (String, Vec<(String, i32)>, bool);
+        type Expiring = (String, Vec<TopicPartition>, bool);
         let expiring: Vec<Expiring> = self
             .groups
             .iter()
@@ -596,7 +596,7 @@ fn offset_value(offset: &CommittedOffset) -> OffsetValue {
     }
 }
 
-fn offsets_of(group: Group) -> BTreeMap<(String, i32), CommittedOffset> {
+fn offsets_of(group: Group) -> BTreeMap<TopicPartition, CommittedOffset> {
     match group {
         Group::Classic(g) => g.offsets,
         Group::Consumer(g) => g.offsets,
@@ -622,7 +622,7 @@ impl Shard for GroupShard {
                 }
                 if let Some(group) = self.groups.get_mut(group_id) {
                     group.offsets_mut().insert(
-                        (topic.clone(), *partition),
+                        TopicPartition::new(topic.as_str(), *partition),
                         CommittedOffset {
                             offset: v.offset,
                             leader_epoch: v.leader_epoch,
@@ -639,7 +639,9 @@ impl Shard for GroupShard {
                 None,
             ) => {
                 if let Some(group) = self.groups.get_mut(group_id) {
-                    group.offsets_mut().remove(&(topic.clone(), *partition));
+                    group
+                        .offsets_mut()
+                        .remove(&TopicPartition::new(topic.as_str(), *partition));
                 }
             }
             (RecordKey::Group { .. }, Some(RecordValue::Group(value))) => {

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use super::CommittedOffset;
 use super::classic::{JoinRequest, Leaving, Reply};
-use super::consumer::{Heartbeat, TopicsView, Tp};
+use super::consumer::{Heartbeat, TopicsView};
 use super::shard::{GroupShard, OffsetCommit, TopicsSource};
 use super::state::{DurableGroup, Group};
 use crate::coordinator::{
     Clock, ManualClock, MemoryWriter, PartitionWriter, Runtime, RuntimeConfig, ShardHandle,
 };
 use crate::protocol::errors::KafkaError;
+use crate::protocol::{TopicIdPartition, TopicPartition};
 
 const TOPIC_ID: u128 = 7;
 
@@ -105,8 +106,7 @@ impl Fixture {
         offset: i64,
     ) -> Result<(), KafkaError> {
         let commits = vec![OffsetCommit {
-            topic: "t".into(),
-            partition: 0,
+            topic_partition: TopicPartition::new("t", 0),
             offset: CommittedOffset {
                 offset,
                 leader_epoch: -1,
@@ -123,7 +123,7 @@ impl Fixture {
         &self,
         group: &str,
         request: Heartbeat,
-    ) -> Result<(Result<(), KafkaError>, i32, Vec<Tp>), KafkaError> {
+    ) -> Result<(Result<(), KafkaError>, i32, Vec<TopicIdPartition>), KafkaError> {
         let result = self
             .shard
             .write(|s, ctx| s.consumer_heartbeat(ctx, group, request))
@@ -184,7 +184,7 @@ impl Fixture {
         })
     }
 
-    fn assigned(&self, group: &str, member: &str) -> Vec<Tp> {
+    fn assigned(&self, group: &str, member: &str) -> Vec<TopicIdPartition> {
         self.shard.inspect(|s| match s.group(group) {
             Some(Group::Consumer(g)) => g
                 .members
@@ -222,7 +222,11 @@ fn join_request(member_id: &str) -> JoinRequest {
     }
 }
 
-fn consumer_request(member_id: &str, epoch: i32, owned: Option<Vec<Tp>>) -> Heartbeat {
+fn consumer_request(
+    member_id: &str,
+    epoch: i32,
+    owned: Option<Vec<TopicIdPartition>>,
+) -> Heartbeat {
     Heartbeat {
         member_id: member_id.into(),
         member_epoch: epoch,
@@ -255,7 +259,7 @@ async fn a_failed_append_of_any_write_path_leaves_memory_as_the_log() {
     // OffsetDelete and DeleteGroups.
     let deleted = f
         .shard
-        .write(|s, ctx| s.delete_offsets(ctx, "g", &[("t".to_owned(), 0)]))
+        .write(|s, ctx| s.delete_offsets(ctx, "g", &[TopicPartition::new("t", 0)]))
         .await;
     assert_eq!(deleted.err(), Some(KafkaError::NotLeaderOrFollower));
     assert_eq!(
@@ -337,8 +341,7 @@ async fn a_commit_is_answered_and_fetched_only_once_stored() {
     let shard = Arc::clone(&f.shard);
     let commit = tokio::spawn(async move {
         let commits = vec![OffsetCommit {
-            topic: "t".into(),
-            partition: 0,
+            topic_partition: TopicPartition::new("t", 0),
             offset: CommittedOffset {
                 offset: 42,
                 leader_epoch: -1,
@@ -359,7 +362,7 @@ async fn a_commit_is_answered_and_fetched_only_once_stored() {
     f.writer.commit_all();
     assert_eq!(commit.await.unwrap(), Ok(Ok(())));
     let fetched = fetch.await.unwrap().unwrap();
-    assert_eq!(fetched[&("t".to_owned(), 0)].offset, 42);
+    assert_eq!(fetched[&TopicPartition::new("t", 0)].offset, 42);
 }
 
 #[tokio::test]
@@ -497,7 +500,9 @@ async fn replaying_the_records_from_scratch_gives_the_live_state() {
                 9 => {
                     let _ = f
                         .shard
-                        .write(|s, ctx| s.delete_offsets(ctx, group, &[("t".to_owned(), 0)]))
+                        .write(|s, ctx| {
+                            s.delete_offsets(ctx, group, &[TopicPartition::new("t", 0)])
+                        })
                         .await;
                     let _ = f.shard.write(|s, ctx| s.delete_group(ctx, group)).await;
                 }

@@ -9,6 +9,7 @@ use super::CommittedOffset;
 use super::classic::{ClassicGroup, GroupState, Now};
 use super::consumer::{ConsumerDurable, ConsumerGroup, TopicsView};
 use super::records::GroupValue;
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
 /// What a group's records say: equal for a live group and one replayed from its records.
@@ -16,11 +17,11 @@ use crate::protocol::errors::KafkaError;
 pub enum DurableGroup {
     Classic {
         stored: Option<GroupValue>,
-        offsets: BTreeMap<(String, i32), CommittedOffset>,
+        offsets: BTreeMap<TopicPartition, CommittedOffset>,
     },
     Consumer {
         state: ConsumerDurable,
-        offsets: BTreeMap<(String, i32), CommittedOffset>,
+        offsets: BTreeMap<TopicPartition, CommittedOffset>,
     },
 }
 
@@ -41,14 +42,14 @@ impl Group {
         }
     }
 
-    pub fn offsets(&self) -> &BTreeMap<(String, i32), CommittedOffset> {
+    pub fn offsets(&self) -> &BTreeMap<TopicPartition, CommittedOffset> {
         match self {
             Group::Classic(g) => &g.offsets,
             Group::Consumer(g) => &g.offsets,
         }
     }
 
-    pub fn offsets_mut(&mut self) -> &mut BTreeMap<(String, i32), CommittedOffset> {
+    pub fn offsets_mut(&mut self) -> &mut BTreeMap<TopicPartition, CommittedOffset> {
         match self {
             Group::Classic(g) => &mut g.offsets,
             Group::Consumer(g) => &mut g.offsets,
@@ -176,7 +177,7 @@ impl Group {
 
     /// Offsets past `retention` (KIP-211): all of an empty group's once it has been empty that
     /// long; a classic group without a protocol (commits only) by each offset's commit time.
-    pub fn expired_offsets(&self, retention: Duration, now: Now) -> Vec<(String, i32)> {
+    pub fn expired_offsets(&self, retention: Duration, now: Now) -> Vec<TopicPartition> {
         match self {
             Group::Classic(g) => g.expired_offsets(retention, now),
             Group::Consumer(g) => {

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::broker::authorizer::{Resource, authorized_operations};
-use crate::group::consumer::Tp;
+use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
@@ -21,23 +21,23 @@ pub fn handle(
     request: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
     let image = broker.image();
-    let assignment = |partitions: &mut dyn Iterator<Item = &Tp>| -> Assignment {
+    let assignment = |partitions: &mut dyn Iterator<Item = &TopicIdPartition>| -> Assignment {
         let mut topics: Vec<TopicPartitions> = Vec::new();
-        for (id, partition) in partitions {
-            let uuid = uuid::Uuid::from_u128(*id);
+        for tp in partitions {
+            let uuid = uuid::Uuid::from_u128(tp.topic_id);
             match topics.last_mut() {
-                Some(last) if last.topic_id == uuid => last.partitions.push(*partition),
+                Some(last) if last.topic_id == uuid => last.partitions.push(tp.partition),
                 _ => {
                     let name = image
                         .topics
-                        .get(&sluice_raft::records::Uuid(*id))
+                        .get(&sluice_raft::records::Uuid(tp.topic_id))
                         .map(|t| t.name.clone())
                         .unwrap_or_default();
                     topics.push(
                         TopicPartitions::default()
                             .with_topic_id(uuid)
                             .with_topic_name(TopicName(str_bytes(name)))
-                            .with_partitions(vec![*partition]),
+                            .with_partitions(vec![tp.partition]),
                     );
                 }
             }

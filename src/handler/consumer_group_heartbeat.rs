@@ -9,6 +9,7 @@ use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeart
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::consumer::Heartbeat;
+use crate::protocol::TopicIdPartition;
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
@@ -51,7 +52,9 @@ pub async fn handle(
                 .into_iter()
                 .flat_map(|t| {
                     let id = t.topic_id.as_u128();
-                    t.partitions.into_iter().map(move |p| (id, p))
+                    t.partitions
+                        .into_iter()
+                        .map(move |p| TopicIdPartition::new(id, p))
                 })
                 .collect()
         }),
@@ -74,16 +77,16 @@ pub async fn handle(
 }
 
 /// Partitions grouped by topic id, in order.
-fn by_topic(partitions: &[(u128, i32)]) -> Vec<TopicPartitions> {
+fn by_topic(partitions: &[TopicIdPartition]) -> Vec<TopicPartitions> {
     let mut topics: Vec<TopicPartitions> = Vec::new();
-    for (id, partition) in partitions {
-        let id = uuid::Uuid::from_u128(*id);
+    for tp in partitions {
+        let id = uuid::Uuid::from_u128(tp.topic_id);
         match topics.last_mut() {
-            Some(last) if last.topic_id == id => last.partitions.push(*partition),
+            Some(last) if last.topic_id == id => last.partitions.push(tp.partition),
             _ => topics.push(
                 TopicPartitions::default()
                     .with_topic_id(id)
-                    .with_partitions(vec![*partition]),
+                    .with_partitions(vec![tp.partition]),
             ),
         }
     }

@@ -10,6 +10,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicN
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
@@ -30,7 +31,11 @@ pub async fn handle(
     let partitions = request.topic_partitions.as_ref().map(|topics| {
         topics
             .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| (t.topic.to_string(), *p)))
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(t.topic.to_string(), *p))
+            })
             .collect::<Vec<_>>()
     });
     let timeout = if request.timeout_ms > 0 {

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::broker::Broker;
 use crate::group::{CommittedOffset, OffsetCommit};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (2, 9);
@@ -30,8 +31,10 @@ pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetComm
             } else {
                 decided.push(None);
                 commits.push(OffsetCommit {
-                    topic: topic.name.to_string(),
-                    partition: partition.partition_index,
+                    topic_partition: TopicPartition::new(
+                        topic.name.to_string(),
+                        partition.partition_index,
+                    ),
                     offset: CommittedOffset {
                         offset: partition.committed_offset,
                         leader_epoch: partition.committed_leader_epoch,

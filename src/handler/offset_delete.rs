@@ -7,6 +7,7 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::broker::Broker;
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 0);
@@ -26,7 +27,10 @@ pub async fn handle(broker: &Broker, request: OffsetDeleteRequest) -> OffsetDele
                 known.is_some_and(|t| t.partitions.contains_key(&partition.partition_index));
             unknown.push(!exists);
             if exists {
-                keys.push((topic.name.to_string(), partition.partition_index));
+                keys.push(TopicPartition::new(
+                    topic.name.to_string(),
+                    partition.partition_index,
+                ));
             }
         }
     }

@@ -11,6 +11,7 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::CommittedOffset;
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (1, 9);
@@ -144,7 +145,7 @@ async fn fetch(
         None => {
             let offsets = broker.groups.fetch_offsets(group_id, None).await?;
             let mut topics: Vec<TopicOffsets> = Vec::new();
-            for ((topic, partition), offset) in offsets {
+            for (TopicPartition { topic, partition }, offset) in offsets {
                 match topics.last_mut() {
                     Some((name, partitions)) if *name == topic => {
                         partitions.push((partition, Some(offset)))
@@ -155,9 +156,9 @@ async fn fetch(
             Ok(topics)
         }
         Some(wanted) => {
-            let keys: Vec<(String, i32)> = wanted
+            let keys: Vec<TopicPartition> = wanted
                 .iter()
-                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.as_str(), *p)))
                 .collect();
             let mut offsets = broker.groups.fetch_offsets(group_id, Some(&keys)).await?;
             Ok(wanted
@@ -165,7 +166,7 @@ async fn fetch(
                 .map(|(topic, indexes)| {
                     let partitions = indexes
                         .into_iter()
-                        .map(|i| (i, offsets.remove(&(topic.clone(), i))))
+                        .map(|i| (i, offsets.remove(&TopicPartition::new(topic.as_str(), i))))
                         .collect();
                     (topic, partitions)
                 })

@@ -19,6 +19,7 @@ use kafka_protocol::messages::{
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
+use crate::protocol::TopicPartition;
 use crate::protocol::errors::{ApiError, KafkaError};
 
 pub const ALTER_VERSIONS: (i16, i16) = (0, 1);
@@ -33,7 +34,7 @@ pub async fn alter(
 ) -> AlterPartitionReassignmentsResponse {
     let image = broker.image();
     let allow_factor_change = context.api_version < 1 || request.allow_replication_factor_change;
-    let mut refused: BTreeMap<(String, i32), Result<(), ApiError>> = BTreeMap::new();
+    let mut refused: BTreeMap<TopicPartition, Result<(), ApiError>> = BTreeMap::new();
     let mut moves = Vec::new();
     for topic in &request.topics {
         let name = topic.name.to_string();
@@ -47,7 +48,7 @@ pub async fn alter(
                     .map_or(0, |r| r.replicas.len());
                 if target.len() != current {
                     refused.insert(
-                        (name.clone(), p.partition_index),
+                        TopicPartition::new(name.as_str(), p.partition_index),
                         Err(ApiError::new(
                             KafkaError::InvalidReplicationFactor,
                             "the move changes the replication factor",
@@ -64,7 +65,7 @@ pub async fn alter(
     } else {
         REASSIGN_WAIT_MAX
     };
-    let mut results: BTreeMap<(String, i32), Result<(), ApiError>> = refused;
+    let mut results: BTreeMap<TopicPartition, Result<(), ApiError>> = refused;
     if !moves.is_empty() {
         match broker
             .call_controller(ControllerRequest::Reassign(moves.clone()), timeout)
@@ -74,7 +75,7 @@ pub async fn alter(
                 for (topic, partition, code, message) in outcomes {
                     let outcome =
                         KafkaError::check(code).map_err(|error| ApiError::new(error, message));
-                    results.insert((topic, partition), outcome);
+                    results.insert(TopicPartition::new(topic, partition), outcome);
                 }
             }
             // A controller of an earlier version: codes without messages.
@@ -87,7 +88,7 @@ pub async fn alter(
                         };
                         ApiError::new(error, message)
                     });
-                    results.insert((topic, partition), outcome);
+                    results.insert(TopicPartition::new(topic, partition), outcome);
                 }
             }
             Ok(_) | Err(_) => {
@@ -98,7 +99,7 @@ pub async fn alter(
         }
     }
     let mut topics: BTreeMap<String, Vec<ReassignablePartitionResponse>> = BTreeMap::new();
-    for ((topic, partition), outcome) in results {
+    for (TopicPartition { topic, partition }, outcome) in results {
         let mut response = ReassignablePartitionResponse::default().with_partition_index(partition);
         if let Err(refusal) = outcome {
             response.error_code = refusal.error.code();
@@ -124,10 +125,14 @@ pub fn list(
     request: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
     let image = broker.image();
-    let wanted: Option<Vec<(String, i32)>> = request.topics.as_ref().map(|topics| {
+    let wanted: Option<Vec<TopicPartition>> = request.topics.as_ref().map(|topics| {
         topics
             .iter()
-            .flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.to_string(), *p)))
+            .flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(|p| TopicPartition::new(t.name.to_string(), *p))
+            })
             .collect()
     });
     let mut topics: BTreeMap<String, Vec<OngoingPartitionReassignment>> = BTreeMap::new();
@@ -135,10 +140,10 @@ pub fn list(
         let Some(topic) = image.topics.get(topic_id) else {
             continue;
         };
-        if wanted
-            .as_ref()
-            .is_some_and(|w| !w.iter().any(|(t, p)| *t == topic.name && p == partition))
-        {
+        if wanted.as_ref().is_some_and(|w| {
+            !w.iter()
+                .any(|tp| tp.topic == topic.name && tp.partition == *partition)
+        }) {
             continue;
         }
         let Some(current) = topic.partitions.get(partition) else {

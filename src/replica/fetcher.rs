@@ -224,7 +224,7 @@ async fn fetch_once(
     // Topics in the order of their first partition: the order `partitions` asks for.
     let mut topics: Vec<(&str, Vec<FetchPartition>)> = Vec::new();
     let mut topic_at: HashMap<&str, usize> = HashMap::new();
-    let mut by_key: HashMap<(String, i32), (&Arc<Partition>, i32)> = HashMap::new();
+    let mut by_key: HashMap<TopicPartition, (&Arc<Partition>, i32)> = HashMap::new();
     for partition in partitions {
         let tp = &partition.topic_partition;
         let state = partition.state();
@@ -244,10 +244,7 @@ async fn fetch_once(
                 .with_log_start_offset(partition.log_start_offset() as i64)
                 .with_partition_max_bytes(settings.fetch_max_bytes),
         );
-        by_key.insert(
-            (tp.topic.clone(), tp.partition),
-            (partition, state.leader_epoch),
-        );
+        by_key.insert(tp.clone(), (partition, state.leader_epoch));
     }
     if by_key.is_empty() {
         return Ok(false);
@@ -275,7 +272,7 @@ async fn fetch_once(
     let mut progress = false;
     for topic in response.responses {
         for data in topic.partitions {
-            let key = (topic.topic.to_string(), data.partition_index);
+            let key = TopicPartition::new(topic.topic.to_string(), data.partition_index);
             let Some((partition, leader_epoch)) = by_key.get(&key) else {
                 continue;
             };
