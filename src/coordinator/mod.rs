@@ -49,6 +49,12 @@ pub trait Shard: Send + Sized + 'static {
     /// are replayed in log order; the latest record of a key wins.
     fn replay(&mut self, record: &Self::Record, now: Now);
 
+    /// `replay` of a record the caller no longer needs (loading): a shard may move its
+    /// contents instead of copying them. The same state change as `replay`.
+    fn replay_owned(&mut self, record: Self::Record, now: Now) {
+        self.replay(&record, now);
+    }
+
     /// The key (a group id) a record belongs to: reads wait for a key's writes, invariants
     /// are checked per key.
     fn key_of(record: &Self::Record) -> &str;
@@ -102,7 +108,7 @@ impl<S: Shard> Ctx<S> {
     /// `record` was just replayed into the shard; `undo` replayed puts back what it
     /// replaced. The record is appended when the operation ends.
     pub fn written(&mut self, record: S::Record, undo: S::Record) {
-        self.touched.insert(S::key_of(&record).to_owned());
+        self.touch(S::key_of(&record));
         self.records.push(record);
         self.undo.push(undo);
     }
@@ -306,7 +312,7 @@ impl<S: Shard> ShardHandle<S> {
         let records = self
             .writer
             .read_all(&mut |key, value| match S::decode(key, value) {
-                Ok(Some(record)) => shard.replay(&record, now),
+                Ok(Some(record)) => shard.replay_owned(record, now),
                 Ok(None) => {}
                 Err(error) => {
                     skipped += 1;

@@ -682,6 +682,39 @@ impl Shard for GroupShard {
         }
     }
 
+    fn replay_owned(&mut self, record: GroupRecord, now: Now) {
+        // A load is mostly offset commits: their strings move into the group's map.
+        match record {
+            GroupRecord {
+                key:
+                    RecordKey::Offset {
+                        group,
+                        topic,
+                        partition,
+                    },
+                value: Some(RecordValue::Offset(v)),
+            } => {
+                let offsets = match self.groups.get_mut(&group) {
+                    Some(existing) => existing.offsets_mut(),
+                    None => {
+                        let created = Group::Classic(self.new_classic(&group, now));
+                        self.groups.entry(group).or_insert(created).offsets_mut()
+                    }
+                };
+                offsets.insert(
+                    TopicPartition::new(topic, partition),
+                    CommittedOffset {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_timestamp_ms: v.commit_timestamp_ms,
+                    },
+                );
+            }
+            other => self.replay(&other, now),
+        }
+    }
+
     fn key_of(record: &GroupRecord) -> &str {
         record.group()
     }
