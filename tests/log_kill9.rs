@@ -30,16 +30,23 @@ fn run_writer_and_kill(dir: &Path, flush_policy: &str, run_ms: u64) -> u64 {
         .spawn()
         .expect("start sluice");
     let stdout = child.stdout.take().expect("stdout");
+    let (first_ack, acked) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut last_ack = None;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let Some(offset) = line.strip_prefix("ack ") {
+                if last_ack.is_none() {
+                    let _ = first_ack.send(());
+                }
                 last_ack = Some(offset.parse::<u64>().expect("offset"));
             }
         }
         last_ack
     });
+    // The kill comes `run_ms` after the first acknowledgement: a loaded machine can take longer
+    // than that to start the writer at all (a debug build beside other tests).
+    let _ = acked.recv_timeout(Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(run_ms));
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
