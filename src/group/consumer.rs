@@ -552,7 +552,7 @@ impl ConsumerGroup {
         match request.member_epoch {
             -1 | -2 => self.leave(&request, topics, now),
             0 => self.join(request, topics, config, now),
-            _ => self.member_heartbeat(request, topics, config, now),
+            _ => self.member_heartbeat(request, topics, now),
         }
     }
 
@@ -639,8 +639,10 @@ impl ConsumerGroup {
                 format!("group {} has {} members", self.group_id, self.members.len()),
             );
         }
-        // A member id joining again at epoch 0 starts over (it lost its partitions).
+        // A member id joining again at epoch 0 starts over (it lost its partitions, and its
+        // session and a static leave are behind it: what a rollback would give back is not).
         self.remove_member(&member_id, now);
+        self.departed.remove(&member_id);
         let metadata = ConsumerMemberValue {
             instance_id: request.instance_id.clone(),
             rack_id: request.rack_id.clone(),
@@ -664,7 +666,6 @@ impl ConsumerGroup {
         &mut self,
         request: Heartbeat,
         topics: &TopicsView,
-        config: &GroupConfig,
         now: Now,
     ) -> HeartbeatResult {
         let member_id = request.member_id.clone();
@@ -695,8 +696,7 @@ impl ConsumerGroup {
                 );
             }
         }
-        member.session_deadline =
-            now.instant + Duration::from_millis(config.consumer_session_timeout_ms);
+        member.session_deadline = now.instant + self.session_timeout;
         let before = member.metadata_value();
         let mut metadata = before.clone();
         if request.rebalance_timeout_ms >= 0 {
@@ -1338,6 +1338,32 @@ mod tests {
         assert_eq!(partitions(&back).len(), 6);
         assert_eq!(group.group_epoch, epoch, "no rebalance");
         assert_eq!(group.members.keys().collect::<Vec<_>>(), vec!["a2"]);
+    }
+
+    #[test]
+    fn a_member_rejoining_at_epoch_0_starts_over_with_a_fresh_session() {
+        let base = Instant::now();
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
+        let mut join = heartbeat("a", 0, Some(vec![]));
+        join.instance_id = Some("i1".into());
+        group.heartbeat(join.clone(), &topics(), &config(), now(base, 0));
+        // It leaves for a restart (-2), then comes back under the same member id at epoch 0.
+        let mut leave = heartbeat("a", -2, None);
+        leave.instance_id = Some("i1".into());
+        group.heartbeat(leave, &topics(), &config(), now(base, 1));
+        let back = group.heartbeat(join, &topics(), &config(), now(base, 40_000));
+        assert_eq!(back.error, Ok(()));
+        // Back and alive: a second incarnation is refused, not let in as if it had left.
+        let mut twin = heartbeat("a2", 0, Some(vec![]));
+        twin.instance_id = Some("i1".into());
+        let refused = group.heartbeat(twin, &topics(), &config(), now(base, 40_001));
+        assert_eq!(refused.error, Err(KafkaError::UnreleasedInstanceId));
+        // And its session runs from the rejoin, not from before.
+        group.tick(&topics(), now(base, 50_000));
+        assert!(
+            group.members.contains_key("a"),
+            "expired on its old session"
+        );
     }
 
     #[test]
