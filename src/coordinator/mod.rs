@@ -114,8 +114,8 @@ impl<S: Shard> Ctx<S> {
     }
 
     /// Sets (moves, or with `None` cancels) the timer `key`.
-    pub fn schedule(&mut self, key: &str, deadline: Option<Instant>) {
-        self.timers.push((key.to_owned(), deadline));
+    pub fn schedule(&mut self, key: impl Into<String>, deadline: Option<Instant>) {
+        self.timers.push((key.into(), deadline));
     }
 
     /// The operation changed `key` (its invariants are checked when the operation ends).
@@ -132,10 +132,6 @@ impl<S: Shard> Ctx<S> {
         then: impl FnOnce(&mut S, &mut Ctx<S>, Result<(), KafkaError>) + Send + 'static,
     ) {
         self.after_commit.push(Box::new(then));
-    }
-
-    pub fn has_records(&self) -> bool {
-        !self.records.is_empty()
     }
 }
 
@@ -204,10 +200,6 @@ impl<S: Shard> Runtime<S> {
             clock,
             shards: RwLock::new(HashMap::new()),
         }
-    }
-
-    pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
     }
 
     /// The shard of `index`, loaded or not.
@@ -389,8 +381,14 @@ impl<S: Shard> ShardHandle<S> {
                 .await;
             // Visible once the high watermark passed it, whether or not enough replicas
             // acknowledged (that is the writer's answer, not the reader's).
-            if outcome.is_err() && self.writer.high_watermark() <= written.last_offset {
-                return Err(KafkaError::CoordinatorLoadInProgress);
+            if let Err(error) = outcome
+                && self.writer.high_watermark() <= written.last_offset
+            {
+                return Err(match error {
+                    // Led elsewhere now: the client finds the new coordinator.
+                    KafkaError::NotLeaderOrFollower => KafkaError::NotCoordinator,
+                    _ => KafkaError::CoordinatorLoadInProgress,
+                });
             }
             self.mark_committed(key, written);
         }
@@ -584,6 +582,10 @@ impl<S: Shard> ShardHandle<S> {
         }
         let now = self.clock.now();
         for key in cell.timers.expired(now.instant) {
+            if cell.phase != Phase::Loaded {
+                // A timer's operation broke an invariant: the reload sets every timer again.
+                break;
+            }
             let mut ctx = Ctx::new(now);
             cell.shard.timer(&key, &mut ctx);
             match self.append(&mut cell, ctx, "timer") {

@@ -222,7 +222,7 @@ async fn only_expired_timers_fire_and_a_failed_timer_write_retries() {
     f.shard
         .write(|_, ctx| {
             for i in 0..1_000u64 {
-                ctx.schedule(&format!("k{i}"), Some(base + Duration::from_millis(10 + i)));
+                ctx.schedule(format!("k{i}"), Some(base + Duration::from_millis(10 + i)));
             }
         })
         .await
@@ -286,4 +286,28 @@ async fn appends_are_fenced_by_the_leader_epoch_the_shard_loaded_at() {
         Err(KafkaError::NotLeaderOrFollower)
     );
     assert_eq!(value(&f.shard, "a"), None);
+}
+
+#[tokio::test]
+async fn a_read_behind_a_write_that_leadership_took_away_is_told_to_find_the_coordinator() {
+    let f = fixture();
+    f.shard.load().expect("load");
+    f.writer.set_manual_commit(true);
+    f.writer.fail_commits(Some(KafkaError::NotLeaderOrFollower));
+    assert_eq!(
+        f.shard.write(|s, ctx| s.set(ctx, "a", Some(1))).await,
+        Err(KafkaError::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        f.shard.read_committed("a", |s| s.values["a"]).await,
+        Err(KafkaError::NotCoordinator)
+    );
+    f.writer.fail_commits(Some(KafkaError::RequestTimedOut));
+    assert_eq!(
+        f.shard.read_committed("a", |s| s.values["a"]).await,
+        Err(KafkaError::CoordinatorLoadInProgress)
+    );
+    // Once the high watermark passes the write, it is read.
+    f.writer.commit_all();
+    assert_eq!(f.shard.read_committed("a", |s| s.values["a"]).await, Ok(1));
 }

@@ -480,17 +480,18 @@ impl GroupCoordinator {
         let shard = self.shard_of(group_id)?;
         let mut results = vec![Ok(()); commits.len()];
         let mut accepted = Vec::with_capacity(commits.len());
-        for (i, commit) in commits.iter().enumerate() {
+        let mut stored = Vec::with_capacity(commits.len());
+        for (i, commit) in commits.into_iter().enumerate() {
             if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
                 results[i] = Err(KafkaError::OffsetMetadataTooLarge);
             } else {
                 accepted.push(i);
+                stored.push(commit);
             }
         }
         if accepted.is_empty() {
             return Ok(results);
         }
-        let stored: Vec<OffsetCommit> = accepted.iter().map(|&i| commits[i].clone()).collect();
         let outcome = shard
             .write(|s, ctx| {
                 s.commit(

@@ -185,7 +185,7 @@ impl GroupShard {
     fn finish(&mut self, ctx: &mut Ctx<GroupShard>, group_id: &str) {
         ctx.touch(group_id);
         let Some(group) = self.groups.get_mut(group_id) else {
-            ctx.schedule(&group_timer(group_id), None);
+            ctx.schedule(group_timer(group_id), None);
             return;
         };
         match group {
@@ -215,7 +215,7 @@ impl GroupShard {
             }
         }
         let deadline = self.groups.get(group_id).and_then(Group::next_deadline);
-        ctx.schedule(&group_timer(group_id), deadline);
+        ctx.schedule(group_timer(group_id), deadline);
         self.collect(group_id);
     }
 
@@ -783,6 +783,6 @@ impl Shard for GroupShard {
 
     fn rolled_back(&mut self, key: &str, ctx: &mut Ctx<Self>) {
         let deadline = self.groups.get(key).and_then(Group::next_deadline);
-        ctx.schedule(&group_timer(key), deadline);
+        ctx.schedule(group_timer(key), deadline);
     }
 }
