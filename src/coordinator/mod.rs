@@ -148,6 +148,19 @@ pub struct RuntimeConfig {
     pub run_timers: bool,
 }
 
+#[cfg(test)]
+impl RuntimeConfig {
+    /// Unit tests: a short commit wait, timers fired by the test (`fire_timers`).
+    pub(crate) fn for_tests(name: &'static str) -> RuntimeConfig {
+        RuntimeConfig {
+            name,
+            commit_timeout: Duration::from_millis(100),
+            timer_retry: Duration::from_millis(1_000),
+            run_timers: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Loading,

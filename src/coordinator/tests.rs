@@ -86,12 +86,7 @@ fn fixture() -> Fixture {
     let clock = Arc::new(ManualClock::new());
     let writer = MemoryWriter::new();
     let runtime = Runtime::new(
-        RuntimeConfig {
-            name: "test",
-            commit_timeout: Duration::from_millis(200),
-            timer_retry: Duration::from_millis(1_000),
-            run_timers: false,
-        },
+        RuntimeConfig::for_tests("test"),
         Arc::clone(&clock) as Arc<dyn Clock>,
     );
     let shard = runtime

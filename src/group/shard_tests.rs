@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::CommittedOffset;
 use super::classic::{JoinRequest, Leaving, Reply};
@@ -48,12 +47,7 @@ fn fixture() -> Fixture {
     let clock = Arc::new(ManualClock::new());
     let writer = MemoryWriter::new();
     let runtime = Runtime::new(
-        RuntimeConfig {
-            name: "group coordinator",
-            commit_timeout: Duration::from_millis(100),
-            timer_retry: Duration::from_millis(1_000),
-            run_timers: false,
-        },
+        RuntimeConfig::for_tests("group coordinator"),
         Arc::clone(&clock) as Arc<dyn Clock>,
     );
     let shard = runtime
@@ -515,12 +509,7 @@ async fn replaying_the_records_from_scratch_gives_the_live_state() {
             tokio::task::yield_now().await;
             if std::env::var("GROUP_SHARD_DEBUG").is_ok() {
                 let other: Runtime<GroupShard> = Runtime::new(
-                    RuntimeConfig {
-                        name: "replay",
-                        commit_timeout: Duration::from_millis(100),
-                        timer_retry: Duration::from_millis(1_000),
-                        run_timers: false,
-                    },
+                    RuntimeConfig::for_tests("replay"),
                     Arc::clone(&f.clock) as Arc<dyn Clock>,
                 );
                 let replayed = other
