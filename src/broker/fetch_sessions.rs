@@ -41,6 +41,7 @@ impl Wanted {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Reported {
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
 }
 
@@ -314,7 +315,7 @@ mod tests {
                 let high_watermark = i64::from(w.partition);
                 let r = Reported {
                     high_watermark,
-                    log_start_offset: 0,
+                    ..Reported::default()
                 };
                 (w.clone(), r)
             })
@@ -357,7 +358,7 @@ mod tests {
             assert_eq!(w.fetch_offset, 7, "partition {} updated", w.partition);
             let expected = (w.partition < PARTITIONS).then(|| Reported {
                 high_watermark: i64::from(w.partition),
-                log_start_offset: 0,
+                ..Reported::default()
             });
             assert_eq!(*before, expected, "partition {}", w.partition);
         }

@@ -15,9 +15,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, EpochEndOffset, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ProducerId};
 use sluice_raft::image::MetadataImage;
 use uuid::Uuid as KafkaUuid;
 
@@ -282,13 +282,15 @@ fn read_partition(
                 Err(error) => return (data.with_error_code(error.code()), None, None),
             };
         if let FollowerFetch::Diverging { epoch, end_offset } = fetched {
+            let high_watermark = partition.high_watermark() as i64;
             let reported = Reported {
-                high_watermark: partition.high_watermark() as i64,
+                high_watermark,
+                last_stable_offset: high_watermark,
                 log_start_offset: partition.log_start_offset() as i64,
             };
             let data = data
                 .with_high_watermark(reported.high_watermark)
-                .with_last_stable_offset(reported.high_watermark)
+                .with_last_stable_offset(reported.last_stable_offset)
                 .with_log_start_offset(reported.log_start_offset)
                 .with_diverging_epoch(
                     EpochEndOffset::default()
@@ -298,15 +300,19 @@ fn read_partition(
             return (data, None, Some(reported));
         }
     }
+    // The LSO first: it is at most the high watermark read after it.
+    let last_stable_offset = partition.last_stable_offset() as i64;
     let high_watermark = partition.high_watermark() as i64;
     let log_start_offset = partition.log_start_offset() as i64;
+    let read_committed = isolation_level == READ_COMMITTED && !follower;
     let data = data
         .with_high_watermark(high_watermark)
-        .with_last_stable_offset(high_watermark)
+        .with_last_stable_offset(last_stable_offset)
         .with_log_start_offset(log_start_offset)
-        .with_aborted_transactions((isolation_level == READ_COMMITTED).then(Vec::new));
+        .with_aborted_transactions(read_committed.then(Vec::new));
     let reported = Some(Reported {
         high_watermark,
+        last_stable_offset,
         log_start_offset,
     });
     if w.fetch_offset < 0 {
@@ -320,6 +326,32 @@ fn read_partition(
     if limit == 0 && !min_one_message {
         return (data, None, reported);
     }
+    if read_committed {
+        // Below the last stable offset, with the aborted transactions the records overlap.
+        return match partition.read_committed(
+            w.fetch_offset as u64,
+            limit as u64,
+            last_stable_offset as u64,
+            min_one_message,
+        ) {
+            Ok((slice, aborted)) => {
+                let aborted = aborted
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset as i64)
+                    })
+                    .collect();
+                (
+                    data.with_aborted_transactions(Some(aborted)),
+                    slice,
+                    reported,
+                )
+            }
+            Err(error) => (data.with_error_code(read_error(&error)), None, reported),
+        };
+    }
     // Consumers read committed data only: below the high watermark.
     let bound = if follower {
         ReadBound::LogEnd
@@ -328,16 +360,14 @@ fn read_partition(
     };
     match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
         Ok(slice) => (data, slice, reported),
-        Err(LogError::OffsetOutOfRange { .. }) => (
-            data.with_error_code(KafkaError::OffsetOutOfRange.code()),
-            None,
-            reported,
-        ),
-        Err(error) => (
-            data.with_error_code(error.kafka_error().code()),
-            None,
-            reported,
-        ),
+        Err(error) => (data.with_error_code(read_error(&error)), None, reported),
+    }
+}
+
+fn read_error(error: &LogError) -> i16 {
+    match error {
+        LogError::OffsetOutOfRange { .. } => KafkaError::OffsetOutOfRange.code(),
+        other => other.kafka_error().code(),
     }
 }
 

@@ -59,10 +59,14 @@ pub fn handle(
                             .with_offset(offset as i64)
                             .with_leader_epoch(epoch)
                     };
-                    // Without transactions the last stable offset is the high watermark.
-                    let _ = request.isolation_level == READ_COMMITTED;
+                    // read_committed sees what is decided: below the last stable offset.
+                    let visible_end = if request.isolation_level == READ_COMMITTED {
+                        partition.last_stable_offset()
+                    } else {
+                        partition.high_watermark()
+                    };
                     let found = match p.timestamp {
-                        LATEST => Ok(Some(at(partition.high_watermark()))),
+                        LATEST => Ok(Some(at(visible_end))),
                         EARLIEST | EARLIEST_LOCAL => Ok(Some(at(partition.log_start_offset()))),
                         LATEST_TIERED => {
                             Ok(Some(response.clone().with_offset(-1).with_leader_epoch(-1)))
@@ -77,6 +81,10 @@ pub fn handle(
                             return response.with_error_code(KafkaError::InvalidRequest.code());
                         }
                     };
+                    // A record found by its timestamp must be visible too.
+                    let by_time = p.timestamp >= 0 || p.timestamp == MAX_TIMESTAMP;
+                    let found = found
+                        .map(|found| found.filter(|f| !by_time || (f.offset as u64) < visible_end));
                     match found {
                         // Nothing at or after the timestamp: offset -1, timestamp -1.
                         Ok(None) => response,

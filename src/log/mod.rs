@@ -31,6 +31,7 @@ pub mod partition_log;
 pub mod retention;
 pub mod segment;
 pub mod topic_partition;
+pub mod txn_index;
 pub mod writeback;
 
 pub use config::{

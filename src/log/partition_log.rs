@@ -34,6 +34,7 @@ use super::segment::{
     parse_base_offset, segment_path, sync_all,
 };
 use super::topic_partition::TopicPartition;
+use super::txn_index::AbortedTxn;
 use crate::protocol::codec;
 
 /// The longest a flusher waits for concurrent appenders to join its fsync.
@@ -75,6 +76,9 @@ pub struct ReadInfo {
     pub log_start_offset: u64,
     pub log_end_offset: u64,
     pub high_watermark: u64,
+    /// No record the read returned is at or past this offset (the bound, or the next
+    /// segment's base): a read_committed fetch's upper bound for aborted transactions.
+    pub upper_bound: u64,
 }
 
 /// What the log dir's checkpoints say about this log when it is opened.
@@ -158,6 +162,9 @@ pub struct Log {
     sealed_unsynced: Mutex<Vec<u64>>,
     /// Bumped by truncation and deletion: the cleaner abandons a pass that started before.
     generation: AtomicU64,
+    /// The first segment whose aborted-transaction index is lost (a cleaner swap completed at
+    /// open): producer state is replayed from before it, which rebuilds the index.
+    reindex_from: Option<u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -309,6 +316,7 @@ impl Log {
             flush_count: AtomicU64::new(0),
             sealed_unsynced: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
+            reindex_from: force_recovery.iter().min().copied(),
         };
         Ok((log, stats))
     }
@@ -334,6 +342,46 @@ impl Log {
     }
     pub(super) fn write_state(&self) -> RwLockWriteGuard<'_, LogState> {
         self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The base of the first segment whose aborted-transaction index was lost at open, if
+    /// any: producer state must be replayed from at or before it, which rebuilds the index.
+    pub fn reindex_from(&self) -> Option<u64> {
+        self.reindex_from
+    }
+
+    /// Records an aborted transaction in the index of the segment holding its marker
+    /// (`entry.last_offset`); nothing when that segment already has it, or is gone.
+    pub fn add_aborted(&self, entry: AbortedTxn) -> Result<()> {
+        self.check_online()?;
+        let mut state = self.write_state();
+        let Some((_, segment)) = state.segments.range_mut(..=entry.last_offset).next_back() else {
+            return Ok(());
+        };
+        let result = segment.add_aborted(entry).map(|_| ());
+        drop(state);
+        self.mark_offline_on(result)
+    }
+
+    /// The aborted transactions overlapping `[fetch_offset, upper_bound)`, from the segment
+    /// holding `fetch_offset` on (Kafka's `collectAbortedTransactions`).
+    pub fn collect_aborted(&self, fetch_offset: u64, upper_bound: u64) -> Vec<AbortedTxn> {
+        let state = self.read_state();
+        let floor = state
+            .segments
+            .range(..=fetch_offset)
+            .next_back()
+            .map_or(0, |(b, _)| *b);
+        let mut out = Vec::new();
+        for segment in state.segments.range(floor..).map(|(_, s)| s) {
+            if segment
+                .collect_aborted(fetch_offset, upper_bound, &mut out)
+                .complete
+            {
+                break;
+            }
+        }
+        out
     }
 
     pub fn log_start_offset(&self) -> u64 {
@@ -730,6 +778,7 @@ impl Log {
             log_start_offset: state.log_start_offset,
             log_end_offset: state.log_end_offset,
             high_watermark: state.high_watermark,
+            upper_bound: offset,
         };
         if offset < state.log_start_offset || offset > state.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
@@ -755,6 +804,11 @@ impl Log {
             }
             if let Some((slice, first)) = segment.read(offset, max_bytes, bound, min_one_message)? {
                 info.first_batch_offset = Some(first.header.base_offset as u64);
+                info.upper_bound = state
+                    .segments
+                    .range(base + 1..)
+                    .next()
+                    .map_or(bound, |(next, _)| (*next).min(bound));
                 // No slice: the first batch did not fit, and no later segment may answer in
                 // its place.
                 info.slice = slice;
@@ -1130,6 +1184,20 @@ impl ValidatedBatches {
     pub fn headers(&self) -> impl Iterator<Item = &BatchHeader> {
         self.headers.iter().map(|(_, header, _)| header)
     }
+
+    /// Each batch's header and bytes in the `records` that were validated.
+    pub fn batches<'a>(
+        &'a self,
+        records: &'a [u8],
+    ) -> impl Iterator<Item = (&'a BatchHeader, &'a [u8])> + 'a {
+        self.headers.iter().map(move |(position, header, _)| {
+            let end = header
+                .total_size()
+                .map_or(records.len(), |size| position + size)
+                .min(records.len());
+            (header, &records[(*position).min(end)..end])
+        })
+    }
 }
 
 /// Validates every batch of a leader append before anything is written; returns where each is.
@@ -1159,7 +1227,8 @@ fn validate_leader_batches(
         if header.is_control() && origin == AppendOrigin::Client {
             return Err(invalid("clients may not write control batches"));
         }
-        if header.producer_id >= 0 && header.base_sequence < 0 {
+        // The broker's own producer batches (a transactional offset commit) carry no sequence.
+        if header.producer_id >= 0 && header.base_sequence < 0 && origin == AppendOrigin::Client {
             return Err(invalid("idempotent batch without a base sequence"));
         }
         if header.is_transactional() && header.producer_id < 0 {
@@ -1277,6 +1346,7 @@ fn complete_interrupted_swaps(dir: &Path) -> Result<Vec<u64>> {
                 LOG_SUFFIX,
                 super::segment::INDEX_SUFFIX,
                 super::segment::TIME_INDEX_SUFFIX,
+                super::txn_index::TXN_INDEX_SUFFIX,
             ] {
                 let path = segment_path(dir, replaced, suffix);
                 match fs::remove_file(&path) {

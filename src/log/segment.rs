@@ -1,4 +1,5 @@
-//! One segment of a partition log: `<base>.log` with its `.index` and `.timeindex`.
+//! One segment of a partition log: `<base>.log` with its `.index`, `.timeindex` and
+//! `.txnindex` (aborted transactions, `txn_index.rs`).
 //!
 //! The segment owns its files. Appends are positional writes at the end of the `.log`; the
 //! committed `size` is what readers see, so a reader never observes a half-written append.
@@ -19,6 +20,7 @@ use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::handles::SegmentFile;
 use super::index::{OffsetIndex, TimeIndex};
+use super::txn_index::{AbortedTxn, Collected, TXN_INDEX_SUFFIX, TxnIndex};
 
 pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
@@ -104,6 +106,7 @@ pub struct Segment {
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    txn_index: TxnIndex,
     bytes_since_index_entry: u64,
     max_timestamp: i64,
     next_offset: u64,
@@ -149,7 +152,7 @@ impl Segment {
             .open(&path)
             .map_err(|e| LogError::io(&path, e))?;
         super::fault::durable_prefix(&path, 0);
-        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             let index = segment_path(dir, base_offset, &format!("{kind}{suffix}"));
             if let Err(e) = fs::remove_file(&index) {
                 if e.kind() != io::ErrorKind::NotFound {
@@ -207,6 +210,11 @@ impl Segment {
             segment_path(dir, base_offset, &format!("{TIME_INDEX_SUFFIX}{suffix}"));
         let offset_index = OffsetIndex::open(&index_path, base_offset, capacity, active)?;
         let time_index = TimeIndex::open(&time_index_path, base_offset, capacity, active)?;
+        let txn_index = TxnIndex::open(segment_path(
+            dir,
+            base_offset,
+            &format!("{TXN_INDEX_SUFFIX}{suffix}"),
+        ))?;
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
@@ -218,6 +226,7 @@ impl Segment {
             size,
             offset_index,
             time_index,
+            txn_index,
             bytes_since_index_entry: 0,
             max_timestamp: -1,
             next_offset: base_offset,
@@ -264,17 +273,28 @@ impl Segment {
     /// The `.log` goes last: while it still carries `.swap`, `Log::open` completes the swap
     /// and rebuilds the indexes, whatever names they had reached.
     pub fn rename_suffix(&mut self, suffix: &str) -> Result<()> {
-        for kind in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+        for kind in [
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+            LOG_SUFFIX,
+        ] {
             let from = segment_path(
                 &self.dir,
                 self.base_offset,
                 &format!("{kind}{}", self.suffix),
             );
             let to = segment_path(&self.dir, self.base_offset, &format!("{kind}{suffix}"));
+            if kind == TXN_INDEX_SUFFIX && self.txn_index.is_empty() {
+                // Written only once it has an entry.
+                self.txn_index.set_path(to);
+                continue;
+            }
             fs::rename(&from, &to).map_err(|e| LogError::io(from, e))?;
             match kind {
                 INDEX_SUFFIX => self.offset_index.set_path(to),
                 TIME_INDEX_SUFFIX => self.time_index.set_path(to),
+                TXN_INDEX_SUFFIX => self.txn_index.set_path(to),
                 _ => self.file.set_path(to),
             }
         }
@@ -449,7 +469,11 @@ impl Segment {
             data_bytes: Some(self.size),
         });
         if indexes {
-            for path in [self.offset_index.path(), self.time_index.path()] {
+            let txn_index = (!self.txn_index.is_empty()).then(|| self.txn_index.path());
+            for path in [self.offset_index.path(), self.time_index.path()]
+                .into_iter()
+                .chain(txn_index)
+            {
                 out.push(SyncHandle {
                     path: path.to_path_buf(),
                     file: None,
@@ -650,7 +674,29 @@ impl Segment {
         }
         self.size = position;
         self.allocated = position;
+        // Entries past the recovered data go (`txn_index.rs` says why the rest is whole).
+        self.txn_index.truncate_to(self.next_offset)?;
         Ok(truncated)
+    }
+
+    /// Records an aborted transaction whose marker is in this segment (a no-op when the index
+    /// already has it).
+    pub fn add_aborted(&mut self, entry: AbortedTxn) -> Result<bool> {
+        self.txn_index.add(entry)
+    }
+
+    /// This segment's aborted transactions overlapping `[fetch_offset, upper_bound)`.
+    pub fn collect_aborted(
+        &self,
+        fetch_offset: u64,
+        upper_bound: u64,
+        out: &mut Vec<AbortedTxn>,
+    ) -> Collected {
+        self.txn_index.collect(fetch_offset, upper_bound, out)
+    }
+
+    pub fn aborted(&self) -> &[AbortedTxn] {
+        self.txn_index.entries()
     }
 
     fn index_recovered(
@@ -756,8 +802,13 @@ impl Segment {
     /// Renames the segment's files to `<name>.deleted`, returning the new paths; the files are
     /// removed later (`file.delete.delay.ms`) so readers holding slices finish undisturbed.
     pub fn rename_to_deleted(self) -> Result<Vec<PathBuf>> {
-        let mut renamed = Vec::with_capacity(3);
-        for kind in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        let mut renamed = Vec::with_capacity(4);
+        for kind in [
+            LOG_SUFFIX,
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+        ] {
             let from = segment_path(
                 &self.dir,
                 self.base_offset,

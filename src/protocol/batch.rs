@@ -460,6 +460,12 @@ impl BatchBuilder {
         self
     }
 
+    /// Marks the batch as part of a transaction (the producer's batches in one).
+    pub fn transactional(mut self) -> Self {
+        self.header.attributes |= ATTR_TRANSACTIONAL;
+        self
+    }
+
     /// Stores `horizon_ms` as the batch's delete horizon (KIP-534); record timestamps are then
     /// encoded relative to it.
     pub fn delete_horizon(mut self, horizon_ms: i64) -> Self {
@@ -613,5 +619,61 @@ mod tests {
             assert_eq!(records[49].value, Some("49".repeat(20).as_bytes()));
             assert_eq!(records[49].timestamp(&header), 1_049);
         }
+    }
+}
+
+/// A transaction marker: the one record of a control batch (Kafka's `EndTransactionMarker`:
+/// key `version i16 (0) | type i16` with 0 abort, 1 commit; value `version i16 (0) |
+/// coordinator_epoch i32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+const CONTROL_ABORT: i16 = 0;
+const CONTROL_COMMIT: i16 = 1;
+
+impl TxnMarker {
+    /// The control batch holding this marker for a producer (offset 0, to be assigned).
+    pub fn batch(&self, producer_id: i64, producer_epoch: i16, timestamp_ms: i64) -> Vec<u8> {
+        let mut key = [0u8; 4];
+        let kind = if self.commit {
+            CONTROL_COMMIT
+        } else {
+            CONTROL_ABORT
+        };
+        key[2..].copy_from_slice(&kind.to_be_bytes());
+        let mut value = [0u8; 6];
+        value[2..].copy_from_slice(&self.coordinator_epoch.to_be_bytes());
+        let mut builder = BatchBuilder::new(0, timestamp_ms)
+            .producer(producer_id, producer_epoch, -1)
+            .transactional();
+        builder.header.attributes |= ATTR_CONTROL;
+        builder.push(timestamp_ms, Some(&key), Some(&value), &[]);
+        builder.build()
+    }
+
+    /// The marker in a control batch; `None` when it is not a transaction marker (another
+    /// control record type, or malformed: a reader skips it).
+    pub fn parse(header: &BatchHeader, batch: &[u8]) -> Option<TxnMarker> {
+        if !header.is_control() || header.is_compressed() {
+            return None;
+        }
+        let record = RecordIter::new(header, batch).next()?.ok()?;
+        let key = record.key?;
+        let value = record.value?;
+        if key.len() < 4 || value.len() < 6 || be_i16(key, 0) != 0 {
+            return None;
+        }
+        let commit = match be_i16(key, 2) {
+            CONTROL_COMMIT => true,
+            CONTROL_ABORT => false,
+            _ => return None,
+        };
+        Some(TxnMarker {
+            commit,
+            coordinator_epoch: i32::from_be_bytes([value[2], value[3], value[4], value[5]]),
+        })
     }
 }

@@ -2,7 +2,7 @@
 //! (leader, leader epoch, ISR), and, as leader, the producer state that makes appends
 //! idempotent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -12,12 +12,14 @@ use sluice_raft::records::{BrokerId, Uuid};
 use super::clock::Clock;
 use super::purgatory::Watchers;
 use crate::file_slice::FileSlice;
-use crate::log::batch::{BatchHeader, BatchIter};
+use crate::log::batch::{BatchHeader, BatchIter, TxnMarker};
+use crate::log::txn_index::AbortedTxn;
 use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogError, ValidatedBatches};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 use crate::txn::producer_state::{
-    BatchMetadata, Check, ProducerBatch, ProducerStateManager, SnapshotError,
+    BatchMetadata, Check, CompletedTxn, MarkerBatch, ProducerBatch, ProducerStateManager,
+    SnapshotError,
 };
 
 /// What the metadata image says of this partition.
@@ -144,6 +146,10 @@ pub struct Partition {
     state: RwLock<PartitionState>,
     /// Serializes leader appends, so producer checks and the append they allow are atomic.
     producers: Mutex<ProducerStateManager>,
+    /// What bounds the last stable offset, copied out of producer state after every change
+    /// (lock order: `producers`, then this), so read_committed fetches never wait for an
+    /// append.
+    unstable: Mutex<Unstable>,
     /// Segments when producer state was last snapshotted: a roll triggers a new snapshot.
     snapshot_segments: Mutex<usize>,
     /// As leader: what each follower's fetches told us.
@@ -160,6 +166,41 @@ pub struct Partition {
     /// invariant checks read without the state lock (they run under it, in `while_following`,
     /// and a second read lock can deadlock behind a waiting writer).
     leading_epoch: std::sync::atomic::AtomicI64,
+}
+
+/// The transactions that keep the last stable offset back: open ones, and closed ones whose
+/// marker the high watermark has not passed yet (Kafka's `unreplicatedTxns`): their records
+/// are decided only once the marker is committed.
+#[derive(Debug, Default)]
+struct Unstable {
+    first_open: Option<u64>,
+    /// (first offset, marker offset), in marker order.
+    closed: VecDeque<(u64, u64)>,
+}
+
+impl Unstable {
+    fn of(producers: &ProducerStateManager) -> Unstable {
+        Unstable {
+            first_open: producers.first_unstable_offset().map(|o| o as u64),
+            closed: VecDeque::new(),
+        }
+    }
+
+    fn last_stable_offset(&mut self, high_watermark: u64) -> u64 {
+        while self
+            .closed
+            .front()
+            .is_some_and(|(_, marker)| *marker < high_watermark)
+        {
+            self.closed.pop_front();
+        }
+        let closed = self.closed.iter().map(|(first, _)| *first).min();
+        [Some(high_watermark), self.first_open, closed]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(high_watermark)
+    }
 }
 
 /// A follower as its leader sees it.
@@ -193,6 +234,7 @@ impl Partition {
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, LogError> {
         let producers = load_producer_state(&log)?;
+        let unstable = Unstable::of(&producers);
         let segments = log.segment_count();
         let followers = if state.leader == broker_id {
             fresh_followers(&state, broker_id, clock.now())
@@ -207,6 +249,7 @@ impl Partition {
             broker_id,
             state: RwLock::new(state),
             producers: Mutex::new(producers),
+            unstable: Mutex::new(unstable),
             snapshot_segments: Mutex::new(segments),
             followers: Mutex::new(followers),
             needs_truncation: AtomicBool::new(true),
@@ -520,9 +563,12 @@ impl Partition {
         }
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
         let info = self.log.append_as_follower(records)?;
-        for (_, header, _) in BatchIter::new(records).filter_map(Result::ok) {
-            record_batch(&mut producers, &header);
+        for (_, header, bytes) in BatchIter::new(records).filter_map(Result::ok) {
+            if let Some(completed) = record_batch(&mut producers, &header, bytes) {
+                self.txn_closed(&producers, completed);
+            }
         }
+        self.sync_unstable(&producers);
         self.maybe_snapshot(&producers);
         drop(producers);
         self.watchers.wake();
@@ -579,6 +625,7 @@ impl Partition {
     /// follower promoted later deduplicates from it.
     fn reload_locked(&self, producers: &mut ProducerStateManager) -> Result<(), LogError> {
         *producers = load_producer_state(&self.log)?;
+        *self.unstable.lock().unwrap_or_else(|p| p.into_inner()) = Unstable::of(producers);
         if cfg!(debug_assertions) && self.log.size_bytes() <= DEBUG_REBUILD_CHECK_BYTES {
             debug_assert_eq!(
                 *producers,
@@ -679,7 +726,13 @@ impl Partition {
         acks: i16,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
-        self.append_leading(records, acks, min_insync_replicas, None)
+        self.append_leading(
+            records,
+            acks,
+            min_insync_replicas,
+            None,
+            AppendOrigin::Client,
+        )
     }
 
     /// Appends an internal writer's batches (a coordinator's) with `acks=all` semantics, only
@@ -691,7 +744,37 @@ impl Partition {
         leader_epoch: i32,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
-        self.append_leading(records, -1, min_insync_replicas, Some(leader_epoch))
+        self.append_leading(
+            records,
+            -1,
+            min_insync_replicas,
+            Some(leader_epoch),
+            AppendOrigin::Internal,
+        )
+    }
+
+    /// Writes a transaction marker (WriteTxnMarkers, from the transaction coordinator) as
+    /// leader, with `acks=all` semantics: it closes the producer's open transaction here. A
+    /// marker from an older producer epoch is INVALID_PRODUCER_EPOCH, from an older
+    /// coordinator epoch TRANSACTION_COORDINATOR_FENCED.
+    pub fn append_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: TxnMarker,
+        min_insync_replicas: usize,
+    ) -> Result<Appended, AppendError> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut records = marker.batch(producer_id, producer_epoch, now_ms);
+        self.append_leading(
+            &mut records,
+            -1,
+            min_insync_replicas,
+            None,
+            AppendOrigin::Internal,
+        )
     }
 
     fn append_leading(
@@ -700,6 +783,7 @@ impl Partition {
         acks: i16,
         min_insync_replicas: usize,
         expected_leader_epoch: Option<i32>,
+        origin: AppendOrigin,
     ) -> Result<Appended, AppendError> {
         // Held until the batches are in the log: a leadership change waits for the append, so
         // nothing is appended under an epoch this replica no longer leads (Kafka holds its
@@ -734,39 +818,67 @@ impl Partition {
             ));
         }
         // Checked once, CRC included, before the producer fields are trusted.
-        let validated = self
-            .log
-            .validate_leader_append(records, AppendOrigin::Client)?;
-        let batches = producer_batches(&validated);
+        let validated = self.log.validate_leader_append(records, origin)?;
+        let batches = producer_batches(&validated, records);
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, batch) in &batches {
-            let Some(batch) = batch else { continue };
-            match producers.check(batch) {
-                Ok(Check::Append) => {}
-                Ok(Check::Duplicate(original)) => {
-                    let pending = self.pending_ack(original.last_offset as u64);
-                    return Ok(Appended {
-                        info: AppendInfo {
-                            first_offset: original.first_offset as u64,
-                            last_offset: original.last_offset as u64,
-                            max_timestamp: original.max_timestamp,
-                            log_append_time_ms: None,
-                            log_start_offset: self.log.log_start_offset(),
-                            record_count: 0,
-                            bytes: 0,
-                        },
-                        duplicate: true,
-                        pending,
-                    });
+        for (_, kind) in &batches {
+            let refused = |error: KafkaError, what: String| {
+                Err(AppendError::new(error, format!("{what}: refused")))
+            };
+            match kind {
+                BatchKind::Plain => {}
+                BatchKind::Producer(batch) if origin == AppendOrigin::Internal => {
+                    if let Err(error) = producers.check_internal(batch) {
+                        return refused(
+                            error,
+                            format!("producer {} epoch {}", batch.producer_id, batch.epoch),
+                        );
+                    }
                 }
-                Err(error) => {
-                    return Err(AppendError::new(
-                        error,
-                        format!(
-                            "producer {} epoch {} sequence {}: refused",
-                            batch.producer_id, batch.epoch, batch.first_sequence
-                        ),
-                    ));
+                BatchKind::Producer(batch) => match producers.check(batch) {
+                    Ok(Check::Append) => {}
+                    Ok(Check::Duplicate(original)) => {
+                        let pending = self.pending_ack(original.last_offset as u64);
+                        return Ok(Appended {
+                            info: AppendInfo {
+                                first_offset: original.first_offset as u64,
+                                last_offset: original.last_offset as u64,
+                                max_timestamp: original.max_timestamp,
+                                log_append_time_ms: None,
+                                log_start_offset: self.log.log_start_offset(),
+                                record_count: 0,
+                                bytes: 0,
+                            },
+                            duplicate: true,
+                            pending,
+                        });
+                    }
+                    Err(error) => {
+                        return refused(
+                            error,
+                            format!(
+                                "producer {} epoch {} sequence {}",
+                                batch.producer_id, batch.epoch, batch.first_sequence
+                            ),
+                        );
+                    }
+                },
+                BatchKind::Marker {
+                    producer_id,
+                    epoch,
+                    marker,
+                } => {
+                    if let Err(error) =
+                        producers.check_marker(*producer_id, *epoch, marker.coordinator_epoch)
+                    {
+                        return refused(
+                            error,
+                            format!(
+                                "marker for producer {producer_id} epoch {epoch} from coordinator epoch {}",
+                                marker.coordinator_epoch
+                            ),
+                        );
+                    }
                 }
             }
         }
@@ -774,23 +886,43 @@ impl Partition {
             .log
             .append_validated_as_leader(records, validated, leader_epoch)?;
         let mut next_offset = info.first_offset as i64;
-        for (header, batch) in &batches {
+        for (header, kind) in &batches {
             let first_offset = next_offset;
             let last_offset = first_offset + i64::from(header.last_offset_delta);
             next_offset = last_offset + 1;
-            if let Some(batch) = batch {
-                producers.update(
+            let timestamp = info.log_append_time_ms.unwrap_or(header.max_timestamp);
+            match kind {
+                BatchKind::Plain => {}
+                BatchKind::Producer(batch) => producers.update(
                     batch,
                     BatchMetadata {
                         first_sequence: batch.first_sequence,
                         last_sequence: batch.last_sequence,
                         first_offset,
                         last_offset,
-                        max_timestamp: info.log_append_time_ms.unwrap_or(header.max_timestamp),
+                        max_timestamp: timestamp,
                     },
-                );
+                ),
+                BatchKind::Marker {
+                    producer_id,
+                    epoch,
+                    marker,
+                } => {
+                    let completed = producers.complete_txn(&MarkerBatch {
+                        producer_id: *producer_id,
+                        epoch: *epoch,
+                        coordinator_epoch: marker.coordinator_epoch,
+                        commit: marker.commit,
+                        offset: first_offset,
+                        timestamp,
+                    });
+                    if let Some(completed) = completed {
+                        self.txn_closed(&producers, completed);
+                    }
+                }
             }
         }
+        self.sync_unstable(&producers);
         self.maybe_snapshot(&producers);
         // The log just stamped the batches with this epoch (no lookup on the append path).
         let pending = PendingAck {
@@ -810,6 +942,73 @@ impl Partition {
             duplicate: false,
             pending,
         })
+    }
+
+    /// A marker closed a transaction (as leader, follower or in a replay): an aborted one
+    /// enters the aborted-transaction index; either holds the last stable offset until the
+    /// high watermark passes its marker.
+    fn txn_closed(&self, producers: &ProducerStateManager, completed: CompletedTxn) {
+        if let Err(error) = index_aborted(&self.log, producers, &completed) {
+            tracing::warn!(topic_partition = %self.topic_partition, %error, "could not index an aborted transaction");
+        }
+        self.unstable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed
+            .push_back((
+                completed.first_offset.max(0) as u64,
+                completed.last_offset.max(0) as u64,
+            ));
+    }
+
+    /// Copies the oldest open transaction out of producer state (held by the caller).
+    fn sync_unstable(&self, producers: &ProducerStateManager) {
+        self.unstable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+    }
+
+    /// The last stable offset (LSO): the high watermark, or the first offset of the oldest
+    /// transaction still undecided (open, or closed by a marker the high watermark has not
+    /// passed), when that is lower. read_committed consumers read below it.
+    pub fn last_stable_offset(&self) -> u64 {
+        let high_watermark = self.log.high_watermark();
+        self.unstable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_stable_offset(high_watermark)
+    }
+
+    /// A read_committed read: whole batches below `last_stable_offset` (as
+    /// [`Partition::read_with`]), with the aborted transactions that overlap them.
+    pub fn read_committed(
+        &self,
+        fetch_offset: u64,
+        max_bytes: u64,
+        last_stable_offset: u64,
+        min_one_message: bool,
+    ) -> Result<(Option<FileSlice>, Vec<AbortedTxn>), LogError> {
+        let bound = last_stable_offset.min(self.log.high_watermark());
+        let read = self
+            .log
+            .read_with(fetch_offset, max_bytes, Some(bound), min_one_message)?;
+        let aborted = match &read.slice {
+            Some(_) => self.log.collect_aborted(fetch_offset, read.upper_bound),
+            None => Vec::new(),
+        };
+        Ok((read.slice, aborted))
+    }
+
+    /// Producer state, for DescribeProducers: each producer's id, epoch, last sequence, last
+    /// timestamp, coordinator epoch and open transaction's first offset.
+    pub fn producer_states(&self) -> Vec<(i64, crate::txn::producer_state::ProducerEntry)> {
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .producers()
+            .map(|(id, entry)| (id, entry.clone()))
+            .collect()
     }
 
     /// Requests waiting on this partition (the purgatory).
@@ -972,22 +1171,51 @@ fn fresh_followers(
         .collect()
 }
 
-/// The header of each batch in `records` with its producer fields when idempotent. Producer
-/// fields are only trusted from a batch whose CRC holds (the log validates the rest).
-/// The producer fields of validated batches (`None` for a batch without a producer id).
-fn producer_batches(validated: &ValidatedBatches) -> Vec<(BatchHeader, Option<ProducerBatch>)> {
+/// What producer state makes of a batch.
+#[derive(Debug, Clone, Copy)]
+enum BatchKind {
+    /// No producer id.
+    Plain,
+    /// An idempotent or transactional producer's batch.
+    Producer(ProducerBatch),
+    /// A transaction marker.
+    Marker {
+        producer_id: i64,
+        epoch: i16,
+        marker: TxnMarker,
+    },
+}
+
+/// The producer fields of each validated batch (trusted: their CRC held).
+fn producer_batches(validated: &ValidatedBatches, records: &[u8]) -> Vec<(BatchHeader, BatchKind)> {
     validated
-        .headers()
-        .map(|header| {
-            let producer = (header.producer_id >= 0).then(|| ProducerBatch {
+        .batches(records)
+        .map(|(header, bytes)| (*header, batch_kind(header, bytes)))
+        .collect()
+}
+
+fn batch_kind(header: &BatchHeader, bytes: &[u8]) -> BatchKind {
+    if header.producer_id < 0 {
+        return BatchKind::Plain;
+    }
+    if header.is_control() {
+        return match TxnMarker::parse(header, bytes) {
+            Some(marker) => BatchKind::Marker {
                 producer_id: header.producer_id,
                 epoch: header.producer_epoch,
-                first_sequence: header.base_sequence,
-                last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-            });
-            (*header, producer)
-        })
-        .collect()
+                marker,
+            },
+            // Another kind of control record: nothing for producer state.
+            None => BatchKind::Plain,
+        };
+    }
+    BatchKind::Producer(ProducerBatch {
+        producer_id: header.producer_id,
+        epoch: header.producer_epoch,
+        first_sequence: header.base_sequence,
+        last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
+        transactional: header.is_transactional(),
+    })
 }
 
 fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
@@ -1000,32 +1228,73 @@ fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
     }
 }
 
-/// Records a batch already in the log (a follower's append, or replay) in producer state.
-fn record_batch(producers: &mut ProducerStateManager, header: &BatchHeader) {
-    if header.producer_id < 0 {
-        return;
+/// Records a batch already in the log (a follower's append, or replay) in producer state;
+/// the transaction a marker closed.
+fn record_batch(
+    producers: &mut ProducerStateManager,
+    header: &BatchHeader,
+    bytes: &[u8],
+) -> Option<CompletedTxn> {
+    match batch_kind(header, bytes) {
+        BatchKind::Plain => None,
+        BatchKind::Producer(batch) => {
+            producers.update(
+                &batch,
+                BatchMetadata {
+                    first_sequence: batch.first_sequence,
+                    last_sequence: batch.last_sequence,
+                    first_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                    max_timestamp: header.max_timestamp,
+                },
+            );
+            None
+        }
+        BatchKind::Marker {
+            producer_id,
+            epoch,
+            marker,
+        } => producers.complete_txn(&MarkerBatch {
+            producer_id,
+            epoch,
+            coordinator_epoch: marker.coordinator_epoch,
+            commit: marker.commit,
+            offset: header.base_offset,
+            timestamp: header.max_timestamp,
+        }),
     }
-    let batch = ProducerBatch {
-        producer_id: header.producer_id,
-        epoch: header.producer_epoch,
-        first_sequence: header.base_sequence,
-        last_sequence: last_sequence(header.base_sequence, header.last_offset_delta),
-    };
-    producers.update(
-        &batch,
-        BatchMetadata {
-            first_sequence: batch.first_sequence,
-            last_sequence: batch.last_sequence,
-            first_offset: header.base_offset,
-            last_offset: header.last_offset(),
-            max_timestamp: header.max_timestamp,
-        },
-    );
+}
+
+/// Enters an aborted transaction in the log's index, with the last stable offset once it
+/// closed (the oldest transaction still open, else the offset after the marker).
+fn index_aborted(
+    log: &Log,
+    producers: &ProducerStateManager,
+    completed: &CompletedTxn,
+) -> Result<(), LogError> {
+    if !completed.aborted {
+        return Ok(());
+    }
+    let last_stable_offset = producers
+        .first_unstable_offset()
+        .unwrap_or(completed.last_offset + 1);
+    log.add_aborted(AbortedTxn {
+        producer_id: completed.producer_id,
+        first_offset: completed.first_offset.max(0) as u64,
+        last_offset: completed.last_offset.max(0) as u64,
+        last_stable_offset: last_stable_offset.max(0) as u64,
+    })
 }
 
 /// The newest snapshot, then the log after it, replayed batch by batch (headers only).
+/// A log whose aborted-transaction index was lost at open replays from a snapshot before it,
+/// which rebuilds it. (Recovery keeps an index's entries for the data it keeps: each was
+/// synced before the snapshot after its marker was written.)
 fn load_producer_state(log: &Log) -> Result<ProducerStateManager, LogError> {
-    let (state, from) = ProducerStateManager::load_snapshot(log.dir(), log.log_end_offset());
+    let limit = log
+        .reindex_from()
+        .map_or(log.log_end_offset(), |base| base.min(log.log_end_offset()));
+    let (state, from) = ProducerStateManager::load_snapshot(log.dir(), limit);
     replay(log, state, from)
 }
 
@@ -1053,12 +1322,14 @@ fn replay(
             .read_into(&mut buffer)
             .map_err(|e| LogError::io(log.dir(), e))?;
         let mut advanced = false;
-        for (_, header, _) in BatchIter::new(&buffer).filter_map(Result::ok) {
+        for (_, header, bytes) in BatchIter::new(&buffer).filter_map(Result::ok) {
             let last_offset = header.last_offset();
             if last_offset < offset as i64 {
                 continue;
             }
-            record_batch(&mut state, &header);
+            if let Some(completed) = record_batch(&mut state, &header, bytes) {
+                index_aborted(log, &state, &completed)?;
+            }
             offset = last_offset as u64 + 1;
             advanced = true;
         }

@@ -1,5 +1,14 @@
-//! Idempotent producer state of one partition: for each producer id, its epoch and the
-//! metadata of its last five batches (sequence range and offsets), as Kafka keeps it.
+//! Producer state of one partition: for each producer id, its epoch, the metadata of its last
+//! five batches (sequence range and offsets), and, for a transactional producer, the first
+//! offset of its open transaction and the epoch of the coordinator that last wrote it a marker,
+//! as Kafka keeps it.
+//!
+//! Transactions: a producer's first transactional batch opens its transaction at that offset;
+//! its commit or abort marker (a control batch the coordinator has the leader write) closes
+//! it. The smallest first offset of open transactions bounds the last stable offset. A marker
+//! from an older producer epoch is INVALID_PRODUCER_EPOCH, from an older coordinator epoch
+//! TRANSACTION_COORDINATOR_FENCED; a non-transactional batch from a producer with an open
+//! transaction is INVALID_TXN_STATE.
 //!
 //! The leader checks every idempotent batch before appending it: a retried batch (same
 //! sequences as one of the last five) is a duplicate, answered with the offset it first got and
@@ -21,11 +30,13 @@ pub const BATCHES_PER_PRODUCER: usize = 5;
 /// Snapshot files kept per partition.
 const SNAPSHOTS_KEPT: usize = 2;
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
-const SNAPSHOT_VERSION: u16 = 1;
+/// Version 2 adds each producer's coordinator epoch and open transaction; 1 is still read.
+const SNAPSHOT_VERSION: u16 = 2;
 const SNAPSHOT_SUFFIX: &str = ".snapshot";
 /// Bytes of one batch entry and of one producer entry's fixed part in a snapshot.
 const BATCH_ENTRY_BYTES: usize = 4 + 4 + 8 + 8 + 8;
-const PRODUCER_ENTRY_BYTES: usize = 8 + 2 + 8 + 1;
+const PRODUCER_ENTRY_BYTES_V1: usize = 8 + 2 + 8 + 1;
+const PRODUCER_ENTRY_BYTES: usize = 8 + 2 + 8 + 4 + 8 + 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchMetadata {
@@ -36,11 +47,49 @@ pub struct BatchMetadata {
     pub max_timestamp: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
     pub epoch: i16,
     pub batches: VecDeque<BatchMetadata>,
     pub last_timestamp: i64,
+    /// The epoch of the transaction coordinator that wrote this producer's last marker (-1:
+    /// none yet).
+    pub coordinator_epoch: i32,
+    /// The first offset of the producer's open transaction in this partition.
+    pub current_txn_first_offset: Option<i64>,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        ProducerEntry {
+            epoch: 0,
+            batches: VecDeque::new(),
+            last_timestamp: 0,
+            coordinator_epoch: -1,
+            current_txn_first_offset: None,
+        }
+    }
+}
+
+/// A transaction a marker closed in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+}
+
+/// A transaction marker as producer state sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+    pub offset: i64,
+    pub timestamp: i64,
 }
 
 /// An idempotent batch as the leader sees it before appending.
@@ -50,6 +99,7 @@ pub struct ProducerBatch {
     pub epoch: i16,
     pub first_sequence: i32,
     pub last_sequence: i32,
+    pub transactional: bool,
 }
 
 /// What checking a batch found.
@@ -75,6 +125,8 @@ pub enum SnapshotError {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerStateManager {
     producers: BTreeMap<i64, ProducerEntry>,
+    /// Open transactions: first offset -> producer id.
+    ongoing: BTreeMap<i64, i64>,
 }
 
 fn next_sequence(sequence: i32) -> i32 {
@@ -115,6 +167,9 @@ impl ProducerStateManager {
                 Err(KafkaError::OutOfOrderSequenceNumber)
             };
         }
+        if !batch.transactional && entry.current_txn_first_offset.is_some() {
+            return Err(KafkaError::InvalidTxnState);
+        }
         if let Some(duplicate) = entry.batches.iter().find(|b| {
             b.first_sequence == batch.first_sequence && b.last_sequence == batch.last_sequence
         }) {
@@ -124,6 +179,8 @@ impl ProducerStateManager {
             Some(last) if batch.first_sequence != next_sequence(last.last_sequence) => {
                 Err(KafkaError::OutOfOrderSequenceNumber)
             }
+            // A marker bumped the epoch (KIP-890): sequences restart at 0.
+            None if batch.first_sequence != 0 => Err(KafkaError::OutOfOrderSequenceNumber),
             _ => Ok(Check::Append),
         }
     }
@@ -141,6 +198,83 @@ impl ProducerStateManager {
         }
         entry.batches.push_back(metadata);
         entry.last_timestamp = entry.last_timestamp.max(metadata.max_timestamp);
+        if batch.transactional && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(metadata.first_offset);
+            self.ongoing
+                .insert(metadata.first_offset, batch.producer_id);
+        }
+    }
+
+    /// Checks a batch the broker writes for a producer (a transactional offset commit of the
+    /// group coordinator): its epoch and transaction only, it has no sequence.
+    pub fn check_internal(&self, batch: &ProducerBatch) -> Result<(), KafkaError> {
+        let Some(entry) = self.producers.get(&batch.producer_id) else {
+            return Ok(());
+        };
+        if batch.epoch < entry.epoch {
+            return Err(KafkaError::InvalidProducerEpoch);
+        }
+        if !batch.transactional && entry.current_txn_first_offset.is_some() {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        Ok(())
+    }
+
+    /// Checks a transaction marker the coordinator asks this leader to write (Kafka's
+    /// `ProducerAppendInfo.appendEndTxnMarker` checks).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), KafkaError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(KafkaError::InvalidProducerEpoch);
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(KafkaError::TransactionCoordinatorFenced);
+        }
+        Ok(())
+    }
+
+    /// Records a marker appended at `marker.offset`; the transaction it closed, if the producer
+    /// had one open here.
+    pub fn complete_txn(&mut self, marker: &MarkerBatch) -> Option<CompletedTxn> {
+        let entry = self.producers.entry(marker.producer_id).or_default();
+        if marker.epoch != entry.epoch {
+            entry.epoch = marker.epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_timestamp = entry.last_timestamp.max(marker.timestamp);
+        let first_offset = entry.current_txn_first_offset.take()?;
+        self.ongoing.remove(&first_offset);
+        Some(CompletedTxn {
+            producer_id: marker.producer_id,
+            first_offset,
+            last_offset: marker.offset,
+            aborted: !marker.commit,
+        })
+    }
+
+    /// The first offset of the oldest open transaction.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// Open transactions: (first offset, producer id), oldest first.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing
+            .iter()
+            .map(|(first, producer)| (*first, *producer))
+    }
+
+    /// Every producer with its state (DescribeProducers).
+    pub fn producers(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> + '_ {
+        self.producers.iter().map(|(id, entry)| (*id, entry))
     }
 
     /// Writes the state as `<dir>/<offset>.snapshot` (durably), then keeps only the newest.
@@ -151,6 +285,8 @@ impl ProducerStateManager {
             body.extend_from_slice(&producer_id.to_be_bytes());
             body.extend_from_slice(&entry.epoch.to_be_bytes());
             body.extend_from_slice(&entry.last_timestamp.to_be_bytes());
+            body.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
+            body.extend_from_slice(&entry.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
             body.push(entry.batches.len() as u8);
             for b in &entry.batches {
                 body.extend_from_slice(&b.first_sequence.to_be_bytes());
@@ -236,7 +372,8 @@ fn read_snapshot(path: &Path) -> Result<ProducerStateManager, SnapshotError> {
     if bytes.len() < 14 || &bytes[..4] != SNAPSHOT_MAGIC {
         return Err(corrupt());
     }
-    if u16::from_be_bytes([bytes[4], bytes[5]]) != SNAPSHOT_VERSION {
+    let version = u16::from_be_bytes([bytes[4], bytes[5]]);
+    if !(1..=SNAPSHOT_VERSION).contains(&version) {
         return Err(corrupt());
     }
     let crc = u32::from_be_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
@@ -258,11 +395,21 @@ fn read_snapshot(path: &Path) -> Result<ProducerStateManager, SnapshotError> {
     let count = u32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt())?) as usize;
     let mut state = ProducerStateManager::default();
     for _ in 0..count {
-        let fixed = take(PRODUCER_ENTRY_BYTES)?;
+        let fixed = take(if version == 1 {
+            PRODUCER_ENTRY_BYTES_V1
+        } else {
+            PRODUCER_ENTRY_BYTES
+        })?;
         let producer_id = be64(&fixed[..8]);
         let epoch = i16::from_be_bytes([fixed[8], fixed[9]]);
         let last_timestamp = be64(&fixed[10..18]);
-        let batch_count = fixed[18] as usize;
+        let (coordinator_epoch, current_txn_first_offset) = if version == 1 {
+            (-1, None)
+        } else {
+            let first = be64(&fixed[22..30]);
+            (be32(&fixed[18..22]), (first >= 0).then_some(first))
+        };
+        let batch_count = fixed[fixed.len() - 1] as usize;
         if batch_count > BATCHES_PER_PRODUCER {
             return Err(corrupt());
         }
@@ -277,12 +424,17 @@ fn read_snapshot(path: &Path) -> Result<ProducerStateManager, SnapshotError> {
                 max_timestamp: be64(&b[24..32]),
             });
         }
+        if let Some(first) = current_txn_first_offset {
+            state.ongoing.insert(first, producer_id);
+        }
         state.producers.insert(
             producer_id,
             ProducerEntry {
                 epoch,
                 batches,
                 last_timestamp,
+                coordinator_epoch,
+                current_txn_first_offset,
             },
         );
     }
@@ -302,6 +454,7 @@ mod tests {
             epoch,
             first_sequence: first,
             last_sequence: last,
+            transactional: false,
         }
     }
 
@@ -378,6 +531,71 @@ mod tests {
     }
 
     #[test]
+    fn transactions_open_at_their_first_batch_and_close_at_their_marker() {
+        let mut state = ProducerStateManager::default();
+        let txn = |first, last| ProducerBatch {
+            transactional: true,
+            ..batch(3, first, last)
+        };
+        append(&mut state, txn(0, 4), 100);
+        append(&mut state, txn(5, 9), 105);
+        assert_eq!(state.first_unstable_offset(), Some(100));
+        // A non-transactional write inside the transaction is refused.
+        assert_eq!(
+            state.check(&batch(3, 10, 10)),
+            Err(KafkaError::InvalidTxnState)
+        );
+        // Markers from an older producer epoch or coordinator are fenced.
+        assert_eq!(
+            state.check_marker(7, 2, 0),
+            Err(KafkaError::InvalidProducerEpoch)
+        );
+        let marker = MarkerBatch {
+            producer_id: 7,
+            epoch: 3,
+            coordinator_epoch: 5,
+            commit: false,
+            offset: 110,
+            timestamp: 2_000,
+        };
+        assert_eq!(
+            state.complete_txn(&marker),
+            Some(CompletedTxn {
+                producer_id: 7,
+                first_offset: 100,
+                last_offset: 110,
+                aborted: true
+            })
+        );
+        assert_eq!(state.first_unstable_offset(), None);
+        assert_eq!(
+            state.check_marker(7, 3, 4),
+            Err(KafkaError::TransactionCoordinatorFenced)
+        );
+        // A second marker closes nothing; a new transaction opens at its first batch.
+        assert_eq!(
+            state.complete_txn(&MarkerBatch {
+                offset: 111,
+                ..marker
+            }),
+            None
+        );
+        append(&mut state, txn(10, 10), 112);
+        assert_eq!(state.first_unstable_offset(), Some(112));
+        // A marker with a bumped epoch (KIP-890) resets sequences.
+        state.complete_txn(&MarkerBatch {
+            epoch: 4,
+            offset: 113,
+            ..marker
+        });
+        assert_eq!(
+            state.check(&batch(4, 3, 3)),
+            Err(KafkaError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(state.check(&batch(4, 0, 0)), Ok(Check::Append));
+    }
+
+    #[test]
     fn snapshots_round_trip_and_bad_ones_are_dropped() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut state = ProducerStateManager::default();
@@ -388,14 +606,17 @@ mod tests {
                     epoch: 2,
                     first_sequence: i * 2,
                     last_sequence: i * 2 + 1,
+                    transactional: producer_id == 1 && i == 5,
                 };
                 state.update(&b, metadata(i * 2, i * 2 + 1, i64::from(i) * 2));
             }
         }
+        assert_eq!(state.first_unstable_offset(), Some(10));
         state.write_snapshot(dir.path(), 100).expect("write");
         let (loaded, from) = ProducerStateManager::load_snapshot(dir.path(), 100);
         assert_eq!(from, Some(100));
         assert_eq!(loaded, state);
+        assert_eq!(loaded.first_unstable_offset(), Some(10));
         // A snapshot past the log end (the log was truncated) is not used.
         let (empty, from) = ProducerStateManager::load_snapshot(dir.path(), 99);
         assert_eq!((empty.len(), from), (0, None));

@@ -468,3 +468,127 @@ fn a_leader_epoch_going_back_trips_the_invariant() {
     let follower = replica(2, state(ME, 5, &[1, 2]), 1 << 30);
     follower.partition.set_state(state(ME, 4, &[1, 2]));
 }
+
+/// A transactional batch of `count` records.
+fn txn_batch(producer_id: i64, producer_epoch: i16, sequence: i32, count: usize) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(0, 1_000)
+        .producer(producer_id, producer_epoch, sequence)
+        .transactional();
+    for n in 0..count {
+        let value = format!("txn-{producer_id}-{}", sequence as usize + n);
+        builder.push(1_000, None, Some(value.as_bytes()), &[]);
+    }
+    builder.build()
+}
+
+fn marker(partition: &Partition, producer_id: i64, commit: bool) -> Result<Appended, AppendError> {
+    partition.append_txn_marker(
+        producer_id,
+        0,
+        TxnMarker {
+            commit,
+            coordinator_epoch: 3,
+        },
+        1,
+    )
+}
+
+fn reopen(dir: &std::path::Path, broker_id: BrokerId) -> Partition {
+    let (log, _) = Log::open(
+        &dir.join("topic-0"),
+        TopicPartition::new("topic", 0),
+        LogConfig::default(),
+        LoadState::default(),
+        Arc::new(ManualClock::new(1_000)),
+    )
+    .expect("open log");
+    Partition::open(
+        TopicPartition::new("topic", 0),
+        Arc::new(log),
+        broker_id,
+        state(1, 1, &[1]),
+        Arc::new(SystemClock),
+    )
+    .expect("open partition")
+}
+
+#[test]
+fn transactions_hold_the_last_stable_offset_and_aborts_are_indexed_everywhere() {
+    let leader = replica(ME, state(ME, 1, &[1]), 1 << 20);
+    let follower = replica(2, state(ME, 1, &[1]), 1 << 20);
+    let p = &leader.partition;
+    append(p, txn_batch(7, 0, 0, 3)); // 0..=2, producer 7's transaction
+    append(p, batch(9, 0, 0, 1)); // 3, not transactional
+    assert_eq!((p.high_watermark(), p.last_stable_offset()), (4, 0));
+    // Producer 7 may not write outside its transaction while it is open.
+    let mut plain = batch(7, 0, 3, 1);
+    let refused = p.append_as_leader(&mut plain, -1, 1).expect_err("refused");
+    assert_eq!(refused.error, KafkaError::InvalidTxnState);
+    append(p, txn_batch(8, 0, 0, 2)); // 4..=5, producer 8's transaction
+    marker(p, 7, false).expect("abort"); // 6
+    assert_eq!(
+        p.last_stable_offset(),
+        4,
+        "producer 8's transaction is open"
+    );
+    marker(p, 8, true).expect("commit"); // 7
+    assert_eq!(p.last_stable_offset(), 8);
+    // Fenced markers: an older producer epoch, an older coordinator.
+    append(p, txn_batch(7, 1, 0, 1)); // 8, epoch 1
+    let old_epoch = marker(p, 7, true).expect_err("old producer epoch");
+    assert_eq!(old_epoch.error, KafkaError::InvalidProducerEpoch);
+    let old_coordinator = p
+        .append_txn_marker(
+            7,
+            1,
+            TxnMarker {
+                commit: true,
+                coordinator_epoch: 2,
+            },
+            1,
+        )
+        .expect_err("old coordinator");
+    assert_eq!(
+        old_coordinator.error,
+        KafkaError::TransactionCoordinatorFenced
+    );
+    assert_eq!(
+        p.last_stable_offset(),
+        8,
+        "producer 7's new transaction is open"
+    );
+
+    let expected = vec![AbortedTxn {
+        producer_id: 7,
+        first_offset: 0,
+        last_offset: 6,
+        last_stable_offset: 4,
+    }];
+    let (slice, aborted) = p.read_committed(0, 1 << 20, 8, true).expect("read");
+    assert!(slice.is_some());
+    assert_eq!(aborted, expected);
+    // Nothing after the last stable offset, and no aborted transaction past the read.
+    let (slice, aborted) = p.read_committed(8, 1 << 20, 8, true).expect("read");
+    assert!(slice.is_none() && aborted.is_empty());
+
+    // A follower indexes the same abort and knows the open transaction.
+    replicate(p, &follower.partition);
+    assert_eq!(follower.partition.log.collect_aborted(0, 100), expected);
+    assert_eq!(
+        follower.partition.producer_state().first_unstable_offset(),
+        Some(8)
+    );
+
+    // After a restart (unclean: no snapshot), the index and the open transaction are back.
+    let dir = leader._dir.path().to_path_buf();
+    drop(leader.partition);
+    let reopened = reopen(&dir, ME);
+    assert_eq!(reopened.log.collect_aborted(0, 100), expected);
+    assert_eq!(reopened.producer_state().first_unstable_offset(), Some(8));
+    // Truncating the abort marker away drops its entry.
+    reopened
+        .truncate_with(|| reopened.log.truncate_to(6))
+        .expect("truncate");
+    assert!(reopened.log.collect_aborted(0, 100).is_empty());
+    assert_eq!(reopened.producer_state().first_unstable_offset(), Some(0));
+}
