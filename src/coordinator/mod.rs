@@ -37,7 +37,7 @@ use tokio::sync::Notify;
 
 pub use clock::{Clock, ManualClock, Now, SystemClock};
 use timer::Timers;
-pub use writer::{MemoryWriter, PartitionWriter, Written};
+pub use writer::{LoadItem, MemoryWriter, PartitionWriter, TxnProducer, Written};
 
 use crate::protocol::errors::KafkaError;
 
@@ -53,6 +53,22 @@ pub trait Shard: Send + Sized + 'static {
     /// contents instead of copying them. The same state change as `replay`.
     fn replay_owned(&mut self, record: Self::Record, now: Now) {
         self.replay(&record, now);
+    }
+
+    /// `replay` of a record written in `producer_id`'s transaction: it takes effect only if
+    /// that producer's commit marker follows ([`Shard::replay_end_txn`]). An operation's
+    /// undo records of a transactional write come back here too. Shards without
+    /// transactional records treat it as `replay`.
+    fn replay_transactional(&mut self, producer_id: i64, record: &Self::Record, now: Now) {
+        let _ = producer_id;
+        self.replay(record, now);
+    }
+
+    /// `producer_id`'s transaction ended: its records take effect (`commit`) or are dropped.
+    /// Returns the keys it changed.
+    fn replay_end_txn(&mut self, producer_id: i64, commit: bool, now: Now) -> Vec<String> {
+        let _ = (producer_id, commit, now);
+        Vec::new()
     }
 
     /// The key (a group id) a record belongs to: reads wait for a key's writes, invariants
@@ -86,6 +102,8 @@ type AfterCommit<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, Result<(), KafkaError>
 /// What an operation writes and schedules.
 pub struct Ctx<S: Shard> {
     pub now: Now,
+    /// The producer whose transaction the records are part of.
+    producer: Option<TxnProducer>,
     records: Vec<S::Record>,
     undo: Vec<S::Record>,
     timers: Vec<(String, Option<Instant>)>,
@@ -97,6 +115,7 @@ impl<S: Shard> Ctx<S> {
     fn new(now: Now) -> Ctx<S> {
         Ctx {
             now,
+            producer: None,
             records: Vec::new(),
             undo: Vec::new(),
             timers: Vec::new(),
@@ -111,6 +130,12 @@ impl<S: Shard> Ctx<S> {
         self.touch(S::key_of(&record));
         self.records.push(record);
         self.undo.push(undo);
+    }
+
+    /// The operation's records are part of `producer`'s transaction (written in one
+    /// transactional batch; replayed and undone through `Shard::replay_transactional`).
+    pub fn transactional(&mut self, producer: TxnProducer) {
+        self.producer = Some(producer);
     }
 
     /// Sets (moves, or with `None` cancels) the timer `key`.
@@ -316,15 +341,30 @@ impl<S: Shard> ShardHandle<S> {
         let mut skipped = 0u64;
         let records = self
             .writer
-            .read_all(&mut |key, value| match S::decode(key, value) {
-                Ok(Some(record)) => shard.replay_owned(record, now),
-                Ok(None) => {}
-                Err(error) => {
-                    skipped += 1;
-                    if skipped <= 10 {
-                        tracing::warn!(coordinator = self.config.name, partition = self.index, %error, "skipping a record that does not decode");
-                    }
+            .read_all(&mut |item| match item {
+                LoadItem::Marker {
+                    producer_id,
+                    commit,
+                } => {
+                    shard.replay_end_txn(producer_id, commit, now);
                 }
+                LoadItem::Record {
+                    key,
+                    value,
+                    producer_id,
+                } => match (S::decode(key, value), producer_id) {
+                    (Ok(Some(record)), None) => shard.replay_owned(record, now),
+                    (Ok(Some(record)), Some(producer_id)) => {
+                        shard.replay_transactional(producer_id, &record, now)
+                    }
+                    (Ok(None), _) => {}
+                    (Err(error), _) => {
+                        skipped += 1;
+                        if skipped <= 10 {
+                            tracing::warn!(coordinator = self.config.name, partition = self.index, %error, "skipping a record that does not decode");
+                        }
+                    }
+                },
             })?;
         let mut cell = self.lock();
         if cell.phase == Phase::Unloaded {
@@ -430,6 +470,43 @@ impl<S: Shard> ShardHandle<S> {
         Ok(response)
     }
 
+    /// Writes `producer`'s transaction marker (WriteTxnMarkers on a partition this runtime
+    /// serves) and replays it (`Shard::replay_end_txn`); answers once it is committed. The
+    /// marker is appended before the shard changes: a refused append changes nothing.
+    pub async fn write_marker(
+        self: &Arc<Self>,
+        producer: TxnProducer,
+        marker: crate::protocol::batch::TxnMarker,
+    ) -> Result<(), KafkaError> {
+        let written = {
+            let mut cell = self.lock();
+            if cell.phase != Phase::Loaded {
+                return Err(Self::refusal(cell.phase));
+            }
+            let written = self
+                .writer
+                .append_marker(self.leader_epoch, producer, marker)?;
+            let now = self.clock.now();
+            let keys = cell
+                .shard
+                .replay_end_txn(producer.producer_id, marker.commit, now);
+            let mut ctx = Ctx::new(now);
+            for key in &keys {
+                cell.uncommitted.insert(key.clone(), written);
+                ctx.touch(key);
+                // What the transaction's records set up (an offset's expiry) is recomputed.
+                cell.shard.rolled_back(key, &mut ctx);
+            }
+            self.apply_timers(&mut cell, &mut ctx);
+            Pending {
+                written,
+                keys,
+                after_commit: Vec::new(),
+            }
+        };
+        self.wait(written).await
+    }
+
     /// Runs `op` and answers at once: its records are appended (rolled back, and `Err`, if
     /// that fails) and committed in the background. For requests whose answer does not
     /// depend on their records being stored (a heartbeat, a leave).
@@ -472,7 +549,7 @@ impl<S: Shard> ShardHandle<S> {
         let encoded: Vec<writer::EncodedRecord> = ctx.records.iter().map(S::encode).collect();
         match self
             .writer
-            .append(self.leader_epoch, &encoded, ctx.now.wall_ms)
+            .append(self.leader_epoch, &encoded, ctx.producer, ctx.now.wall_ms)
         {
             Ok(written) => {
                 let keys: Vec<String> = ctx
@@ -495,7 +572,13 @@ impl<S: Shard> ShardHandle<S> {
             Err(error) => {
                 // Nothing was written: the records go back out of memory too.
                 for undo in ctx.undo.drain(..).rev() {
-                    cell.shard.replay(&undo, ctx.now);
+                    match ctx.producer {
+                        Some(producer) => {
+                            cell.shard
+                                .replay_transactional(producer.producer_id, &undo, ctx.now)
+                        }
+                        None => cell.shard.replay(&undo, ctx.now),
+                    }
                 }
                 tracing::debug!(coordinator = self.config.name, partition = self.index, what, %error, "append refused; rolled back");
                 ctx.timers.clear();

@@ -15,8 +15,30 @@ use crate::protocol::errors::KafkaError;
 /// A record as stored: its key and value bytes (`None`: a tombstone).
 pub type EncodedRecord = (Vec<u8>, Option<Vec<u8>>);
 
-/// What a load hands each record to: its key and value.
-pub type RecordVisitor<'a> = dyn FnMut(&[u8], Option<&[u8]>) + 'a;
+/// What a load finds in the log, in order.
+#[derive(Debug, Clone, Copy)]
+pub enum LoadItem<'a> {
+    /// A record: its key and value, and the producer when it is part of a transaction (it
+    /// counts only once that producer's commit marker follows).
+    Record {
+        key: &'a [u8],
+        value: Option<&'a [u8]>,
+        producer_id: Option<i64>,
+    },
+    /// A transaction marker for a producer.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// What a load hands each item to.
+pub type RecordVisitor<'a> = dyn FnMut(LoadItem<'_>) + 'a;
+
+/// The producer a write belongs to, when it is part of its transaction (a transactional
+/// offset commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
 
 /// What an append wrote: the runtime waits for `last_offset` to be committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +58,17 @@ pub trait PartitionWriter: Send + Sync + 'static {
         &self,
         leader_epoch: i32,
         records: &[EncodedRecord],
+        producer: Option<TxnProducer>,
         timestamp_ms: i64,
+    ) -> Result<Written, KafkaError>;
+
+    /// Appends a transaction marker for `producer` at `leader_epoch` (WriteTxnMarkers on a
+    /// partition a coordinator serves).
+    fn append_marker(
+        &self,
+        leader_epoch: i32,
+        producer: TxnProducer,
+        marker: crate::protocol::batch::TxnMarker,
     ) -> Result<Written, KafkaError>;
 
     /// Resolves once the in-sync replicas hold `written` (the high watermark passed it), or
@@ -57,9 +89,16 @@ pub struct MemoryWriter {
     changed: Notify,
 }
 
+/// An entry of the in-memory log.
+#[derive(Debug, Clone)]
+enum MemoryEntry {
+    Record(EncodedRecord, Option<TxnProducer>),
+    Marker(TxnProducer, bool),
+}
+
 #[derive(Default)]
 struct MemoryLog {
-    records: Vec<EncodedRecord>,
+    records: Vec<MemoryEntry>,
     /// Records below this offset are committed.
     high_watermark: u64,
     /// Commit every append at once.
@@ -107,18 +146,19 @@ impl MemoryWriter {
         self.changed.notify_waiters();
     }
 
+    /// The records appended, markers left out.
     pub fn records(&self) -> Vec<EncodedRecord> {
-        self.log().records.clone()
+        self.log()
+            .records
+            .iter()
+            .filter_map(|entry| match entry {
+                MemoryEntry::Record(record, _) => Some(record.clone()),
+                MemoryEntry::Marker(..) => None,
+            })
+            .collect()
     }
-}
 
-impl PartitionWriter for MemoryWriter {
-    fn append(
-        &self,
-        leader_epoch: i32,
-        records: &[EncodedRecord],
-        _timestamp_ms: i64,
-    ) -> Result<Written, KafkaError> {
+    fn push(&self, leader_epoch: i32, entries: Vec<MemoryEntry>) -> Result<Written, KafkaError> {
         let mut log = self.log();
         if let Some(error) = log.fail_appends {
             return Err(error);
@@ -126,7 +166,7 @@ impl PartitionWriter for MemoryWriter {
         if leader_epoch != log.leader_epoch {
             return Err(KafkaError::NotLeaderOrFollower);
         }
-        log.records.extend(records.iter().cloned());
+        log.records.extend(entries);
         let end = log.records.len() as u64;
         if !log.manual_commit {
             log.high_watermark = end;
@@ -135,6 +175,34 @@ impl PartitionWriter for MemoryWriter {
             last_offset: end.saturating_sub(1),
             records_epoch: Some(leader_epoch),
         })
+    }
+}
+
+impl PartitionWriter for MemoryWriter {
+    fn append(
+        &self,
+        leader_epoch: i32,
+        records: &[EncodedRecord],
+        producer: Option<TxnProducer>,
+        _timestamp_ms: i64,
+    ) -> Result<Written, KafkaError> {
+        let entries = records
+            .iter()
+            .map(|r| MemoryEntry::Record(r.clone(), producer))
+            .collect();
+        self.push(leader_epoch, entries)
+    }
+
+    fn append_marker(
+        &self,
+        leader_epoch: i32,
+        producer: TxnProducer,
+        marker: crate::protocol::batch::TxnMarker,
+    ) -> Result<Written, KafkaError> {
+        self.push(
+            leader_epoch,
+            vec![MemoryEntry::Marker(producer, marker.commit)],
+        )
     }
 
     fn committed(self: Arc<Self>, written: Written, timeout: Duration) -> CommitFuture {
@@ -161,11 +229,21 @@ impl PartitionWriter for MemoryWriter {
     }
 
     fn read_all(&self, visit: &mut RecordVisitor<'_>) -> Result<u64, String> {
-        let records = self.records();
-        for (key, value) in &records {
-            visit(key, value.as_deref());
+        let entries = self.log().records.clone();
+        for entry in &entries {
+            visit(match entry {
+                MemoryEntry::Record((key, value), producer) => LoadItem::Record {
+                    key,
+                    value: value.as_deref(),
+                    producer_id: producer.map(|p| p.producer_id),
+                },
+                MemoryEntry::Marker(producer, commit) => LoadItem::Marker {
+                    producer_id: producer.producer_id,
+                    commit: *commit,
+                },
+            });
         }
-        Ok(records.len() as u64)
+        Ok(entries.len() as u64)
     }
 
     fn high_watermark(&self) -> u64 {
@@ -210,6 +288,7 @@ impl PartitionWriter for ReplicaWriter {
         &self,
         leader_epoch: i32,
         records: &[EncodedRecord],
+        producer: Option<TxnProducer>,
         timestamp_ms: i64,
     ) -> Result<Written, KafkaError> {
         let state = self.partition.state();
@@ -217,6 +296,12 @@ impl PartitionWriter for ReplicaWriter {
             return Err(KafkaError::NotLeaderOrFollower);
         }
         let mut batch = crate::log::batch::BatchBuilder::new(0, timestamp_ms);
+        if let Some(producer) = producer {
+            // No sequence: the broker writes it (Kafka's coordinators do the same).
+            batch = batch
+                .producer(producer.producer_id, producer.producer_epoch, -1)
+                .transactional();
+        }
         for (key, value) in records {
             batch.push(timestamp_ms, Some(key), value.as_deref(), &[]);
         }
@@ -234,6 +319,34 @@ impl PartitionWriter for ReplicaWriter {
             }),
             Err(error) => {
                 tracing::debug!(partition = %self.partition.topic_partition, error = %error.error, message = %error.message, "coordinator append refused");
+                Err(error.error)
+            }
+        }
+    }
+
+    fn append_marker(
+        &self,
+        leader_epoch: i32,
+        producer: TxnProducer,
+        marker: crate::protocol::batch::TxnMarker,
+    ) -> Result<Written, KafkaError> {
+        let min_insync = self.min_insync_replicas();
+        let appended = tokio::task::block_in_place(|| {
+            self.partition.append_txn_marker(
+                producer.producer_id,
+                producer.producer_epoch,
+                marker,
+                min_insync,
+                Some(leader_epoch),
+            )
+        });
+        match appended {
+            Ok(appended) => Ok(Written {
+                last_offset: appended.pending.last_offset,
+                records_epoch: appended.pending.records_epoch,
+            }),
+            Err(error) => {
+                tracing::debug!(partition = %self.partition.topic_partition, error = %error.error, message = %error.message, "coordinator marker refused");
                 Err(error.error)
             }
         }
@@ -285,8 +398,15 @@ impl PartitionWriter for ReplicaWriter {
                 let (_, header, batch) = item.map_err(|e| e.to_string())?;
                 offset = (header.last_offset() + 1) as u64;
                 if header.is_control() {
+                    if let Some(marker) = crate::protocol::batch::TxnMarker::parse(&header, batch) {
+                        visit(LoadItem::Marker {
+                            producer_id: header.producer_id,
+                            commit: marker.commit,
+                        });
+                    }
                     continue;
                 }
+                let producer_id = header.is_transactional().then_some(header.producer_id);
                 let section;
                 let iter = if header.is_compressed() {
                     match crate::protocol::codec::decompress(
@@ -313,7 +433,11 @@ impl PartitionWriter for ReplicaWriter {
                     };
                     records += 1;
                     if let Some(key) = record.key {
-                        visit(key, record.value);
+                        visit(LoadItem::Record {
+                            key,
+                            value: record.value,
+                            producer_id,
+                        });
                     }
                 }
             }

@@ -22,8 +22,9 @@ use crate::controller::NewTopic;
 use crate::controller::client::{ControllerClient, ImageWatch};
 use crate::controller::service::ControllerRequest;
 use crate::coordinator::writer::ReplicaWriter;
-use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock};
+use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock, TxnProducer};
 use crate::protocol::TopicPartition;
+use crate::protocol::batch::TxnMarker;
 use crate::protocol::errors::{self, ApiError, KafkaError};
 use crate::replica::{LeadershipChange, ReplicaManager, Role};
 
@@ -527,15 +528,109 @@ impl GroupCoordinator {
     /// OffsetFetch: the committed offsets of `group_id` for `wanted` (every partition with
     /// one when `None`); a partition without one is absent. Waits for the group's writes so
     /// far to be committed: a commit is visible only once stored.
+    /// With `require_stable` (KIP-447), also the partitions whose offset an unfinished
+    /// transaction holds: those answer UNSTABLE_OFFSET_COMMIT.
     pub async fn fetch_offsets(
         &self,
         group_id: &str,
         wanted: Option<&[TopicPartition]>,
-    ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, KafkaError> {
+        require_stable: bool,
+    ) -> Result<
+        (
+            BTreeMap<TopicPartition, CommittedOffset>,
+            BTreeSet<TopicPartition>,
+        ),
+        KafkaError,
+    > {
         let shard = self.shard_of(group_id)?;
         shard
-            .read_committed(group_id, |s| s.offsets(group_id, wanted))
+            .read_committed(group_id, |s| {
+                let offsets = s.offsets(group_id, wanted);
+                let unstable = match (require_stable, wanted) {
+                    (false, _) => BTreeSet::new(),
+                    (true, Some(wanted)) => wanted
+                        .iter()
+                        .filter(|p| s.has_pending_offset(group_id, p))
+                        .cloned()
+                        .collect(),
+                    (true, None) => s.pending_offsets(group_id),
+                };
+                (offsets, unstable)
+            })
             .await
+    }
+
+    /// TxnOffsetCommit: offsets committed in `producer`'s transaction, visible once its
+    /// commit marker is written. Per partition as [`GroupCoordinator::commit`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit(
+        self: &Arc<Self>,
+        producer: TxnProducer,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        commits: Vec<OffsetCommit>,
+    ) -> Result<CommitOutcome, KafkaError> {
+        let shard = self.shard_of(group_id)?;
+        let mut results = vec![Ok(()); commits.len()];
+        let mut accepted = Vec::with_capacity(commits.len());
+        let mut stored = Vec::with_capacity(commits.len());
+        for (i, commit) in commits.into_iter().enumerate() {
+            if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
+                results[i] = Err(KafkaError::OffsetMetadataTooLarge);
+            } else {
+                accepted.push(i);
+                stored.push(commit);
+            }
+        }
+        if accepted.is_empty() {
+            return Ok(results);
+        }
+        let outcome = shard
+            .write(|s, ctx| {
+                s.txn_commit(
+                    ctx,
+                    producer,
+                    group_id,
+                    member_id,
+                    group_instance_id,
+                    generation_id,
+                    &stored,
+                )
+            })
+            .await;
+        let stored = match outcome {
+            Ok(Err(group_error)) => return Err(group_error),
+            Ok(Ok(())) => Ok(()),
+            Err(e) => Err(map_append_error(e)),
+        };
+        for i in accepted {
+            results[i] = stored;
+        }
+        Ok(results)
+    }
+
+    /// WriteTxnMarkers for partition `index` of `__consumer_offsets`: the marker is written
+    /// through the shard, which applies (commit) or drops (abort) the producer's
+    /// transactional offsets; answered once committed.
+    pub async fn write_txn_marker(
+        &self,
+        index: i32,
+        producer: TxnProducer,
+        marker: TxnMarker,
+    ) -> Result<(), KafkaError> {
+        let Some(shard) = self.runtime.shard(index) else {
+            return Err(KafkaError::NotLeaderOrFollower);
+        };
+        shard
+            .write_marker(producer, marker)
+            .await
+            .map_err(|e| match e {
+                // The partition's answers, as for any marker.
+                KafkaError::NotCoordinator => KafkaError::NotLeaderOrFollower,
+                other => other,
+            })
     }
 
     /// OffsetDelete: per partition deleted or GROUP_SUBSCRIBED_TO_TOPIC; the group's error.

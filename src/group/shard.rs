@@ -19,7 +19,7 @@ use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
 use super::records::{GroupRecord, OffsetValue, RecordKey, RecordValue};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig};
-use crate::coordinator::{Ctx, Now, Shard};
+use crate::coordinator::{Ctx, Now, Shard, TxnProducer};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
@@ -74,6 +74,10 @@ pub struct GroupShard {
     config: Arc<GroupConfig>,
     topics: Arc<dyn TopicsSource>,
     groups: HashMap<String, Group>,
+    /// Offsets committed in a transaction (TxnOffsetCommit), per producer, then group: they
+    /// become the group's when the producer's commit marker is written, and are dropped on
+    /// an abort (Kafka's pending transactional offsets).
+    pending_txn: HashMap<i64, BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>>>,
 }
 
 impl GroupShard {
@@ -82,6 +86,7 @@ impl GroupShard {
             config,
             topics,
             groups: HashMap::new(),
+            pending_txn: HashMap::new(),
         }
     }
 
@@ -430,6 +435,73 @@ impl GroupShard {
         Ok(())
     }
 
+    /// TxnOffsetCommit: offsets committed in `producer`'s transaction, stored pending until
+    /// its marker. The group-wide error, or `Ok` for every partition (answered once stored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn txn_commit(
+        &mut self,
+        ctx: &mut Ctx<GroupShard>,
+        producer: TxnProducer,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        commits: &[OffsetCommit],
+    ) -> Result<(), KafkaError> {
+        match self.groups.get(group_id) {
+            Some(group) => group.check_commit(member_id, group_instance_id, generation_id)?,
+            None if generation_id < 0 => {}
+            None => return Err(KafkaError::IllegalGeneration),
+        }
+        ctx.transactional(producer);
+        for commit in commits {
+            let key = RecordKey::Offset {
+                group: group_id.to_owned(),
+                topic: commit.topic_partition.topic.clone(),
+                partition: commit.topic_partition.partition,
+            };
+            let undo = GroupRecord::new(
+                key.clone(),
+                self.pending_txn
+                    .get(&producer.producer_id)
+                    .and_then(|groups| groups.get(group_id))
+                    .and_then(|offsets| offsets.get(&commit.topic_partition))
+                    .map(|o| RecordValue::Offset(offset_value(o))),
+            );
+            let record = GroupRecord::new(
+                key,
+                Some(RecordValue::Offset(OffsetValue {
+                    offset: commit.offset.offset,
+                    leader_epoch: commit.offset.leader_epoch,
+                    metadata: commit.offset.metadata.clone(),
+                    commit_timestamp_ms: ctx.now.wall_ms,
+                })),
+            );
+            self.replay_transactional(producer.producer_id, &record, ctx.now);
+            ctx.written(record, undo);
+        }
+        Ok(())
+    }
+
+    /// Whether a transaction not yet ended holds an offset of `group_id` for `partition`
+    /// (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT, KIP-447).
+    pub fn has_pending_offset(&self, group_id: &str, partition: &TopicPartition) -> bool {
+        self.pending_txn.values().any(|groups| {
+            groups
+                .get(group_id)
+                .is_some_and(|offsets| offsets.contains_key(partition))
+        })
+    }
+
+    /// Every partition of `group_id` whose offset an unfinished transaction holds.
+    pub fn pending_offsets(&self, group_id: &str) -> BTreeSet<TopicPartition> {
+        self.pending_txn
+            .values()
+            .filter_map(|groups| groups.get(group_id))
+            .flat_map(|offsets| offsets.keys().cloned())
+            .collect()
+    }
+
     /// The committed offsets of `group_id` for `wanted` (all when `None`).
     pub fn offsets(
         &self,
@@ -713,6 +785,71 @@ impl Shard for GroupShard {
             }
             other => self.replay(&other, now),
         }
+    }
+
+    fn replay_transactional(&mut self, producer_id: i64, record: &GroupRecord, now: Now) {
+        let RecordKey::Offset {
+            group,
+            topic,
+            partition,
+        } = &record.key
+        else {
+            // Only offsets are committed in transactions.
+            self.replay(record, now);
+            return;
+        };
+        let partition = TopicPartition::new(topic.as_str(), *partition);
+        match &record.value {
+            Some(RecordValue::Offset(v)) => {
+                self.pending_txn
+                    .entry(producer_id)
+                    .or_default()
+                    .entry(group.clone())
+                    .or_default()
+                    .insert(
+                        partition,
+                        CommittedOffset {
+                            offset: v.offset,
+                            leader_epoch: v.leader_epoch,
+                            metadata: v.metadata.clone(),
+                            commit_timestamp_ms: v.commit_timestamp_ms,
+                        },
+                    );
+            }
+            // An undo: the transaction did not hold that offset before.
+            _ => {
+                if let Some(groups) = self.pending_txn.get_mut(&producer_id) {
+                    if let Some(offsets) = groups.get_mut(group) {
+                        offsets.remove(&partition);
+                        if offsets.is_empty() {
+                            groups.remove(group);
+                        }
+                    }
+                    if groups.is_empty() {
+                        self.pending_txn.remove(&producer_id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn replay_end_txn(&mut self, producer_id: i64, commit: bool, now: Now) -> Vec<String> {
+        let Some(groups) = self.pending_txn.remove(&producer_id) else {
+            return Vec::new();
+        };
+        let touched: Vec<String> = groups.keys().cloned().collect();
+        if commit {
+            for (group_id, offsets) in groups {
+                if !self.groups.contains_key(&group_id) {
+                    let group = self.new_classic(&group_id, now);
+                    self.groups.insert(group_id.clone(), Group::Classic(group));
+                }
+                if let Some(group) = self.groups.get_mut(&group_id) {
+                    group.offsets_mut().extend(offsets);
+                }
+            }
+        }
+        touched
     }
 
     fn key_of(record: &GroupRecord) -> &str {

@@ -544,3 +544,94 @@ async fn replaying_the_records_from_scratch_gives_the_live_state() {
         );
     }
 }
+
+fn txn_offset(offset: i64) -> Vec<OffsetCommit> {
+    vec![OffsetCommit {
+        topic_partition: TopicPartition::new("t", 0),
+        offset: CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: 0,
+        },
+    }]
+}
+
+#[tokio::test]
+async fn transactional_offsets_count_only_once_their_commit_marker_is_written() {
+    use crate::coordinator::TxnProducer;
+    use crate::protocol::batch::TxnMarker;
+    let mut f = fixture();
+    let tp = TopicPartition::new("t", 0);
+    let producer = |producer_id| TxnProducer {
+        producer_id,
+        producer_epoch: 0,
+    };
+    let marker = |commit| TxnMarker {
+        commit,
+        coordinator_epoch: 0,
+    };
+    f.commit("g", "", -1, 5).await.expect("plain commit");
+    for (producer_id, offset) in [(1, 10), (2, 20)] {
+        f.shard
+            .write(|s, ctx| {
+                s.txn_commit(
+                    ctx,
+                    producer(producer_id),
+                    "g",
+                    "",
+                    None,
+                    -1,
+                    &txn_offset(offset),
+                )
+            })
+            .await
+            .expect("stored")
+            .expect("accepted");
+    }
+    // Pending: the committed offset is the plain one, and the partition is unstable.
+    let read = |shard: &ShardHandle<GroupShard>| {
+        shard
+            .read(|s| {
+                (
+                    s.offsets("g", None)[&tp].offset,
+                    s.has_pending_offset("g", &tp),
+                )
+            })
+            .expect("loaded")
+    };
+    assert_eq!(read(&f.shard), (5, true));
+    // A refused append rolls the pending offset back.
+    f.writer.fail_appends(Some(KafkaError::NotEnoughReplicas));
+    let refused = f
+        .shard
+        .write(|s, ctx| s.txn_commit(ctx, producer(3), "g", "", None, -1, &txn_offset(30)))
+        .await;
+    assert_eq!(refused.err(), Some(KafkaError::NotEnoughReplicas));
+    f.writer.fail_appends(None);
+    assert_eq!(f.shard.read(|s| s.pending_offsets("g").len()).ok(), Some(1));
+    // Producer 1 aborts, producer 2 commits.
+    f.shard
+        .write_marker(producer(1), marker(false))
+        .await
+        .expect("abort");
+    assert_eq!(read(&f.shard), (5, true));
+    f.shard
+        .write_marker(producer(2), marker(true))
+        .await
+        .expect("commit");
+    assert_eq!(read(&f.shard), (20, false));
+    // A new coordinator loads the same from the log, markers included.
+    f.shard
+        .write(|s, ctx| s.txn_commit(ctx, producer(4), "g", "", None, -1, &txn_offset(40)))
+        .await
+        .expect("stored")
+        .expect("accepted");
+    let reloaded = f.reload();
+    assert_eq!(read(&reloaded), (20, true));
+    reloaded
+        .write_marker(producer(4), marker(true))
+        .await
+        .expect("commit");
+    assert_eq!(read(&reloaded), (40, false));
+}

@@ -8,6 +8,8 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::CommittedOffset;
@@ -16,8 +18,11 @@ use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (1, 9);
 
-/// A topic's partitions: (index, committed offset or none).
-type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
+/// A partition's answer: its index, committed offset or none, and its own error
+/// (UNSTABLE_OFFSET_COMMIT while a transaction holds its offset, KIP-447).
+type PartitionOffset = (i32, Option<CommittedOffset>, Result<(), KafkaError>);
+/// A topic's partitions.
+type TopicOffsets = (String, Vec<PartitionOffset>);
 /// One group's answer, or its error.
 type Fetched = Result<Vec<TopicOffsets>, KafkaError>;
 
@@ -37,7 +42,7 @@ pub async fn handle(
                         .collect()
                 });
                 let group_id = group.group_id.to_string();
-                let fetched = fetch(broker, &group_id, wanted).await;
+                let fetched = fetch(broker, &group_id, wanted, request.require_stable).await;
                 let mut answer = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
                 match fetched {
                     Err(error) => answer.error_code = error.code(),
@@ -50,13 +55,14 @@ pub async fn handle(
                                     .with_partitions(
                                         partitions
                                             .into_iter()
-                                            .map(|(index, offset)| {
+                                            .map(|(index, offset, error)| {
                                                 let (o, epoch, metadata) = parts(offset);
                                                 OffsetFetchResponsePartitions::default()
                                                     .with_partition_index(index)
                                                     .with_committed_offset(o)
                                                     .with_committed_leader_epoch(epoch)
                                                     .with_metadata(Some(str_bytes(metadata)))
+                                                    .with_error_code(errors::code_of(&error))
                                             })
                                             .collect(),
                                     )
@@ -77,7 +83,8 @@ pub async fn handle(
     });
     let group_id = request.group_id.to_string();
     let mut response = OffsetFetchResponse::default();
-    match fetch(broker, &group_id, wanted.clone()).await {
+    let require_stable = context.api_version >= 7 && request.require_stable;
+    match fetch(broker, &group_id, wanted.clone(), require_stable).await {
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
@@ -93,7 +100,7 @@ pub async fn handle(
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(name, indexes)| {
-                        let partitions = indexes.into_iter().map(|i| (i, None)).collect();
+                        let partitions = indexes.into_iter().map(|i| (i, None, Ok(()))).collect();
                         topic_v1(name, partitions, Err(error))
                     })
                     .collect();
@@ -105,7 +112,7 @@ pub async fn handle(
 
 fn topic_v1(
     name: String,
-    partitions: Vec<(i32, Option<CommittedOffset>)>,
+    partitions: Vec<PartitionOffset>,
     fetched: Result<(), KafkaError>,
 ) -> OffsetFetchResponseTopic {
     OffsetFetchResponseTopic::default()
@@ -113,14 +120,14 @@ fn topic_v1(
         .with_partitions(
             partitions
                 .into_iter()
-                .map(|(index, offset)| {
+                .map(|(index, offset, error)| {
                     let (o, epoch, metadata) = parts(offset);
                     OffsetFetchResponsePartition::default()
                         .with_partition_index(index)
                         .with_committed_offset(o)
                         .with_committed_leader_epoch(epoch)
                         .with_metadata(Some(str_bytes(metadata)))
-                        .with_error_code(errors::code_of(&fetched))
+                        .with_error_code(errors::code_of(&fetched.and(error)))
                 })
                 .collect(),
         )
@@ -137,20 +144,31 @@ async fn fetch(
     broker: &Broker,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Fetched {
     if group_id.is_empty() {
         return Err(KafkaError::InvalidGroupId);
     }
     match wanted {
         None => {
-            let offsets = broker.groups.fetch_offsets(group_id, None).await?;
+            let (offsets, unstable) = broker
+                .groups
+                .fetch_offsets(group_id, None, require_stable)
+                .await?;
+            let mut all: BTreeMap<TopicPartition, Option<CommittedOffset>> =
+                offsets.into_iter().map(|(p, o)| (p, Some(o))).collect();
+            for partition in &unstable {
+                all.insert(partition.clone(), None);
+            }
             let mut topics: Vec<TopicOffsets> = Vec::new();
-            for (TopicPartition { topic, partition }, offset) in offsets {
+            for (tp, offset) in all {
+                let answer = stability(&unstable, &tp, offset);
+                let TopicPartition { topic, partition } = tp;
                 match topics.last_mut() {
                     Some((name, partitions)) if *name == topic => {
-                        partitions.push((partition, Some(offset)))
+                        partitions.push((partition, answer.0, answer.1))
                     }
-                    _ => topics.push((topic, vec![(partition, Some(offset))])),
+                    _ => topics.push((topic, vec![(partition, answer.0, answer.1)])),
                 }
             }
             Ok(topics)
@@ -160,17 +178,38 @@ async fn fetch(
                 .iter()
                 .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.as_str(), *p)))
                 .collect();
-            let mut offsets = broker.groups.fetch_offsets(group_id, Some(&keys)).await?;
+            let (mut offsets, unstable) = broker
+                .groups
+                .fetch_offsets(group_id, Some(&keys), require_stable)
+                .await?;
             Ok(wanted
                 .into_iter()
                 .map(|(topic, indexes)| {
                     let partitions = indexes
                         .into_iter()
-                        .map(|i| (i, offsets.remove(&TopicPartition::new(topic.as_str(), i))))
+                        .map(|i| {
+                            let tp = TopicPartition::new(topic.as_str(), i);
+                            let offset = offsets.remove(&tp);
+                            let (offset, error) = stability(&unstable, &tp, offset);
+                            (i, offset, error)
+                        })
                         .collect();
                     (topic, partitions)
                 })
                 .collect())
         }
+    }
+}
+
+/// An unstable partition answers UNSTABLE_OFFSET_COMMIT and no offset.
+fn stability(
+    unstable: &BTreeSet<TopicPartition>,
+    partition: &TopicPartition,
+    offset: Option<CommittedOffset>,
+) -> (Option<CommittedOffset>, Result<(), KafkaError>) {
+    if unstable.contains(partition) {
+        (None, Err(KafkaError::UnstableOffsetCommit))
+    } else {
+        (offset, Ok(()))
     }
 }

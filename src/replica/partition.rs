@@ -763,6 +763,7 @@ impl Partition {
         producer_epoch: i16,
         marker: TxnMarker,
         min_insync_replicas: usize,
+        expected_leader_epoch: Option<i32>,
     ) -> Result<Appended, AppendError> {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -772,7 +773,7 @@ impl Partition {
             &mut records,
             -1,
             min_insync_replicas,
-            None,
+            expected_leader_epoch,
             AppendOrigin::Internal,
         )
     }

@@ -490,6 +490,7 @@ fn marker(partition: &Partition, producer_id: i64, commit: bool) -> Result<Appen
             coordinator_epoch: 3,
         },
         1,
+        None,
     )
 }
 
@@ -546,6 +547,7 @@ fn transactions_hold_the_last_stable_offset_and_aborts_are_indexed_everywhere() 
                 coordinator_epoch: 2,
             },
             1,
+            None,
         )
         .expect_err("old coordinator");
     assert_eq!(
