@@ -55,6 +55,11 @@ pub struct ListedGroup {
 pub fn map_append_error(error: KafkaError) -> KafkaError {
     match error {
         KafkaError::CoordinatorLoadInProgress | KafkaError::NotCoordinator => error,
+        // A transactional offset commit's producer checks.
+        KafkaError::InvalidProducerEpoch
+        | KafkaError::ProducerFenced
+        | KafkaError::InvalidTxnState
+        | KafkaError::TransactionCoordinatorFenced => error,
         KafkaError::UnknownTopicOrPartition
         | KafkaError::NotEnoughReplicas
         | KafkaError::NotEnoughReplicasAfterAppend

@@ -39,6 +39,8 @@ mod offset_for_leader_epoch;
 mod partition_reassignments;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
+mod write_txn_markers;
 
 pub use describe_configs::topic_config_entries;
 
@@ -182,6 +184,10 @@ apis! {
     );
     OffsetDelete offset_delete::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::OffsetDelete(offset_delete::handle(b, r).await));
+    TxnOffsetCommit txn_offset_commit::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, c.api_version, r).await));
+    WriteTxnMarkers write_txn_markers::VERSIONS, data => |b, _c, r| message(
+        ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, r).await));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
