@@ -22,7 +22,7 @@ thousand members fit beside the broker on two cores.
 2. load: a broker with offsets.topic.num.partitions=1 takes 1,000,000 offset commit records
    (10,000 groups x 100 partitions, one OffsetCommit per group), is stopped with SIGTERM and
    started again (three times): the time from the start until a group's OffsetFetch answers without
-   COORDINATOR_LOAD_IN_PROGRESS, the broker's own "loaded group coordinator partition" line
+   COORDINATOR_LOAD_IN_PROGRESS, the broker's own "loaded coordinator partition" line
    (elapsed_ms, records), beside the time `cat` takes to read the partition's log files to
    /dev/null (the raw limit; the page cache is warm for both, the log was just written).
 
@@ -739,11 +739,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def loaded_line(log_path, after_bytes):
-    """The fields of the last "loaded group coordinator partition" line past `after_bytes`."""
+    """The fields of the group coordinator's last "loaded coordinator partition" line past
+    `after_bytes`."""
     with open(log_path, "rb") as f:
         f.seek(after_bytes)
         text = ANSI.sub("", f.read().decode(errors="replace"))
-    lines = [line for line in text.splitlines() if "loaded group coordinator partition" in line]
+    lines = [line for line in text.splitlines()
+             if "loaded coordinator partition" in line and "what=groups" in line]
     if not lines:
         return {}
     return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
@@ -843,7 +845,7 @@ async def load(binary, restarts):
             print(f"  restart {restart}: SIGTERM stop {stop_s:.2f} s; log {log_bytes / 1e6:.1f} MB in "
                   f"{len(segments)} segment(s), cat to /dev/null {cat_ms:.0f} ms; first OffsetFetch answered "
                   f"{answered_ms[-1]:.0f} ms after the start (x{answered_ms[-1] / cat_ms:.1f} of cat; retried on "
-                  f"{seen or 'none'}); broker's line: records={line.get('records')} groups={line.get('groups')} "
+                  f"{seen or 'none'}); broker's line: records={line.get('records')} groups={line.get('count')} "
                   f"elapsed_ms={line.get('elapsed_ms')} (x{loaded_ms[-1] / cat_ms:.1f} of cat)", flush=True)
         print(f"  median of {restarts}: answered {percentile(answered_ms, 0.5):.0f} ms, "
               f"loaded (broker's elapsed_ms) {percentile(loaded_ms, 0.5):.0f} ms", flush=True)

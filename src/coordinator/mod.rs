@@ -25,6 +25,7 @@
 //!   reloaded from the log, instead of serving or panicking.
 
 pub mod clock;
+pub mod host;
 pub mod timer;
 pub mod writer;
 
@@ -238,6 +239,11 @@ impl<S: Shard> Runtime<S> {
             clock,
             shards: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// What the logs call this coordinator.
+    pub fn name(&self) -> &'static str {
+        self.config.name
     }
 
     /// The shard of `index`, loaded or not.

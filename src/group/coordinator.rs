@@ -10,26 +10,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::broadcast;
-
 use super::classic::{GroupDescription, JoinRequest, JoinResult, Leaving, Reply, SyncResult};
 use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
 use super::shard::{GroupShard, TopicsSource, map_append_error};
 pub use super::shard::{ListedGroup, OffsetCommit};
 use super::state::Group;
-use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC, partition_for};
-use crate::controller::NewTopic;
+use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC};
 use crate::controller::client::{ControllerClient, ImageWatch};
-use crate::controller::service::ControllerRequest;
-use crate::coordinator::writer::ReplicaWriter;
+use crate::coordinator::host::{Host, InternalTopic};
 use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock, TxnProducer};
 use crate::protocol::TopicPartition;
 use crate::protocol::batch::TxnMarker;
 use crate::protocol::errors::{self, ApiError, KafkaError};
-use crate::replica::{LeadershipChange, ReplicaManager, Role};
-
-/// How long a FindCoordinator waits for `__consumer_offsets` to be created.
-const CREATE_WAIT: Duration = Duration::from_secs(10);
+use crate::replica::ReplicaManager;
 
 /// An OffsetCommit's answer: one outcome per partition, in request order.
 pub type CommitOutcome = Vec<Result<(), KafkaError>>;
@@ -58,12 +51,7 @@ type Handle = Arc<ShardHandle<GroupShard>>;
 pub struct GroupCoordinator {
     config: Arc<GroupConfig>,
     replicas: Arc<ReplicaManager>,
-    images: ImageWatch,
-    controller: ControllerClient,
-    topics: Arc<dyn TopicsSource>,
-    runtime: Runtime<GroupShard>,
-    /// One creation of `__consumer_offsets` at a time.
-    creating: tokio::sync::Mutex<()>,
+    host: Arc<Host<GroupShard>>,
     /// Offset commits stored (partitions), and refused or failed commit requests.
     commits: AtomicU64,
     commits_failed: AtomicU64,
@@ -85,16 +73,42 @@ impl GroupCoordinator {
             },
             Arc::new(SystemClock),
         );
-        Arc::new(GroupCoordinator {
-            config: Arc::new(config),
-            topics: Arc::new(ImageTopics {
-                images: images.clone(),
-            }),
-            replicas,
+        let config = Arc::new(config);
+        let topics: Arc<dyn TopicsSource> = Arc::new(ImageTopics {
+            images: images.clone(),
+        });
+        let topic = InternalTopic {
+            name: OFFSETS_TOPIC,
+            partitions: config.offsets_topic_num_partitions,
+            replication_factor: config.offsets_topic_replication_factor,
+            configs: BTreeMap::from([
+                ("cleanup.policy".to_owned(), "compact".to_owned()),
+                ("compression.type".to_owned(), "producer".to_owned()),
+                (
+                    "segment.bytes".to_owned(),
+                    config.offsets_topic_segment_bytes.to_string(),
+                ),
+            ]),
+            replication_factor_key: "offsets.topic.replication.factor",
+        };
+        let empty = {
+            let (config, topics) = (Arc::clone(&config), Arc::clone(&topics));
+            Arc::new(move || GroupShard::new(Arc::clone(&config), Arc::clone(&topics)))
+        };
+        let host = Arc::new(Host::new(
+            runtime,
+            topic,
+            Arc::clone(&replicas),
             images,
             controller,
-            runtime,
-            creating: tokio::sync::Mutex::new(()),
+            empty,
+            |shard: &GroupShard| shard.groups().count(),
+            "groups",
+        ));
+        Arc::new(GroupCoordinator {
+            config,
+            replicas,
+            host,
             commits: AtomicU64::new(0),
             commits_failed: AtomicU64::new(0),
         })
@@ -106,122 +120,10 @@ impl GroupCoordinator {
 
     /// Follows leadership of `__consumer_offsets` partitions until the runtime stops.
     pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
-        let events = self.replicas.leadership_changes();
-        vec![tokio::spawn(Arc::clone(self).follow_leadership(events))]
-    }
-
-    async fn follow_leadership(self: Arc<Self>, mut events: broadcast::Receiver<LeadershipChange>) {
-        // Partitions led before this subscription began.
-        self.rescan();
-        loop {
-            match events.recv().await {
-                Ok(change) if change.topic_partition.topic == OFFSETS_TOPIC => {
-                    let index = change.topic_partition.partition;
-                    match change.role {
-                        Role::Leader => self.load(index, change.leader_epoch),
-                        Role::Follower { .. } | Role::Removed => self.unload(index),
-                    }
-                }
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => self.rescan(),
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    }
-
-    /// Loads what this broker leads and is not loaded, unloads what it no longer leads.
-    fn rescan(self: &Arc<Self>) {
-        let mut led = BTreeMap::new();
-        for partition in self.replicas.partitions() {
-            if partition.topic_partition.topic == OFFSETS_TOPIC && partition.is_leader() {
-                led.insert(
-                    partition.topic_partition.partition,
-                    partition.state().leader_epoch,
-                );
-            }
-        }
-        for shard in self.runtime.shards() {
-            if led.get(&shard.index) != Some(&shard.leader_epoch) {
-                self.unload(shard.index);
-            }
-        }
-        for (index, epoch) in led {
-            if self.runtime.shard(index).is_none() {
-                self.load(index, epoch);
-            }
-        }
-    }
-
-    /// Became leader of partition `index` at `leader_epoch`: replay it, then serve it.
-    fn load(self: &Arc<Self>, index: i32, leader_epoch: i32) {
-        let tp = TopicPartition::new(OFFSETS_TOPIC, index);
-        let Some(partition) = self.replicas.partition(&tp) else {
-            return;
-        };
-        let writer = Arc::new(ReplicaWriter::new(
-            partition,
-            Arc::clone(&self.replicas),
-            self.images.clone(),
-        ));
-        let (config, topics) = (Arc::clone(&self.config), Arc::clone(&self.topics));
-        let empty = Arc::new(move || GroupShard::new(Arc::clone(&config), Arc::clone(&topics)));
-        let Some(shard) = self.runtime.start_shard(index, leader_epoch, writer, empty) else {
-            // Already loaded (or loading) at this epoch: the startup scan and the event.
-            return;
-        };
-        tokio::task::spawn_blocking(move || match shard.load() {
-            Ok(loaded) => {
-                let groups = shard.inspect(|s| s.groups().count());
-                let elapsed_ms = loaded.elapsed.as_millis() as u64;
-                if loaded.records > 0 {
-                    tracing::info!(
-                        partition = index,
-                        leader_epoch,
-                        groups,
-                        records = loaded.records,
-                        elapsed_ms,
-                        "loaded group coordinator partition"
-                    );
-                } else {
-                    tracing::debug!(
-                        partition = index,
-                        leader_epoch,
-                        "loaded empty group coordinator partition"
-                    );
-                }
-            }
-            Err(message) if shard.is_unloaded() => {
-                tracing::debug!(partition = index, leader_epoch, %message, "unloaded while loading");
-            }
-            Err(message) => {
-                // The partition stays unloaded (COORDINATOR_LOAD_IN_PROGRESS) until the next
-                // leadership change: its data could not be read.
-                tracing::error!(partition = index, leader_epoch, %message, "loading group coordinator partition failed");
-            }
-        });
-    }
-
-    fn unload(&self, index: i32) {
-        if let Some(shard) = self.runtime.shard(index) {
-            let groups = shard.inspect(|s| s.groups().count());
-            if self.runtime.stop_shard(index) {
-                tracing::info!(
-                    partition = index,
-                    groups,
-                    "unloaded group coordinator partition"
-                );
-            }
-        }
+        vec![self.host.start()]
     }
 
     // ---- finding a group ----
-
-    fn offsets_partition_count(&self) -> Option<i32> {
-        self.images
-            .image()
-            .topic_by_name(OFFSETS_TOPIC)
-            .map(|t| t.partitions.len() as i32)
-    }
 
     /// The shard coordinating `group_id`, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
     /// COORDINATOR_NOT_AVAILABLE.
@@ -230,89 +132,13 @@ impl GroupCoordinator {
             // Not storable in Kafka's record formats.
             return Err(KafkaError::InvalidGroupId);
         }
-        let Some(count) = self.offsets_partition_count() else {
-            return Err(KafkaError::CoordinatorNotAvailable);
-        };
-        let index = partition_for(group_id, count);
-        let Some(shard) = self.runtime.shard(index) else {
-            // Led here by the image, but the replica layer has not said so yet: loading is
-            // about to start.
-            let led_here = self
-                .images
-                .image()
-                .topic_by_name(OFFSETS_TOPIC)
-                .and_then(|t| t.partitions.get(&index))
-                .is_some_and(|p| p.leader == self.replicas.broker_id());
-            return Err(if led_here {
-                KafkaError::CoordinatorLoadInProgress
-            } else {
-                KafkaError::NotCoordinator
-            });
-        };
-        Ok(shard)
+        self.host.shard_of(group_id)
     }
 
     /// Creates `__consumer_offsets` when it does not exist (the first FindCoordinator for a
     /// group does, as in Kafka); its partition count, or COORDINATOR_NOT_AVAILABLE and why.
     pub async fn ensure_offsets_topic(&self) -> Result<i32, ApiError> {
-        if let Some(count) = self.offsets_partition_count() {
-            return Ok(count);
-        }
-        let _creating = self.creating.lock().await;
-        if let Some(count) = self.offsets_partition_count() {
-            return Ok(count);
-        }
-        let topic = NewTopic {
-            name: OFFSETS_TOPIC.to_owned(),
-            partitions: self.config.offsets_topic_num_partitions,
-            replication_factor: self.config.offsets_topic_replication_factor,
-            configs: BTreeMap::from([
-                ("cleanup.policy".to_owned(), "compact".to_owned()),
-                ("compression.type".to_owned(), "producer".to_owned()),
-                (
-                    "segment.bytes".to_owned(),
-                    self.config.offsets_topic_segment_bytes.to_string(),
-                ),
-            ]),
-            ..Default::default()
-        };
-        match self
-            .controller
-            .call(ControllerRequest::CreateTopic(topic), CREATE_WAIT)
-            .await
-        {
-            Ok(_) => tracing::info!(
-                partitions = self.config.offsets_topic_num_partitions,
-                replication_factor = self.config.offsets_topic_replication_factor,
-                "created {OFFSETS_TOPIC}"
-            ),
-            Err(ApiError {
-                error: KafkaError::TopicAlreadyExists,
-                ..
-            }) => {}
-            Err(ApiError { error, message }) => {
-                let message = match error {
-                    KafkaError::InvalidReplicationFactor => format!(
-                        "cannot create {OFFSETS_TOPIC}: {message}; lower \
-                         offsets.topic.replication.factor or start more brokers"
-                    ),
-                    other => format!("cannot create {OFFSETS_TOPIC}: {other}: {message}"),
-                };
-                tracing::warn!(%message, "group coordinator unavailable");
-                return Err(ApiError::new(KafkaError::CoordinatorNotAvailable, message));
-            }
-        }
-        self.images
-            .wait_for(CREATE_WAIT, |image| {
-                image.topic_by_name(OFFSETS_TOPIC).is_some()
-            })
-            .await;
-        self.offsets_partition_count().ok_or_else(|| {
-            ApiError::new(
-                KafkaError::CoordinatorNotAvailable,
-                format!("{OFFSETS_TOPIC} is being created"),
-            )
-        })
+        self.host.ensure_topic().await
     }
 
     // ---- the classic protocol ----
@@ -620,7 +446,7 @@ impl GroupCoordinator {
         producer: TxnProducer,
         marker: TxnMarker,
     ) -> Result<(), KafkaError> {
-        let Some(shard) = self.runtime.shard(index) else {
+        let Some(shard) = self.host.runtime.shard(index) else {
             return Err(KafkaError::NotLeaderOrFollower);
         };
         shard
@@ -660,7 +486,7 @@ impl GroupCoordinator {
     pub fn list(&self) -> (Vec<ListedGroup>, Result<(), KafkaError>) {
         let mut groups = Vec::new();
         let mut outcome = Ok(());
-        for shard in self.runtime.shards() {
+        for shard in self.host.runtime.shards() {
             match shard.read(GroupShard::list) {
                 Ok(listed) => groups.extend(listed),
                 Err(error @ KafkaError::CoordinatorLoadInProgress) => outcome = Err(error),
@@ -688,7 +514,7 @@ impl GroupCoordinator {
     /// them when every broker holds every partition); `sluice groups describe` asks the
     /// leaders for the rest.
     pub fn render_metrics(&self, out: &mut String) {
-        let shards = self.runtime.shards();
+        let shards = self.host.runtime.shards();
         let loading = shards.iter().filter(|s| !s.is_loaded()).count();
         let mut by_state: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
         let mut members_by_group: Vec<(String, usize)> = Vec::new();

@@ -89,34 +89,4 @@ pub(crate) fn test_config() -> GroupConfig {
     }
 }
 
-/// Java's `String.hashCode` over UTF-16 code units, as Kafka computes a group's partition.
-pub fn java_string_hash(text: &str) -> i32 {
-    text.encode_utf16().fold(0i32, |hash, unit| {
-        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
-}
-
-/// The `__consumer_offsets` partition that holds `group_id` (Kafka's `Utils.abs(hash) % n`).
-pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
-    let hash = java_string_hash(group_id);
-    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
-    positive % partitions.max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partitions_match_kafkas() {
-        // Values from Java: "".hashCode() == 0, "group".hashCode() == 98629247, and
-        // "polygenelubricants" hashes to Integer.MIN_VALUE (Utils.abs maps it to 0).
-        assert_eq!(java_string_hash(""), 0);
-        assert_eq!(java_string_hash("group"), 98_629_247);
-        assert_eq!(partition_for("group", 50), 98_629_247 % 50);
-        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
-        assert_eq!(partition_for("polygenelubricants", 50), 0);
-        // Characters outside the BMP count as two UTF-16 units, as in Java.
-        assert_eq!(java_string_hash("😀"), 0xd83d * 31 + 0xde00);
-    }
-}
+pub use crate::coordinator::host::{java_string_hash, partition_for};

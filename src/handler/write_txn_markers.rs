@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
+use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use crate::broker::Broker;
