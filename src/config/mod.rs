@@ -123,6 +123,8 @@ pub struct ServerConfig {
     pub log_manager: LogManagerConfig,
     /// The group coordinator's settings (`offsets.*`, `group.*`).
     pub groups: crate::group::GroupConfig,
+    /// The transaction coordinator's settings (`transaction.*`, `transactional.*`).
+    pub transactions: crate::txn::TxnConfig,
     /// Keys that were present and understood, with their values (for DescribeConfigs later).
     pub properties: BTreeMap<String, String>,
 }
@@ -131,6 +133,8 @@ pub struct ServerConfig {
 /// registry's defaults, which are Kafka's.
 pub const EMBEDDED_DEFAULTS: &[(&str, &str)] = &[
     ("offsets.topic.replication.factor", "1"),
+    ("transaction.state.log.replication.factor", "1"),
+    ("transaction.state.log.min.isr", "1"),
     ("group.initial.rebalance.delay.ms", "0"),
 ];
 
@@ -591,6 +595,21 @@ impl ServerConfig {
                     .split(',')
                     .any(|p| p.trim() == "consumer"),
             },
+            transactions: crate::txn::TxnConfig {
+                state_log_num_partitions: number("transaction.state.log.num.partitions")? as i32,
+                state_log_replication_factor: number("transaction.state.log.replication.factor")?
+                    as i16,
+                state_log_min_isr: number("transaction.state.log.min.isr")? as i16,
+                state_log_segment_bytes: number("transaction.state.log.segment.bytes")?,
+                max_timeout_ms: unsigned("transaction.max.timeout.ms")?,
+                id_expiration_ms: unsigned("transactional.id.expiration.ms")?,
+                abort_timed_out_interval_ms: unsigned(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                )?,
+                remove_expired_interval_ms: unsigned(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                )?,
+            },
             properties: properties.clone(),
         };
         if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
@@ -920,12 +939,13 @@ mod tests {
             ("num.network.threads", "3"),
             ("num.io.threads", "8"),
             ("socket.send.buffer.bytes", "102400"),
+            // Served since transactions exist: no warning.
             ("transaction.state.log.replication.factor", "1"),
             ("log.dir.typo", "x"),
         ])
         .unwrap();
         let text: Vec<String> = unserved.iter().map(ToString::to_string).collect();
-        assert_eq!(text.len(), 5, "{text:?}");
+        assert_eq!(text.len(), 4, "{text:?}");
         assert!(
             text.iter().any(|t| t
                 .contains("num.io.threads is a Kafka key Sluice does not implement (no effect)")),

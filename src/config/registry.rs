@@ -632,6 +632,54 @@ pub const KEYS: &[Key] = &[
         "how long a commit waits for the offsets topic's in-sync replicas",
     ),
     broker(
+        "transaction.state.log.num.partitions",
+        int(1, 1000),
+        "50",
+        "partitions of __transaction_state (fixed once the topic exists)",
+    ),
+    broker(
+        "transaction.state.log.replication.factor",
+        int(1, i16::MAX as i64),
+        "3",
+        "replicas of __transaction_state (the embedded single-node default sets 1)",
+    ),
+    broker(
+        "transaction.state.log.min.isr",
+        int(1, i16::MAX as i64),
+        "2",
+        "min.insync.replicas of __transaction_state (the embedded single-node default sets 1)",
+    ),
+    broker(
+        "transaction.state.log.segment.bytes",
+        int(1024 * 1024, I32_MAX),
+        "104857600",
+        "segment size of __transaction_state",
+    ),
+    broker(
+        "transaction.max.timeout.ms",
+        int(1, I32_MAX),
+        "900000",
+        "the longest transaction.timeout.ms a producer may ask for",
+    ),
+    broker(
+        "transactional.id.expiration.ms",
+        int(1, I32_MAX),
+        "604800000",
+        "a transactional id with no transaction for this long is forgotten",
+    ),
+    broker(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        int(1, I32_MAX),
+        "10000",
+        "how often transactions past their timeout are looked for and aborted",
+    ),
+    broker(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        int(1, I32_MAX),
+        "3600000",
+        "how often expired transactional ids are looked for",
+    ),
+    broker(
         "offset.metadata.max.bytes",
         int(0, i16::MAX as i64),
         "4096",
@@ -824,15 +872,6 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     no_effect(
         "socket.receive.buffer.bytes",
         "sockets keep the kernel's buffer sizes (autotuned)",
-    ),
-    no_effect(
-        "transaction.",
-        "transactions are not implemented yet: transactional producers get \
-         COORDINATOR_NOT_AVAILABLE",
-    ),
-    no_effect(
-        "transactional.id.expiration.ms",
-        "transactions are not implemented yet",
     ),
     no_effect(
         "zookeeper.",

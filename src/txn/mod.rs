@@ -7,6 +7,43 @@
 
 pub mod producer_state;
 
+/// The transaction coordinator's settings (Kafka's keys of the same names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// `transaction.state.log.num.partitions`
+    pub state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor`
+    pub state_log_replication_factor: i16,
+    /// `transaction.state.log.min.isr`
+    pub state_log_min_isr: i16,
+    /// `transaction.state.log.segment.bytes`
+    pub state_log_segment_bytes: i64,
+    /// `transaction.max.timeout.ms`
+    pub max_timeout_ms: u64,
+    /// `transactional.id.expiration.ms`
+    pub id_expiration_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_timed_out_interval_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`
+    pub remove_expired_interval_ms: u64,
+}
+
+impl Default for TxnConfig {
+    /// Kafka's defaults, but for one replica (tests and a single node).
+    fn default() -> Self {
+        TxnConfig {
+            state_log_num_partitions: 50,
+            state_log_replication_factor: 1,
+            state_log_min_isr: 1,
+            state_log_segment_bytes: 104_857_600,
+            max_timeout_ms: 900_000,
+            id_expiration_ms: 604_800_000,
+            abort_timed_out_interval_ms: 10_000,
+            remove_expired_interval_ms: 3_600_000,
+        }
+    }
+}
+
 use std::time::Duration;
 
 use crate::controller::client::ControllerClient;
