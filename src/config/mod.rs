@@ -603,12 +603,6 @@ impl ServerConfig {
                 state_log_segment_bytes: number("transaction.state.log.segment.bytes")?,
                 max_timeout_ms: unsigned("transaction.max.timeout.ms")?,
                 id_expiration_ms: unsigned("transactional.id.expiration.ms")?,
-                abort_timed_out_interval_ms: unsigned(
-                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                )?,
-                remove_expired_interval_ms: unsigned(
-                    "transaction.remove.expired.transaction.cleanup.interval.ms",
-                )?,
             },
             properties: properties.clone(),
         };

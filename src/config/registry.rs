@@ -668,18 +668,6 @@ pub const KEYS: &[Key] = &[
         "a transactional id with no transaction for this long is forgotten",
     ),
     broker(
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-        int(1, I32_MAX),
-        "10000",
-        "how often transactions past their timeout are looked for and aborted",
-    ),
-    broker(
-        "transaction.remove.expired.transaction.cleanup.interval.ms",
-        int(1, I32_MAX),
-        "3600000",
-        "how often expired transactional ids are looked for",
-    ),
-    broker(
         "offset.metadata.max.bytes",
         int(0, i16::MAX as i64),
         "4096",
@@ -872,6 +860,16 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     no_effect(
         "socket.receive.buffer.bytes",
         "sockets keep the kernel's buffer sizes (autotuned)",
+    ),
+    no_effect(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "a transaction is aborted when its timeout passes (a timer per transaction), not by a \
+         periodic scan",
+    ),
+    no_effect(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "a transactional id expires when transactional.id.expiration.ms passes (a timer per \
+         id), not by a periodic scan",
     ),
     no_effect(
         "zookeeper.",

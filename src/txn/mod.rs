@@ -22,10 +22,6 @@ pub struct TxnConfig {
     pub max_timeout_ms: u64,
     /// `transactional.id.expiration.ms`
     pub id_expiration_ms: u64,
-    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
-    pub abort_timed_out_interval_ms: u64,
-    /// `transaction.remove.expired.transaction.cleanup.interval.ms`
-    pub remove_expired_interval_ms: u64,
 }
 
 impl Default for TxnConfig {
@@ -38,8 +34,6 @@ impl Default for TxnConfig {
             state_log_segment_bytes: 104_857_600,
             max_timeout_ms: 900_000,
             id_expiration_ms: 604_800_000,
-            abort_timed_out_interval_ms: 10_000,
-            remove_expired_interval_ms: 3_600_000,
         }
     }
 }
