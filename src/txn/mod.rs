@@ -6,6 +6,8 @@
 //!   across controller failover).
 
 pub mod producer_state;
+pub mod records;
+pub mod state;
 
 use std::time::Duration;
 
