@@ -6,6 +6,8 @@
 //!   across controller failover).
 
 pub mod producer_state;
+pub mod records;
+pub mod state;
 
 /// The transaction coordinator's settings (Kafka's keys of the same names).
 #[derive(Debug, Clone, PartialEq, Eq)]
