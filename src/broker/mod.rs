@@ -38,10 +38,12 @@ pub struct Broker {
     pub quorum: Arc<Quorum>,
     pub replicas: Arc<ReplicaManager>,
     pub metrics: Arc<Metrics>,
-    pub producer_ids: ProducerIdManager,
+    pub producer_ids: Arc<ProducerIdManager>,
     pub fetch_sessions: FetchSessionCache,
     /// The group coordinator (`__consumer_offsets` partitions this broker leads).
     pub groups: Arc<crate::group::GroupCoordinator>,
+    /// The transaction coordinator (`__transaction_state` partitions this broker leads).
+    pub transactions: Arc<crate::txn::coordinator::TxnCoordinator>,
     /// Calls to the active controller, and the metadata image: what coordinators get.
     pub controller: ControllerClient,
     pub images: ImageWatch,

@@ -1,6 +1,6 @@
 //! FindCoordinator: the broker that coordinates a group is the leader of the group's
-//! `__consumer_offsets` partition (created on the first request, as Kafka does). Transaction
-//! coordinators are not served yet: those keys get COORDINATOR_NOT_AVAILABLE with a message.
+//! `__consumer_offsets` partition, a transactional id's the leader of its
+//! `__transaction_state` partition (each topic created on the first request, as Kafka does).
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -9,6 +9,7 @@ use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
 use crate::group::{OFFSETS_TOPIC, partition_for};
 use crate::protocol::errors::{ApiError, KafkaError};
+use crate::txn::coordinator::TRANSACTION_STATE_TOPIC;
 
 pub const VERSIONS: (i16, i16) = (0, 6);
 
@@ -76,13 +77,19 @@ pub async fn handle(
 }
 
 async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str) -> Found {
-    match key_type {
-        GROUP => {}
+    let (topic, count) = match key_type {
+        GROUP => (OFFSETS_TOPIC, broker.groups.ensure_offsets_topic().await?),
         TRANSACTION => {
-            return Err(ApiError::new(
-                KafkaError::CoordinatorNotAvailable,
-                "transactions are not served by this broker yet",
-            ));
+            if key.is_empty() {
+                return Err(ApiError::new(
+                    KafkaError::InvalidRequest,
+                    "an empty transactional id has no coordinator",
+                ));
+            }
+            (
+                TRANSACTION_STATE_TOPIC,
+                broker.transactions.ensure_topic().await?,
+            )
         }
         other => {
             return Err(ApiError::new(
@@ -90,12 +97,11 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
                 format!("unknown coordinator key type {other}"),
             ));
         }
-    }
-    let count = broker.groups.ensure_offsets_topic().await?;
+    };
     let image = broker.image();
     let index = partition_for(key, count);
     let leader = image
-        .topic_by_name(OFFSETS_TOPIC)
+        .topic_by_name(topic)
         .and_then(|t| t.partitions.get(&index))
         .map_or(-1, |p| p.leader);
     let endpoint = image
@@ -107,7 +113,7 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
         Some(endpoint) => Ok((leader, endpoint.host.clone(), i32::from(endpoint.port))),
         None => Err(ApiError::new(
             KafkaError::CoordinatorNotAvailable,
-            format!("{OFFSETS_TOPIC} partition {index} has no leader right now"),
+            format!("{topic} partition {index} has no leader right now"),
         )),
     }
 }

@@ -8,6 +8,8 @@
 //!
 //! Adding an API: a file here with `VERSIONS` and `handle`, and one line in `apis!`.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
 mod consumer_group_describe;
@@ -20,8 +22,11 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_producers;
 mod describe_quorum;
+mod describe_transactions;
 mod elect_leaders;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -31,6 +36,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -184,6 +190,18 @@ apis! {
     );
     OffsetDelete offset_delete::VERSIONS, meta =>
         |b, _c, r| message(ResponseKind::OffsetDelete(offset_delete::handle(b, r).await));
+    AddPartitionsToTxn add_partitions_to_txn::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, c.api_version, r).await));
+    AddOffsetsToTxn add_offsets_to_txn::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(b, c.api_version, r).await));
+    EndTxn end_txn::VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::EndTxn(end_txn::handle(b, c.api_version, r).await));
+    DescribeTransactions describe_transactions::VERSIONS, meta => |b, _c, r| message(
+        ResponseKind::DescribeTransactions(describe_transactions::handle(b, r)));
+    ListTransactions list_transactions::VERSIONS, meta =>
+        |b, _c, r| message(ResponseKind::ListTransactions(list_transactions::handle(b, r)));
+    DescribeProducers describe_producers::VERSIONS, data =>
+        |b, _c, r| message(ResponseKind::DescribeProducers(describe_producers::handle(b, r)));
     TxnOffsetCommit txn_offset_commit::VERSIONS, meta => |b, c, r| message(
         ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, c.api_version, r).await));
     WriteTxnMarkers write_txn_markers::VERSIONS, data => |b, _c, r| message(

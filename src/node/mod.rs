@@ -225,7 +225,7 @@ impl Node {
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
                 crate::replica::fetcher::FetcherSettings {
-                    listener_name: client_listener,
+                    listener_name: client_listener.clone(),
                     fetch_max_bytes: config.replica_fetch_max_bytes,
                     response_max_bytes: config.replica_fetch_response_max_bytes,
                     wait_max_ms: config.replica_fetch_wait_max_ms,
@@ -276,15 +276,26 @@ impl Node {
                 controller.clone(),
             );
             tasks.extend(groups.start());
+            let producer_ids = Arc::new(ProducerIdManager::default());
+            let transactions = crate::txn::coordinator::TxnCoordinator::new(
+                config.transactions.clone(),
+                Arc::clone(&replicas),
+                images.clone(),
+                controller.clone(),
+                Arc::clone(&producer_ids),
+                client_listener.clone(),
+            );
+            tasks.extend(transactions.start());
             let broker = Arc::new(Broker {
                 config: config.clone(),
                 broker_id,
                 quorum: Arc::clone(&quorum),
                 replicas: Arc::clone(&replicas),
                 metrics: Arc::clone(&metrics),
-                producer_ids: ProducerIdManager::default(),
+                producer_ids,
                 fetch_sessions: FetchSessionCache::default(),
                 groups: groups.clone(),
+                transactions,
                 controller,
                 images,
                 broker_epoch: Arc::clone(&broker_epoch),

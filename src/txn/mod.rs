@@ -1,12 +1,19 @@
-//! Producer ids and idempotence state (transactions come later).
+//! Producer ids, idempotence and transactions.
 //!
-//! - `producer_state`: per partition, each idempotent producer's epoch and last batches.
+//! - `producer_state`: per partition, each producer's epoch, last batches and open
+//!   transaction.
 //! - [`ProducerIdManager`]: hands out producer ids from a block this broker got from the
 //!   controller (committed as a `ProducerIds` record, so no id is ever given out twice, even
 //!   across controller failover).
+//! - The transaction coordinator: `records` (`__transaction_state` in Kafka's format),
+//!   `state` (the state machine of one transactional id, pure), `shard` (a partition's ids on
+//!   the coordinator runtime), `markers` (the marker sender), `coordinator` (entry points).
 
+pub mod coordinator;
+pub mod markers;
 pub mod producer_state;
 pub mod records;
+pub mod shard;
 pub mod state;
 
 /// The transaction coordinator's settings (Kafka's keys of the same names).

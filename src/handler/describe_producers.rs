@@ -1,0 +1,63 @@
+//! DescribeProducers: the producers a partition leader knows (Kafka's
+//! `kafka-transactions.sh describe-producers`): each one's epoch, last sequence and timestamp,
+//! the coordinator epoch of its last marker and where its open transaction starts (-1: none).
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+pub const VERSIONS: (i16, i16) = (0, 0);
+
+pub fn handle(broker: &Broker, request: DescribeProducersRequest) -> DescribeProducersResponse {
+    let image = broker.image();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let partitions = topic
+                .partition_indexes
+                .iter()
+                .map(|&index| {
+                    let response = PartitionResponse::default().with_partition_index(index);
+                    match broker.led_partition(&image, &topic.name, index, -1) {
+                        Err(error) => {
+                            response
+                                .with_error_code(error.code())
+                                .with_error_message(Some(str_bytes(format!(
+                                    "{}-{index}: {error}",
+                                    topic.name.as_str()
+                                ))))
+                        }
+                        Ok((partition, _)) => response.with_active_producers(
+                            partition
+                                .producer_states()
+                                .into_iter()
+                                .map(|(producer_id, entry)| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(producer_id))
+                                        .with_producer_epoch(i32::from(entry.epoch))
+                                        .with_last_sequence(
+                                            entry.batches.back().map_or(-1, |b| b.last_sequence),
+                                        )
+                                        .with_last_timestamp(entry.last_timestamp)
+                                        .with_coordinator_epoch(entry.coordinator_epoch)
+                                        .with_current_txn_start_offset(
+                                            entry.current_txn_first_offset.unwrap_or(-1),
+                                        )
+                                })
+                                .collect(),
+                        ),
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
+}
