@@ -9,7 +9,9 @@
 //!
 //! Codes are those of Kafka's log; names are what DescribeTransactions, ListTransactions and
 //! `kafka-transactions.sh` print. [`check_transition`] is the one function that checks a
-//! transition; every decision below goes through it.
+//! transition; every decision's result is checked by it in debug builds, and
+//! [`TxnMetadata::check_successor`] offers it (with the invariants) to a caller checking every
+//! live write in release builds too.
 //!
 //! | to                    | from                                | on                                               | record written                                            |
 //! |-----------------------|-------------------------------------|--------------------------------------------------|-----------------------------------------------------------|
@@ -383,16 +385,33 @@ impl TxnMetadata {
         }
     }
 
-    /// Every decision's result passes here: the transition is in the table and the result
-    /// keeps the invariants (a failure is a bug in this module).
+    /// Every decision's result passes here (a failure is a bug in this module).
     fn checked(&self, next: TxnMetadata) -> TxnMetadata {
-        debug_assert_eq!(
-            check_transition(self.state, next.state, next.client_transaction_version),
-            Ok(()),
-            "{self:?} -> {next:?}"
-        );
-        debug_assert_eq!(next.check(), Ok(()), "{self:?} -> {next:?}");
+        debug_assert_eq!(self.check_successor(&next), Ok(()));
         next
+    }
+
+    /// A live write may replace this metadata with `next`: the transition is in the table,
+    /// `next` keeps the invariants, and the producer epoch does not go back (a new producer
+    /// id starts at epoch 0). Not for loading: a compacted log skips states.
+    pub fn check_successor(&self, next: &TxnMetadata) -> Result<(), String> {
+        check_transition(self.state, next.state, next.client_transaction_version)
+            .map_err(|e| format!("{}: {e}", self.transactional_id))?;
+        next.check()?;
+        let moved = next.producer_id != self.producer_id;
+        if (moved && next.producer_epoch != 0)
+            || (!moved && next.producer_epoch < self.producer_epoch)
+        {
+            return Err(format!(
+                "{}: producer {}/{} -> {}/{}",
+                self.transactional_id,
+                self.producer_id,
+                self.producer_epoch,
+                next.producer_id,
+                next.producer_epoch
+            ));
+        }
+        Ok(())
     }
 
     /// The record of this metadata.
@@ -596,7 +615,7 @@ impl TxnMetadata {
         if supports_epoch_bump(transaction_version) {
             next.producer_epoch = fence_epoch.saturating_add(1);
             next.last_producer_epoch = fence_epoch;
-            next.client_transaction_version = transaction_version;
+            next.client_transaction_version = TRANSACTION_VERSION_2;
         } else {
             next.producer_epoch = fence_epoch;
             next.last_producer_epoch = NO_PRODUCER_EPOCH;
@@ -747,7 +766,7 @@ pub fn add_partitions(
         next.start_timestamp_ms = now_ms;
     }
     next.partitions.extend(new.into_iter().cloned());
-    next.client_transaction_version = transaction_version;
+    next.client_transaction_version = transaction_version.clamp(0, TRANSACTION_VERSION_2);
     Ok(AddOutcome::Write(meta.checked(next)))
 }
 
@@ -1865,6 +1884,27 @@ mod tests {
         for (what, metadata) in broken {
             assert!(metadata.check().is_err(), "{what}");
         }
+        // A live write's successor: a transition of the table, epochs never back.
+        let ongoing = meta(TxnState::Ongoing, 5);
+        assert_eq!(
+            ongoing.check_successor(&meta(TxnState::PrepareCommit, 5)),
+            Ok(())
+        );
+        assert!(ongoing.check_successor(&meta(TxnState::Empty, 6)).is_err());
+        assert!(
+            ongoing
+                .check_successor(&meta(TxnState::PrepareAbort, 4))
+                .is_err()
+        );
+        let mut moved = meta(TxnState::Empty, 1);
+        moved.producer_id = 2000;
+        let complete = meta(TxnState::CompleteCommit, MAX_EPOCH - 1);
+        assert!(
+            complete.check_successor(&moved).is_err(),
+            "a new id starts at 0"
+        );
+        moved.producer_epoch = 0;
+        assert_eq!(complete.check_successor(&moved), Ok(()));
         let mut tv2_empty_ongoing = tv2(meta(TxnState::Ongoing, 1));
         tv2_empty_ongoing.partitions.clear();
         assert_eq!(tv2_empty_ongoing.check(), Ok(()));
@@ -2053,15 +2093,7 @@ mod tests {
             match &self.meta {
                 None => assert_eq!(next.state, TxnState::Empty),
                 Some(previous) => {
-                    assert_eq!(
-                        check_transition(
-                            previous.state,
-                            next.state,
-                            next.client_transaction_version
-                        ),
-                        Ok(()),
-                        "{previous:?} -> {next:?}"
-                    );
+                    assert_eq!(previous.check_successor(&next), Ok(()));
                     let before = (previous.producer_id, previous.producer_epoch);
                     let after = (next.producer_id, next.producer_epoch);
                     assert!(
@@ -2069,7 +2101,6 @@ mod tests {
                         "(producer id, epoch) went back: {before:?} -> {after:?}"
                     );
                     if after.0 != before.0 {
-                        assert_eq!(after.1, 0, "a new producer id starts at epoch 0");
                         self.moves.insert(if next.state == TxnState::Empty {
                             "InitProducerId"
                         } else {
