@@ -9,7 +9,9 @@
 //!
 //! Codes are those of Kafka's log; names are what DescribeTransactions, ListTransactions and
 //! `kafka-transactions.sh` print. [`check_transition`] is the one function that checks a
-//! transition; every decision below goes through it.
+//! transition; every decision's result is checked by it in debug builds, and
+//! [`TxnMetadata::check_successor`] offers it (with the invariants) to a caller checking every
+//! live write in release builds too.
 //!
 //! | to                    | from                                | on                                               | record written                                            |
 //! |-----------------------|-------------------------------------|--------------------------------------------------|-----------------------------------------------------------|
@@ -383,16 +385,33 @@ impl TxnMetadata {
         }
     }
 
-    /// Every decision's result passes here: the transition is in the table and the result
-    /// keeps the invariants (a failure is a bug in this module).
+    /// Every decision's result passes here (a failure is a bug in this module).
     fn checked(&self, next: TxnMetadata) -> TxnMetadata {
-        debug_assert_eq!(
-            check_transition(self.state, next.state, next.client_transaction_version),
-            Ok(()),
-            "{self:?} -> {next:?}"
-        );
-        debug_assert_eq!(next.check(), Ok(()), "{self:?} -> {next:?}");
+        debug_assert_eq!(self.check_successor(&next), Ok(()));
         next
+    }
+
+    /// A live write may replace this metadata with `next`: the transition is in the table,
+    /// `next` keeps the invariants, and the producer epoch does not go back (a new producer
+    /// id starts at epoch 0). Not for loading: a compacted log skips states.
+    pub fn check_successor(&self, next: &TxnMetadata) -> Result<(), String> {
+        check_transition(self.state, next.state, next.client_transaction_version)
+            .map_err(|e| format!("{}: {e}", self.transactional_id))?;
+        next.check()?;
+        let moved = next.producer_id != self.producer_id;
+        if (moved && next.producer_epoch != 0)
+            || (!moved && next.producer_epoch < self.producer_epoch)
+        {
+            return Err(format!(
+                "{}: producer {}/{} -> {}/{}",
+                self.transactional_id,
+                self.producer_id,
+                self.producer_epoch,
+                next.producer_id,
+                next.producer_epoch
+            ));
+        }
+        Ok(())
     }
 
     /// The record of this metadata.
@@ -596,7 +615,7 @@ impl TxnMetadata {
         if supports_epoch_bump(transaction_version) {
             next.producer_epoch = fence_epoch.saturating_add(1);
             next.last_producer_epoch = fence_epoch;
-            next.client_transaction_version = transaction_version;
+            next.client_transaction_version = TRANSACTION_VERSION_2;
         } else {
             next.producer_epoch = fence_epoch;
             next.last_producer_epoch = NO_PRODUCER_EPOCH;
@@ -747,7 +766,7 @@ pub fn add_partitions(
         next.start_timestamp_ms = now_ms;
     }
     next.partitions.extend(new.into_iter().cloned());
-    next.client_transaction_version = transaction_version;
+    next.client_transaction_version = transaction_version.clamp(0, TRANSACTION_VERSION_2);
     Ok(AddOutcome::Write(meta.checked(next)))
 }
 
@@ -981,4 +1000,1397 @@ pub fn expired(meta: &TxnMetadata, now_ms: i64, transactional_id_expiration_ms: 
 }
 
 #[cfg(test)]
-mod tests {}
+mod tests {
+    use super::*;
+    use crate::txn::records;
+
+    const NOW: i64 = 1_700_000_000_000;
+    const TIMEOUT_MS: i32 = 60_000;
+    const MAX_EPOCH: i16 = i16::MAX;
+
+    fn settings(transaction_version: i16) -> TxnSettings {
+        TxnSettings {
+            transaction_max_timeout_ms: 900_000,
+            transaction_version,
+        }
+    }
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition::new(topic, partition)
+    }
+
+    /// Metadata in `state` at `producer_epoch`, consistent with the invariants.
+    fn meta(state: TxnState, producer_epoch: i16) -> TxnMetadata {
+        let in_transaction = matches!(
+            state,
+            TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+        );
+        TxnMetadata {
+            transactional_id: "tx".into(),
+            producer_id: 1000,
+            previous_producer_id: 1000,
+            next_producer_id: NO_PRODUCER_ID,
+            producer_epoch,
+            last_producer_epoch: NO_PRODUCER_EPOCH,
+            next_producer_epoch: NO_PRODUCER_EPOCH,
+            transaction_timeout_ms: TIMEOUT_MS,
+            state,
+            partitions: if in_transaction {
+                [tp("a", 0), tp("b", 1)].into_iter().collect()
+            } else {
+                BTreeSet::new()
+            },
+            start_timestamp_ms: if state == TxnState::Empty {
+                -1
+            } else {
+                NOW - 10
+            },
+            last_update_timestamp_ms: NOW - 5,
+            client_transaction_version: 0,
+        }
+    }
+
+    fn tv2(mut meta: TxnMetadata) -> TxnMetadata {
+        meta.client_transaction_version = TRANSACTION_VERSION_2;
+        meta
+    }
+
+    fn init(
+        current: Option<&TxnMetadata>,
+        expected: Option<(i64, i16)>,
+        new_producer_id: Option<i64>,
+    ) -> Result<InitOutcome, KafkaError> {
+        let expected = expected.map(|(producer_id, producer_epoch)| ProducerIdAndEpoch {
+            producer_id,
+            producer_epoch,
+        });
+        init_producer_id(
+            current,
+            "tx",
+            TIMEOUT_MS + 1,
+            expected,
+            new_producer_id,
+            settings(0),
+            NOW,
+        )
+    }
+
+    fn written(outcome: Result<InitOutcome, KafkaError>) -> TxnMetadata {
+        match outcome {
+            Ok(InitOutcome::Write(meta)) => meta,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    fn end(
+        meta: &TxnMetadata,
+        producer_epoch: i16,
+        result: TxnResult,
+        transaction_version: i16,
+    ) -> Result<EndOutcome, KafkaError> {
+        end_txn(
+            Some(meta),
+            meta.producer_id,
+            producer_epoch,
+            result,
+            transaction_version,
+            Some(7777),
+            NOW,
+        )
+    }
+
+    fn prepared(outcome: Result<EndOutcome, KafkaError>) -> (TxnMetadata, i64, i16) {
+        match outcome {
+            Ok(EndOutcome::Prepare {
+                metadata,
+                producer_id,
+                producer_epoch,
+            }) => (metadata, producer_id, producer_epoch),
+            other => panic!("expected a Prepare*, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn states_have_kafkas_codes_and_names() {
+        let names = [
+            "Empty",
+            "Ongoing",
+            "PrepareCommit",
+            "PrepareAbort",
+            "CompleteCommit",
+            "CompleteAbort",
+            "Dead",
+            "PrepareEpochFence",
+        ];
+        for (code, state) in TxnState::ALL.into_iter().enumerate() {
+            assert_eq!(state.code(), code as i8);
+            assert_eq!(TxnState::from_code(code as i8), Some(state));
+            assert_eq!(state.name(), names[code]);
+            assert_eq!(TxnState::from_name(names[code]), Some(state));
+        }
+        assert_eq!(TxnState::from_code(8), None);
+        assert_eq!(TxnState::from_code(-1), None);
+        assert_eq!(TxnState::from_name("ongoing"), None);
+    }
+
+    /// Kafka's `validPreviousStates`, pair by pair, with PrepareAbort after no transaction
+    /// in transaction version 2 only.
+    #[test]
+    fn the_transition_table_is_kafkas() {
+        use TxnState::*;
+        let valid: &[(TxnState, TxnState)] = &[
+            (Empty, Empty),
+            (CompleteCommit, Empty),
+            (CompleteAbort, Empty),
+            (Ongoing, Ongoing),
+            (Empty, Ongoing),
+            (CompleteCommit, Ongoing),
+            (CompleteAbort, Ongoing),
+            (Ongoing, PrepareCommit),
+            (Ongoing, PrepareAbort),
+            (PrepareEpochFence, PrepareAbort),
+            (PrepareCommit, CompleteCommit),
+            (PrepareAbort, CompleteAbort),
+            (Empty, Dead),
+            (CompleteCommit, Dead),
+            (CompleteAbort, Dead),
+            (Ongoing, PrepareEpochFence),
+        ];
+        let tv2_only: &[(TxnState, TxnState)] = &[
+            (Empty, PrepareAbort),
+            (CompleteCommit, PrepareAbort),
+            (CompleteAbort, PrepareAbort),
+        ];
+        for from in TxnState::ALL {
+            for to in TxnState::ALL {
+                let pair = (from, to);
+                let before_tv2 = valid.contains(&pair);
+                let with_tv2 = before_tv2 || tv2_only.contains(&pair);
+                assert_eq!(
+                    check_transition(from, to, 0).is_ok(),
+                    before_tv2,
+                    "{pair:?}"
+                );
+                assert_eq!(
+                    check_transition(from, to, 1).is_ok(),
+                    before_tv2,
+                    "{pair:?}"
+                );
+                assert_eq!(check_transition(from, to, 2).is_ok(), with_tv2, "{pair:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_transactional_id_gets_a_producer_id_at_epoch_0() {
+        assert_eq!(init(None, None, None), Ok(InitOutcome::NeedProducerId));
+        let first = written(init(None, None, Some(42)));
+        assert_eq!(first.check(), Ok(()));
+        assert_eq!((first.producer_id, first.producer_epoch), (42, 0));
+        assert_eq!(first.state, TxnState::Empty);
+        assert_eq!(first.transaction_timeout_ms, TIMEOUT_MS + 1);
+        assert_eq!(
+            (first.start_timestamp_ms, first.last_update_timestamp_ms),
+            (-1, NOW)
+        );
+        // Kafka records the new id as the previous one as well.
+        assert_eq!(first.previous_producer_id, 42);
+        // A producer recovering with an id this coordinator never saw is accepted.
+        let recovered = written(init(None, Some((5, 3)), Some(43)));
+        assert_eq!((recovered.producer_id, recovered.producer_epoch), (43, 0));
+    }
+
+    #[test]
+    fn bad_timeouts_and_empty_ids_are_refused() {
+        for timeout_ms in [0, -1, 900_001, i32::MIN] {
+            let outcome = init_producer_id(None, "tx", timeout_ms, None, Some(1), settings(0), NOW);
+            assert_eq!(
+                outcome,
+                Err(KafkaError::InvalidTransactionTimeout),
+                "{timeout_ms}"
+            );
+        }
+        let outcome = init_producer_id(None, "", TIMEOUT_MS, None, Some(1), settings(0), NOW);
+        assert_eq!(outcome, Err(KafkaError::InvalidRequest));
+        let max = init_producer_id(None, "tx", 900_000, None, Some(1), settings(0), NOW);
+        assert!(matches!(max, Ok(InitOutcome::Write(_))));
+    }
+
+    #[test]
+    fn init_bumps_the_epoch_after_no_transaction() {
+        for state in [
+            TxnState::Empty,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            let current = meta(state, 5);
+            let next = written(init(Some(&current), None, None));
+            assert_eq!(next.state, TxnState::Empty, "{state}");
+            assert_eq!((next.producer_id, next.producer_epoch), (1000, 6));
+            assert_eq!(next.last_producer_epoch, NO_PRODUCER_EPOCH);
+            assert_eq!(next.transaction_timeout_ms, TIMEOUT_MS + 1);
+            assert_eq!(
+                (next.start_timestamp_ms, next.last_update_timestamp_ms),
+                (-1, NOW)
+            );
+            assert!(next.partitions.is_empty());
+            assert_eq!(next.check(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn init_while_ongoing_fences_the_producer_and_aborts_first() {
+        let current = meta(TxnState::Ongoing, 5);
+        // Before TV2: the fence epoch is the abort's.
+        let outcome = init(Some(&current), None, None);
+        let Ok(InitOutcome::AbortFirst(abort)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(abort.state, TxnState::PrepareAbort);
+        assert_eq!((abort.producer_epoch, abort.last_producer_epoch), (6, -1));
+        assert_eq!(abort.partitions, current.partitions);
+        assert_eq!(abort.start_timestamp_ms, current.start_timestamp_ms);
+        assert_eq!(abort.client_transaction_version, 0);
+        // A TV2 cluster bumps once to fence and once more for the abort.
+        let outcome = init_producer_id(
+            Some(&current),
+            "tx",
+            TIMEOUT_MS,
+            None,
+            None,
+            settings(2),
+            NOW,
+        );
+        let Ok(InitOutcome::AbortFirst(abort)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!((abort.producer_epoch, abort.last_producer_epoch), (7, 6));
+        assert_eq!(abort.client_transaction_version, 2);
+        // Never past i16::MAX.
+        let at_limit = meta(TxnState::Ongoing, MAX_EPOCH - 1);
+        let outcome = init_producer_id(Some(&at_limit), "tx", 1, None, None, settings(2), NOW);
+        let Ok(InitOutcome::AbortFirst(abort)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(abort.producer_epoch, MAX_EPOCH);
+        assert_eq!(abort.check(), Ok(()));
+        // Once the abort completes, the retry gets a new producer id.
+        let completed = complete(&abort, NOW).unwrap();
+        assert_eq!(completed.producer_epoch, MAX_EPOCH);
+        assert_eq!(
+            init(Some(&completed), None, None),
+            Ok(InitOutcome::NeedProducerId)
+        );
+    }
+
+    #[test]
+    fn init_while_markers_are_written_is_concurrent() {
+        for state in [
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::Dead,
+            TxnState::PrepareEpochFence,
+        ] {
+            let current = meta(state, 5);
+            assert_eq!(
+                init(Some(&current), None, None),
+                Err(KafkaError::ConcurrentTransactions),
+                "{state}"
+            );
+            // Before the fencing check, as Kafka's pending transition comes first.
+            assert_eq!(
+                init(Some(&current), Some((1, 1)), None),
+                Err(KafkaError::ConcurrentTransactions)
+            );
+        }
+    }
+
+    #[test]
+    fn kip360_reinitialization_bumps_retries_and_fences() {
+        let current = meta(TxnState::CompleteAbort, 5);
+        // The producer with the current epoch recovers: bump, remember the old epoch.
+        let bumped = written(init(Some(&current), Some((1000, 5)), None));
+        assert_eq!((bumped.producer_epoch, bumped.last_producer_epoch), (6, 5));
+        // Its retry (the answer was lost) gets the same epoch again.
+        let retried = written(init(Some(&bumped), Some((1000, 5)), None));
+        assert_eq!(
+            (retried.producer_epoch, retried.last_producer_epoch),
+            (6, 5)
+        );
+        // Any other epoch, or another producer id, is fenced.
+        for expected in [(1000, 4), (1000, 7), (999, 6), (1001, 6)] {
+            assert_eq!(
+                init(Some(&bumped), Some(expected), None),
+                Err(KafkaError::ProducerFenced),
+                "{expected:?}"
+            );
+        }
+        // A new producer (no expected epoch) forgets the last epoch: the old retry is fenced.
+        let fresh = written(init(Some(&bumped), None, None));
+        assert_eq!((fresh.producer_epoch, fresh.last_producer_epoch), (7, -1));
+        assert_eq!(
+            init(Some(&fresh), Some((1000, 5)), None),
+            Err(KafkaError::ProducerFenced)
+        );
+        // An expected producer on an ongoing transaction fences it too.
+        let ongoing = meta(TxnState::Ongoing, 5);
+        assert!(matches!(
+            init(Some(&ongoing), Some((1000, 5)), None),
+            Ok(InitOutcome::AbortFirst(_))
+        ));
+        assert_eq!(
+            init(Some(&ongoing), Some((1001, 5)), None),
+            Err(KafkaError::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_moves_to_a_new_producer_id() {
+        let current = meta(TxnState::CompleteCommit, MAX_EPOCH - 1);
+        assert!(epoch_exhausted(current.producer_epoch));
+        assert_eq!(
+            init(Some(&current), None, None),
+            Ok(InitOutcome::NeedProducerId)
+        );
+        let rotated = written(init(Some(&current), None, Some(2000)));
+        assert_eq!((rotated.producer_id, rotated.producer_epoch), (2000, 0));
+        assert_eq!(rotated.previous_producer_id, 1000);
+        assert_eq!(rotated.last_producer_epoch, NO_PRODUCER_EPOCH);
+        assert_eq!(rotated.check(), Ok(()));
+        // With the expected epoch, the last one is kept, so a retry by the old id is
+        // recognised and answered with the new id.
+        let expected = Some((1000, MAX_EPOCH - 1));
+        assert_eq!(
+            init(Some(&current), expected, None),
+            Ok(InitOutcome::NeedProducerId)
+        );
+        let rotated = written(init(Some(&current), expected, Some(2000)));
+        assert_eq!(rotated.last_producer_epoch, MAX_EPOCH - 1);
+        let retried = written(init(Some(&rotated), expected, Some(3000)));
+        assert_eq!((retried.producer_id, retried.producer_epoch), (2000, 0));
+        // The old id with an epoch that is not exhausted is fenced.
+        assert_eq!(
+            init(Some(&rotated), Some((1000, 5)), None),
+            Err(KafkaError::ProducerFenced)
+        );
+        // An exhausted epoch and a stale expected epoch: fenced; the retry of the bump that
+        // reached it: the current epoch (Kafka fails this one with UNKNOWN_SERVER_ERROR).
+        let mut reached = meta(TxnState::Empty, MAX_EPOCH - 1);
+        reached.last_producer_epoch = MAX_EPOCH - 2;
+        assert_eq!(
+            init(Some(&reached), Some((1000, 3)), None),
+            Err(KafkaError::ProducerFenced)
+        );
+        let retried = written(init(Some(&reached), Some((1000, MAX_EPOCH - 2)), None));
+        assert_eq!(retried.producer_epoch, MAX_EPOCH - 1);
+        // The epoch below i16::MAX is the last one handed out: bumping to it is allowed.
+        let below = meta(TxnState::Empty, MAX_EPOCH - 2);
+        assert_eq!(
+            written(init(Some(&below), None, None)).producer_epoch,
+            MAX_EPOCH - 1
+        );
+    }
+
+    #[test]
+    fn add_partitions_starts_or_extends_the_transaction() {
+        for state in [
+            TxnState::Empty,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            let current = meta(state, 3);
+            let outcome = add_partitions(Some(&current), 1000, 3, &[tp("a", 0)], 0, NOW);
+            let Ok(AddOutcome::Write(next)) = outcome else {
+                panic!("{outcome:?}");
+            };
+            assert_eq!(next.state, TxnState::Ongoing);
+            assert_eq!(next.start_timestamp_ms, NOW, "the transaction starts now");
+            assert_eq!(next.partitions, [tp("a", 0)].into_iter().collect());
+            assert_eq!(next.producer_epoch, 3);
+            assert_eq!(next.check(), Ok(()));
+        }
+        let ongoing = meta(TxnState::Ongoing, 3);
+        let outcome = add_partitions(Some(&ongoing), 1000, 3, &[tp("a", 0), tp("c", 2)], 2, NOW);
+        let Ok(AddOutcome::Write(next)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(next.start_timestamp_ms, ongoing.start_timestamp_ms);
+        assert_eq!(next.partitions.len(), 3);
+        assert_eq!(next.client_transaction_version, 2);
+        assert_eq!(
+            add_partitions(Some(&ongoing), 1000, 3, &[tp("b", 1), tp("a", 0)], 0, NOW),
+            Ok(AddOutcome::AlreadyIncluded)
+        );
+        assert_eq!(
+            add_partitions(Some(&meta(TxnState::Empty, 3)), 1000, 3, &[], 0, NOW),
+            Ok(AddOutcome::AlreadyIncluded)
+        );
+    }
+
+    #[test]
+    fn add_partitions_errors_are_kafkas() {
+        let ongoing = meta(TxnState::Ongoing, 3);
+        let add = |meta: Option<&TxnMetadata>, producer_id, producer_epoch| {
+            add_partitions(meta, producer_id, producer_epoch, &[tp("z", 0)], 0, NOW)
+        };
+        assert_eq!(
+            add(None, 1000, 3),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            add(Some(&ongoing), 999, 3),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            add(Some(&ongoing), 1000, 2),
+            Err(KafkaError::ProducerFenced)
+        );
+        assert_eq!(
+            add(Some(&ongoing), 1000, 4),
+            Err(KafkaError::ProducerFenced)
+        );
+        for state in [
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::Dead,
+            TxnState::PrepareEpochFence,
+        ] {
+            let current = meta(state, 3);
+            assert_eq!(
+                add(Some(&current), 1000, 3),
+                Err(KafkaError::ConcurrentTransactions)
+            );
+            // Even for the next producer id of a TV2 move, not yet complete.
+            assert_eq!(
+                add(Some(&current), 7777, 0),
+                Err(KafkaError::ConcurrentTransactions)
+            );
+        }
+    }
+
+    #[test]
+    fn old_clients_get_invalid_producer_epoch_for_fenced() {
+        use TxnApi::*;
+        let fenced = KafkaError::ProducerFenced;
+        for (api, first) in [
+            (InitProducerId, 4),
+            (AddPartitionsToTxn, 2),
+            (AddOffsetsToTxn, 2),
+            (EndTxn, 2),
+        ] {
+            for version in 0..first {
+                assert_eq!(
+                    error_for_version(fenced, api, version),
+                    KafkaError::InvalidProducerEpoch
+                );
+            }
+            assert_eq!(error_for_version(fenced, api, first), fenced);
+            let other = KafkaError::ConcurrentTransactions;
+            assert_eq!(error_for_version(other, api, 0), other);
+        }
+    }
+
+    #[test]
+    fn verify_only_answers_per_partition() {
+        let ongoing = meta(TxnState::Ongoing, 3);
+        let asked = [tp("a", 0), tp("z", 9), tp("b", 1)];
+        assert_eq!(
+            verify_partitions(Some(&ongoing), 1000, 3, &asked),
+            Ok(vec![true, false, true])
+        );
+        let complete = meta(TxnState::CompleteCommit, 3);
+        assert_eq!(
+            verify_partitions(Some(&complete), 1000, 3, &asked),
+            Ok(vec![false, false, false])
+        );
+        assert_eq!(
+            verify_partitions(None, 1000, 3, &asked),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            verify_partitions(Some(&ongoing), 1, 3, &asked),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            verify_partitions(Some(&ongoing), 1000, 2, &asked),
+            Err(KafkaError::ProducerFenced)
+        );
+        assert_eq!(
+            verify_partitions(Some(&meta(TxnState::PrepareAbort, 3)), 1000, 3, &asked),
+            Err(KafkaError::ConcurrentTransactions)
+        );
+    }
+
+    #[test]
+    fn end_txn_before_tv2_keeps_the_epoch() {
+        use TxnResult::*;
+        let ongoing = meta(TxnState::Ongoing, 3);
+        for (result, to) in [
+            (Commit, TxnState::PrepareCommit),
+            (Abort, TxnState::PrepareAbort),
+        ] {
+            let (next, producer_id, producer_epoch) = prepared(end(&ongoing, 3, result, 0));
+            assert_eq!(next.state, to);
+            assert_eq!(next.producer_epoch, 3);
+            assert_eq!(next.partitions, ongoing.partitions);
+            assert_eq!(next.start_timestamp_ms, ongoing.start_timestamp_ms);
+            assert_eq!((producer_id, producer_epoch), (-1, -1));
+            assert_eq!(next.check(), Ok(()));
+        }
+        let retried = Ok(EndOutcome::AlreadyComplete {
+            producer_id: -1,
+            producer_epoch: -1,
+        });
+        let its = Err(KafkaError::InvalidTxnState);
+        let concurrent = Err(KafkaError::ConcurrentTransactions);
+        let cases = [
+            (TxnState::CompleteCommit, Commit, retried.clone()),
+            (TxnState::CompleteCommit, Abort, its.clone()),
+            (TxnState::CompleteAbort, Abort, retried),
+            (TxnState::CompleteAbort, Commit, its.clone()),
+            (TxnState::Empty, Abort, its.clone()),
+            (TxnState::Empty, Commit, its),
+            (TxnState::PrepareCommit, Commit, concurrent.clone()),
+            (TxnState::PrepareCommit, Abort, concurrent.clone()),
+            (TxnState::PrepareAbort, Abort, concurrent.clone()),
+            (TxnState::PrepareAbort, Commit, concurrent),
+        ];
+        for (state, result, expected) in cases {
+            assert_eq!(
+                end(&meta(state, 3), 3, result, 0),
+                expected,
+                "{state} {result:?}"
+            );
+        }
+        assert_eq!(end(&ongoing, 2, Commit, 0), Err(KafkaError::ProducerFenced));
+        assert_eq!(end(&ongoing, 4, Commit, 0), Err(KafkaError::ProducerFenced));
+        assert_eq!(
+            end_txn(Some(&ongoing), 1, 3, Commit, 0, None, NOW),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            end_txn(None, 1000, 3, Commit, 0, None, NOW),
+            Err(KafkaError::InvalidProducerIdMapping)
+        );
+    }
+
+    #[test]
+    fn end_txn_in_tv2_bumps_the_epoch_and_answers_it() {
+        use TxnResult::*;
+        let ongoing = tv2(meta(TxnState::Ongoing, 3));
+        for (result, to) in [
+            (Commit, TxnState::PrepareCommit),
+            (Abort, TxnState::PrepareAbort),
+        ] {
+            let (next, producer_id, producer_epoch) = prepared(end(&ongoing, 3, result, 2));
+            assert_eq!(next.state, to);
+            assert_eq!((next.producer_epoch, next.last_producer_epoch), (4, 3));
+            assert_eq!((producer_id, producer_epoch), (1000, 4));
+            assert_eq!(next.client_transaction_version, 2);
+            assert_eq!(next.check(), Ok(()));
+            // Its retry while the markers are written: CONCURRENT; the new epoch: fenced.
+            assert_eq!(
+                end(&next, 3, result, 2),
+                Err(KafkaError::ConcurrentTransactions)
+            );
+            assert_eq!(end(&next, 4, result, 2), Err(KafkaError::ProducerFenced));
+            // Once complete, the retry is answered with the current id and epoch.
+            let done = complete(&next, NOW).unwrap();
+            assert_eq!(
+                end(&done, 3, result, 2),
+                Ok(EndOutcome::AlreadyComplete {
+                    producer_id: 1000,
+                    producer_epoch: 4
+                })
+            );
+        }
+        // The Ongoing transaction with a stale or future epoch is fenced.
+        assert_eq!(end(&ongoing, 2, Commit, 2), Err(KafkaError::ProducerFenced));
+        assert_eq!(end(&ongoing, 4, Commit, 2), Err(KafkaError::ProducerFenced));
+    }
+
+    /// Kafka's table for transaction version 2 (TransactionCoordinator's comment): a retry
+    /// is the epoch below the current one, "current" the current epoch.
+    #[test]
+    fn end_txn_in_tv2_after_no_transaction_follows_kafkas_table() {
+        use TxnResult::*;
+        #[derive(Debug, PartialEq)]
+        enum Answer {
+            Fenced,
+            Invalid,
+            Done,
+            Bump,
+        }
+        use Answer::*;
+        let cases = [
+            (TxnState::Empty, Abort, [Fenced, Bump]),
+            (TxnState::Empty, Commit, [Fenced, Invalid]),
+            (TxnState::CompleteAbort, Abort, [Done, Bump]),
+            (TxnState::CompleteAbort, Commit, [Invalid, Invalid]),
+            (TxnState::CompleteCommit, Abort, [Invalid, Bump]),
+            (TxnState::CompleteCommit, Commit, [Done, Invalid]),
+        ];
+        for (state, result, [on_retry, on_current]) in cases {
+            let current = tv2(meta(state, 5));
+            for (epoch, expected) in [(4, on_retry), (5, on_current)] {
+                let answer = match end(&current, epoch, result, 2) {
+                    Err(KafkaError::ProducerFenced) => Fenced,
+                    Err(KafkaError::InvalidTxnState) => Invalid,
+                    Ok(EndOutcome::AlreadyComplete {
+                        producer_id: 1000,
+                        producer_epoch: 5,
+                    }) => Done,
+                    Ok(EndOutcome::Prepare {
+                        metadata,
+                        producer_id: 1000,
+                        producer_epoch: 6,
+                    }) => {
+                        assert_eq!(metadata.state, TxnState::PrepareAbort);
+                        assert_eq!(metadata.start_timestamp_ms, NOW, "it starts now");
+                        assert!(metadata.partitions.is_empty());
+                        assert_eq!(metadata.check(), Ok(()));
+                        Bump
+                    }
+                    other => panic!("{state} {result:?} {epoch}: {other:?}"),
+                };
+                assert_eq!(answer, expected, "{state} {result:?} at epoch {epoch}");
+            }
+        }
+        // Before TV2, an abort with no transaction is INVALID_TXN_STATE.
+        assert_eq!(
+            end(&meta(TxnState::Empty, 5), 5, Abort, 0),
+            Err(KafkaError::InvalidTxnState)
+        );
+    }
+
+    #[test]
+    fn tv2_past_the_last_epoch_moves_to_a_new_producer_id_on_completion() {
+        let ongoing = tv2(meta(TxnState::Ongoing, MAX_EPOCH - 1));
+        let commit = |new_producer_id| {
+            end_txn(
+                Some(&ongoing),
+                1000,
+                MAX_EPOCH - 1,
+                TxnResult::Commit,
+                2,
+                new_producer_id,
+                NOW,
+            )
+        };
+        assert_eq!(commit(None), Ok(EndOutcome::NeedProducerId));
+        let (prepare, producer_id, producer_epoch) = prepared(commit(Some(2000)));
+        assert_eq!(
+            (prepare.producer_id, prepare.producer_epoch),
+            (1000, MAX_EPOCH)
+        );
+        assert_eq!(prepare.next_producer_id, 2000);
+        assert_eq!(
+            (producer_id, producer_epoch),
+            (2000, 0),
+            "the producer moves on"
+        );
+        assert_eq!(prepare.check(), Ok(()));
+        let done = complete(&prepare, NOW + 1).unwrap();
+        assert_eq!((done.producer_id, done.producer_epoch), (2000, 0));
+        assert_eq!(done.previous_producer_id, 1000);
+        assert_eq!(done.next_producer_id, NO_PRODUCER_ID);
+        assert_eq!(done.check(), Ok(()));
+        // The old id's retry is recognised.
+        let retry = end_txn(
+            Some(&done),
+            1000,
+            MAX_EPOCH - 1,
+            TxnResult::Commit,
+            2,
+            None,
+            NOW,
+        );
+        assert_eq!(
+            retry,
+            Ok(EndOutcome::AlreadyComplete {
+                producer_id: 2000,
+                producer_epoch: 0
+            })
+        );
+        // The new id carries on.
+        let next = add_partitions(Some(&done), 2000, 0, &[tp("a", 0)], 2, NOW + 2);
+        assert!(matches!(next, Ok(AddOutcome::Write(_))));
+        // The record keeps the next producer id (v1 tagged field) across a load.
+        let loaded = reload(&prepare);
+        assert_eq!(loaded.next_producer_id, 2000);
+        assert_eq!(
+            complete(&loaded, NOW + 1).map(|m| m.producer_id),
+            Some(2000)
+        );
+    }
+
+    fn reload(meta: &TxnMetadata) -> TxnMetadata {
+        let (key, value) = meta.to_record().encode();
+        let record = records::decode(&key, value.as_deref()).unwrap().unwrap();
+        TxnMetadata::from_record(record).unwrap()
+    }
+
+    #[test]
+    fn complete_clears_the_partitions() {
+        for (from, to) in [
+            (TxnState::PrepareCommit, TxnState::CompleteCommit),
+            (TxnState::PrepareAbort, TxnState::CompleteAbort),
+        ] {
+            let prepare = meta(from, 3);
+            let done = complete(&prepare, NOW + 9).unwrap();
+            assert_eq!(done.state, to);
+            assert!(done.partitions.is_empty());
+            assert_eq!(done.producer_epoch, 3);
+            assert_eq!(done.start_timestamp_ms, prepare.start_timestamp_ms);
+            assert_eq!(done.last_update_timestamp_ms, NOW + 9);
+            assert_eq!(done.check(), Ok(()));
+        }
+        for state in [
+            TxnState::Empty,
+            TxnState::Ongoing,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            assert_eq!(complete(&meta(state, 3), NOW), None, "{state}");
+        }
+    }
+
+    #[test]
+    fn a_timed_out_transaction_is_fenced_and_aborted() {
+        let ongoing = meta(TxnState::Ongoing, 3);
+        let deadline_ms = ongoing.start_timestamp_ms + i64::from(TIMEOUT_MS);
+        assert!(
+            !timed_out(&ongoing, deadline_ms),
+            "Kafka: start + timeout < now"
+        );
+        assert!(timed_out(&ongoing, deadline_ms + 1));
+        assert_eq!(ongoing.transaction_deadline_ms(), Some(deadline_ms + 1));
+        assert_eq!(abort_timed_out(&ongoing, 0, deadline_ms), None);
+        let abort = abort_timed_out(&ongoing, 0, deadline_ms + 1).unwrap();
+        assert_eq!(abort.state, TxnState::PrepareAbort);
+        assert_eq!(abort.producer_epoch, 4);
+        assert_eq!(abort.partitions, ongoing.partitions);
+        assert_eq!(abort.check(), Ok(()));
+        let abort = abort_timed_out(&ongoing, 2, deadline_ms + 1).unwrap();
+        assert_eq!(abort.producer_epoch, 5);
+        // The fenced producer's next request is refused.
+        assert_eq!(
+            end(&abort, 3, TxnResult::Commit, 0),
+            Err(KafkaError::ProducerFenced)
+        );
+        for state in [
+            TxnState::Empty,
+            TxnState::PrepareCommit,
+            TxnState::CompleteAbort,
+        ] {
+            let current = meta(state, 3);
+            assert!(!timed_out(&current, i64::MAX));
+            assert_eq!(current.transaction_deadline_ms(), None);
+        }
+    }
+
+    #[test]
+    fn only_an_idle_id_with_no_transaction_expires() {
+        const EXPIRATION_MS: i64 = 604_800_000;
+        for state in TxnState::ALL {
+            let current = meta(state, 3);
+            let deadline_ms = current.last_update_timestamp_ms + EXPIRATION_MS;
+            assert!(
+                !expired(&current, deadline_ms - 1, EXPIRATION_MS),
+                "{state}"
+            );
+            assert_eq!(
+                expired(&current, deadline_ms, EXPIRATION_MS),
+                state.expiration_allowed(),
+                "{state}"
+            );
+        }
+        assert_eq!(
+            meta(TxnState::CompleteCommit, 1).expiration_deadline_ms(10),
+            Some(NOW - 5 + 10)
+        );
+        assert_eq!(meta(TxnState::Ongoing, 1).expiration_deadline_ms(10), None);
+    }
+
+    #[test]
+    fn check_finds_broken_invariants() {
+        for state in [
+            TxnState::Empty,
+            TxnState::Ongoing,
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            assert_eq!(meta(state, 0).check(), Ok(()), "{state}");
+        }
+        let broken: Vec<(&str, TxnMetadata)> = vec![
+            ("dead stored", meta(TxnState::Dead, 1)),
+            ("fence stored", meta(TxnState::PrepareEpochFence, 1)),
+            ("negative epoch", meta(TxnState::Empty, -1)),
+            ("ongoing at max", meta(TxnState::Ongoing, MAX_EPOCH)),
+            ("empty at max", meta(TxnState::Empty, MAX_EPOCH)),
+            ("no producer id", {
+                let mut m = meta(TxnState::Empty, 1);
+                m.producer_id = -1;
+                m
+            }),
+            ("no timeout", {
+                let mut m = meta(TxnState::Empty, 1);
+                m.transaction_timeout_ms = 0;
+                m
+            }),
+            ("unknown version", {
+                let mut m = meta(TxnState::Empty, 1);
+                m.client_transaction_version = 3;
+                m
+            }),
+            ("empty with partitions", {
+                let mut m = meta(TxnState::Empty, 1);
+                m.partitions.insert(tp("a", 0));
+                m
+            }),
+            ("complete with partitions", {
+                let mut m = meta(TxnState::CompleteAbort, 1);
+                m.partitions.insert(tp("a", 0));
+                m
+            }),
+            ("empty with a start", {
+                let mut m = meta(TxnState::Empty, 1);
+                m.start_timestamp_ms = NOW;
+                m
+            }),
+            ("ongoing with no start", {
+                let mut m = meta(TxnState::Ongoing, 1);
+                m.start_timestamp_ms = -1;
+                m
+            }),
+            ("ongoing with nothing", {
+                let mut m = meta(TxnState::Ongoing, 1);
+                m.partitions.clear();
+                m
+            }),
+            ("next producer id before TV2", {
+                let mut m = meta(TxnState::PrepareCommit, 1);
+                m.next_producer_id = 5;
+                m
+            }),
+            ("next producer id when complete", {
+                let mut m = tv2(meta(TxnState::CompleteCommit, 1));
+                m.next_producer_id = 5;
+                m
+            }),
+        ];
+        for (what, metadata) in broken {
+            assert!(metadata.check().is_err(), "{what}");
+        }
+        // A live write's successor: a transition of the table, epochs never back.
+        let ongoing = meta(TxnState::Ongoing, 5);
+        assert_eq!(
+            ongoing.check_successor(&meta(TxnState::PrepareCommit, 5)),
+            Ok(())
+        );
+        assert!(ongoing.check_successor(&meta(TxnState::Empty, 6)).is_err());
+        assert!(
+            ongoing
+                .check_successor(&meta(TxnState::PrepareAbort, 4))
+                .is_err()
+        );
+        let mut moved = meta(TxnState::Empty, 1);
+        moved.producer_id = 2000;
+        let complete = meta(TxnState::CompleteCommit, MAX_EPOCH - 1);
+        assert!(
+            complete.check_successor(&moved).is_err(),
+            "a new id starts at 0"
+        );
+        moved.producer_epoch = 0;
+        assert_eq!(complete.check_successor(&moved), Ok(()));
+        let mut tv2_empty_ongoing = tv2(meta(TxnState::Ongoing, 1));
+        tv2_empty_ongoing.partitions.clear();
+        assert_eq!(tv2_empty_ongoing.check(), Ok(()));
+    }
+
+    #[test]
+    fn metadata_survives_its_record_but_the_last_epoch() {
+        for state in [
+            TxnState::Empty,
+            TxnState::Ongoing,
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            let mut original = tv2(meta(state, 9));
+            original.last_producer_epoch = 8;
+            original.previous_producer_id = 999;
+            let loaded = reload(&original);
+            assert_eq!(loaded.last_producer_epoch, NO_PRODUCER_EPOCH);
+            assert_eq!(
+                loaded,
+                TxnMetadata {
+                    last_producer_epoch: NO_PRODUCER_EPOCH,
+                    ..original
+                }
+            );
+        }
+        assert_eq!(
+            TxnMetadata::from_record(TxnLogRecord::tombstone("tx")),
+            None
+        );
+    }
+
+    /// A seeded random walk of one transactional id through every decision: producers come
+    /// and go (new, KIP-360 recovering, zombies with old credentials), transactions are
+    /// added to, ended (before and with TV2), completed, timed out and expired.
+    ///
+    /// After every write: the new metadata keeps its invariants, the transition is in the
+    /// table, it survives its record, and (producer id, epoch) never goes back. After every
+    /// step: only the latest credential handed out may extend a transaction (every older
+    /// one is fenced), and not even that one once the coordinator fenced it.
+    ///
+    /// `SLUICE_TEST_SEED=<n>` replays one seed; `SLUICE_TEST_RUNS=<n>` runs more seeds.
+    #[test]
+    fn randomized_operations_keep_the_invariants_and_fence_every_old_producer() {
+        let seeds: Vec<u64> = match std::env::var("SLUICE_TEST_SEED") {
+            Ok(seed) => vec![seed.parse().expect("SLUICE_TEST_SEED is a number")],
+            Err(_) => {
+                let runs: u64 = std::env::var("SLUICE_TEST_RUNS")
+                    .ok()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(64);
+                let base = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                (0..runs)
+                    .map(|i| base.wrapping_add(i.wrapping_mul(0x9e37_79b9)))
+                    .collect()
+            }
+        };
+        let mut seen = BTreeSet::new();
+        let mut moves = BTreeSet::new();
+        let runs = seeds.len();
+        eprintln!(
+            "randomized transaction state test: {runs} seeds from {:?} (replay one with \
+             SLUICE_TEST_SEED=<seed>)",
+            seeds.first()
+        );
+        for seed in seeds {
+            match std::panic::catch_unwind(|| walk(seed)) {
+                Ok(walk) => {
+                    seen.extend(walk.seen);
+                    moves.extend(walk.moves);
+                }
+                Err(panic) => {
+                    eprintln!(
+                        "randomized transaction state test FAILED with seed {seed}: replay with \
+                         SLUICE_TEST_SEED={seed}"
+                    );
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+        // Enough walks cover every row (one walk in four moves to a new id by TV2 EndTxn).
+        if runs >= 64 {
+            // Every row of the table was walked (Dead and PrepareEpochFence are never written).
+            for (to, from) in TxnState::ALL.iter().flat_map(|to| {
+                to.valid_previous_states()
+                    .iter()
+                    .map(move |from| (*to, *from))
+            }) {
+                if matches!(to, TxnState::Dead | TxnState::PrepareEpochFence)
+                    || from == TxnState::PrepareEpochFence
+                {
+                    continue;
+                }
+                assert!(
+                    seen.contains(&(Some(from), to)),
+                    "never walked {from} -> {to}"
+                );
+            }
+            assert!(seen.contains(&(None, TxnState::Empty)));
+            assert_eq!(moves.len(), 2, "moves to a new producer id: {moves:?}");
+        }
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+    }
+
+    struct Walk {
+        rng: Rng,
+        now_ms: i64,
+        meta: Option<TxnMetadata>,
+        next_producer_id: i64,
+        /// Every credential ever handed out, the latest last.
+        credentials: Vec<ProducerIdAndEpoch>,
+        /// The first this many were fenced by the coordinator (InitProducerId of an ongoing
+        /// transaction, or its timeout).
+        revoked: usize,
+        /// The live producer's transaction version.
+        transaction_version: i16,
+        /// The cluster's.
+        cluster_version: i16,
+        writes: usize,
+        /// Every (from, to) written, and what moved to a new producer id.
+        seen: BTreeSet<(Option<TxnState>, TxnState)>,
+        moves: BTreeSet<&'static str>,
+    }
+
+    const EXPIRATION_MS: i64 = 1_000_000;
+
+    impl Walk {
+        fn allocate(&mut self) -> i64 {
+            self.next_producer_id += 1 + self.rng.below(3) as i64;
+            self.next_producer_id
+        }
+
+        fn hand_out(&mut self, producer: ProducerIdAndEpoch) {
+            self.credentials.push(producer);
+        }
+
+        /// The credential a request carries: mostly the latest, sometimes an old one or
+        /// one never handed out.
+        fn credential(&mut self) -> ProducerIdAndEpoch {
+            let roll = self.rng.below(100);
+            match self.credentials.last() {
+                Some(latest) if roll < 75 => *latest,
+                Some(_) if roll < 90 => {
+                    let index = self.rng.below(self.credentials.len() as u64) as usize;
+                    self.credentials[index]
+                }
+                _ => ProducerIdAndEpoch {
+                    producer_id: self.rng.below(self.next_producer_id as u64 + 2) as i64,
+                    producer_epoch: self.rng.below(8) as i16,
+                },
+            }
+        }
+
+        /// Write `next` over the current metadata, checking what every write must keep.
+        fn write(&mut self, next: TxnMetadata) {
+            assert_eq!(next.check(), Ok(()), "{next:?}");
+            self.seen
+                .insert((self.meta.as_ref().map(|m| m.state), next.state));
+            match &self.meta {
+                None => assert_eq!(next.state, TxnState::Empty),
+                Some(previous) => {
+                    assert_eq!(previous.check_successor(&next), Ok(()));
+                    let before = (previous.producer_id, previous.producer_epoch);
+                    let after = (next.producer_id, next.producer_epoch);
+                    assert!(
+                        after >= before,
+                        "(producer id, epoch) went back: {before:?} -> {after:?}"
+                    );
+                    if after.0 != before.0 {
+                        self.moves.insert(if next.state == TxnState::Empty {
+                            "InitProducerId"
+                        } else {
+                            "TV2 EndTxn"
+                        });
+                    }
+                }
+            }
+            assert_eq!(
+                reload(&next),
+                TxnMetadata {
+                    last_producer_epoch: NO_PRODUCER_EPOCH,
+                    ..next.clone()
+                }
+            );
+            self.meta = Some(next);
+            self.writes += 1;
+        }
+
+        fn init(&mut self) {
+            let expected = if self.rng.chance(40) {
+                Some(self.credential())
+            } else {
+                None
+            };
+            let timeout_ms = if self.rng.chance(5) {
+                self.rng.pick(&[0, -5, 900_001])
+            } else {
+                1 + self.rng.below(20_000) as i32
+            };
+            let settings = TxnSettings {
+                transaction_max_timeout_ms: 900_000,
+                transaction_version: self.cluster_version,
+            };
+            let mut new_producer_id = None;
+            loop {
+                let outcome = init_producer_id(
+                    self.meta.as_ref(),
+                    "tx",
+                    timeout_ms,
+                    expected,
+                    new_producer_id,
+                    settings,
+                    self.now_ms,
+                );
+                match outcome {
+                    Ok(InitOutcome::NeedProducerId) => {
+                        assert_eq!(new_producer_id, None, "asked twice");
+                        new_producer_id = Some(self.allocate());
+                    }
+                    Ok(InitOutcome::Write(next)) => {
+                        assert_eq!(next.state, TxnState::Empty);
+                        assert!(timeout_ms > 0 && timeout_ms <= 900_000);
+                        let producer = next.producer();
+                        self.write(next);
+                        self.hand_out(producer);
+                        self.transaction_version = self.rng.pick(&[0, 2]);
+                        return;
+                    }
+                    Ok(InitOutcome::AbortFirst(next)) => {
+                        assert_eq!(self.meta.as_ref().map(|m| m.state), Some(TxnState::Ongoing));
+                        assert_eq!(next.state, TxnState::PrepareAbort);
+                        self.write(next);
+                        self.revoked = self.credentials.len();
+                        return;
+                    }
+                    Err(KafkaError::InvalidTransactionTimeout) => {
+                        assert!(timeout_ms <= 0 || timeout_ms > 900_000);
+                        return;
+                    }
+                    Err(KafkaError::ConcurrentTransactions) => {
+                        let state = self.meta.as_ref().map(|m| m.state);
+                        assert!(state.is_some_and(TxnState::is_prepare), "{state:?}");
+                        return;
+                    }
+                    Err(KafkaError::ProducerFenced) => {
+                        assert!(expected.is_some());
+                        return;
+                    }
+                    Err(other) => panic!("InitProducerId answered {other}"),
+                }
+            }
+        }
+
+        fn add(&mut self) {
+            let producer = self.credential();
+            let count = self.rng.below(3) as usize;
+            let partitions: Vec<TopicPartition> = (0..count)
+                .map(|_| tp(self.rng.pick(&["a", "b"]), self.rng.below(3) as i32))
+                .collect();
+            let outcome = add_partitions(
+                self.meta.as_ref(),
+                producer.producer_id,
+                producer.producer_epoch,
+                &partitions,
+                self.transaction_version,
+                self.now_ms,
+            );
+            match outcome {
+                Ok(AddOutcome::Write(next)) => {
+                    assert!(partitions.iter().all(|tp| next.partitions.contains(tp)));
+                    self.write(next);
+                }
+                Ok(AddOutcome::AlreadyIncluded) => {}
+                Err(
+                    KafkaError::InvalidProducerIdMapping
+                    | KafkaError::ProducerFenced
+                    | KafkaError::ConcurrentTransactions,
+                ) => {}
+                Err(other) => panic!("AddPartitionsToTxn answered {other}"),
+            }
+        }
+
+        fn end(&mut self) {
+            let mut producer = self.credential();
+            // A TV2 retry: the epoch below the one handed out.
+            if self.rng.chance(10) && producer.producer_epoch > 0 {
+                producer.producer_epoch -= 1;
+            }
+            let result = self.rng.pick(&[TxnResult::Commit, TxnResult::Abort]);
+            let mut new_producer_id = None;
+            loop {
+                let outcome = end_txn(
+                    self.meta.as_ref(),
+                    producer.producer_id,
+                    producer.producer_epoch,
+                    result,
+                    self.transaction_version,
+                    new_producer_id,
+                    self.now_ms,
+                );
+                match outcome {
+                    Ok(EndOutcome::NeedProducerId) => {
+                        assert_eq!(new_producer_id, None, "asked twice");
+                        new_producer_id = Some(self.allocate());
+                    }
+                    Ok(EndOutcome::Prepare {
+                        metadata,
+                        producer_id,
+                        producer_epoch,
+                    }) => {
+                        assert_eq!(metadata.state, prepare_state(result));
+                        assert_eq!(Some(producer), self.credentials.last().copied());
+                        assert!(!self.credentials[..self.revoked].contains(&producer));
+                        self.write(metadata);
+                        if supports_epoch_bump(self.transaction_version) {
+                            self.hand_out(ProducerIdAndEpoch {
+                                producer_id,
+                                producer_epoch,
+                            });
+                        }
+                        return;
+                    }
+                    Ok(EndOutcome::AlreadyComplete { .. }) => {
+                        let state = self.meta.as_ref().map(|m| m.state);
+                        assert_eq!(state, Some(complete_state(result)));
+                        // The latest producer, or (TV2) its retry with the epoch before.
+                        let recent = self.credentials.iter().rev().take(2);
+                        assert!(
+                            recent.clone().any(|c| *c == producer),
+                            "an old producer's EndTxn was answered: {producer:?}"
+                        );
+                        return;
+                    }
+                    Err(
+                        KafkaError::InvalidProducerIdMapping
+                        | KafkaError::ProducerFenced
+                        | KafkaError::ConcurrentTransactions
+                        | KafkaError::InvalidTxnState,
+                    ) => return,
+                    Err(other) => panic!("EndTxn answered {other}"),
+                }
+            }
+        }
+
+        fn step(&mut self) {
+            match self.rng.below(100) {
+                0..10 => self.init(),
+                10..45 => self.add(),
+                45..70 => self.end(),
+                70..85 => {
+                    if let Some(done) = self.meta.as_ref().and_then(|m| complete(m, self.now_ms)) {
+                        self.write(done);
+                    }
+                }
+                85..92 => {
+                    self.now_ms += self.rng.below(30_000) as i64;
+                    let aborted = self
+                        .meta
+                        .as_ref()
+                        .and_then(|m| abort_timed_out(m, self.cluster_version, self.now_ms));
+                    if let Some(abort) = aborted {
+                        self.write(abort);
+                        self.revoked = self.credentials.len();
+                    }
+                }
+                _ => {
+                    self.now_ms += self.rng.below(2 * EXPIRATION_MS as u64) as i64;
+                    if self
+                        .meta
+                        .as_ref()
+                        .is_some_and(|m| expired(m, self.now_ms, EXPIRATION_MS))
+                    {
+                        // The tombstone: the id is forgotten, its producers with it.
+                        self.meta = None;
+                    }
+                }
+            }
+            self.now_ms += self.rng.below(50) as i64;
+            self.check_only_the_latest_credential_is_accepted();
+        }
+
+        fn check_only_the_latest_credential_is_accepted(&self) {
+            let Some(meta) = &self.meta else {
+                return;
+            };
+            let latest = self.credentials.last().copied();
+            for credential in &self.credentials {
+                let accepted = add_partitions(
+                    Some(meta),
+                    credential.producer_id,
+                    credential.producer_epoch,
+                    &[tp("z", 0)],
+                    self.transaction_version,
+                    self.now_ms,
+                )
+                .is_ok();
+                if accepted {
+                    assert_eq!(Some(*credential), latest, "an old producer got through");
+                    assert!(
+                        !self.credentials[..self.revoked].contains(credential),
+                        "a fenced producer got through: {credential:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn walk(seed: u64) -> Walk {
+        let mut rng = Rng(seed);
+        let cluster_version = rng.pick(&[0, 1, 2]);
+        let mut walk = Walk {
+            rng,
+            now_ms: NOW,
+            meta: None,
+            next_producer_id: 1000,
+            credentials: Vec::new(),
+            revoked: 0,
+            transaction_version: 0,
+            cluster_version,
+            writes: 0,
+            seen: BTreeSet::new(),
+            moves: BTreeSet::new(),
+        };
+        // Start close to the end of the epochs in most walks, so moves to new producer ids
+        // (InitProducerId's, and TV2 EndTxn's) happen.
+        match walk.rng.below(3) {
+            0 => {}
+            1 => {
+                let start = meta(
+                    TxnState::CompleteCommit,
+                    MAX_EPOCH - 1 - walk.rng.below(6) as i16,
+                );
+                // As if a TV2 EndTxn of the epoch before completed it: its retry is valid.
+                walk.hand_out(ProducerIdAndEpoch {
+                    producer_epoch: start.producer_epoch - 1,
+                    ..start.producer()
+                });
+                walk.hand_out(start.producer());
+                walk.transaction_version = walk.rng.pick(&[0, 2]);
+                walk.meta = Some(start);
+            }
+            _ => {
+                let start = tv2(meta(
+                    TxnState::Ongoing,
+                    MAX_EPOCH - 1 - walk.rng.below(2) as i16,
+                ));
+                walk.hand_out(start.producer());
+                walk.transaction_version = TRANSACTION_VERSION_2;
+                walk.meta = Some(start);
+            }
+        }
+        for _ in 0..2_000 {
+            walk.step();
+        }
+        assert!(
+            walk.writes > 100,
+            "the walk wrote too little: {}",
+            walk.writes
+        );
+        walk
+    }
+}
