@@ -113,7 +113,7 @@ async fn add(
                     if i {
                         Ok(())
                     } else {
-                        Err(KafkaError::InvalidTxnState)
+                        Err(KafkaError::TransactionAbortable)
                     }
                 })
                 .collect(),
