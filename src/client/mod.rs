@@ -44,6 +44,7 @@
 
 mod admin;
 mod admin_groups;
+mod admin_transactions;
 mod assignor;
 mod cluster;
 mod config;
@@ -55,20 +56,26 @@ mod fake_broker;
 mod group;
 mod partitioner;
 mod producer;
+mod transaction;
 
 pub use admin::{
     Admin, AlterConfigOp, ClusterDescription, ConfigEntry, ElectionResult, ElectionType, NewTopic,
     RESOURCE_BROKER, RESOURCE_TOPIC, TopicDescription,
 };
 pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
+pub use admin_transactions::{
+    AbortTransactionSpec, ListTransactionsFilters, ProducerState, TransactionDescription,
+    TransactionListing,
+};
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
 pub use consumer::{
-    Consumer, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset, RebalanceListener,
-    TimestampType, TopicPartition,
+    Consumer, ConsumerGroupMetadata, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset,
+    RebalanceListener, TimestampType, TopicPartition,
 };
-pub use error::{Error, Result, io_reason, is_retriable_code};
+pub use error::{Error, Result, TransactionErrorKind, io_reason, is_retriable_code};
 pub use partitioner::{murmur2, partition_for_key};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use transaction::TransactionState;
