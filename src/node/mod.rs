@@ -296,6 +296,7 @@ impl Node {
                 fetch_sessions: FetchSessionCache::default(),
                 groups: groups.clone(),
                 transactions,
+                peers: crate::broker::peers::Peers::new(client_listener.clone()),
                 controller,
                 images,
                 broker_epoch: Arc::clone(&broker_epoch),
