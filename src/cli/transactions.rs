@@ -453,8 +453,9 @@ async fn spec_at_offset(
     Ok(AbortTransactionSpec {
         topic_partition: tp.clone(),
         producer_id: producer.producer_id,
-        producer_epoch: i16::try_from(producer.producer_epoch)
-            .with_context(|| format!("producer epoch {} is out of range", producer.producer_epoch))?,
+        producer_epoch: i16::try_from(producer.producer_epoch).with_context(|| {
+            format!("producer epoch {} is out of range", producer.producer_epoch)
+        })?,
         coordinator_epoch: producer.coordinator_epoch.unwrap_or(-1),
     })
 }

@@ -118,7 +118,13 @@ impl Admin {
     ) -> Result<Vec<TransactionListing>> {
         let request = ListTransactionsRequest::default()
             .with_state_filters(filters.states.iter().map(|s| str_bytes(s)).collect())
-            .with_producer_id_filters(filters.producer_ids.iter().map(|&p| ProducerId(p)).collect())
+            .with_producer_id_filters(
+                filters
+                    .producer_ids
+                    .iter()
+                    .map(|&p| ProducerId(p))
+                    .collect(),
+            )
             .with_duration_filter(filters.duration_ms.unwrap_or(-1))
             .with_transactional_id_pattern(
                 filters.transactional_id_pattern.as_deref().map(str_bytes),
@@ -175,9 +181,8 @@ impl Admin {
     }
 
     async fn describe_transaction(&self, transactional_id: &str) -> Result<TransactionDescription> {
-        let request = DescribeTransactionsRequest::default().with_transactional_ids(vec![
-            TransactionalId(str_bytes(transactional_id)),
-        ]);
+        let request = DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(str_bytes(transactional_id))]);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -287,7 +292,10 @@ impl Admin {
         for (broker, partitions) in by_broker {
             let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
             for tp in &partitions {
-                topics.entry(tp.topic.as_str()).or_default().push(tp.partition);
+                topics
+                    .entry(tp.topic.as_str())
+                    .or_default()
+                    .push(tp.partition);
             }
             let request = DescribeProducersRequest::default().with_topics(
                 topics

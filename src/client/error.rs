@@ -111,7 +111,10 @@ pub enum Error {
     /// A call the transactional producer's state does not allow (Kafka's
     /// `IllegalStateException`): a send before `begin_transaction`, a commit with no
     /// transaction, `init_transactions` twice.
-    #[error("cannot {operation} in transaction state {state}{}", state_hint(operation, state))]
+    #[error(
+        "cannot {operation} in transaction state {state}{}",
+        state_hint(operation, state)
+    )]
     TransactionState {
         /// What was asked: "send", "commit_transaction", ...
         operation: String,
@@ -162,9 +165,7 @@ fn state_hint(operation: &str, state: &str) -> &'static str {
         ("send" | "send_offsets_to_transaction" | "commit_transaction", "Ready") => {
             "; call begin_transaction first"
         }
-        ("begin_transaction", "InTransaction") => {
-            "; commit or abort the current transaction first"
-        }
+        ("begin_transaction", "InTransaction") => "; commit or abort the current transaction first",
         _ => "",
     }
 }

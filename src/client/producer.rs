@@ -865,7 +865,10 @@ impl Producer {
     pub async fn commit_transaction(&self) -> Result<()> {
         let identity = self.transactional("commit_transaction")?;
         let _call = self.inner.txn_calls.lock().await;
-        self.transition(TransactionState::CommittingTransaction, "commit_transaction")?;
+        self.transition(
+            TransactionState::CommittingTransaction,
+            "commit_transaction",
+        )?;
         self.flush().await?;
         let (producer, started) = {
             let state = self.inner.lock();
@@ -954,7 +957,11 @@ impl Producer {
 
     /// The transactional state (`None` without `transactional.id`).
     pub fn transaction_state(&self) -> Option<TransactionState> {
-        self.inner.lock().txn.as_ref().map(TransactionManager::state)
+        self.inner
+            .lock()
+            .txn
+            .as_ref()
+            .map(TransactionManager::state)
     }
 
     /// The coordinator requests of `transactional.id`, or why `operation` needs it.
@@ -1219,7 +1226,8 @@ async fn add_partitions_to_transaction(inner: &Arc<Inner>) -> Option<Instant> {
         Err(error) => error,
     };
     let class = classify(TxnApi::AddPartitionsToTxn, &error);
-    let expired = waiting_since.is_some_and(|since| since.elapsed() >= inner.settings.delivery_timeout);
+    let expired =
+        waiting_since.is_some_and(|since| since.elapsed() >= inner.settings.delivery_timeout);
     let kind = match class {
         ErrorClass::Retry | ErrorClass::FindCoordinator if !expired => {
             if class == ErrorClass::FindCoordinator {

@@ -27,8 +27,7 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest,
-    GroupId, InitProducerIdRequest, ProducerId, TopicName, TransactionalId,
-    TxnOffsetCommitRequest,
+    GroupId, InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -262,10 +261,12 @@ impl TransactionManager {
     }
 
     fn stored_error(&self) -> Error {
-        self.error.clone().unwrap_or_else(|| Error::TransactionState {
-            operation: "continue".into(),
-            state: self.state.name().to_owned(),
-        })
+        self.error
+            .clone()
+            .unwrap_or_else(|| Error::TransactionState {
+                operation: "continue".into(),
+                state: self.state.name().to_owned(),
+            })
     }
 
     /// A send (or offsets) may join the transaction only while it is open.
@@ -308,7 +309,8 @@ impl TransactionManager {
     pub fn record_for(&mut self, partition: &PartitionKey) {
         if !self.added.contains(partition) && !self.pending.contains(partition) {
             self.pending.insert(partition.clone());
-            self.add_partitions_waiting_since.get_or_insert_with(Instant::now);
+            self.add_partitions_waiting_since
+                .get_or_insert_with(Instant::now);
         }
     }
 
@@ -733,7 +735,10 @@ impl TxnIdentity<'_> {
                     .await?;
                 check(
                     response.error_code,
-                    format!("InitProducerId of transactional id {}", self.transactional_id),
+                    format!(
+                        "InitProducerId of transactional id {}",
+                        self.transactional_id
+                    ),
                 )?;
                 Ok(ProducerIdAndEpoch {
                     producer_id: response.producer_id.0,
@@ -1083,7 +1088,11 @@ mod tests {
         assert!(error.is_fatal() && error.to_string().starts_with("PRODUCER_FENCED"));
         // A later fatal error does not replace the first.
         let _ = manager.transition(FatalError, "x", Some(kafka(errors::UNSUPPORTED_VERSION)));
-        assert!(manager.error().is_some_and(|e| e.to_string().contains("PRODUCER_FENCED")));
+        assert!(
+            manager
+                .error()
+                .is_some_and(|e| e.to_string().contains("PRODUCER_FENCED"))
+        );
     }
 
     #[test]
@@ -1097,7 +1106,10 @@ mod tests {
         manager.batch_failed(&kafka(errors::REQUEST_TIMED_OUT), false);
         let error = manager.check_open("send").expect_err("refused");
         assert!(error.is_abortable(), "{error}");
-        assert!(error.to_string().starts_with("TOPIC_AUTHORIZATION_FAILED"), "{error}");
+        assert!(
+            error.to_string().starts_with("TOPIC_AUTHORIZATION_FAILED"),
+            "{error}"
+        );
         let commit = manager
             .transition(CommittingTransaction, "commit_transaction", None)
             .expect_err("no commit");
@@ -1112,7 +1124,9 @@ mod tests {
             .transition(Initializing, "abort_transaction", None)
             .expect("epoch bump");
         manager.epoch_bumped();
-        manager.transition(Ready, "abort_transaction", None).expect("ready");
+        manager
+            .transition(Ready, "abort_transaction", None)
+            .expect("ready");
         assert!(manager.error().is_none() && !manager.epoch_bump_required());
     }
 
@@ -1138,14 +1152,19 @@ mod tests {
     #[test]
     fn partitions_are_added_once_and_a_backoff_holds_the_next_attempt() {
         let mut manager = in_state(Ready);
-        manager.transition(InTransaction, "begin", None).expect("begin");
+        manager
+            .transition(InTransaction, "begin", None)
+            .expect("begin");
         assert!(!manager.started());
         let (a, b) = (("t".to_string(), 0), ("t".to_string(), 1));
         manager.record_for(&a);
         manager.record_for(&a);
         manager.record_for(&b);
         let now = Instant::now();
-        assert_eq!(manager.partitions_to_add(now), Some(vec![a.clone(), b.clone()]));
+        assert_eq!(
+            manager.partitions_to_add(now),
+            Some(vec![a.clone(), b.clone()])
+        );
         manager.add_partitions_later(now + Duration::from_millis(50));
         assert_eq!(manager.partitions_to_add(now), None);
         assert_eq!(
@@ -1168,28 +1187,104 @@ mod tests {
     fn errors_are_classified_as_kafkas_producer_does() {
         use ErrorClass::*;
         let cases: &[(TxnApi, i16, ErrorClass)] = &[
-            (TxnApi::InitProducerId, errors::COORDINATOR_LOAD_IN_PROGRESS, Retry),
-            (TxnApi::InitProducerId, errors::CONCURRENT_TRANSACTIONS, Retry),
-            (TxnApi::InitProducerId, errors::NOT_COORDINATOR, FindCoordinator),
-            (TxnApi::InitProducerId, errors::COORDINATOR_NOT_AVAILABLE, FindCoordinator),
+            (
+                TxnApi::InitProducerId,
+                errors::COORDINATOR_LOAD_IN_PROGRESS,
+                Retry,
+            ),
+            (
+                TxnApi::InitProducerId,
+                errors::CONCURRENT_TRANSACTIONS,
+                Retry,
+            ),
+            (
+                TxnApi::InitProducerId,
+                errors::NOT_COORDINATOR,
+                FindCoordinator,
+            ),
+            (
+                TxnApi::InitProducerId,
+                errors::COORDINATOR_NOT_AVAILABLE,
+                FindCoordinator,
+            ),
             (TxnApi::InitProducerId, errors::PRODUCER_FENCED, Fatal),
-            (TxnApi::InitProducerId, errors::INVALID_PRODUCER_EPOCH, Fatal),
-            (TxnApi::InitProducerId, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Fatal),
-            (TxnApi::InitProducerId, errors::INVALID_TRANSACTION_TIMEOUT, Fatal),
+            (
+                TxnApi::InitProducerId,
+                errors::INVALID_PRODUCER_EPOCH,
+                Fatal,
+            ),
+            (
+                TxnApi::InitProducerId,
+                errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Fatal,
+            ),
+            (
+                TxnApi::InitProducerId,
+                errors::INVALID_TRANSACTION_TIMEOUT,
+                Fatal,
+            ),
             (TxnApi::InitProducerId, errors::INVALID_REQUEST, Fatal),
-            (TxnApi::AddPartitionsToTxn, errors::CONCURRENT_TRANSACTIONS, Retry),
-            (TxnApi::AddPartitionsToTxn, errors::UNKNOWN_TOPIC_OR_PARTITION, Retry),
-            (TxnApi::AddPartitionsToTxn, errors::TOPIC_AUTHORIZATION_FAILED, Abortable),
-            (TxnApi::AddPartitionsToTxn, errors::INVALID_TXN_STATE, Abortable),
-            (TxnApi::AddPartitionsToTxn, errors::OPERATION_NOT_ATTEMPTED, Abortable),
+            (
+                TxnApi::AddPartitionsToTxn,
+                errors::CONCURRENT_TRANSACTIONS,
+                Retry,
+            ),
+            (
+                TxnApi::AddPartitionsToTxn,
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Retry,
+            ),
+            (
+                TxnApi::AddPartitionsToTxn,
+                errors::TOPIC_AUTHORIZATION_FAILED,
+                Abortable,
+            ),
+            (
+                TxnApi::AddPartitionsToTxn,
+                errors::INVALID_TXN_STATE,
+                Abortable,
+            ),
+            (
+                TxnApi::AddPartitionsToTxn,
+                errors::OPERATION_NOT_ATTEMPTED,
+                Abortable,
+            ),
             (TxnApi::AddPartitionsToTxn, errors::PRODUCER_FENCED, Fatal),
-            (TxnApi::AddOffsetsToTxn, errors::GROUP_AUTHORIZATION_FAILED, Abortable),
-            (TxnApi::AddOffsetsToTxn, errors::TRANSACTION_ABORTABLE, Abortable),
-            (TxnApi::TxnOffsetCommit, errors::ILLEGAL_GENERATION, Abortable),
-            (TxnApi::TxnOffsetCommit, errors::UNKNOWN_MEMBER_ID, Abortable),
-            (TxnApi::TxnOffsetCommit, errors::FENCED_INSTANCE_ID, Abortable),
-            (TxnApi::TxnOffsetCommit, errors::NOT_COORDINATOR, FindCoordinator),
-            (TxnApi::EndTxnCommit, errors::TRANSACTION_ABORTABLE, Abortable),
+            (
+                TxnApi::AddOffsetsToTxn,
+                errors::GROUP_AUTHORIZATION_FAILED,
+                Abortable,
+            ),
+            (
+                TxnApi::AddOffsetsToTxn,
+                errors::TRANSACTION_ABORTABLE,
+                Abortable,
+            ),
+            (
+                TxnApi::TxnOffsetCommit,
+                errors::ILLEGAL_GENERATION,
+                Abortable,
+            ),
+            (
+                TxnApi::TxnOffsetCommit,
+                errors::UNKNOWN_MEMBER_ID,
+                Abortable,
+            ),
+            (
+                TxnApi::TxnOffsetCommit,
+                errors::FENCED_INSTANCE_ID,
+                Abortable,
+            ),
+            (
+                TxnApi::TxnOffsetCommit,
+                errors::NOT_COORDINATOR,
+                FindCoordinator,
+            ),
+            (
+                TxnApi::EndTxnCommit,
+                errors::TRANSACTION_ABORTABLE,
+                Abortable,
+            ),
             (TxnApi::EndTxnCommit, errors::INVALID_TXN_STATE, Abortable),
             (TxnApi::EndTxnCommit, errors::CONCURRENT_TRANSACTIONS, Retry),
             (TxnApi::EndTxnCommit, errors::INVALID_PRODUCER_EPOCH, Fatal),
@@ -1197,9 +1292,17 @@ mod tests {
             (TxnApi::EndTxnAbort, errors::UNKNOWN_SERVER_ERROR, Fatal),
             (TxnApi::Produce, errors::INVALID_PRODUCER_EPOCH, Abortable),
             (TxnApi::Produce, errors::NOT_COORDINATOR, Abortable),
-            (TxnApi::Produce, errors::OUT_OF_ORDER_SEQUENCE_NUMBER, Abortable),
+            (
+                TxnApi::Produce,
+                errors::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                Abortable,
+            ),
             (TxnApi::Produce, errors::PRODUCER_FENCED, Fatal),
-            (TxnApi::Produce, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Fatal),
+            (
+                TxnApi::Produce,
+                errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Fatal,
+            ),
         ];
         for &(api, code, expected) in cases {
             assert_eq!(
@@ -1215,7 +1318,10 @@ mod tests {
         };
         assert_eq!(classify(TxnApi::EndTxnCommit, &lost), FindCoordinator);
         assert_eq!(classify(TxnApi::Produce, &lost), Abortable);
-        assert_eq!(classify(TxnApi::Produce, &Error::TransactionAborted), Abortable);
+        assert_eq!(
+            classify(TxnApi::Produce, &Error::TransactionAborted),
+            Abortable
+        );
     }
 
     #[test]
