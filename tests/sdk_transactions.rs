@@ -371,6 +371,54 @@ async fn a_fenced_producer_gets_the_fatal_error_for_every_later_call() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_record_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() {
+    let node = SingleNode::start(&[]);
+    admin(&node)
+        .create_topics(
+            &[NewTopic::new("small", 1, 1).config("max.message.bytes", "1000")],
+            false,
+        )
+        .await
+        .expect("create topic");
+    let producer = transactional(&node, "sdk-bump");
+    producer.init_transactions().await.expect("init");
+    let epoch = || async {
+        admin(&node)
+            .describe_transactions(&["sdk-bump".to_owned()])
+            .await
+            .expect("describe")[0]
+            .producer_epoch
+    };
+    let first_epoch = epoch().await;
+
+    producer.begin_transaction().expect("begin");
+    send_all(&producer, "small", &values("kept-out", 2)).await;
+    let too_large = producer
+        .send(ProducerRecord::new("small", vec![b'x'; 5_000]).partition(0))
+        .await
+        .expect("queued")
+        .await
+        .expect_err("larger than max.message.bytes");
+    assert!(
+        too_large.to_string().starts_with("MESSAGE_TOO_LARGE"),
+        "{too_large}"
+    );
+    let commit = producer.commit_transaction().await.expect_err("abortable");
+    assert!(commit.is_abortable(), "{commit}");
+    producer.abort_transaction().await.expect("abort");
+    assert_eq!(epoch().await, first_epoch + 1, "bumped after the abort");
+
+    producer.begin_transaction().expect("begin");
+    send_all(&producer, "small", &values("committed", 3)).await;
+    producer.commit_transaction().await.expect("commit");
+    let read = read_topic(&node, "small", "read_committed", 3).await;
+    assert_eq!(
+        value_set(&read),
+        values("committed", 3).into_iter().collect()
+    );
+}
+
 fn sluice(node: &SingleNode, args: &[&str]) -> Output {
     let bootstrap = node.bootstrap();
     Command::new(env!("CARGO_BIN_EXE_sluice"))

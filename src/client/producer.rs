@@ -1743,6 +1743,8 @@ mod tests {
         ApiKey, InitProducerIdResponse, ProducerId, RequestKind, ResponseKind,
     };
 
+    use std::collections::BTreeSet;
+
     use super::*;
     use crate::client::fake_broker::{self, FakeBroker, Received};
     use crate::protocol::batch::{BatchHeader, BatchIter, RecordIter};
@@ -1990,6 +1992,269 @@ mod tests {
             assert_eq!(batch.header.base_sequence, sequence);
             sequence += batch.header.records_count;
         }
+    }
+
+    /// Serves a transactional producer: topic `t` (2 partitions), this broker its
+    /// transaction coordinator, producer id 4000 (epoch 3, bumped by one per InitProducerId
+    /// that names it), AddPartitionsToTxn as `add_partitions` answers each partition, Produce
+    /// as `produce`, EndTxn accepted.
+    fn serve_transactions(
+        broker: &FakeBroker,
+        mut add_partitions: impl FnMut(&Received) -> i16 + Send + 'static,
+        mut produce: impl FnMut(&Received, &ProduceRequest) -> ResponseKind + Send + 'static,
+    ) {
+        use kafka_protocol::messages::add_partitions_to_txn_response::{
+            AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+        };
+        use kafka_protocol::messages::{AddPartitionsToTxnResponse, EndTxnResponse};
+        let node = broker.node();
+        let leaders = vec![node.node_id; 2];
+        broker.serve(move |received| match &received.request {
+            RequestKind::Metadata(_) => Some(fake_broker::metadata(&[node], &[("t", &leaders)])),
+            RequestKind::FindCoordinator(_) => Some(fake_broker::find_coordinator(node)),
+            RequestKind::InitProducerId(request) => {
+                let epoch = if request.producer_id.0 == 4000 {
+                    request.producer_epoch + 1
+                } else {
+                    3
+                };
+                Some(ResponseKind::InitProducerId(
+                    InitProducerIdResponse::default()
+                        .with_producer_id(ProducerId(4000))
+                        .with_producer_epoch(epoch),
+                ))
+            }
+            RequestKind::AddPartitionsToTxn(request) => {
+                let code = add_partitions(received);
+                Some(ResponseKind::AddPartitionsToTxn(
+                    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+                        request
+                            .v3_and_below_topics
+                            .iter()
+                            .map(|topic| {
+                                AddPartitionsToTxnTopicResult::default()
+                                    .with_name(topic.name.clone())
+                                    .with_results_by_partition(
+                                        topic
+                                            .partitions
+                                            .iter()
+                                            .map(|&p| {
+                                                AddPartitionsToTxnPartitionResult::default()
+                                                    .with_partition_index(p)
+                                                    .with_partition_error_code(code)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                ))
+            }
+            RequestKind::Produce(request) => Some(produce(received, request)),
+            RequestKind::EndTxn(_) => Some(ResponseKind::EndTxn(EndTxnResponse::default())),
+            _ => None,
+        });
+    }
+
+    fn transactional_config(broker: &FakeBroker) -> ClientConfig {
+        config(broker).set("transactional.id", "tx")
+    }
+
+    /// The partitions each AddPartitionsToTxn named, in order.
+    fn added_partitions(broker: &FakeBroker) -> Vec<Vec<i32>> {
+        broker
+            .requests::<kafka_protocol::messages::AddPartitionsToTxnRequest>()
+            .iter()
+            .map(|r| {
+                assert_eq!(r.v3_and_below_transactional_id.as_str(), "tx");
+                r.v3_and_below_topics
+                    .iter()
+                    .flat_map(|t| t.partitions.clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_transaction_adds_its_partitions_before_their_first_batch_and_commits_with_end_txn() {
+        let broker = FakeBroker::bind(1).await;
+        // The last transaction's markers are still being written: retried.
+        serve_transactions(
+            &broker,
+            |received| match received.nth {
+                0 => errors::CONCURRENT_TRANSACTIONS,
+                _ => errors::NONE,
+            },
+            |_, request| {
+                produce_answer(request, errors::NONE, |_, header| {
+                    header.base_sequence.into()
+                })
+            },
+        );
+        let producer = Producer::new(transactional_config(&broker)).expect("producer");
+        let refused = producer
+            .send(ProducerRecord::new("t", "early"))
+            .await
+            .err()
+            .expect("no transaction yet");
+        assert!(
+            refused.to_string().contains("call init_transactions first"),
+            "{refused}"
+        );
+        producer.init_transactions().await.expect("init");
+        producer.begin_transaction().expect("begin");
+        let mut deliveries = Vec::new();
+        for (partition, value) in [(0, "a"), (1, "b"), (0, "c")] {
+            let record = ProducerRecord::new("t", value).partition(partition);
+            deliveries.push(producer.send(record).await.expect("queued"));
+        }
+        producer.commit_transaction().await.expect("commit");
+        for delivery in deliveries {
+            delivery.await.expect("delivered");
+        }
+        // The next transaction adds its partition again; sequences go on.
+        producer.begin_transaction().expect("begin");
+        let delivery = producer
+            .send(ProducerRecord::new("t", "d").partition(0))
+            .await
+            .expect("queued");
+        producer.commit_transaction().await.expect("commit");
+        delivery.await.expect("delivered");
+
+        let init = &broker.requests::<InitProducerIdRequest>()[0];
+        assert_eq!(
+            init.transactional_id.as_ref().map(|id| id.as_str()),
+            Some("tx")
+        );
+        assert_eq!((init.producer_id.0, init.producer_epoch), (-1, -1));
+        assert_eq!(init.transaction_timeout_ms, 60_000);
+        let added = added_partitions(&broker);
+        assert!(added.len() >= 3, "{added:?}");
+        assert_eq!(
+            added[added.len() - 1],
+            [0],
+            "the second transaction's partition"
+        );
+        assert_eq!(
+            added[..added.len() - 1]
+                .iter()
+                .flatten()
+                .collect::<BTreeSet<_>>(),
+            BTreeSet::from([&0, &1]),
+            "the first transaction's partitions, batched: {added:?}"
+        );
+        // Every batch went after its partition was added, flagged, with the producer's id.
+        let order = api_order(&broker);
+        let first_produce = order.iter().position(|&k| k == ApiKey::Produce);
+        let first_added_ok = order
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| **k == ApiKey::AddPartitionsToTxn)
+            .nth(1)
+            .map(|(i, _)| i);
+        assert!(first_added_ok < first_produce, "{order:?}");
+        let mut sequences: BTreeMap<i32, Vec<(i32, Vec<String>)>> = BTreeMap::new();
+        for request in broker.requests::<ProduceRequest>() {
+            assert_eq!(
+                request.transactional_id.as_ref().map(|id| id.as_str()),
+                Some("tx")
+            );
+            for batch in batches(&request) {
+                assert!(batch.header.is_transactional());
+                assert_eq!(
+                    (batch.header.producer_id, batch.header.producer_epoch),
+                    (4000, 3)
+                );
+                sequences
+                    .entry(batch.partition)
+                    .or_default()
+                    .push((batch.header.base_sequence, batch.values));
+            }
+        }
+        let p0: Vec<i32> = sequences[&0].iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            p0.last(),
+            Some(&2),
+            "partition 0's sequences go on: {sequences:?}"
+        );
+        let ends: Vec<bool> = broker
+            .requests::<kafka_protocol::messages::EndTxnRequest>()
+            .iter()
+            .map(|r| r.committed)
+            .collect();
+        assert_eq!(ends, [true, true]);
+        // A transaction that wrote nothing ends without EndTxn.
+        producer.begin_transaction().expect("begin");
+        producer.commit_transaction().await.expect("commit");
+        assert_eq!(broker.count(ApiKey::EndTxn), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() {
+        let broker = FakeBroker::bind(1).await;
+        serve_transactions(
+            &broker,
+            |_| errors::NONE,
+            |received, request| match received.nth {
+                0 => produce_answer(request, errors::TOPIC_AUTHORIZATION_FAILED, |_, _| -1),
+                _ => produce_answer(request, errors::NONE, |_, _| 10),
+            },
+        );
+        let producer = Producer::new(transactional_config(&broker)).expect("producer");
+        producer.init_transactions().await.expect("init");
+        producer.begin_transaction().expect("begin");
+        let failed = producer
+            .send(ProducerRecord::new("t", "refused").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect_err("not authorized");
+        assert_eq!(failed.code(), Some(errors::TOPIC_AUTHORIZATION_FAILED));
+        let commit = producer.commit_transaction().await.expect_err("abortable");
+        assert!(commit.is_abortable() && !commit.is_fatal(), "{commit}");
+        assert!(
+            commit.to_string().starts_with("TOPIC_AUTHORIZATION_FAILED"),
+            "{commit}"
+        );
+        assert_eq!(
+            producer.transaction_state(),
+            Some(TransactionState::AbortableError)
+        );
+        let send = producer
+            .send(ProducerRecord::new("t", "x").partition(0))
+            .await
+            .err()
+            .expect("only abort now");
+        assert!(send.is_abortable(), "{send}");
+
+        producer.abort_transaction().await.expect("abort");
+        // KIP-360: the epoch is bumped with the producer's own id and epoch.
+        let inits = broker.requests::<InitProducerIdRequest>();
+        assert_eq!(inits.len(), 2);
+        assert_eq!((inits[1].producer_id.0, inits[1].producer_epoch), (4000, 3));
+        producer.begin_transaction().expect("begin");
+        producer
+            .send(ProducerRecord::new("t", "after").partition(0))
+            .await
+            .expect("queued");
+        producer.commit_transaction().await.expect("commit");
+        let last = broker
+            .requests::<ProduceRequest>()
+            .pop()
+            .expect("a produce");
+        let batch = &batches(&last)[0];
+        assert_eq!(batch.values, ["after"]);
+        assert_eq!(
+            (batch.header.producer_epoch, batch.header.base_sequence),
+            (4, 0),
+            "the bumped epoch starts its sequences at 0"
+        );
+        let ends: Vec<bool> = broker
+            .requests::<kafka_protocol::messages::EndTxnRequest>()
+            .iter()
+            .map(|r| r.committed)
+            .collect();
+        assert_eq!(ends, [false, true]);
     }
 
     #[tokio::test]
