@@ -521,8 +521,12 @@ impl Producer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(txn) = &inner.lock().txn {
-            txn.check_open("send")?;
+        // Checked again when the record is appended; here so a refused send waits for
+        // nothing (and a producer without transactions takes no lock for it).
+        if inner.settings.transactional_id.is_some() {
+            if let Some(txn) = &inner.lock().txn {
+                txn.check_open("send")?;
+            }
         }
         let size = record.size_bytes();
         let limit = inner
