@@ -493,6 +493,20 @@ async fn cli_shows_an_open_transaction_and_read_committed_consume_stops_before_i
     assert_eq!(row["TransactionState"], "Ongoing");
     assert_eq!(row["Coordinator"], "1");
     let producer_id = row["ProducerId"].clone();
+    let ongoing = table(&ok(&node, &["transactions", "list", "--state", "Ongoing"]));
+    assert!(ongoing.iter().any(|r| r["TransactionalId"] == "sdk-open"));
+    let completed = table(&ok(
+        &node,
+        &["transactions", "list", "--state", "CompleteCommit"],
+    ));
+    assert!(completed.iter().all(|r| r["TransactionalId"] != "sdk-open"));
+    let bogus = sluice(&node, &["transactions", "list", "--state", "Bogus"]);
+    assert!(!bogus.status.success());
+    let stderr = String::from_utf8_lossy(&bogus.stderr);
+    assert!(
+        stderr.contains("\"Bogus\" is not a transaction state"),
+        "{stderr}"
+    );
     // kafka-transactions.sh's order: the connection flags before the subcommand.
     let bootstrap = node.bootstrap();
     let kafka_order = Command::new(env!("CARGO_BIN_EXE_sluice"))
