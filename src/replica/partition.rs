@@ -1071,12 +1071,16 @@ impl Partition {
     /// The last stable offset (LSO): the high watermark, or the first offset of the oldest
     /// transaction still undecided (open, or closed by a marker the high watermark has not
     /// passed), when that is lower. read_committed consumers read below it.
+    /// Never below the log start: retention may delete the start of an open transaction
+    /// (as in Kafka, where the LSO then is the log start).
     pub fn last_stable_offset(&self) -> u64 {
         let high_watermark = self.log.high_watermark();
-        self.unstable
+        let last_stable = self
+            .unstable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .last_stable_offset(high_watermark)
+            .last_stable_offset(high_watermark);
+        last_stable.max(self.log.log_start_offset().min(high_watermark))
     }
 
     /// A read_committed read: whole batches below `last_stable_offset` (as
