@@ -364,15 +364,19 @@ impl Log {
 
     /// Records an aborted transaction in the index of the segment holding its marker
     /// (`entry.last_offset`); nothing when that segment already has it, or is gone.
+    /// The file is appended and synced outside the log's lock.
     pub fn add_aborted(&self, entry: AbortedTxn) -> Result<()> {
         self.check_online()?;
         let mut state = self.write_state();
         let Some((_, segment)) = state.segments.range_mut(..=entry.last_offset).next_back() else {
             return Ok(());
         };
-        let result = segment.add_aborted(entry).map(|_| ());
+        let pending = segment.add_aborted(entry);
         drop(state);
-        self.mark_offline_on(result)
+        match pending {
+            Some(write) => self.mark_offline_on(write.write()),
+            None => Ok(()),
+        }
     }
 
     /// The aborted transactions overlapping `[fetch_offset, upper_bound)`, from the segment
