@@ -353,7 +353,7 @@ impl Node {
             Arc::clone(&logs),
             Arc::clone(&metrics),
             Arc::clone(&replicas),
-            broker_context.as_ref().map(|b| Arc::clone(&b.groups)),
+            broker_context.clone(),
             config.roles.broker.then_some(readiness),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");

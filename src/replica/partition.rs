@@ -239,6 +239,7 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let producers = load_producer_state(&log)?;
         let unstable = Unstable::of(&producers);
+        log.set_first_unstable_offset(unstable.first_open.unwrap_or(u64::MAX));
         let segments = log.segment_count();
         let followers = if state.leader == broker_id {
             fresh_followers(&state, broker_id, clock.now())
@@ -599,6 +600,11 @@ impl Partition {
         }
         let moved = self.log.set_high_watermark(candidate) > before;
         if moved {
+            let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+            if !unstable.closed.is_empty() {
+                self.publish_unstable(&mut unstable);
+            }
+            drop(unstable);
             self.watchers.wake();
         }
         moved
@@ -630,7 +636,9 @@ impl Partition {
     /// follower promoted later deduplicates from it.
     fn reload_locked(&self, producers: &mut ProducerStateManager) -> Result<(), LogError> {
         *producers = load_producer_state(&self.log)?;
-        *self.unstable.lock().unwrap_or_else(|p| p.into_inner()) = Unstable::of(producers);
+        let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+        *unstable = Unstable::of(producers);
+        self.publish_unstable(&mut unstable);
         if cfg!(debug_assertions) && self.log.size_bytes() <= DEBUG_REBUILD_CHECK_BYTES {
             debug_assert_eq!(
                 *producers,
@@ -1043,21 +1051,36 @@ impl Partition {
 
     /// Copies the oldest open transaction out of producer state (held by the caller).
     fn sync_unstable(&self, producers: &ProducerStateManager) {
-        self.unstable
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+        let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+        unstable.first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+        self.publish_unstable(&mut unstable);
+    }
+
+    /// Tells the log where undecided transactions start (the cleaner never compacts past it).
+    fn publish_unstable(&self, unstable: &mut Unstable) {
+        let high_watermark = self.log.high_watermark();
+        let last_stable = unstable.last_stable_offset(high_watermark);
+        let first_unstable = if last_stable < high_watermark {
+            last_stable
+        } else {
+            u64::MAX
+        };
+        self.log.set_first_unstable_offset(first_unstable);
     }
 
     /// The last stable offset (LSO): the high watermark, or the first offset of the oldest
     /// transaction still undecided (open, or closed by a marker the high watermark has not
     /// passed), when that is lower. read_committed consumers read below it.
+    /// Never below the log start: retention may delete the start of an open transaction
+    /// (as in Kafka, where the LSO then is the log start).
     pub fn last_stable_offset(&self) -> u64 {
         let high_watermark = self.log.high_watermark();
-        self.unstable
+        let last_stable = self
+            .unstable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .last_stable_offset(high_watermark)
+            .last_stable_offset(high_watermark);
+        last_stable.max(self.log.log_start_offset().min(high_watermark))
     }
 
     /// A read_committed read: whole batches below `last_stable_offset` (as
