@@ -509,7 +509,10 @@ fn batched_and_filtered_group_apis() {
             .with_coordinator_keys(vec![StrBytes::from_static_str("t")]),
     );
     // Transactional ids have a coordinator too (its topic is created on this first call).
-    assert_eq!(transactional.coordinators[0].error_code, 0, "{transactional:?}");
+    assert_eq!(
+        transactional.coordinators[0].error_code, 0,
+        "{transactional:?}"
+    );
     assert!(transactional.coordinators[0].node_id.0 >= 0);
 
     // Two static members in group "a"; a tool commit for group "b".
