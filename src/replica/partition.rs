@@ -779,16 +779,19 @@ impl Partition {
             .is_none_or(|entry| entry.current_txn_first_offset.is_none())
     }
 
-    /// Starts verifying a transactional write of `producer_id`: its guard.
+    /// Starts verifying a transactional write of `producer_id`: the guard to append under.
     pub fn start_verification(&self, producer_id: i64) -> u64 {
         static NEXT_GUARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let guard = NEXT_GUARD.fetch_add(1, Ordering::Relaxed);
         let _producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
-        self.verification_guards
+        // Verifications under way share one guard (Kafka's verification state entry): one
+        // does not void another's; only a marker does.
+        *self
+            .verification_guards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(producer_id, guard);
-        guard
+            .entry(producer_id)
+            .or_insert(guard)
     }
 
     /// Appends an internal writer's batches (a coordinator's) with `acks=all` semantics, only
@@ -977,16 +980,26 @@ impl Partition {
             let timestamp = info.log_append_time_ms.unwrap_or(header.max_timestamp);
             match kind {
                 BatchKind::Plain => {}
-                BatchKind::Producer(batch) => producers.update(
-                    batch,
-                    BatchMetadata {
-                        first_sequence: batch.first_sequence,
-                        last_sequence: batch.last_sequence,
-                        first_offset,
-                        last_offset,
-                        max_timestamp: timestamp,
-                    },
-                ),
+                BatchKind::Producer(batch) => {
+                    producers.update(
+                        batch,
+                        BatchMetadata {
+                            first_sequence: batch.first_sequence,
+                            last_sequence: batch.last_sequence,
+                            first_offset,
+                            last_offset,
+                            max_timestamp: timestamp,
+                        },
+                    );
+                    if batch.transactional {
+                        // Its transaction is open here now: no more verification until the
+                        // marker, so the guard has done its work.
+                        self.verification_guards
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&batch.producer_id);
+                    }
+                }
                 BatchKind::Marker {
                     producer_id,
                     epoch,

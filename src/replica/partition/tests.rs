@@ -594,3 +594,37 @@ fn transactions_hold_the_last_stable_offset_and_aborts_are_indexed_everywhere() 
     assert!(reopened.log.collect_aborted(0, 100).is_empty());
     assert_eq!(reopened.producer_state().first_unstable_offset(), Some(0));
 }
+
+/// KIP-890: a marker written between a write's verification and its append voids the
+/// verification, so the write cannot open a transaction after its transaction ended.
+#[test]
+fn a_marker_between_verification_and_append_refuses_the_write() {
+    let leader = replica(ME, state(ME, 1, &[1]), 1 << 20);
+    let p = &leader.partition;
+    assert!(p.needs_verification(7));
+    let guard = p.start_verification(7);
+    // A second verification under way shares the guard.
+    assert_eq!(p.start_verification(7), guard);
+    marker(p, 7, false).expect("abort marker");
+    let mut late = txn_batch(7, 0, 0, 1);
+    let refused = p
+        .append_verified(&mut late, -1, 1, Some(guard))
+        .expect_err("voided by the marker");
+    assert_eq!(refused.error, KafkaError::InvalidTxnState);
+    // Not verified at all: refused too.
+    let mut unverified = txn_batch(7, 0, 0, 1);
+    let refused = p
+        .append_verified(&mut unverified, -1, 1, None)
+        .expect_err("not verified");
+    assert_eq!(refused.error, KafkaError::InvalidTxnState);
+    // Verified after the marker: appended, the transaction opens, and later writes of it
+    // need no verification.
+    let guard = p.start_verification(7);
+    let mut write = txn_batch(7, 0, 0, 1);
+    p.append_verified(&mut write, -1, 1, Some(guard))
+        .expect("verified");
+    assert!(!p.needs_verification(7));
+    let mut next = txn_batch(7, 0, 1, 1);
+    p.append_verified(&mut next, -1, 1, None)
+        .expect("inside its open transaction");
+}
