@@ -66,12 +66,14 @@ impl Script {
             }
         });
         let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().expect("stderr piped");
+        let err = child.stderr.take().expect("stderr piped");
         let kept = stderr.clone();
         std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut text);
-            kept.lock().expect("lock").push_str(&text);
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut kept = kept.lock().expect("lock");
+                kept.push_str(&line);
+                kept.push('\n');
+            }
         });
         Script {
             what: args.join(" "),
@@ -120,6 +122,8 @@ impl Script {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.kill9();
+        // What it printed up to there.
+        self.wait_for_line("\u{0}never", Duration::from_millis(500));
         false
     }
 
@@ -128,13 +132,22 @@ impl Script {
         let _ = self.child.wait();
     }
 
-    /// What the program printed, for a failure message.
+    /// What the program printed, for a failure message. With `TXN_DEBUG` set (librdkafka's
+    /// debug output on), all of its stderr goes to a file named there.
     fn output(&self) -> String {
+        let stderr = self.stderr.lock().expect("lock");
+        let mut saved = String::new();
+        if std::env::var_os("TXN_DEBUG").is_some() {
+            let path = std::env::temp_dir().join(format!("txn-debug-{}.log", self.child.id()));
+            if std::fs::write(&path, stderr.as_bytes()).is_ok() {
+                saved = format!(" (all of it in {})", path.display());
+            }
+        }
         format!(
-            "--- {} stdout\n{}\n--- stderr\n{}",
+            "--- {} stdout\n{}\n--- stderr{saved}\n{}",
             self.what,
             self.stdout.join("\n"),
-            tail(&self.stderr.lock().expect("lock"), 80)
+            tail(&stderr, 80)
         )
     }
 }
@@ -291,6 +304,9 @@ fn a_transaction_commits_across_kill_9_of_its_coordinators_broker() {
     script.send_line("go");
     let finished = script.finish(Duration::from_secs(90));
     println!("{}", script.output());
+    if std::env::var_os("TXN_LOGS").is_some() {
+        println!("{}", cluster.logs());
+    }
     assert!(
         finished,
         "the transactions across the coordinator's kill failed\n{}\n--- logs\n{}",
