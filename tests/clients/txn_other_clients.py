@@ -45,6 +45,8 @@ def kafka_python():
     from kafka.structs import OffsetAndMetadata
     import kafka
     print(f"kafka-python {kafka.__version__}", flush=True)
+    check(hasattr(KafkaProducer, "init_transactions"), f"kafka-python {kafka.__version__} has "
+          "no transactions (2.1.0 and later have; scripts/test installs one)")
     producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, transactional_id="kafka-python-txn",
                              enable_idempotence=True, acks="all")
     producer.init_transactions()
