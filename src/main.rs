@@ -55,6 +55,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::groups::GroupsCommand,
     },
+    /// Kafka transactions, as kafka-transactions.sh: list, describe a transactional id,
+    /// describe-producers of a partition, abort a hanging transaction.
+    Transactions(cli::transactions::TransactionsArgs),
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -139,6 +142,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Cluster { .. }
         | Command::Topics { .. }
         | Command::Groups { .. }
+        | Command::Transactions(_)
         | Command::Produce(_)
         | Command::Consume(_)
         | Command::Configs { .. } => "warn",
@@ -157,6 +161,7 @@ fn run() -> anyhow::Result<()> {
         Command::Cluster { command } => cli::cluster::run(command),
         Command::Topics { command } => cli::topics::run(command),
         Command::Groups { command } => cli::groups::run(command),
+        Command::Transactions(args) => cli::transactions::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

@@ -10,6 +10,7 @@
 
 pub mod authorizer;
 mod fetch_sessions;
+pub mod peers;
 pub mod readiness;
 
 pub use fetch_sessions::FetchSessionCache;
@@ -44,6 +45,8 @@ pub struct Broker {
     pub groups: Arc<crate::group::GroupCoordinator>,
     /// The transaction coordinator (`__transaction_state` partitions this broker leads).
     pub transactions: Arc<crate::txn::coordinator::TxnCoordinator>,
+    /// Connections to the other brokers (KIP-890 verification).
+    pub peers: peers::Peers,
     /// Calls to the active controller, and the metadata image: what coordinators get.
     pub controller: ControllerClient,
     pub images: ImageWatch,

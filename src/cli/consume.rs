@@ -26,6 +26,27 @@ pub enum RecordFormat {
     Json,
 }
 
+/// kafka-console-consumer.sh's `--isolation-level` (the consumer's `isolation.level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Isolation {
+    /// Every record, transactional ones before their transaction ends too.
+    #[value(name = "read_uncommitted")]
+    ReadUncommitted,
+    /// Only records of committed transactions (and non-transactional ones), up to the
+    /// first transaction still open.
+    #[value(name = "read_committed")]
+    ReadCommitted,
+}
+
+impl Isolation {
+    fn name(self) -> &'static str {
+        match self {
+            Isolation::ReadUncommitted => "read_uncommitted",
+            Isolation::ReadCommitted => "read_committed",
+        }
+    }
+}
+
 #[derive(Args)]
 #[command(override_usage = "sluice consume [OPTIONS] <TOPIC | --topic TOPIC | --include PATTERN>")]
 #[command(after_help = "Examples:
@@ -33,6 +54,8 @@ pub enum RecordFormat {
   sluice consume orders --group billing                  as a member of group billing
   sluice consume orders --partition 2 --offset 100 --max-messages 10
   sluice consume --include 'orders-.*' --format json      every topic matching a pattern
+  sluice consume orders --from-beginning --isolation-level read_committed
+                                                         only committed transactions
   sluice consume --topic orders --from-beginning --property print.key=true \\
       --property key.separator=:                         as kafka-console-consumer.sh
 
@@ -93,9 +116,10 @@ pub struct ConsumeArgs {
         conflicts_with_all = ["format", "key_separator"]
     )]
     formatter_properties: Vec<(String, String)>,
-    /// read_uncommitted or read_committed.
-    #[arg(long, default_value = "read_uncommitted")]
-    isolation_level: String,
+    /// Which records to print: every one (read_uncommitted), or only those of committed
+    /// transactions, stopping before any transaction still open (read_committed).
+    #[arg(long, value_enum, default_value_t = Isolation::ReadUncommitted)]
+    isolation_level: Isolation,
     /// Any consumer setting, key=value (repeatable): --consumer-property fetch.min.bytes=1024
     #[arg(long = "consumer-property", value_parser = parse_key_value)]
     properties: Vec<(String, String)>,
@@ -113,7 +137,7 @@ pub fn run(mut args: ConsumeArgs) -> anyhow::Result<()> {
         broker_timeout_ms: args.broker_timeout_ms,
     };
     let mut config: ClientConfig = connect.config()?;
-    config.insert("isolation.level", args.isolation_level.clone());
+    config.insert("isolation.level", args.isolation_level.name());
     config.insert(
         "auto.offset.reset",
         if args.from_beginning {

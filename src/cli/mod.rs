@@ -14,3 +14,4 @@ pub mod perf_kafka;
 pub mod perf_quorum;
 pub mod produce;
 pub mod topics;
+pub mod transactions;

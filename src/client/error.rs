@@ -96,6 +96,78 @@ pub enum Error {
     /// The producer, consumer or admin client was closed.
     #[error("the client is closed")]
     Closed,
+
+    /// A transactional producer's call failed, and [`TransactionErrorKind`] says what may
+    /// follow: after an abortable error only `abort_transaction` (then a new transaction);
+    /// after a fatal one nothing: every later call fails with this same error.
+    #[error("{cause} ({})", kind.advice())]
+    Transaction {
+        /// Whether the producer can go on after an abort, or not at all.
+        kind: TransactionErrorKind,
+        /// What failed.
+        cause: Box<Error>,
+    },
+
+    /// A call the transactional producer's state does not allow (Kafka's
+    /// `IllegalStateException`): a send before `begin_transaction`, a commit with no
+    /// transaction, `init_transactions` twice.
+    #[error(
+        "cannot {operation} in transaction state {state}{}",
+        state_hint(operation, state)
+    )]
+    TransactionState {
+        /// What was asked: "send", "commit_transaction", ...
+        operation: String,
+        /// The producer's state then (Kafka's names: Ready, InTransaction, ...).
+        state: String,
+    },
+
+    /// The record's transaction was aborted before the record was sent (Kafka's
+    /// `TransactionAbortedException`).
+    #[error("the record's transaction was aborted before it was sent")]
+    TransactionAborted,
+}
+
+/// What a transactional producer can do after an [`Error::Transaction`] (Kafka's classes of
+/// transactional errors).
+///
+/// - `Fatal`: the producer is unusable (PRODUCER_FENCED: another instance with the same
+///   `transactional.id` took over; INVALID_PRODUCER_EPOCH from the coordinator;
+///   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; UNSUPPORTED_VERSION; ...). Close it; a new
+///   producer with the same `transactional.id` fences what is left and goes on.
+/// - `Abortable`: the current transaction cannot commit (a record failed, the coordinator
+///   answered TRANSACTION_ABORTABLE or INVALID_TXN_STATE, the group refused the offsets...).
+///   Call `abort_transaction`, then begin a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionErrorKind {
+    /// The producer cannot go on.
+    Fatal,
+    /// The transaction must be aborted; the producer then goes on.
+    Abortable,
+}
+
+impl TransactionErrorKind {
+    fn advice(self) -> &'static str {
+        match self {
+            TransactionErrorKind::Fatal => {
+                "fatal: the producer cannot be used any more; close it and create another"
+            }
+            TransactionErrorKind::Abortable => {
+                "abortable: call abort_transaction, then begin a new transaction"
+            }
+        }
+    }
+}
+
+fn state_hint(operation: &str, state: &str) -> &'static str {
+    match (operation, state) {
+        (_, "Uninitialized") => "; call init_transactions first",
+        ("send" | "send_offsets_to_transaction" | "commit_transaction", "Ready") => {
+            "; call begin_transaction first"
+        }
+        ("begin_transaction", "InTransaction") => "; commit or abort the current transaction first",
+        _ => "",
+    }
 }
 
 /// A result with the SDK's [`Error`].
@@ -124,6 +196,30 @@ impl Error {
             Error::Kafka { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    /// Whether a transactional producer cannot go on after this error (see
+    /// [`TransactionErrorKind::Fatal`]): close it.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::Transaction {
+                kind: TransactionErrorKind::Fatal,
+                ..
+            }
+        )
+    }
+
+    /// Whether a transactional producer must abort its transaction after this error (see
+    /// [`TransactionErrorKind::Abortable`]), then may begin another.
+    pub fn is_abortable(&self) -> bool {
+        matches!(
+            self,
+            Error::Transaction {
+                kind: TransactionErrorKind::Abortable,
+                ..
+            }
+        )
     }
 
     /// Whether trying again (after refreshing metadata or reconnecting) may succeed.
@@ -213,6 +309,15 @@ fn hint(code: i16) -> Option<&'static str> {
         }
         errors::NON_EMPTY_GROUP => "stop the group's consumers first",
         errors::GROUP_ID_NOT_FOUND => "no such group; `sluice groups list` shows the groups",
+        errors::PRODUCER_FENCED => {
+            "a newer producer with the same transactional.id has started (or the transaction timed out)"
+        }
+        errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
+            "the principal may not use this transactional.id; ask an administrator for an ACL"
+        }
+        errors::TRANSACTIONAL_ID_NOT_FOUND => {
+            "no such transactional id; `sluice transactions list` shows them"
+        }
         _ => return None,
     })
 }

@@ -39,6 +39,10 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 4),
 ];
 
 /// The largest request frame the fake reads.
@@ -183,6 +187,10 @@ from_kind! {
     SyncGroup => SyncGroupRequest,
     InitProducerId => InitProducerIdRequest,
     ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
+    AddPartitionsToTxn => AddPartitionsToTxnRequest,
+    AddOffsetsToTxn => AddOffsetsToTxnRequest,
+    EndTxn => EndTxnRequest,
+    TxnOffsetCommit => TxnOffsetCommitRequest,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -7,11 +7,13 @@
 //! sluice = { version = "0.1", default-features = false, features = ["client"] }
 //! ```
 //!
-//! - [`Producer`]: batched, compressed, idempotent sends with delivery futures.
+//! - [`Producer`]: batched, compressed, idempotent sends with delivery futures; with
+//!   `transactional.id`, Kafka's transactions (`init_transactions`, `begin_transaction`,
+//!   `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`).
 //! - [`Consumer`]: partitions assigned by hand or by a consumer group (classic protocol with
 //!   the range, roundrobin and cooperative-sticky assignors, or KIP-848), commits, seeks.
 //! - [`Admin`]: topics, partitions, configs, consumer groups and their offsets, the cluster,
-//!   records.
+//!   records, transactions (list, describe, describe producers, abort).
 //! - [`ClientConfig`]: settings by Kafka's client config names (`bootstrap.servers`, ...).
 //! - [`Connection`]: one pipelined connection to a broker, for requests the clients above do
 //!   not wrap (any `kafka_protocol` request, at the highest version both sides speak).
@@ -38,12 +40,15 @@
 //! Beneath every client: `cluster.rs` (metadata, a connection per broker) over
 //! `connection.rs` (one pipelined socket); `config.rs`, `error.rs`, `assignor.rs` (group.rs)
 //! and `partitioner.rs` are leaves. `producer.rs` and `admin.rs` stand beside the consumer;
-//! `admin_groups.rs` borrows its ListOffsets from `consumer/offsets.rs`.
+//! `admin_groups.rs` borrows its ListOffsets from `consumer/offsets.rs`. `producer.rs` drives
+//! `transaction.rs` (the transactional state machine and the coordinator requests, which
+//! `admin_transactions.rs` uses to find a transactional id's coordinator).
 
 #![warn(missing_docs)]
 
 mod admin;
 mod admin_groups;
+mod admin_transactions;
 mod assignor;
 mod cluster;
 mod config;
@@ -55,20 +60,26 @@ mod fake_broker;
 mod group;
 mod partitioner;
 mod producer;
+mod transaction;
 
 pub use admin::{
     Admin, AlterConfigOp, ClusterDescription, ConfigEntry, ElectionResult, ElectionType, NewTopic,
     RESOURCE_BROKER, RESOURCE_TOPIC, TopicDescription,
 };
 pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
+pub use admin_transactions::{
+    AbortTransactionSpec, ListTransactionsFilters, ProducerState, TransactionDescription,
+    TransactionListing,
+};
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
 pub use consumer::{
-    Consumer, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset, RebalanceListener,
-    TimestampType, TopicPartition,
+    Consumer, ConsumerGroupMetadata, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset,
+    RebalanceListener, TimestampType, TopicPartition,
 };
-pub use error::{Error, Result, io_reason, is_retriable_code};
+pub use error::{Error, Result, TransactionErrorKind, io_reason, is_retriable_code};
 pub use partitioner::{murmur2, partition_for_key};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use transaction::TransactionState;

@@ -16,6 +16,16 @@
 //! (DUPLICATE_SEQUENCE_NUMBER counts as delivered). A batch is failed after
 //! `delivery.timeout.ms`; a failed batch leaves a hole in its partition's sequences, so the
 //! producer then takes a new producer id once nothing is in flight.
+//!
+//! With `transactional.id` the producer is transactional (Kafka's transactions, KIP-98):
+//! `init_transactions` takes the id's producer id and epoch (fencing older instances),
+//! records sent between `begin_transaction` and `commit_transaction` (and offsets given to
+//! `send_offsets_to_transaction`) become visible to `read_committed` consumers together, or
+//! not at all after `abort_transaction`. The sender adds each partition to the transaction
+//! (AddPartitionsToTxn, the partitions waiting batched in one request) before its first
+//! batch goes; batches carry the transactional flag. The state machine and the coordinator
+//! requests are in `transaction.rs`; errors say whether the producer can go on
+//! ([`Error::is_abortable`], [`Error::is_fatal`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -27,15 +37,22 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{Notify, Semaphore};
 
 use super::cluster::Cluster;
 use super::config::{ClientConfig, CommonConfig};
 use super::connection::PendingResponse;
-use super::error::{Error, Result, is_retriable_code};
+use super::consumer::{ConsumerGroupMetadata, TopicPartition as GroupPartition};
+use super::error::{Error, Result, TransactionErrorKind, is_retriable_code};
 use super::partitioner::{Random, partition_for_key};
+use super::transaction::{
+    Coordinator, ErrorClass, KEY_TYPE_TRANSACTION, ProducerIdAndEpoch, TransactionManager,
+    TransactionState, TxnApi, TxnIdentity, classified, classify,
+};
 use crate::protocol::batch::BatchBuilder;
 use crate::protocol::errors;
 
@@ -219,6 +236,10 @@ struct Settings {
     max_block: Duration,
     retry_backoff: Duration,
     ignore_keys: bool,
+    /// `transactional.id`: a transactional producer.
+    transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: the coordinator aborts a transaction open longer.
+    transaction_timeout_ms: i32,
 }
 
 const PRODUCER_KEYS: &[&str] = &[
@@ -234,6 +255,8 @@ const PRODUCER_KEYS: &[&str] = &[
     "max.request.size",
     "max.block.ms",
     "partitioner.ignore.keys",
+    "transactional.id",
+    "transaction.timeout.ms",
 ];
 
 impl Settings {
@@ -274,6 +297,20 @@ impl Settings {
                 });
             }
         }
+        let transactional_id = config
+            .get("transactional.id")
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned);
+        if transactional_id.is_some() && !(idempotent && acks == -1 && max_in_flight <= 5) {
+            // As Java: a transactional producer is idempotent, so it needs what that needs.
+            return Err(Error::Config {
+                key: "transactional.id".into(),
+                reason: "needs enable.idempotence=true, acks=all and \
+                         max.in.flight.requests.per.connection <= 5"
+                    .into(),
+            });
+        }
         // As Java: idempotence on by default, off when the other settings forbid it.
         let idempotent = idempotent && acks == -1 && max_in_flight <= 5;
         let linger = config.millis("linger.ms", 5, 0, 3_600_000)?;
@@ -303,6 +340,13 @@ impl Settings {
             max_block: config.millis("max.block.ms", 60_000, 0, 86_400_000)?,
             retry_backoff: config.millis("retry.backoff.ms", 100, 0, 3_600_000)?,
             ignore_keys: config.parse("partitioner.ignore.keys", false)?,
+            transactional_id,
+            transaction_timeout_ms: config.number(
+                "transaction.timeout.ms",
+                60_000,
+                1,
+                i32::MAX as u64,
+            )? as i32,
         })
     }
 }
@@ -365,6 +409,17 @@ struct State {
     /// The topics of the metadata refresh under way, if one is: their partitions wait for it
     /// rather than go to a leader just found wanting.
     refreshing_topics: Option<Vec<String>>,
+    /// A transactional producer's state (`transactional.id` set).
+    txn: Option<TransactionManager>,
+}
+
+impl State {
+    fn producer(&self) -> ProducerIdAndEpoch {
+        ProducerIdAndEpoch {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+        }
+    }
 }
 
 struct Inner {
@@ -377,6 +432,10 @@ struct Inner {
     progress: Notify,
     memory: Semaphore,
     closed: AtomicBool,
+    /// The transaction coordinator of `transactional.id`.
+    txn_coordinator: Option<Coordinator>,
+    /// One transactional call (init, begin, offsets, commit, abort) at a time.
+    txn_calls: tokio::sync::Mutex<()>,
 }
 
 /// Sends records to Kafka.
@@ -418,6 +477,14 @@ impl Producer {
         config.warn_unknown("producer", PRODUCER_KEYS);
         let common = CommonConfig::from_config(&config)?;
         let settings = Settings::from_config(&config, &common)?;
+        let txn_coordinator = settings
+            .transactional_id
+            .as_deref()
+            .map(|id| Coordinator::new(KEY_TYPE_TRANSACTION, id));
+        let txn = settings
+            .transactional_id
+            .is_some()
+            .then(TransactionManager::new);
         let inner = Arc::new(Inner {
             memory: Semaphore::new(settings.buffer_memory),
             cluster: Arc::new(Cluster::new(common)),
@@ -432,10 +499,13 @@ impl Producer {
                 flushing: 0,
                 stale_topics: Vec::new(),
                 refreshing_topics: None,
+                txn,
             }),
             wake: Notify::new(),
             progress: Notify::new(),
             closed: AtomicBool::new(false),
+            txn_coordinator,
+            txn_calls: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer {
@@ -450,6 +520,13 @@ impl Producer {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
+        }
+        // Checked again when the record is appended; here so a refused send waits for
+        // nothing (and a producer without transactions takes no lock for it).
+        if inner.settings.transactional_id.is_some() {
+            if let Some(txn) = &inner.lock().txn {
+                txn.check_open("send")?;
+            }
         }
         let size = record.size_bytes();
         let limit = inner
@@ -516,6 +593,16 @@ impl Producer {
                     }
                 },
             };
+            if let Some(txn) = &mut state.txn {
+                // The transaction may have failed (or ended) while this send waited.
+                let key = (record.topic.clone(), partition);
+                if let Err(error) = txn.check_open("send") {
+                    drop(state);
+                    inner.memory.add_permits(permits as usize);
+                    return Err(error);
+                }
+                txn.record_for(&key);
+            }
             // The record's topic becomes the key (no copy per record); a new partition's
             // queue keeps it once more, shared, for its batches' completions.
             let queue = match state.partitions.entry((record.topic, partition)) {
@@ -677,6 +764,303 @@ impl Producer {
     }
 }
 
+/// Transactions (`transactional.id` set), as Kafka's producer has them.
+///
+/// ```no_run
+/// # async fn example() -> sluice::client::Result<()> {
+/// use sluice::client::{ClientConfig, Producer, ProducerRecord};
+/// let producer = Producer::new(
+///     ClientConfig::new("127.0.0.1:9092").set("transactional.id", "billing-1"),
+/// )?;
+/// producer.init_transactions().await?;
+/// producer.begin_transaction()?;
+/// producer.send(ProducerRecord::new("invoices", "inv-17")).await?;
+/// producer.send(ProducerRecord::new("ledger", "+17")).await?;
+/// match producer.commit_transaction().await {
+///     Ok(()) => {}
+///     Err(error) if error.is_abortable() => producer.abort_transaction().await?,
+///     Err(error) => return Err(error), // fatal (fenced...): this producer is done
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Each call waits at most `max.block.ms` for the coordinators; one that timed out
+/// (`Error::Timeout`) leaves the state as it was and may be called again (a commit or abort
+/// then resumes). Errors of the transaction are [`Error::Transaction`]:
+/// [`Error::is_abortable`] (call [`Producer::abort_transaction`], then begin anew) or
+/// [`Error::is_fatal`] (the producer refuses everything from then on: close it).
+impl Producer {
+    /// Registers `transactional.id` with its transaction coordinator and takes the id's
+    /// producer id and a new epoch, fencing any older producer with the same id (its open
+    /// transaction is aborted). Once, before the first transaction.
+    pub async fn init_transactions(&self) -> Result<()> {
+        let identity = self.transactional("init_transactions")?;
+        let _call = self.inner.txn_calls.lock().await;
+        self.transition(TransactionState::Initializing, "init_transactions")?;
+        // KIP-360: a producer that already has an id and epoch names them.
+        let current = {
+            let state = self.inner.lock();
+            (state.producer_id >= 0).then(|| state.producer())
+        };
+        match identity
+            .init_producer_id(self.inner.settings.transaction_timeout_ms, current)
+            .await
+        {
+            Ok(producer) => {
+                self.take_producer_id(producer);
+                self.transition(TransactionState::Ready, "init_transactions")
+            }
+            Err(error @ Error::Transaction { .. }) => {
+                Err(self.request_failed("init_transactions", error))
+            }
+            Err(error) => {
+                // Timed out: init_transactions may be called again.
+                self.transition(TransactionState::Uninitialized, "init_transactions")?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Opens a transaction: the records sent until [`Producer::commit_transaction`] or
+    /// [`Producer::abort_transaction`] are committed or aborted together.
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.transactional("begin_transaction")?;
+        self.transition(TransactionState::InTransaction, "begin_transaction")
+    }
+
+    /// Commits `offsets` (the next offset to read, per partition) for the consumer group
+    /// `group` as part of the transaction: they take effect if and only if it commits
+    /// (consume-transform-produce exactly once). `group` is the consumer's
+    /// [`Consumer::group_metadata`](super::Consumer::group_metadata), so the group refuses the
+    /// offsets of a member that is no longer in its generation (then the transaction must
+    /// abort).
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &BTreeMap<GroupPartition, i64>,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        let identity = self.transactional("send_offsets_to_transaction")?;
+        let _call = self.inner.txn_calls.lock().await;
+        let producer = {
+            let state = self.inner.lock();
+            if let Some(txn) = &state.txn {
+                txn.check_open("send_offsets_to_transaction")?;
+            }
+            state.producer()
+        };
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let outcome = async {
+            identity.add_offsets(producer, &group.group_id).await?;
+            if let Some(txn) = &mut self.inner.lock().txn {
+                txn.offsets_added();
+            }
+            identity.txn_offset_commit(producer, group, offsets).await
+        }
+        .await;
+        outcome.map_err(|error| self.request_failed("send_offsets_to_transaction", error))
+    }
+
+    /// Sends what is buffered, then commits the transaction: its records become visible to
+    /// `read_committed` consumers, its offsets take effect. Fails with an abortable error
+    /// when a record of it failed (then abort).
+    pub async fn commit_transaction(&self) -> Result<()> {
+        let identity = self.transactional("commit_transaction")?;
+        let _call = self.inner.txn_calls.lock().await;
+        self.transition(
+            TransactionState::CommittingTransaction,
+            "commit_transaction",
+        )?;
+        self.flush().await?;
+        let (producer, started) = {
+            let state = self.inner.lock();
+            let Some(txn) = &state.txn else {
+                return Err(Error::Closed);
+            };
+            // A record failed while flushing: the transaction can only abort.
+            if let Some(error) = txn.error() {
+                return Err(error);
+            }
+            (state.producer(), txn.started())
+        };
+        // A transaction that wrote nothing ends without the coordinator, as Java's does.
+        if started {
+            if let Err(error) = identity.end_txn(producer, true).await {
+                return Err(self.request_failed("commit_transaction", error));
+            }
+        }
+        self.with_transaction(|txn| {
+            txn.transaction_ended();
+            txn.transition(TransactionState::Ready, "commit_transaction", None)
+        })
+    }
+
+    /// Aborts the transaction: records not yet sent are dropped (their deliveries fail with
+    /// [`Error::TransactionAborted`]), those sent are never shown to `read_committed`
+    /// consumers, its offsets never take effect. The way out of an abortable error. When a
+    /// batch had failed, the producer's epoch is then bumped (KIP-360) so its sequences start
+    /// again.
+    pub async fn abort_transaction(&self) -> Result<()> {
+        let identity = self.transactional("abort_transaction")?;
+        let _call = self.inner.txn_calls.lock().await;
+        self.transition(TransactionState::AbortingTransaction, "abort_transaction")?;
+        self.drop_unsent_batches();
+        self.wait_for_in_flight().await;
+        // A batch in flight may have come back to be retried meanwhile.
+        self.drop_unsent_batches();
+        let (producer, started, bump) = {
+            let state = self.inner.lock();
+            let Some(txn) = &state.txn else {
+                return Err(Error::Closed);
+            };
+            (state.producer(), txn.started(), txn.epoch_bump_required())
+        };
+        if started {
+            if let Err(error) = identity.end_txn(producer, false).await {
+                return Err(self.request_failed("abort_transaction", error));
+            }
+        }
+        self.with_transaction(|txn| {
+            txn.transaction_ended();
+            Ok(())
+        })?;
+        if !bump {
+            return self.transition(TransactionState::Ready, "abort_transaction");
+        }
+        self.transition(TransactionState::Initializing, "abort_transaction")?;
+        match identity
+            .init_producer_id(self.inner.settings.transaction_timeout_ms, Some(producer))
+            .await
+        {
+            Ok(bumped) => {
+                self.take_producer_id(bumped);
+                self.with_transaction(|txn| {
+                    txn.epoch_bumped();
+                    txn.transition(TransactionState::Ready, "abort_transaction", None)
+                })
+            }
+            Err(error @ Error::Transaction { .. }) if error.is_fatal() => {
+                Err(self.request_failed("abort_transaction", error))
+            }
+            Err(error) => {
+                // The transaction is aborted but the epoch not bumped: abort_transaction
+                // again does only the bump.
+                self.with_transaction(|txn| {
+                    txn.transition(
+                        TransactionState::AbortableError,
+                        "abort_transaction",
+                        Some(error),
+                    )?;
+                    Err(txn.error().unwrap_or(Error::Closed))
+                })
+            }
+        }
+    }
+
+    /// The transactional state (`None` without `transactional.id`).
+    pub fn transaction_state(&self) -> Option<TransactionState> {
+        self.inner
+            .lock()
+            .txn
+            .as_ref()
+            .map(TransactionManager::state)
+    }
+
+    /// The coordinator requests of `transactional.id`, or why `operation` needs it.
+    fn transactional(&self, operation: &str) -> Result<TxnIdentity<'_>> {
+        let inner = &*self.inner;
+        match (
+            &inner.txn_coordinator,
+            inner.settings.transactional_id.as_deref(),
+        ) {
+            (Some(coordinator), Some(transactional_id)) => Ok(TxnIdentity {
+                cluster: &inner.cluster,
+                coordinator,
+                transactional_id,
+                bound: inner.settings.max_block,
+                backoff: inner.settings.retry_backoff,
+            }),
+            _ => Err(Error::Config {
+                key: "transactional.id".into(),
+                reason: format!("must be set to call {operation}"),
+            }),
+        }
+    }
+
+    fn with_transaction<T>(
+        &self,
+        f: impl FnOnce(&mut TransactionManager) -> Result<T>,
+    ) -> Result<T> {
+        match &mut self.inner.lock().txn {
+            Some(txn) => f(txn),
+            None => Err(Error::Config {
+                key: "transactional.id".into(),
+                reason: "is not set".into(),
+            }),
+        }
+    }
+
+    fn transition(&self, to: TransactionState, operation: &str) -> Result<()> {
+        self.with_transaction(|txn| txn.transition(to, operation, None))
+    }
+
+    /// A coordinator request failed: the state moves as the error's class says.
+    fn request_failed(&self, operation: &str, error: Error) -> Error {
+        match &mut self.inner.lock().txn {
+            Some(txn) => txn.request_failed(operation, error),
+            None => error,
+        }
+    }
+
+    /// A new producer id or epoch: every partition's sequences start again from 0.
+    fn take_producer_id(&self, producer: ProducerIdAndEpoch) {
+        let mut state = self.inner.lock();
+        debug_assert!(state.partitions.values().all(PartitionQueue::is_idle));
+        state.producer_id = producer.producer_id;
+        state.producer_epoch = producer.producer_epoch;
+        state.needs_new_producer_id = false;
+        for queue in state.partitions.values_mut() {
+            queue.next_sequence = 0;
+        }
+        tracing::debug!(
+            producer_id = producer.producer_id,
+            producer_epoch = producer.producer_epoch,
+            "transactional producer id taken"
+        );
+    }
+
+    /// Fails the batches not yet sent with [`Error::TransactionAborted`].
+    fn drop_unsent_batches(&self) {
+        let mut state = self.inner.lock();
+        if fail_unsent_batches(&self.inner, &mut state, &Error::TransactionAborted) {
+            drop(state);
+            self.inner.progress.notify_waiters();
+        }
+    }
+
+    /// Waits until no batch and no AddPartitionsToTxn is in flight (their answers settle
+    /// what the coordinator and the leaders hold of the transaction).
+    async fn wait_for_in_flight(&self) {
+        let inner = &self.inner;
+        loop {
+            let progress = inner.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            {
+                let state = inner.lock();
+                let batches = state.partitions.values().all(|q| q.in_flight == 0);
+                let adding = state.txn.as_ref().is_some_and(TransactionManager::adding);
+                if batches && !adding {
+                    return;
+                }
+            }
+            progress.await;
+        }
+    }
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -716,9 +1100,18 @@ async fn run_sender(inner: Arc<Inner>) {
             tokio::time::sleep(inner.settings.retry_backoff.max(Duration::from_millis(50))).await;
             continue;
         }
+        let mut transaction_due = None;
+        if inner.settings.transactional_id.is_some() {
+            transaction_due = add_partitions_to_transaction(&inner).await;
+            fail_batches_of_failed_transaction(&inner);
+        }
         start_refresh(&inner);
         let wake = inner.wake.notified();
         let (by_leader, next_deadline) = drain(&inner);
+        let next_deadline = match (next_deadline, transaction_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for (leader, batches) in by_leader {
             let batches = match leaders.get(&leader) {
                 Some(queue) => match queue.send(batches) {
@@ -759,7 +1152,9 @@ async fn send_to_leader(
 /// Takes a producer id when the producer is idempotent and has none (or needs a new one and
 /// nothing is in flight).
 async fn ensure_producer_id(inner: &Arc<Inner>) -> Result<()> {
-    if !inner.settings.idempotent {
+    // A transactional producer's id comes from init_transactions (and the epoch bump after
+    // an abort), never from the sender.
+    if !inner.settings.idempotent || inner.settings.transactional_id.is_some() {
         return Ok(());
     }
     {
@@ -793,6 +1188,128 @@ async fn ensure_producer_id(inner: &Arc<Inner>) -> Result<()> {
     }
     tracing::debug!(producer_id = response.producer_id.0, "producer id taken");
     Ok(())
+}
+
+/// Adds the partitions whose records wait to the transaction before their first batch goes:
+/// one AddPartitionsToTxn for all of them. Returns when to try again after a retriable
+/// answer; partitions still waiting after `delivery.timeout.ms` fail the transaction
+/// (abortable), as their batches would have expired.
+async fn add_partitions_to_transaction(inner: &Arc<Inner>) -> Option<Instant> {
+    let coordinator = inner.txn_coordinator.as_ref()?;
+    let transactional_id = inner.settings.transactional_id.as_deref()?;
+    let (partitions, producer, waiting_since) = {
+        let mut state = inner.lock();
+        let producer = state.producer();
+        let txn = state.txn.as_mut()?;
+        let Some(partitions) = txn.partitions_to_add(Instant::now()) else {
+            // Waiting out a backoff: the sender comes back then.
+            return txn.add_partitions_due();
+        };
+        txn.set_adding(true);
+        (partitions, producer, txn.add_partitions_waiting_since())
+    };
+    let identity = TxnIdentity {
+        cluster: &inner.cluster,
+        coordinator,
+        transactional_id,
+        bound: inner.settings.max_block,
+        backoff: inner.settings.retry_backoff,
+    };
+    let outcome = identity.add_partitions(producer, &partitions).await;
+    let mut state = inner.lock();
+    let txn = state.txn.as_mut()?;
+    txn.set_adding(false);
+    // An abort may wait for this answer.
+    inner.progress.notify_waiters();
+    let error = match outcome {
+        Ok(()) => {
+            tracing::debug!(?partitions, "partitions added to the transaction");
+            txn.partitions_added(&partitions);
+            return None;
+        }
+        Err(error) => error,
+    };
+    let class = classify(TxnApi::AddPartitionsToTxn, &error);
+    let expired =
+        waiting_since.is_some_and(|since| since.elapsed() >= inner.settings.delivery_timeout);
+    let kind = match class {
+        ErrorClass::Retry | ErrorClass::FindCoordinator if !expired => {
+            if class == ErrorClass::FindCoordinator {
+                coordinator.forget(&inner.cluster);
+            }
+            // CONCURRENT_TRANSACTIONS mostly means the last transaction's markers are still
+            // being written: a few milliseconds, not a full backoff.
+            let backoff = if error.code() == Some(crate::protocol::errors::CONCURRENT_TRANSACTIONS)
+            {
+                Duration::from_millis(20)
+            } else {
+                inner.settings.retry_backoff.max(Duration::from_millis(10))
+            };
+            let until = Instant::now() + backoff;
+            txn.add_partitions_later(until);
+            tracing::debug!(%error, "AddPartitionsToTxn will be retried");
+            return Some(until);
+        }
+        ErrorClass::Fatal => TransactionErrorKind::Fatal,
+        _ => TransactionErrorKind::Abortable,
+    };
+    let error = if expired && kind == TransactionErrorKind::Abortable {
+        Error::Timeout {
+            what: format!("adding partitions to the transaction (last error: {error})"),
+            after: inner.settings.delivery_timeout,
+        }
+    } else {
+        error
+    };
+    txn.request_failed("send", classified(kind, error));
+    None
+}
+
+/// Fails the batches not yet sent of a transaction that cannot commit (or of a producer
+/// that cannot go on) with the transaction's error, as Kafka's sender aborts undrained
+/// batches: they would never be added to it.
+fn fail_batches_of_failed_transaction(inner: &Inner) {
+    let mut state = inner.lock();
+    let Some(error) = state.txn.as_ref().and_then(TransactionManager::error) else {
+        return;
+    };
+    if fail_unsent_batches(inner, &mut state, &error) {
+        drop(state);
+        inner.progress.notify_waiters();
+    }
+}
+
+/// Completes every batch that is not in flight with `error` and gives back its memory;
+/// whether there were any. A batch that had taken a sequence number (one to retry) leaves a
+/// hole in its partition's sequences: the transaction's epoch must then be bumped.
+fn fail_unsent_batches(inner: &Inner, state: &mut State, error: &Error) -> bool {
+    let mut failed = false;
+    let mut sequence_hole = false;
+    for queue in state.partitions.values_mut() {
+        for open in queue.open.drain(..) {
+            open.completion.complete(Err(error.clone()));
+            inner
+                .memory
+                .add_permits(open.size_bytes - crate::protocol::batch::BATCH_HEADER_BYTES);
+            failed = true;
+        }
+        for (_, batch) in std::mem::take(&mut queue.retry) {
+            batch.completion.complete(Err(error.clone()));
+            inner.memory.add_permits(batch.size_bytes);
+            failed = true;
+            sequence_hole = true;
+        }
+        queue.backoff_until = None;
+        if queue.in_flight == 0 {
+            queue.recovering = false;
+        }
+    }
+    if sequence_hole {
+        if let Some(txn) = &mut state.txn {
+            txn.sequence_hole();
+        }
+    }
+    failed
 }
 
 /// Refreshes the metadata of topics whose partitions have no known leader (or one that failed
@@ -847,6 +1364,11 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
     let now = Instant::now();
     let flushing = state.flushing > 0 || inner.closed.load(Ordering::Acquire);
     let (producer_id, producer_epoch) = (state.producer_id, state.producer_epoch);
+    if state.txn.as_ref().is_some_and(|txn| !txn.sending()) {
+        // No transaction open (or it is aborting, or failed): its batches wait to be
+        // dropped or failed, none goes.
+        return (BTreeMap::new(), None);
+    }
     if settings.idempotent && (producer_id < 0 || state.needs_new_producer_id) {
         // No new batches go out until the (new) producer id is taken.
         let retries_pending = state.partitions.values().any(|q| !q.retry.is_empty());
@@ -862,8 +1384,16 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
     let mut rotate_sticky = Vec::new();
     let mut request_bytes: HashMap<i32, usize> = HashMap::new();
     let refreshing = state.refreshing_topics.clone().unwrap_or_default();
-    for (tp, queue) in state.partitions.iter_mut() {
+    let transactional = settings.transactional_id.is_some();
+    let State {
+        partitions, txn, ..
+    } = &mut *state;
+    for (tp, queue) in partitions.iter_mut() {
         if (queue.retry.is_empty() && queue.open.is_empty()) || refreshing.contains(&tp.0) {
+            continue;
+        }
+        // A transaction's batch goes only once its partition is in the transaction.
+        if txn.as_ref().is_some_and(|txn| !txn.is_added(tp)) {
             continue;
         }
         let leader = match metadata.partition(&tp.0, tp.1) {
@@ -937,10 +1467,13 @@ fn drain(inner: &Arc<Inner>) -> (BTreeMap<i32, Vec<Outgoing>>, Option<Instant>) 
         let sequence = queue.next_sequence;
         let count = open.records as i32;
         queue.next_sequence = queue.next_sequence.wrapping_add(count) & i32::MAX;
-        let builder = if settings.idempotent {
-            open.builder.producer(producer_id, producer_epoch, sequence)
-        } else {
-            open.builder
+        let builder = match (settings.idempotent, transactional) {
+            (true, true) => open
+                .builder
+                .producer(producer_id, producer_epoch, sequence)
+                .transactional(),
+            (true, false) => open.builder.producer(producer_id, producer_epoch, sequence),
+            (false, _) => open.builder,
         };
         let bytes = match builder.build_compressed(settings.codec) {
             Ok(bytes) => Bytes::from(bytes),
@@ -1010,7 +1543,12 @@ async fn queue_request(inner: &Arc<Inner>, leader: i32, batches: &[Outgoing]) ->
         );
     }
     let request = ProduceRequest::default()
-        .with_transactional_id(None)
+        .with_transactional_id(
+            settings
+                .transactional_id
+                .as_ref()
+                .map(|id| TransactionalId(StrBytes::from_string(id.clone()))),
+        )
         .with_acks(settings.acks)
         .with_timeout_ms(
             i32::try_from(inner.cluster.config.request_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -1119,11 +1657,15 @@ async fn complete_request(inner: Arc<Inner>, batches: Vec<Outgoing>, queued: Que
                     } else {
                         error
                     };
-                    batch.completion.complete(Err(error));
-                    inner.memory.add_permits(batch.size_bytes);
-                    if settings.idempotent {
+                    if let Some(txn) = &mut state.txn {
+                        // The transaction cannot commit without this batch; its sequence
+                        // is a hole until the epoch is bumped after the abort.
+                        txn.batch_failed(&error, true);
+                    } else if settings.idempotent {
                         state.needs_new_producer_id = true;
                     }
+                    batch.completion.complete(Err(error));
+                    inner.memory.add_permits(batch.size_bytes);
                 }
             }
         }
@@ -1204,6 +1746,8 @@ mod tests {
     use kafka_protocol::messages::{
         ApiKey, InitProducerIdResponse, ProducerId, RequestKind, ResponseKind,
     };
+
+    use std::collections::BTreeSet;
 
     use super::*;
     use crate::client::fake_broker::{self, FakeBroker, Received};
@@ -1452,6 +1996,269 @@ mod tests {
             assert_eq!(batch.header.base_sequence, sequence);
             sequence += batch.header.records_count;
         }
+    }
+
+    /// Serves a transactional producer: topic `t` (2 partitions), this broker its
+    /// transaction coordinator, producer id 4000 (epoch 3, bumped by one per InitProducerId
+    /// that names it), AddPartitionsToTxn as `add_partitions` answers each partition, Produce
+    /// as `produce`, EndTxn accepted.
+    fn serve_transactions(
+        broker: &FakeBroker,
+        mut add_partitions: impl FnMut(&Received) -> i16 + Send + 'static,
+        mut produce: impl FnMut(&Received, &ProduceRequest) -> ResponseKind + Send + 'static,
+    ) {
+        use kafka_protocol::messages::add_partitions_to_txn_response::{
+            AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+        };
+        use kafka_protocol::messages::{AddPartitionsToTxnResponse, EndTxnResponse};
+        let node = broker.node();
+        let leaders = vec![node.node_id; 2];
+        broker.serve(move |received| match &received.request {
+            RequestKind::Metadata(_) => Some(fake_broker::metadata(&[node], &[("t", &leaders)])),
+            RequestKind::FindCoordinator(_) => Some(fake_broker::find_coordinator(node)),
+            RequestKind::InitProducerId(request) => {
+                let epoch = if request.producer_id.0 == 4000 {
+                    request.producer_epoch + 1
+                } else {
+                    3
+                };
+                Some(ResponseKind::InitProducerId(
+                    InitProducerIdResponse::default()
+                        .with_producer_id(ProducerId(4000))
+                        .with_producer_epoch(epoch),
+                ))
+            }
+            RequestKind::AddPartitionsToTxn(request) => {
+                let code = add_partitions(received);
+                Some(ResponseKind::AddPartitionsToTxn(
+                    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+                        request
+                            .v3_and_below_topics
+                            .iter()
+                            .map(|topic| {
+                                AddPartitionsToTxnTopicResult::default()
+                                    .with_name(topic.name.clone())
+                                    .with_results_by_partition(
+                                        topic
+                                            .partitions
+                                            .iter()
+                                            .map(|&p| {
+                                                AddPartitionsToTxnPartitionResult::default()
+                                                    .with_partition_index(p)
+                                                    .with_partition_error_code(code)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                ))
+            }
+            RequestKind::Produce(request) => Some(produce(received, request)),
+            RequestKind::EndTxn(_) => Some(ResponseKind::EndTxn(EndTxnResponse::default())),
+            _ => None,
+        });
+    }
+
+    fn transactional_config(broker: &FakeBroker) -> ClientConfig {
+        config(broker).set("transactional.id", "tx")
+    }
+
+    /// The partitions each AddPartitionsToTxn named, in order.
+    fn added_partitions(broker: &FakeBroker) -> Vec<Vec<i32>> {
+        broker
+            .requests::<kafka_protocol::messages::AddPartitionsToTxnRequest>()
+            .iter()
+            .map(|r| {
+                assert_eq!(r.v3_and_below_transactional_id.as_str(), "tx");
+                r.v3_and_below_topics
+                    .iter()
+                    .flat_map(|t| t.partitions.clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_transaction_adds_its_partitions_before_their_first_batch_and_commits_with_end_txn() {
+        let broker = FakeBroker::bind(1).await;
+        // The last transaction's markers are still being written: retried.
+        serve_transactions(
+            &broker,
+            |received| match received.nth {
+                0 => errors::CONCURRENT_TRANSACTIONS,
+                _ => errors::NONE,
+            },
+            |_, request| {
+                produce_answer(request, errors::NONE, |_, header| {
+                    header.base_sequence.into()
+                })
+            },
+        );
+        let producer = Producer::new(transactional_config(&broker)).expect("producer");
+        let refused = producer
+            .send(ProducerRecord::new("t", "early"))
+            .await
+            .err()
+            .expect("no transaction yet");
+        assert!(
+            refused.to_string().contains("call init_transactions first"),
+            "{refused}"
+        );
+        producer.init_transactions().await.expect("init");
+        producer.begin_transaction().expect("begin");
+        let mut deliveries = Vec::new();
+        for (partition, value) in [(0, "a"), (1, "b"), (0, "c")] {
+            let record = ProducerRecord::new("t", value).partition(partition);
+            deliveries.push(producer.send(record).await.expect("queued"));
+        }
+        producer.commit_transaction().await.expect("commit");
+        for delivery in deliveries {
+            delivery.await.expect("delivered");
+        }
+        // The next transaction adds its partition again; sequences go on.
+        producer.begin_transaction().expect("begin");
+        let delivery = producer
+            .send(ProducerRecord::new("t", "d").partition(0))
+            .await
+            .expect("queued");
+        producer.commit_transaction().await.expect("commit");
+        delivery.await.expect("delivered");
+
+        let init = &broker.requests::<InitProducerIdRequest>()[0];
+        assert_eq!(
+            init.transactional_id.as_ref().map(|id| id.as_str()),
+            Some("tx")
+        );
+        assert_eq!((init.producer_id.0, init.producer_epoch), (-1, -1));
+        assert_eq!(init.transaction_timeout_ms, 60_000);
+        let added = added_partitions(&broker);
+        assert!(added.len() >= 3, "{added:?}");
+        assert_eq!(
+            added[added.len() - 1],
+            [0],
+            "the second transaction's partition"
+        );
+        assert_eq!(
+            added[..added.len() - 1]
+                .iter()
+                .flatten()
+                .collect::<BTreeSet<_>>(),
+            BTreeSet::from([&0, &1]),
+            "the first transaction's partitions, batched: {added:?}"
+        );
+        // Every batch went after its partition was added, flagged, with the producer's id.
+        let order = api_order(&broker);
+        let first_produce = order.iter().position(|&k| k == ApiKey::Produce);
+        let first_added_ok = order
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| **k == ApiKey::AddPartitionsToTxn)
+            .nth(1)
+            .map(|(i, _)| i);
+        assert!(first_added_ok < first_produce, "{order:?}");
+        let mut sequences: BTreeMap<i32, Vec<(i32, Vec<String>)>> = BTreeMap::new();
+        for request in broker.requests::<ProduceRequest>() {
+            assert_eq!(
+                request.transactional_id.as_ref().map(|id| id.as_str()),
+                Some("tx")
+            );
+            for batch in batches(&request) {
+                assert!(batch.header.is_transactional());
+                assert_eq!(
+                    (batch.header.producer_id, batch.header.producer_epoch),
+                    (4000, 3)
+                );
+                sequences
+                    .entry(batch.partition)
+                    .or_default()
+                    .push((batch.header.base_sequence, batch.values));
+            }
+        }
+        let p0: Vec<i32> = sequences[&0].iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            p0.last(),
+            Some(&2),
+            "partition 0's sequences go on: {sequences:?}"
+        );
+        let ends: Vec<bool> = broker
+            .requests::<kafka_protocol::messages::EndTxnRequest>()
+            .iter()
+            .map(|r| r.committed)
+            .collect();
+        assert_eq!(ends, [true, true]);
+        // A transaction that wrote nothing ends without EndTxn.
+        producer.begin_transaction().expect("begin");
+        producer.commit_transaction().await.expect("commit");
+        assert_eq!(broker.count(ApiKey::EndTxn), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() {
+        let broker = FakeBroker::bind(1).await;
+        serve_transactions(
+            &broker,
+            |_| errors::NONE,
+            |received, request| match received.nth {
+                0 => produce_answer(request, errors::TOPIC_AUTHORIZATION_FAILED, |_, _| -1),
+                _ => produce_answer(request, errors::NONE, |_, _| 10),
+            },
+        );
+        let producer = Producer::new(transactional_config(&broker)).expect("producer");
+        producer.init_transactions().await.expect("init");
+        producer.begin_transaction().expect("begin");
+        let failed = producer
+            .send(ProducerRecord::new("t", "refused").partition(0))
+            .await
+            .expect("queued")
+            .await
+            .expect_err("not authorized");
+        assert_eq!(failed.code(), Some(errors::TOPIC_AUTHORIZATION_FAILED));
+        let commit = producer.commit_transaction().await.expect_err("abortable");
+        assert!(commit.is_abortable() && !commit.is_fatal(), "{commit}");
+        assert!(
+            commit.to_string().starts_with("TOPIC_AUTHORIZATION_FAILED"),
+            "{commit}"
+        );
+        assert_eq!(
+            producer.transaction_state(),
+            Some(TransactionState::AbortableError)
+        );
+        let send = producer
+            .send(ProducerRecord::new("t", "x").partition(0))
+            .await
+            .err()
+            .expect("only abort now");
+        assert!(send.is_abortable(), "{send}");
+
+        producer.abort_transaction().await.expect("abort");
+        // KIP-360: the epoch is bumped with the producer's own id and epoch.
+        let inits = broker.requests::<InitProducerIdRequest>();
+        assert_eq!(inits.len(), 2);
+        assert_eq!((inits[1].producer_id.0, inits[1].producer_epoch), (4000, 3));
+        producer.begin_transaction().expect("begin");
+        producer
+            .send(ProducerRecord::new("t", "after").partition(0))
+            .await
+            .expect("queued");
+        producer.commit_transaction().await.expect("commit");
+        let last = broker
+            .requests::<ProduceRequest>()
+            .pop()
+            .expect("a produce");
+        let batch = &batches(&last)[0];
+        assert_eq!(batch.values, ["after"]);
+        assert_eq!(
+            (batch.header.producer_epoch, batch.header.base_sequence),
+            (4, 0),
+            "the bumped epoch starts its sequences at 0"
+        );
+        let ends: Vec<bool> = broker
+            .requests::<kafka_protocol::messages::EndTxnRequest>()
+            .iter()
+            .map(|r| r.committed)
+            .collect();
+        assert_eq!(ends, [false, true]);
     }
 
     #[tokio::test]

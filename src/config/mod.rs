@@ -603,6 +603,7 @@ impl ServerConfig {
                 state_log_segment_bytes: number("transaction.state.log.segment.bytes")?,
                 max_timeout_ms: unsigned("transaction.max.timeout.ms")?,
                 id_expiration_ms: unsigned("transactional.id.expiration.ms")?,
+                partition_verification: boolean("transaction.partition.verification.enable")?,
             },
             properties: properties.clone(),
         };

@@ -662,6 +662,13 @@ pub const KEYS: &[Key] = &[
         "the longest transaction.timeout.ms a producer may ask for",
     ),
     broker(
+        "transaction.partition.verification.enable",
+        Kind::Bool,
+        "true",
+        "a partition leader asks the transaction coordinator before appending a transactional \
+         write that opens its transaction there (KIP-890)",
+    ),
+    broker(
         "transactional.id.expiration.ms",
         int(1, I32_MAX),
         "604800000",

@@ -20,7 +20,13 @@
 //!    truncation), the pass is abandoned.
 //!
 //! Compressed batches are kept whole and their keys do not enter the map (decompression
-//! arrives with the broker's compression support); control batches are kept.
+//! arrives with the broker's compression support); control batches (transaction markers) are
+//! kept.
+//!
+//! Transactions: the cleanable range also ends at the first undecided transaction (the last
+//! stable offset, as Kafka's), so every transaction in it is decided. The batches of aborted
+//! transactions (from the aborted-transaction indexes) neither enter the map (an aborted
+//! record never supersedes a committed one) nor survive the rewrite.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -109,7 +115,10 @@ impl Log {
         let now = self.clock().now_ms();
         let state = self.read_state();
         let active_base = state.active().base_offset;
-        let mut bound = active_base.min(state.high_watermark);
+        // Only decided transactions are compacted: not past the first undecided one.
+        let mut bound = active_base
+            .min(state.high_watermark)
+            .min(self.first_unstable_offset());
         if config.min_compaction_lag_ms > 0 {
             let young = state
                 .segments
@@ -175,12 +184,15 @@ impl Log {
                 .map(|(_, s)| s.snapshot())
                 .collect::<Result<_, _>>()?
         };
+        let first_base = snapshots.first().map_or(0, |s| s.base_offset);
+        let aborted = Aborted::new(self.collect_aborted(first_base, plan.first_uncleanable_offset));
         let mut map = OffsetMap::new(offset_map_bytes);
         let end = build_offset_map(
             &mut map,
             &snapshots,
             plan.first_dirty_offset,
             plan.first_uncleanable_offset,
+            &aborted,
         )?;
         let mut outcome = CleanOutcome {
             first_dirty_offset: end,
@@ -195,7 +207,7 @@ impl Log {
                     && snapshot.next_offset - first.base_offset <= u64::from(u32::MAX)
             });
             if !fits {
-                self.clean_group(&group, &map, generation, &mut outcome)?;
+                self.clean_group(&group, &map, &aborted, generation, &mut outcome)?;
                 group.clear();
                 group_bytes = 0;
                 if outcome.abandoned {
@@ -206,7 +218,7 @@ impl Log {
             group.push(snapshot);
         }
         if !group.is_empty() {
-            self.clean_group(&group, &map, generation, &mut outcome)?;
+            self.clean_group(&group, &map, &aborted, generation, &mut outcome)?;
         }
         if !outcome.abandoned {
             self.set_delete_horizon_due_ms(outcome.next_delete_horizon_ms.unwrap_or(i64::MAX));
@@ -228,6 +240,7 @@ impl Log {
         &self,
         group: &[&SegmentSnapshot],
         map: &OffsetMap,
+        aborted: &Aborted,
         generation: u64,
         outcome: &mut CleanOutcome,
     ) -> Result<()> {
@@ -243,6 +256,7 @@ impl Log {
             Segment::create_with_suffix(self.dir(), base, &config, now, CLEANED_SUFFIX)?;
         let mut filter = BatchFilter {
             map,
+            aborted,
             now,
             delete_retention_ms: config.delete_retention_ms,
             outcome,
@@ -336,12 +350,14 @@ fn build_offset_map(
     snapshots: &[SegmentSnapshot],
     first_dirty: u64,
     first_uncleanable: u64,
+    aborted: &Aborted,
 ) -> Result<u64> {
     let mut first = true;
     for snapshot in snapshots.iter().filter(|s| s.next_offset > first_dirty) {
         for item in snapshot.batches() {
             let (header, bytes) = item.map_err(|e| LogError::io(Path::new("<segment>"), e))?;
-            if header.is_compressed() || header.is_control() {
+            // An aborted record never supersedes a committed one.
+            if header.is_compressed() || header.is_control() || aborted.contains(&header) {
                 continue;
             }
             for record in RecordIter::new(&header, &bytes) {
@@ -363,8 +379,38 @@ fn build_offset_map(
     Ok(first_uncleanable)
 }
 
+/// The aborted transactions of the range being cleaned, by producer: (first offset, marker).
+struct Aborted(HashMap<i64, Vec<(u64, u64)>>);
+
+impl Aborted {
+    fn new(entries: Vec<super::txn_index::AbortedTxn>) -> Aborted {
+        let mut by_producer: HashMap<i64, Vec<(u64, u64)>> = HashMap::new();
+        for entry in entries {
+            by_producer
+                .entry(entry.producer_id)
+                .or_default()
+                .push((entry.first_offset, entry.last_offset));
+        }
+        Aborted(by_producer)
+    }
+
+    /// A data batch of an aborted transaction.
+    fn contains(&self, header: &BatchHeader) -> bool {
+        if !header.is_transactional() || header.is_control() {
+            return false;
+        }
+        let offset = header.base_offset.max(0) as u64;
+        self.0.get(&header.producer_id).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|(first, marker)| *first <= offset && offset < *marker)
+        })
+    }
+}
+
 struct BatchFilter<'a> {
     map: &'a OffsetMap,
+    aborted: &'a Aborted,
     now: i64,
     delete_retention_ms: i64,
     outcome: &'a mut CleanOutcome,
@@ -373,6 +419,11 @@ struct BatchFilter<'a> {
 impl BatchFilter<'_> {
     /// The batch as it should be written to the cleaned segment, or `None` to drop it.
     fn filter(&mut self, header: &BatchHeader, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        // Aborted data is dropped whole (Kafka's cleaner does the same): no reader may see it.
+        if self.aborted.contains(header) {
+            self.outcome.records_removed += header.records_count.max(0) as u64;
+            return None;
+        }
         if header.is_compressed() || header.is_control() {
             return Some(bytes);
         }

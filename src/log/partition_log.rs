@@ -165,6 +165,9 @@ pub struct Log {
     /// The first segment whose aborted-transaction index is lost (a cleaner swap completed at
     /// open): producer state is replayed from before it, which rebuilds the index.
     reindex_from: Option<u64>,
+    /// Where the first undecided transaction starts (u64::MAX: none), as the replica layer
+    /// keeps it: the cleaner compacts only what is decided (Kafka bounds it by the LSO).
+    first_unstable_offset: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -317,6 +320,7 @@ impl Log {
             sealed_unsynced: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
             reindex_from: force_recovery.iter().min().copied(),
+            first_unstable_offset: AtomicU64::new(u64::MAX),
         };
         Ok((log, stats))
     }
@@ -350,17 +354,29 @@ impl Log {
         self.reindex_from
     }
 
+    pub fn set_first_unstable_offset(&self, offset: u64) {
+        self.first_unstable_offset.store(offset, Ordering::Release);
+    }
+
+    pub fn first_unstable_offset(&self) -> u64 {
+        self.first_unstable_offset.load(Ordering::Acquire)
+    }
+
     /// Records an aborted transaction in the index of the segment holding its marker
     /// (`entry.last_offset`); nothing when that segment already has it, or is gone.
+    /// The file is appended and synced outside the log's lock.
     pub fn add_aborted(&self, entry: AbortedTxn) -> Result<()> {
         self.check_online()?;
         let mut state = self.write_state();
         let Some((_, segment)) = state.segments.range_mut(..=entry.last_offset).next_back() else {
             return Ok(());
         };
-        let result = segment.add_aborted(entry).map(|_| ());
+        let pending = segment.add_aborted(entry);
         drop(state);
-        self.mark_offline_on(result)
+        match pending {
+            Some(write) => self.mark_offline_on(write.write()),
+            None => Ok(()),
+        }
     }
 
     /// The aborted transactions overlapping `[fetch_offset, upper_bound)`, from the segment

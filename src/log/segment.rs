@@ -20,7 +20,7 @@ use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::handles::SegmentFile;
 use super::index::{OffsetIndex, TimeIndex};
-use super::txn_index::{AbortedTxn, Collected, TXN_INDEX_SUFFIX, TxnIndex};
+use super::txn_index::{AbortedTxn, Collected, PendingWrite, TXN_INDEX_SUFFIX, TxnIndex};
 
 pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
@@ -679,10 +679,10 @@ impl Segment {
         Ok(truncated)
     }
 
-    /// Records an aborted transaction whose marker is in this segment (a no-op when the index
-    /// already has it).
-    pub fn add_aborted(&mut self, entry: AbortedTxn) -> Result<bool> {
-        self.txn_index.add(entry)
+    /// Records an aborted transaction whose marker is in this segment (`None` when the index
+    /// already has it); the returned write makes it durable.
+    pub fn add_aborted(&mut self, entry: AbortedTxn) -> Option<PendingWrite> {
+        self.txn_index.push(entry)
     }
 
     /// This segment's aborted transactions overlapping `[fetch_offset, upper_bound)`.

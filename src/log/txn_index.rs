@@ -71,6 +71,26 @@ impl AbortedTxn {
     }
 }
 
+/// An entry to append to an index file and sync.
+#[derive(Debug)]
+pub struct PendingWrite {
+    path: PathBuf,
+    bytes: [u8; ENTRY_BYTES],
+}
+
+impl PendingWrite {
+    pub fn write(self) -> Result<()> {
+        let io = |e| LogError::io(&self.path, e);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        file.write_all(&self.bytes).map_err(io)?;
+        file.sync_data().map_err(io)
+    }
+}
+
 /// What [`TxnIndex::collect`] found.
 #[derive(Debug, Default)]
 pub struct Collected {
@@ -146,23 +166,29 @@ impl TxnIndex {
     /// Appends `entry` unless the index already holds a marker at or past its offset (a
     /// replay re-adding what is there).
     pub fn add(&mut self, entry: AbortedTxn) -> Result<bool> {
+        match self.push(entry) {
+            Some(pending) => pending.write().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Takes `entry` into memory (unless the index has it) and returns the file write that
+    /// makes it durable, to run outside the log's lock: entries of one log are added by one
+    /// writer at a time (the replica layer holds its producer-state lock), so writes land in
+    /// order.
+    pub fn push(&mut self, entry: AbortedTxn) -> Option<PendingWrite> {
         if self
             .entries
             .last()
             .is_some_and(|last| last.last_offset >= entry.last_offset)
         {
-            return Ok(false);
+            return None;
         }
-        let io = |e| LogError::io(&self.path, e);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
-        file.write_all(&entry.encode()).map_err(io)?;
-        file.sync_data().map_err(io)?;
         self.entries.push(entry);
-        Ok(true)
+        Some(PendingWrite {
+            path: self.path.clone(),
+            bytes: entry.encode(),
+        })
     }
 
     /// Drops the entries whose marker is at or past `offset` (a truncation).

@@ -13,7 +13,7 @@ pub(super) async fn serve_http(
     logs: Arc<LogManager>,
     broker_metrics: Arc<Metrics>,
     replicas: Arc<ReplicaManager>,
-    groups: Option<Arc<crate::group::GroupCoordinator>>,
+    coordinators: Option<Arc<crate::broker::Broker>>,
     readiness: Option<Arc<Readiness>>,
 ) {
     let broker = readiness.is_some();
@@ -26,7 +26,7 @@ pub(super) async fn serve_http(
         let logs = Arc::clone(&logs);
         let broker_metrics = Arc::clone(&broker_metrics);
         let replicas = Arc::clone(&replicas);
-        let groups = groups.clone();
+        let coordinators = coordinators.clone();
         let readiness = readiness.clone();
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
@@ -61,8 +61,9 @@ pub(super) async fn serve_http(
                     }
                     broker_metrics.render(&mut text);
                     replicas.render_metrics(&mut text);
-                    if let Some(groups) = &groups {
-                        groups.render_metrics(&mut text);
+                    if let Some(broker) = &coordinators {
+                        broker.groups.render_metrics(&mut text);
+                        broker.transactions.render_metrics(&mut text);
                     }
                     text
                 }),

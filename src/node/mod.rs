@@ -296,6 +296,7 @@ impl Node {
                 fetch_sessions: FetchSessionCache::default(),
                 groups: groups.clone(),
                 transactions,
+                peers: crate::broker::peers::Peers::new(client_listener.clone()),
                 controller,
                 images,
                 broker_epoch: Arc::clone(&broker_epoch),
@@ -352,7 +353,7 @@ impl Node {
             Arc::clone(&logs),
             Arc::clone(&metrics),
             Arc::clone(&replicas),
-            broker_context.as_ref().map(|b| Arc::clone(&b.groups)),
+            broker_context.clone(),
             config.roles.broker.then_some(readiness),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");

@@ -146,6 +146,10 @@ pub struct Partition {
     state: RwLock<PartitionState>,
     /// Serializes leader appends, so producer checks and the append they allow are atomic.
     producers: Mutex<ProducerStateManager>,
+    /// KIP-890: per producer, the guard of a transactional write being verified with the
+    /// transaction coordinator (lock order: `producers`, then this). A marker for the producer
+    /// clears it, so a write verified before the marker cannot land after it.
+    verification_guards: Mutex<HashMap<i64, u64>>,
     /// What bounds the last stable offset, copied out of producer state after every change
     /// (lock order: `producers`, then this), so read_committed fetches never wait for an
     /// append.
@@ -235,6 +239,7 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let producers = load_producer_state(&log)?;
         let unstable = Unstable::of(&producers);
+        log.set_first_unstable_offset(unstable.first_open.unwrap_or(u64::MAX));
         let segments = log.segment_count();
         let followers = if state.leader == broker_id {
             fresh_followers(&state, broker_id, clock.now())
@@ -250,6 +255,7 @@ impl Partition {
             state: RwLock::new(state),
             producers: Mutex::new(producers),
             unstable: Mutex::new(unstable),
+            verification_guards: Mutex::new(HashMap::new()),
             snapshot_segments: Mutex::new(segments),
             followers: Mutex::new(followers),
             needs_truncation: AtomicBool::new(true),
@@ -594,6 +600,11 @@ impl Partition {
         }
         let moved = self.log.set_high_watermark(candidate) > before;
         if moved {
+            let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+            if !unstable.closed.is_empty() {
+                self.publish_unstable(&mut unstable);
+            }
+            drop(unstable);
             self.watchers.wake();
         }
         moved
@@ -625,7 +636,9 @@ impl Partition {
     /// follower promoted later deduplicates from it.
     fn reload_locked(&self, producers: &mut ProducerStateManager) -> Result<(), LogError> {
         *producers = load_producer_state(&self.log)?;
-        *self.unstable.lock().unwrap_or_else(|p| p.into_inner()) = Unstable::of(producers);
+        let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+        *unstable = Unstable::of(producers);
+        self.publish_unstable(&mut unstable);
         if cfg!(debug_assertions) && self.log.size_bytes() <= DEBUG_REBUILD_CHECK_BYTES {
             debug_assert_eq!(
                 *producers,
@@ -720,6 +733,7 @@ impl Partition {
     }
 
     /// Appends a producer's batches as leader. `min_insync_replicas` applies to `acks=all`.
+    /// Transactional batches are not verified (see [`Partition::append_verified`]).
     pub fn append_as_leader(
         &self,
         records: &mut [u8],
@@ -731,8 +745,50 @@ impl Partition {
             acks,
             min_insync_replicas,
             None,
-            AppendOrigin::Client,
+            Writer::Client(Verification::Off),
         )
+    }
+
+    /// [`Partition::append_as_leader`] with KIP-890's check: a transactional batch that would
+    /// open the producer's transaction here is appended only under the guard its verification
+    /// with the coordinator took (`None`: not verified), still current under the
+    /// producer-state lock.
+    pub fn append_verified(
+        &self,
+        records: &mut [u8],
+        acks: i16,
+        min_insync_replicas: usize,
+        guard: Option<u64>,
+    ) -> Result<Appended, AppendError> {
+        self.append_leading(
+            records,
+            acks,
+            min_insync_replicas,
+            None,
+            Writer::Client(Verification::Guard(guard)),
+        )
+    }
+
+    /// Whether a transactional write of `producer_id` must be verified with the coordinator
+    /// first: it has no transaction open here (KIP-890).
+    pub fn needs_verification(&self, producer_id: i64) -> bool {
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .producer(producer_id)
+            .is_none_or(|entry| entry.current_txn_first_offset.is_none())
+    }
+
+    /// Starts verifying a transactional write of `producer_id`: its guard.
+    pub fn start_verification(&self, producer_id: i64) -> u64 {
+        static NEXT_GUARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let guard = NEXT_GUARD.fetch_add(1, Ordering::Relaxed);
+        let _producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        self.verification_guards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(producer_id, guard);
+        guard
     }
 
     /// Appends an internal writer's batches (a coordinator's) with `acks=all` semantics, only
@@ -749,7 +805,7 @@ impl Partition {
             -1,
             min_insync_replicas,
             Some(leader_epoch),
-            AppendOrigin::Internal,
+            Writer::Internal,
         )
     }
 
@@ -774,7 +830,7 @@ impl Partition {
             -1,
             min_insync_replicas,
             expected_leader_epoch,
-            AppendOrigin::Internal,
+            Writer::Internal,
         )
     }
 
@@ -784,8 +840,12 @@ impl Partition {
         acks: i16,
         min_insync_replicas: usize,
         expected_leader_epoch: Option<i32>,
-        origin: AppendOrigin,
+        writer: Writer,
     ) -> Result<Appended, AppendError> {
+        let origin = match writer {
+            Writer::Client(_) => AppendOrigin::Client,
+            Writer::Internal => AppendOrigin::Internal,
+        };
         // Held until the batches are in the log: a leadership change waits for the append, so
         // nothing is appended under an epoch this replica no longer leads (Kafka holds its
         // leader-ISR lock the same way). Released before the high watermark is looked at,
@@ -828,7 +888,7 @@ impl Partition {
             };
             match kind {
                 BatchKind::Plain => {}
-                BatchKind::Producer(batch) if origin == AppendOrigin::Internal => {
+                BatchKind::Producer(batch) if writer == Writer::Internal => {
                     if let Err(error) = producers.check_internal(batch) {
                         return refused(
                             error,
@@ -837,7 +897,30 @@ impl Partition {
                     }
                 }
                 BatchKind::Producer(batch) => match producers.check(batch) {
-                    Ok(Check::Append) => {}
+                    Ok(Check::Append) => {
+                        if let Writer::Client(Verification::Guard(guard)) = writer
+                            && batch.transactional
+                            && producers
+                                .producer(batch.producer_id)
+                                .is_none_or(|e| e.current_txn_first_offset.is_none())
+                            && (guard.is_none()
+                                || self
+                                    .verification_guards
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get(&batch.producer_id)
+                                    != guard.as_ref())
+                        {
+                            return refused(
+                                KafkaError::InvalidTxnState,
+                                format!(
+                                    "producer {} epoch {}: the transaction coordinator has not \
+                                     added {} to its transaction",
+                                    batch.producer_id, batch.epoch, self.topic_partition
+                                ),
+                            );
+                        }
+                    }
                     Ok(Check::Duplicate(original)) => {
                         let pending = self.pending_ack(original.last_offset as u64);
                         return Ok(Appended {
@@ -909,6 +992,10 @@ impl Partition {
                     epoch,
                     marker,
                 } => {
+                    self.verification_guards
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(producer_id);
                     let completed = producers.complete_txn(&MarkerBatch {
                         producer_id: *producer_id,
                         epoch: *epoch,
@@ -964,21 +1051,36 @@ impl Partition {
 
     /// Copies the oldest open transaction out of producer state (held by the caller).
     fn sync_unstable(&self, producers: &ProducerStateManager) {
-        self.unstable
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+        let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+        unstable.first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+        self.publish_unstable(&mut unstable);
+    }
+
+    /// Tells the log where undecided transactions start (the cleaner never compacts past it).
+    fn publish_unstable(&self, unstable: &mut Unstable) {
+        let high_watermark = self.log.high_watermark();
+        let last_stable = unstable.last_stable_offset(high_watermark);
+        let first_unstable = if last_stable < high_watermark {
+            last_stable
+        } else {
+            u64::MAX
+        };
+        self.log.set_first_unstable_offset(first_unstable);
     }
 
     /// The last stable offset (LSO): the high watermark, or the first offset of the oldest
     /// transaction still undecided (open, or closed by a marker the high watermark has not
     /// passed), when that is lower. read_committed consumers read below it.
+    /// Never below the log start: retention may delete the start of an open transaction
+    /// (as in Kafka, where the LSO then is the log start).
     pub fn last_stable_offset(&self) -> u64 {
         let high_watermark = self.log.high_watermark();
-        self.unstable
+        let last_stable = self
+            .unstable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .last_stable_offset(high_watermark)
+            .last_stable_offset(high_watermark);
+        last_stable.max(self.log.log_start_offset().min(high_watermark))
     }
 
     /// A read_committed read: whole batches below `last_stable_offset` (as
@@ -1170,6 +1272,24 @@ fn fresh_followers(
         .filter(|r| **r != me)
         .map(|r| (*r, FollowerState::new(now)))
         .collect()
+}
+
+/// Who appends as leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// A producer (Produce).
+    Client(Verification),
+    /// The broker itself: a coordinator's records, a transaction marker.
+    Internal,
+}
+
+/// KIP-890's check of a transactional write that opens its transaction in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verification {
+    /// Not checked (`transaction.partition.verification.enable=false`).
+    Off,
+    /// The guard its verification took (`None`: the coordinator did not confirm).
+    Guard(Option<u64>),
 }
 
 /// What producer state makes of a batch.

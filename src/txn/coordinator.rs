@@ -308,6 +308,61 @@ impl TxnCoordinator {
 
     // ---- admin ----
 
+    /// Prometheus text: coordinator partitions (loading ones too), transactional ids by
+    /// state, and the oldest open transaction's age (a hung producer shows here long before
+    /// its timeout aborts it).
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let shards = self.host.runtime.shards();
+        let loading = shards.iter().filter(|s| !s.is_loaded()).count();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut by_state: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut oldest_open_ms = 0i64;
+        for shard in shards.iter().filter(|s| s.is_loaded()) {
+            let _ = shard.read(|s| {
+                for metadata in s.all() {
+                    *by_state.entry(metadata.state.name()).or_default() += 1;
+                    if metadata.state == super::state::TxnState::Ongoing
+                        && metadata.start_timestamp_ms >= 0
+                    {
+                        oldest_open_ms =
+                            oldest_open_ms.max(now_ms.saturating_sub(metadata.start_timestamp_ms));
+                    }
+                }
+            });
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_txn_coordinator_partitions __transaction_state partitions this broker coordinates\n\
+             # TYPE sluice_txn_coordinator_partitions gauge\n\
+             sluice_txn_coordinator_partitions{{state=\"loaded\"}} {}\n\
+             sluice_txn_coordinator_partitions{{state=\"loading\"}} {loading}",
+            shards.len() - loading
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_transactional_ids transactional ids this broker coordinates, by state\n\
+             # TYPE sluice_transactional_ids gauge"
+        );
+        for state in super::state::TxnState::ALL {
+            let count = by_state.get(state.name()).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "sluice_transactional_ids{{state=\"{}\"}} {count}",
+                state.name()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_transaction_oldest_open_seconds age of the oldest open transaction this broker coordinates\n\
+             # TYPE sluice_transaction_oldest_open_seconds gauge\n\
+             sluice_transaction_oldest_open_seconds {:.3}",
+            oldest_open_ms as f64 / 1000.0
+        );
+    }
+
     /// DescribeTransactions of one id: its metadata, TRANSACTIONAL_ID_NOT_FOUND, or a
     /// coordinator error.
     pub fn describe(&self, transactional_id: &str) -> Result<TxnMetadata, KafkaError> {

@@ -302,6 +302,9 @@ async fn send_to(
     }
 }
 
+/// One marker of a request: producer id, epoch, commit, coordinator epoch.
+type MarkerKey = (i64, i16, bool, i32);
+
 /// Sends `batch` to `broker`; each unit's outcome, in order.
 async fn send_batch(
     coordinator: &TxnCoordinator,
@@ -326,7 +329,7 @@ async fn send_batch(
         }
     };
     // One marker per (producer, epoch, result, coordinator epoch), its partitions by topic.
-    let mut markers: BTreeMap<(i64, i16, bool, i32), BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+    let mut markers: BTreeMap<MarkerKey, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
     for unit in batch {
         markers
             .entry((

@@ -31,6 +31,8 @@ pub struct TxnConfig {
     pub max_timeout_ms: u64,
     /// `transactional.id.expiration.ms`
     pub id_expiration_ms: u64,
+    /// `transaction.partition.verification.enable` (KIP-890)
+    pub partition_verification: bool,
 }
 
 impl Default for TxnConfig {
@@ -43,6 +45,7 @@ impl Default for TxnConfig {
             state_log_segment_bytes: 104_857_600,
             max_timeout_ms: 900_000,
             id_expiration_ms: 604_800_000,
+            partition_verification: true,
         }
     }
 }

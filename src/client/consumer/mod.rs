@@ -46,8 +46,8 @@ use super::error::{Error, Result};
 use super::group::{self, GroupShared};
 
 pub use self::types::{
-    ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset, RebalanceListener, TimestampType,
-    TopicPartition,
+    ConsumerGroupMetadata, ConsumerRecord, GroupProtocol, IsolationLevel, OffsetReset,
+    RebalanceListener, TimestampType, TopicPartition,
 };
 
 /// What poll works on, under one lock.
@@ -467,6 +467,19 @@ impl Consumer {
     /// The member id the group gave this consumer, once it joined.
     pub fn member_id(&self) -> Option<String> {
         self.inner.group.as_ref().and_then(|g| g.member_id())
+    }
+
+    /// The group, generation and member this consumer is now, for a transactional producer's
+    /// `send_offsets_to_transaction` (Kafka's `groupMetadata()`); `None` without `group.id`.
+    pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        let group = self.inner.group.as_ref()?;
+        let (member_id, generation_id) = offsets::GroupMember::commit_identity(group.as_ref());
+        Some(ConsumerGroupMetadata {
+            group_id: group.group_id.clone(),
+            generation_id,
+            member_id,
+            group_instance_id: self.inner.ctx.settings.group_instance_id.clone(),
+        })
     }
 
     /// Commits (with `enable.auto.commit`; a failure is logged, as in Java), leaves the group

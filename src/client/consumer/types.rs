@@ -46,6 +46,35 @@ pub struct ConsumerRecord {
     pub leader_epoch: Option<i32>,
 }
 
+/// A consumer's place in its group, for a transactional producer's
+/// `send_offsets_to_transaction` (Kafka's `ConsumerGroupMetadata`): the group coordinator
+/// takes the offsets only from the member of the current generation, so a zombie that lost
+/// its partitions cannot commit them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupMetadata {
+    /// The group's id.
+    pub group_id: String,
+    /// The generation (KIP-848: the member epoch), or -1 outside a generation.
+    pub generation_id: i32,
+    /// The member id, or empty outside a generation.
+    pub member_id: String,
+    /// The static member's `group.instance.id`.
+    pub group_instance_id: Option<String>,
+}
+
+impl ConsumerGroupMetadata {
+    /// A group's metadata without a member (generation -1): the coordinator then checks no
+    /// membership, as for Kafka's `sendOffsetsToTransaction(offsets, groupId)`.
+    pub fn new(group_id: &str) -> Self {
+        ConsumerGroupMetadata {
+            group_id: group_id.to_owned(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        }
+    }
+}
+
 /// Where to start a partition that has no committed offset (`auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {

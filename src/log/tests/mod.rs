@@ -1178,3 +1178,91 @@ fn a_fenced_log_refuses_appends_and_counts_as_gone_offline() {
         crate::protocol::errors::KafkaError::KafkaStorageError
     );
 }
+
+/// Compaction with transactions: an aborted record neither supersedes a committed one nor
+/// survives; markers stay; nothing at or past the first undecided transaction is compacted.
+#[test]
+fn compaction_drops_aborted_records_and_stops_at_undecided_transactions() {
+    use crate::log::batch::TxnMarker;
+    use crate::log::txn_index::AbortedTxn;
+    let fixture = Fixture::new();
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        min_cleanable_dirty_ratio: 0.01,
+        ..small_config()
+    };
+    let log = fixture.open(config, LoadState::default());
+    let keyed = |key: &str, value: &str| {
+        let mut builder = BatchBuilder::new(0, T0);
+        builder.push(T0, Some(key.as_bytes()), Some(value.as_bytes()), &[]);
+        builder
+    };
+    let write = |mut batch: Vec<u8>, origin| log.append_as_leader(&mut batch, 0, origin).unwrap();
+    write(keyed("a", "committed").build(), AppendOrigin::Client); // 0
+    let aborted = write(
+        keyed("a", "aborted")
+            .producer(5, 0, 0)
+            .transactional()
+            .build(),
+        AppendOrigin::Client,
+    ); // 1
+    let marker = TxnMarker {
+        commit: false,
+        coordinator_epoch: 0,
+    };
+    let marker_at = write(marker.batch(5, 0, T0), AppendOrigin::Internal); // 2
+    log.add_aborted(AbortedTxn {
+        producer_id: 5,
+        first_offset: aborted.first_offset,
+        last_offset: marker_at.first_offset,
+        last_stable_offset: marker_at.first_offset + 1,
+    })
+    .unwrap();
+    write(keyed("b", "one").build(), AppendOrigin::Client); // 3
+    log.roll_now().unwrap();
+    // An undecided transaction from offset 4 on: the cleaner stops before it.
+    write(
+        keyed("b", "open").producer(6, 0, 0).transactional().build(),
+        AppendOrigin::Client,
+    ); // 4
+    write(keyed("b", "two").build(), AppendOrigin::Client); // 5
+    log.roll_now().unwrap();
+    append(&log, 1, "tail", T0);
+    log.set_high_watermark(log.log_end_offset());
+    log.set_first_unstable_offset(4);
+
+    let outcome = log.clean(0, 1 << 20).unwrap();
+    assert_eq!(
+        outcome.records_removed, 1,
+        "only the aborted record: {outcome:?}"
+    );
+    let records = records_of(&read_all(&log));
+    let values = |key: &[u8]| -> Vec<Option<Vec<u8>>> {
+        records
+            .iter()
+            .filter(|r| r.1 == key)
+            .map(|r| r.2.clone())
+            .collect()
+    };
+    // The committed value of `a` is kept: the later aborted one did not supersede it.
+    assert_eq!(values(b"a"), vec![Some(b"committed".to_vec())]);
+    // `b` past the undecided transaction is not compacted yet.
+    assert_eq!(values(b"b").len(), 3);
+    assert!(
+        outcome.first_dirty_offset <= 4,
+        "cleaned past the undecided transaction: {outcome:?}"
+    );
+    let markers = read_all(&log)
+        .iter()
+        .filter(|b| header(b).is_control())
+        .count();
+    assert_eq!(markers, 1, "the marker stays");
+
+    // Decided: the next pass compacts `b`, keeping its latest committed value.
+    log.set_first_unstable_offset(u64::MAX);
+    log.clean(outcome.first_dirty_offset, 1 << 20).unwrap();
+    let records = records_of(&read_all(&log));
+    let b: Vec<_> = records.iter().filter(|r| r.1 == b"b").collect();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].2.as_deref(), Some(&b"two"[..]));
+}
