@@ -480,3 +480,28 @@ fn the_admin_apis_show_an_open_transaction_and_its_producer() {
     );
     assert!(listed.transaction_states.is_empty(), "{listed:?}");
 }
+
+#[test]
+fn open_and_aborted_transactions_survive_kill_9_and_restart_of_the_node() {
+    let mut node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    let mut script = Script::python(&["txn_suite.py", &bootstrap, "restart"]);
+    let ready = script.wait_for_line("ready", Duration::from_secs(30));
+    assert!(
+        ready.is_some(),
+        "the transactions did not get going\n{}\n--- server log\n{}",
+        script.output(),
+        tail(&node.logs(), 60)
+    );
+    node.kill9();
+    node.restart();
+    script.send_line("go");
+    let finished = script.finish(Duration::from_secs(60));
+    println!("{}", script.output());
+    assert!(
+        finished,
+        "transactions across the node's restart\n{}\n--- server log\n{}",
+        script.output(),
+        tail(&node.logs(), 80)
+    );
+}

@@ -163,8 +163,19 @@ def check_no_duplicates(values, who):
 def list_offsets(topic, partitions, isolation):
     """The latest offset of each partition as ListOffsets answers it with `isolation`."""
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin().list_offsets(request, isolation_level=isolation, request_timeout=20)
-    return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+    deadline = time.time() + 15
+    while True:
+        futures = admin().list_offsets(request, isolation_level=isolation, request_timeout=20)
+        try:
+            return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+        except KafkaException as e:
+            # After a node's restart: librdkafka's admin ListOffsets sends the leader epoch of
+            # its metadata cache, and does not refresh the cache when told FENCED_LEADER_EPOCH
+            # (the restart bumped it); a new client starts with fresh metadata.
+            check(time.time() < deadline, f"ListOffsets {isolation} failed for 15 s: {e!r}")
+            log(f"ListOffsets {isolation}: {kafka_error(e)}; retrying with a new admin client")
+            _ADMIN.clear()
+            time.sleep(0.2)
 
 
 def kafka_error(exception):
@@ -724,6 +735,89 @@ def case_check_other():
     check(got == offset, f"group {group} committed {got}, expected {offset}")
     log(f"{topic}: {len(committed)} committed records, {len(aborted)} aborted, group offset "
         f"{got}")
+
+
+def case_restart():
+    """Transactions across kill -9 and restart of the (single) node, which prints `ready` and
+    waits for a line on stdin meanwhile: before it, an aborted and a committed transaction,
+    then two left open (records written) and another producer's records after them. After
+    it, read_committed still stops at the first open transaction (the LSO) and filters the
+    aborted one; the transaction whose producer stays idle is aborted at its 6 s timeout by
+    the restarted coordinator; the other one commits."""
+    topic = "restart"
+    create(topic, 1)
+    aborted = txn_producer("r-abort")
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    produce_values(aborted, topic, {0: ["aborted-0", "aborted-1", "aborted-2"]})
+    flush(aborted)
+    aborted.abort_transaction(30)
+    committed = txn_producer("r-commit")
+    committed.init_transactions(30)
+    committed.begin_transaction()
+    produce_values(committed, topic, {0: ["committed-0", "committed-1", "committed-2"]})
+    flush(committed)
+    committed.commit_transaction(30)
+    idle = txn_producer("r-idle", **{"transaction.timeout.ms": 6000})
+    idle.init_transactions(30)
+    idle.begin_transaction()
+    reports = Deliveries()
+    produce_values(idle, topic, {0: ["idle-0", "idle-1", "idle-2"]}, reports)
+    flush(idle, reports)
+    first_open = reports.offsets["idle-0"][1]
+    survivor = txn_producer("r-survivor", **{"transaction.timeout.ms": 60000})
+    survivor.init_transactions(30)
+    survivor.begin_transaction()
+    produce_values(survivor, topic, {0: ["survivor-0", "survivor-1", "survivor-2"]})
+    flush(survivor)
+    plain = plain_producer()
+    produce_values(plain, topic, {0: ["after-0", "after-1"]})
+    flush(plain)
+    idle_opened = time.time()
+    lso = list_offsets(topic, 1, IsolationLevel.READ_COMMITTED)[0]
+    check(lso == first_open, f"LSO before the restart {lso}, expected {first_open}")
+    print("ready", flush=True)
+    line = sys.stdin.readline()
+    check(line.strip() == "go", f"expected go on stdin, read {line!r}")
+    log(f"the node was restarted {time.time() - idle_opened:.1f} s after the idle transaction "
+        "began")
+
+    # Unless the idle transaction's timeout has passed already, the LSO is still its start.
+    lso = list_offsets(topic, 1, IsolationLevel.READ_COMMITTED)[0]
+    reader = Reader(topic, 1, "read_committed")
+    if time.time() - idle_opened < 5:
+        check(lso == first_open, f"LSO after the restart {lso}, expected {first_open} (the "
+              "open transactions' first offset)")
+        reader.poll_until("the committed transaction", has_all(["committed-0", "committed-1",
+                                                                "committed-2"]))
+        reader.poll_for(1)
+        check(reader.values() == ["committed-0", "committed-1", "committed-2"],
+              f"read_committed after the restart: {reader.values()}")
+    # The idle one is aborted at its timeout; the LSO moves on to the survivor's first offset.
+    survivor_first = first_open + 3
+    deadline = time.time() + 20
+    while (lso := list_offsets(topic, 1, IsolationLevel.READ_COMMITTED)[0]) != survivor_first:
+        check(time.time() < deadline, f"LSO {lso} 20 s after the restart; the idle transaction "
+              f"(6 s timeout) should have been aborted, moving it to {survivor_first}")
+        time.sleep(0.2)
+    log(f"the idle transaction was aborted {time.time() - idle_opened:.1f} s after it began")
+    survivor.commit_transaction(60)
+    expected = ["committed-0", "committed-1", "committed-2", "survivor-0", "survivor-1",
+                "survivor-2", "after-0", "after-1"]
+    reader.poll_until("the survivor's transaction and the records after it", has_all(expected))
+    reader.poll_for(1)
+    check(reader.values() == expected, f"read_committed read {reader.values()}, expected "
+          f"{expected}")
+    uncommitted = Reader(topic, 1, "read_uncommitted")
+    everything = ["aborted-0", "aborted-1", "aborted-2"] + expected[:3] \
+        + ["idle-0", "idle-1", "idle-2"] + expected[3:]
+    uncommitted.poll_until("every record", has_all(everything))
+    uncommitted.poll_for(0.5)
+    check(uncommitted.values() == everything, f"read_uncommitted read {uncommitted.values()}")
+    error = fenced_error(lambda: idle.commit_transaction(30), "the idle producer's commit")
+    log(f"the idle producer's commit failed: {error.name()}")
+    reader.close()
+    uncommitted.close()
 
 
 def case_hold_open():
