@@ -505,3 +505,10 @@ fn open_and_aborted_transactions_survive_kill_9_and_restart_of_the_node() {
         tail(&node.logs(), 80)
     );
 }
+
+#[test]
+fn randomly_interleaved_transactions_leave_exactly_the_committed_records_visible() {
+    let node = SingleNode::start(&[]);
+    let seed = seed().to_string();
+    txn_case(&node, "random-interleave", &[&seed]);
+}

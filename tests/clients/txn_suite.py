@@ -820,6 +820,132 @@ def case_restart():
     uncommitted.close()
 
 
+def case_random_interleave():
+    """ARGS: SEED. Four transactional producers and a plain one write interleaved to two
+    partitions, the transactional ones committing and aborting at random (the seed's choice).
+    Along the way ListOffsets read_committed answers each partition's LSO (the first offset of
+    its oldest open transaction, else the high watermark); at the end read_committed
+    consumers (one fetching in small pieces) read exactly the committed and plain records in
+    offset order, read_uncommitted everything."""
+    import random
+    seed = int(ARGS[0])
+    rng = random.Random(seed)
+    log(f"seed {seed}")
+    topic, parts = "interleave", 2
+    create(topic, parts)
+    plain = plain_producer()
+    producers = []
+    for n in range(4):
+        p = txn_producer(f"interleave-{n}")
+        p.init_transactions(30)
+        producers.append({"producer": p, "open": False, "records": [], "name": n, "txn": 0})
+    visible = []  # (partition, offset, value) of committed and plain records
+    written = []  # every record
+    for step in range(60):
+        choice = rng.random()
+        if choice < 0.15:
+            reports = Deliveries()
+            values = [f"plain-{step}-{i}" for i in range(rng.randint(1, 3))]
+            produce_values(plain, topic, {rng.randrange(parts): values}, reports)
+            flush(plain, reports)
+            records = [(p, o, v) for v, (p, o) in reports.offsets.items()]
+            visible += records
+            written += records
+            continue
+        state = rng.choice(producers)
+        p = state["producer"]
+        if not state["open"]:
+            p.begin_transaction()
+            state["open"], state["records"] = True, []
+            state["txn"] += 1
+        if choice < 0.75 or not state["records"]:
+            reports = Deliveries()
+            values = [f"t{state['name']}-{state['txn']}-{step}-{i}"
+                      for i in range(rng.randint(1, 4))]
+            produce_values(p, topic, {rng.randrange(parts): values}, reports)
+            flush(p, reports)
+            records = [(q, o, v) for v, (q, o) in reports.offsets.items()]
+            state["records"] += records
+            written += records
+        elif choice < 0.9:
+            p.commit_transaction(30)
+            visible += state["records"]
+            state["open"] = False
+        else:
+            p.abort_transaction(30)
+            state["open"] = False
+        if step % 10 == 9:
+            check_lso(topic, parts, producers, written)
+    for state in producers:
+        if state["open"]:
+            if rng.random() < 0.5:
+                state["producer"].commit_transaction(30)
+                visible += state["records"]
+            else:
+                state["producer"].abort_transaction(30)
+            state["open"] = False
+    check_lso(topic, parts, producers, written)
+
+    def in_order(records):
+        parts_values = {}
+        for p, _, v in sorted(records):
+            parts_values.setdefault(p, []).append(v)
+        return parts_values
+    expected, everything = in_order(visible), in_order(written)
+    log(f"{len(written)} records written, {len(visible)} visible")
+    for isolation, wanted in (("read_committed", expected), ("read_uncommitted", everything)):
+        reader = Reader(topic, parts, isolation)
+        reader.poll_until("every record", has_all([v for vs in wanted.values() for v in vs]))
+        reader.poll_for(1)
+        check(reader.by_partition() == wanted, f"seed {seed}: {isolation} read "
+              f"{reader.by_partition()}, expected {wanted}")
+        reader.close()
+    # A read_committed consumer fetching 200 bytes of a partition at a time: each fetch's aborted
+    # transactions must cover its own range.
+    small = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "interleave-small",
+                      "enable.auto.commit": False, "isolation.level": "read_committed",
+                      "message.max.bytes": 1000, "fetch.max.bytes": 1000,
+                      "max.partition.fetch.bytes": 200,
+                      "fetch.wait.max.ms": 50})
+    small.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+    got = {}
+    deadline = time.time() + 30
+    settle = None
+    while time.time() < deadline and (settle is None or time.time() < settle):
+        for m in small.consume(num_messages=100, timeout=0.2):
+            check(not m.error(), f"consume error {m.error()}")
+            got.setdefault(m.partition(), []).append(m.value().decode())
+        if settle is None and got == expected:
+            settle = time.time() + 1
+    small.close()
+    check(got == expected, f"seed {seed}: read_committed in small fetches read {got}, "
+          f"expected {expected}")
+
+
+def check_lso(topic, parts, producers, written):
+    """ListOffsets read_committed is each partition's LSO: the first offset an open transaction
+    wrote there, else the high watermark. (EndTxn returns before the markers are written, so
+    this waits for the answer to settle.)"""
+    high = {p: 0 for p in range(parts)}
+    for p, o, _ in written:
+        high[p] = max(high[p], o + 1)
+    deadline = time.time() + 10
+    while True:
+        expected = {}
+        for p in range(parts):
+            firsts = [o for s in producers if s["open"] for q, o, _ in s["records"] if q == p]
+            expected[p] = min(firsts) if firsts else None
+        answered = list_offsets(topic, parts, IsolationLevel.READ_COMMITTED)
+        # With no open transaction, the LSO is the high watermark, past the last marker too.
+        ok = all(answered[p] == expected[p] if expected[p] is not None
+                 else answered[p] >= high[p] for p in range(parts))
+        if ok:
+            return
+        check(time.time() < deadline, f"ListOffsets read_committed {answered}, expected the "
+              f"LSO {expected} (None: no open transaction, at least {high})")
+        time.sleep(0.1)
+
+
 def case_hold_open():
     """ARGS: TOPIC TRANSACTIONAL_ID. Writes 5 records to partition 0 of TOPIC in a transaction
     and holds it open: prints `ready <producer's first offset>`, commits on a line on stdin."""
