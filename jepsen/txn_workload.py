@@ -309,12 +309,25 @@ class TxnClient:
         self.log.event("ok", "assign", partitions=[key_name(tp.topic, tp.partition) for tp in assignment],
                        value="rewind after abort")
 
+    def flush(self):
+        """Waits for the delivery reports (the sends' offsets); a fenced producer raises."""
+        from confluent_kafka import KafkaException
+        try:
+            self.producer.flush(CALL_TIMEOUT_S)
+        except KafkaException as e:
+            if e.args[0].fatal():
+                raise Fenced(f"flush: {describe(e.args[0])}") from None
+
     def abort(self, mops, error):
         """Aborts: the commit was never asked for, so the transaction did not commit whatever
         becomes of the abort."""
         from confluent_kafka import KafkaException
-        self.producer.flush(CALL_TIMEOUT_S)
         txn = self.txn(mops, error=error or "aborted on purpose")
+        try:
+            self.flush()
+        except Fenced:
+            self.log.event("fail", "txn", txn=txn)
+            raise
         deadline = time.time() + OPERATION_DEADLINE_S
         while True:
             try:
@@ -334,7 +347,11 @@ class TxnClient:
     def commit(self, mops):
         """Commits; `ok` when the commit succeeded, `info` when it did not (it may have)."""
         from confluent_kafka import KafkaException
-        self.producer.flush(CALL_TIMEOUT_S)  # delivery reports: the sends' offsets
+        try:
+            self.flush()
+        except Fenced:
+            self.log.event("fail", "txn", txn=self.txn(mops, error="fenced before the commit"))
+            raise
         commit_ns = now_ns()
         sends = [dict(m) for m in mops if m["f"] == "send"]
         self.log.event("invoke", "txn-commit", time_ns=commit_ns, txn=self.txn(sends, commit_ns=commit_ns))
