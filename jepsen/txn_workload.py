@@ -353,8 +353,10 @@ class TxnClient:
             self.log.event("fail", "txn", txn=self.txn(mops, error="fenced before the commit"))
             raise
         commit_ns = now_ns()
-        sends = [dict(m) for m in mops if m["f"] == "send"]
-        self.log.event("invoke", "txn-commit", time_ns=commit_ns, txn=self.txn(sends, commit_ns=commit_ns))
+        # The sends (with their offsets) and the group offsets: with the polls of the
+        # invocation, all a crash during the commit would otherwise take.
+        writes = [dict(m) for m in mops if m["f"] in ("send", "send-offsets")]
+        self.log.event("invoke", "txn-commit", time_ns=commit_ns, txn=self.txn(writes, commit_ns=commit_ns))
         if self.crash_point == "during-commit" and self.crash_at is not None and time.time() >= self.crash_at:
             delay = self.rng.uniform(0, 0.05)
 

@@ -34,7 +34,8 @@
 //!   when its producer asks it to, so one that never asked cannot. `info`: the commit was
 //!   invoked and did not succeed (a timeout, a fatal error): unknown.
 //! - A transaction with an invocation but no completion was cut short by a crash (os._exit
-//!   or kill -9): `info` if its `txn-commit` was logged, else `fail`.
+//!   or kill -9): `info` if its `txn-commit` was logged, else `fail`; its micro-ops are the
+//!   polls of its invocation and the sends and `send-offsets` of its `txn-commit`.
 //! - An `assign` starts a new read epoch for its process: the consumer was (re)assigned, or
 //!   rewound to the group's committed offsets after an abort, and may jump. The final reader
 //!   logs an `assign` with value `final`, then `poll` events taking every key to its end.
@@ -103,6 +104,10 @@ pub struct Txn {
     pub commit_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The checker's own: the transaction was cut short by a crash (no completion was logged;
+    /// see `with_effects`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
 }
 
 /// A micro-op of a transaction.
@@ -156,44 +161,136 @@ pub struct TxnReport {
     pub allowed_examples: BTreeMap<String, Vec<Value>>,
 }
 
-/// The history with every transaction's completion given `sends` and `reads` (the fields the
-/// queue checks read), derived from its micro-ops; borrowed as is without transactions.
+/// The history as the checks read it: a transaction cut short by a crash (an invocation with
+/// no completion) is given one, `info` if its `txn-commit` was logged, else `fail`, with the
+/// micro-ops it logged (the polls of its invocation, the sends and offsets of its
+/// `txn-commit`), placed after its process's last event; and every transaction's completion
+/// is given `sends` and `reads` (the fields the queue checks read), derived from its
+/// micro-ops. Borrowed as is without transactions.
 pub(crate) fn with_effects(history: &[Event]) -> Cow<'_, [Event]> {
-    if !history.iter().any(|e| e.f == "txn" && e.kind != "invoke") {
+    if !history.iter().any(|e| e.txn.is_some()) {
         return Cow::Borrowed(history);
     }
-    let events = history
-        .iter()
-        .map(|event| {
-            let mut event = event.clone();
-            if event.f == "txn" && event.kind != "invoke" {
-                if let Some(txn) = &event.txn {
-                    let mut sends: super::Sends = BTreeMap::new();
-                    let mut reads: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
-                    for mop in &txn.mops {
-                        match mop {
-                            Mop::Send {
-                                key, value, offset, ..
-                            } => sends
-                                .entry(key.clone())
-                                .or_default()
-                                .push((*offset, *value)),
-                            Mop::Poll { reads: polled, .. } => {
-                                for (key, records) in polled {
-                                    reads.entry(key.clone()).or_default().extend(records);
-                                }
-                            }
-                            Mop::SendOffsets { .. } => {}
-                        }
-                    }
-                    event.sends = Some(sends);
-                    event.reads = Some(reads);
+    // Completions for the transactions cut short, by the index of the event they follow.
+    let mut completions: HashMap<usize, Vec<Event>> = HashMap::new();
+    let mut last_of: HashMap<i64, usize> = HashMap::new();
+    let mut pending: HashMap<i64, (&Event, Option<&Event>)> = HashMap::new();
+    for (index, event) in history.iter().enumerate() {
+        match (event.f.as_str(), event.kind.as_str()) {
+            ("txn", "invoke") => {
+                if let Some((invoke, commit)) = pending.remove(&event.process) {
+                    let after = last_of.get(&event.process).copied().unwrap_or(index);
+                    completions.entry(after).or_default().push(cut_short(
+                        invoke,
+                        commit,
+                        history[after].time_ns,
+                    ));
+                }
+                pending.insert(event.process, (event, None));
+            }
+            ("txn-commit", "invoke") => {
+                if let Some((_, commit)) = pending.get_mut(&event.process) {
+                    *commit = Some(event);
                 }
             }
-            event
+            ("txn", _) => {
+                pending.remove(&event.process);
+            }
+            _ => {}
+        }
+        last_of.insert(event.process, index);
+    }
+    for (process, (invoke, commit)) in pending {
+        let after = last_of[&process];
+        let completion = cut_short(invoke, commit, history[after].time_ns);
+        completions.entry(after).or_default().push(completion);
+    }
+    let mut events = Vec::with_capacity(history.len() + completions.len());
+    for (index, event) in history.iter().enumerate() {
+        events.push(with_sends_and_reads(event.clone()));
+        for completion in completions.remove(&index).into_iter().flatten() {
+            events.push(with_sends_and_reads(completion));
+        }
+    }
+    Cow::Owned(events)
+}
+
+/// The completion of a transaction cut short by a crash.
+fn cut_short(invoke: &Event, commit: Option<&Event>, time_ns: u64) -> Event {
+    let planned = invoke.txn.clone().unwrap_or_default();
+    let committing = commit.and_then(|c| c.txn.as_ref());
+    // The sends as `txn-commit` logged them (with offsets), in the order planned; then the
+    // offsets sent.
+    let logged: HashMap<(&str, i64), &Mop> = committing
+        .iter()
+        .flat_map(|txn| &txn.mops)
+        .filter_map(|mop| match mop {
+            Mop::Send { key, value, .. } => Some(((key.as_str(), *value), mop)),
+            _ => None,
         })
         .collect();
-    Cow::Owned(events)
+    let mut mops: Vec<Mop> = planned
+        .mops
+        .iter()
+        .map(|mop| match mop {
+            Mop::Send { key, value, .. } => logged
+                .get(&(key.as_str(), *value))
+                .map_or_else(|| mop.clone(), |m| (*m).clone()),
+            _ => mop.clone(),
+        })
+        .collect();
+    mops.extend(
+        committing
+            .iter()
+            .flat_map(|txn| &txn.mops)
+            .filter(|m| matches!(m, Mop::SendOffsets { .. }))
+            .cloned(),
+    );
+    Event {
+        time_ns,
+        process: invoke.process,
+        kind: if committing.is_some() { "info" } else { "fail" }.into(),
+        f: "txn".into(),
+        txn: Some(Txn {
+            mops,
+            commit_ns: committing.and_then(|txn| txn.commit_ns),
+            error: Some("cut short by a crash".into()),
+            cut_short: true,
+            ..planned
+        }),
+        ..Event::default()
+    }
+}
+
+/// A transaction's completion with `sends` and `reads` from its micro-ops.
+fn with_sends_and_reads(mut event: Event) -> Event {
+    if event.f != "txn" || event.kind == "invoke" {
+        return event;
+    }
+    let Some(txn) = &event.txn else {
+        return event;
+    };
+    let mut sends: super::Sends = BTreeMap::new();
+    let mut reads: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for mop in &txn.mops {
+        match mop {
+            Mop::Send {
+                key, value, offset, ..
+            } => sends
+                .entry(key.clone())
+                .or_default()
+                .push((*offset, *value)),
+            Mop::Poll { reads: polled, .. } => {
+                for (key, records) in polled {
+                    reads.entry(key.clone()).or_default().extend(records);
+                }
+            }
+            Mop::SendOffsets { .. } => {}
+        }
+    }
+    event.sends = Some(sends);
+    event.reads = Some(reads);
+    event
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,27 +462,17 @@ impl Epochs {
 /// Pairs the transactions' events, numbers the read epochs, and collects the reads.
 fn analyze<'a>(history: &'a [Event], report: &mut TxnReport) -> Analysis<'a> {
     let mut epochs = Epochs::default();
-    // process -> the transaction under way: its invocation and txn-commit
-    let mut pending: HashMap<i64, (&Event, Option<&Event>)> = HashMap::new();
+    // process -> when its transaction under way was invoked
+    let mut invoked: HashMap<i64, u64> = HashMap::new();
     let mut txns: Vec<TxnOp> = Vec::new();
     let mut poll_events: Vec<(usize, &Event, usize)> = Vec::new();
     for (index, event) in history.iter().enumerate() {
         match (event.f.as_str(), event.kind.as_str()) {
             ("txn", "invoke") => {
-                if let Some((invoke, commit)) = pending.remove(&event.process) {
-                    txns.extend(cut_short(invoke, commit, epochs.of(event.process)));
-                }
-                if event.txn.is_some() {
-                    pending.insert(event.process, (event, None));
-                }
-            }
-            ("txn-commit", "invoke") => {
-                if let Some((_, commit)) = pending.get_mut(&event.process) {
-                    *commit = Some(event);
-                }
+                invoked.insert(event.process, event.time_ns);
             }
             ("txn", kind) => {
-                let invoke = pending.remove(&event.process);
+                let invoked_ns = invoked.remove(&event.process).unwrap_or(event.time_ns);
                 let Some(txn) = &event.txn else { continue };
                 let outcome = match kind {
                     "ok" => Outcome::Ok,
@@ -396,8 +483,8 @@ fn analyze<'a>(history: &'a [Event], report: &mut TxnReport) -> Analysis<'a> {
                     process: event.process,
                     txn,
                     outcome,
-                    invoked_ns: invoke.map_or(event.time_ns, |(i, _)| i.time_ns),
-                    completed_ns: Some(event.time_ns),
+                    invoked_ns,
+                    completed_ns: (!txn.cut_short).then_some(event.time_ns),
                     epoch: epochs.of(event.process),
                 });
             }
@@ -411,11 +498,6 @@ fn analyze<'a>(history: &'a [Event], report: &mut TxnReport) -> Analysis<'a> {
             ("txn-fence", _) => report.fencings_started += 1,
             _ => {}
         }
-    }
-    let mut rest: Vec<_> = pending.into_iter().collect();
-    rest.sort_by_key(|(_, (invoke, _))| invoke.time_ns);
-    for (process, (invoke, commit)) in rest {
-        txns.extend(cut_short(invoke, commit, epochs.of(process)));
     }
 
     let mut writers = HashMap::new();
@@ -457,23 +539,6 @@ fn analyze<'a>(history: &'a [Event], report: &mut TxnReport) -> Analysis<'a> {
         writers,
         committed,
     }
-}
-
-/// A transaction whose process crashed before completing it: unknown if it had begun to
-/// commit, else not committed. Its micro-ops are the latest it logged.
-fn cut_short<'a>(invoke: &'a Event, commit: Option<&'a Event>, epoch: usize) -> Option<TxnOp<'a>> {
-    let (txn, outcome) = match commit.and_then(|c| c.txn.as_ref()) {
-        Some(txn) => (txn, Outcome::Info),
-        None => (invoke.txn.as_ref()?, Outcome::Fail),
-    };
-    Some(TxnOp {
-        process: invoke.process,
-        txn,
-        outcome,
-        invoked_ns: invoke.time_ns,
-        completed_ns: None,
-        epoch,
-    })
 }
 
 fn push_reads<'a>(
@@ -1063,7 +1128,7 @@ mod tests {
             seq,
             mops: ops.0,
             commit_ns,
-            error: None,
+            ..Txn::default()
         };
         let mut events = vec![txn_event(invoked_ns, process, "invoke", "txn", txn.clone())];
         if let Some(commit_ns) = commit_ns {
@@ -1466,6 +1531,72 @@ mod tests {
         let report = check(&sorted(history));
         assert_eq!(report.bad_error_types, vec!["consume-skip"]);
         assert_eq!(report.anomalies["consume-skip"][0]["offset"], json!(2));
+    }
+
+    #[test]
+    fn a_consume_transform_produce_transaction_cut_short_while_committing_counts_once_seen() {
+        // T1 consumed 0..1 and began to commit offset 2, then its process died: its
+        // invocation has its poll, its txn-commit its sends and offsets.
+        let mut history = committed(
+            1,
+            1,
+            Ops::default().send("a", 10, 0, 11).send("a", 11, 1, 12),
+            10,
+        );
+        let consumed = Ops::default().poll("a", &[(0, 10), (1, 11)], 105);
+        let mut invoke = consumed.clone();
+        invoke.0.push(Mop::Send {
+            key: "out".into(),
+            value: 100,
+            offset: None,
+            invoked_ns: 0,
+        });
+        let commit = Ops::default().send("out", 100, 0, 106).offsets("a", 2);
+        let txn = |ops: Ops, commit_ns| Txn {
+            transactional_id: "t2".into(),
+            seq: 1,
+            mops: ops.0,
+            commit_ns,
+            ..Txn::default()
+        };
+        history.push(txn_event(100, 2, "invoke", "txn", txn(invoke, None)));
+        history.push(txn_event(
+            110,
+            2,
+            "invoke",
+            "txn-commit",
+            txn(commit, Some(110)),
+        ));
+        // Its successor consumed from 2 on.
+        let t3 = Ops::default()
+            .poll("a", &[(2, 12)], 205)
+            .send("out", 101, 1, 206)
+            .offsets("a", 3);
+        history.extend(committed(3, 1, Ops::default().send("a", 12, 2, 101), 100));
+        history.extend(committed(4, 1, t3, 200));
+        let history = with_final(
+            history,
+            &[
+                ("a", &[(0, 10), (1, 11), (2, 12)]),
+                ("out", &[(0, 100), (1, 101)]),
+            ],
+        );
+        let report = check(&sorted(history.clone()));
+        assert!(report.valid, "{report:?}");
+        let txn = report.txn.expect("txn");
+        assert_eq!((txn.crashed, txn.unknown_found_committed), (1, 1));
+        assert_eq!(txn.consume_transform_produce_committed, 2);
+        // Had its derived value not been read, it would not be known to have committed.
+        let mut unread = history;
+        unread.retain(|e| {
+            !(e.f == "poll" && e.reads.as_ref().is_some_and(|r| r.contains_key("out")))
+        });
+        unread.push(final_poll(1003, 9, "out", &[(1, 101)]));
+        let report = check(&sorted(unread));
+        assert!(
+            report.bad_error_types.contains(&"consume-skip".to_owned()),
+            "{report:?}"
+        );
     }
 
     #[test]
