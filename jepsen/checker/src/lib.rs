@@ -53,10 +53,15 @@
 //! and acknowledged sends. Offsets may have gaps (aborted or compacted records); only values
 //! present in the version order can be skipped.
 //!
-//! G1a (aborted read: a poll saw a value written by a transaction that aborted) needs
-//! transactions, which the broker does not have yet, so it is not checked.
+//! A history of the transactional workload has `txn` events instead of sends (see the `txn`
+//! module): a committed transaction's sends count as acknowledged sends, and the reads of every
+//! transaction, committed or not, as polls, so the anomalies above are checked for them too,
+//! but for `int-send-skip` (Kafka's transactions do not isolate writes: concurrent
+//! transactions interleave in a partition). The transactional anomalies (G1a, G1b, G1c,
+//! precommitted reads, torn transactions, ...) are the `txn` module's.
 
 mod groups;
+mod txn;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -64,6 +69,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use groups::GroupReport;
+pub use txn::{Mop, Txn, TxnReport};
 
 /// The messages of a multi-send op: per key, `(offset, value)` in the order sent; the offset
 /// is `None` where it is not known (an invocation).
@@ -98,6 +104,9 @@ pub struct Event {
     /// Group events: per key, the offset a `commit` commits or a `committed` read found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offsets: Option<BTreeMap<String, i64>>,
+    /// Transactional events: the transaction (see the `txn` module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn: Option<Txn>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +149,9 @@ pub struct Report {
     /// What the consumer group did; `None` for a history without group events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<GroupReport>,
+    /// What the transactions did; `None` for a history without transactions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub txn: Option<TxnReport>,
 }
 
 const EXAMPLES_MAX: usize = 8;
@@ -152,7 +164,15 @@ const NS_PER_MS: u64 = 1_000_000;
 
 /// The operations of clients; everything else in a history (faults, heals, crashes, the group
 /// metadata read after the run) is the harness's.
-const CLIENT_OPS: [&str; 6] = ["send", "poll", "assign", "revoke", "commit", "committed"];
+const CLIENT_OPS: [&str; 7] = [
+    "send",
+    "poll",
+    "assign",
+    "revoke",
+    "commit",
+    "committed",
+    "txn",
+];
 
 #[derive(Default)]
 struct Found {
@@ -208,8 +228,15 @@ struct Ack<'a> {
     time_ns: u64,
 }
 
+/// Whether a completion reports records read: an acknowledged poll, or a transaction whatever
+/// its outcome (a consumer's reads happen whether or not its transaction commits).
+fn reads_records(event: &Event) -> bool {
+    (event.f == "poll" && event.kind == "ok") || (event.f == "txn" && event.kind != "invoke")
+}
+
 /// Checks a history.
 pub fn check(history: &[Event]) -> Report {
+    let history = &*txn::with_effects(history);
     let mut found = Found::default();
     let completions: Vec<&Event> = history.iter().filter(|e| e.kind != "invoke").collect();
     let faults_injected = history
@@ -240,36 +267,33 @@ pub fn check(history: &[Event]) -> Report {
     let mut acknowledged: Vec<Ack> = Vec::new();
     // The acknowledged ops' sends, kept for the checks within an op, which need the whole
     // version order.
-    let mut sent_ops: Vec<(i64, OpSends)> = Vec::new();
+    let mut sent_ops: Vec<(&Event, OpSends)> = Vec::new();
     let mut read: BTreeSet<(String, i64)> = BTreeSet::new();
     for (op, event) in completions.iter().enumerate() {
-        match (event.f.as_str(), event.kind.as_str()) {
-            ("send", "ok") => {
-                let sends = sends_of(event);
-                for (key, records) in &sends {
-                    for (offset, value) in records {
-                        note(&mut found, key, *offset, *value);
-                        acknowledged.push(Ack {
-                            key,
-                            value: *value,
-                            offset: *offset,
-                            process: event.process,
-                            op,
-                            time_ns: event.time_ns,
-                        });
-                    }
-                }
-                sent_ops.push((event.process, sends));
-            }
-            ("poll", "ok") => {
-                for (key, records) in event.reads.iter().flatten() {
-                    for (offset, value) in records {
-                        note(&mut found, key, *offset, *value);
-                        read.insert((key.clone(), *value));
-                    }
+        if event.kind == "ok" && matches!(event.f.as_str(), "send" | "txn") {
+            let sends = sends_of(event);
+            for (key, records) in &sends {
+                for (offset, value) in records {
+                    note(&mut found, key, *offset, *value);
+                    acknowledged.push(Ack {
+                        key,
+                        value: *value,
+                        offset: *offset,
+                        process: event.process,
+                        op,
+                        time_ns: event.time_ns,
+                    });
                 }
             }
-            _ => {}
+            sent_ops.push((event, sends));
+        }
+        if reads_records(event) {
+            for (key, records) in event.reads.iter().flatten() {
+                for (offset, value) in records {
+                    note(&mut found, key, *offset, *value);
+                    read.insert((key.clone(), *value));
+                }
+            }
         }
     }
     for ((key, value), offsets) in &offsets_of {
@@ -284,7 +308,7 @@ pub fn check(history: &[Event]) -> Report {
     let highest_read: HashMap<&str, i64> = {
         let mut highest = HashMap::new();
         for event in &completions {
-            if event.f == "poll" && event.kind == "ok" {
+            if reads_records(event) {
                 for (key, records) in event.reads.iter().flatten() {
                     if let Some(max) = records.iter().map(|(o, _)| *o).max() {
                         let entry = highest.entry(key.as_str()).or_insert(max);
@@ -334,7 +358,11 @@ pub fn check(history: &[Event]) -> Report {
         .collect();
     let index = |key: &str, offset: i64| index_of.get(key).and_then(|m| m.get(&offset)).copied();
     // Sends within one op: successive sends to a key go forward, to adjacent versions.
-    for (process, sends) in &sent_ops {
+    for (event, sends) in &sent_ops {
+        let process = event.process;
+        // Concurrent transactions interleave their writes to a partition (Kafka's transactions
+        // isolate reads from uncommitted writes, not writes from each other).
+        let interleaving_allowed = event.f == "txn";
         for (key, records) in sends {
             for pair in records.windows(2) {
                 let ((a, value_a), (b, value_b)) = (pair[0], pair[1]);
@@ -345,7 +373,7 @@ pub fn check(history: &[Event]) -> Report {
                                "values": [value_a, value_b], "offsets": [a, b]}),
                     );
                 } else if let (Some(ia), Some(ib)) = (index(key, a), index(key, b)) {
-                    if ib > ia + 1 {
+                    if ib > ia + 1 && !interleaving_allowed {
                         found.add(
                             "int-send-skip",
                             json!({"key": key, "process": process, "values": [value_a, value_b],
@@ -363,7 +391,7 @@ pub fn check(history: &[Event]) -> Report {
             position.retain(|(p, _), _| *p != event.process);
             continue;
         }
-        if event.f != "poll" || event.kind != "ok" {
+        if !reads_records(event) {
             continue;
         }
         for (key, records) in event.reads.iter().flatten() {
@@ -406,6 +434,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     let write_recovery_ms = write_recovery(history, &acknowledged, &mut found);
     let groups = groups::check(history, &mut found);
+    let txn = txn::check(history, &mut found);
     let bad_error_types: Vec<String> = found.counts.keys().cloned().collect();
     Report {
         valid: bad_error_types.is_empty(),
@@ -421,6 +450,7 @@ pub fn check(history: &[Event]) -> Report {
         keys: versions.len(),
         write_recovery_ms,
         groups,
+        txn,
     }
 }
 
@@ -482,6 +512,9 @@ pub fn summary(report: &Report) -> String {
             g.generations_seen,
             g.group_metadata_records
         ));
+    }
+    if let Some(t) = &report.txn {
+        out.push_str(&txn::summary(t));
     }
     for (kind, count) in &report.anomaly_counts {
         out.push_str(&format!("  {kind}: {count}\n"));
