@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Plots a jepsen/run history: acknowledged sends per second and send latency (invoke to ok)
-over time, with every fault window shaded.
+over time, with every fault window shaded. In the txn workload a committed transaction's
+sends count as acknowledged at its commit, and the latency is the transaction's (invoke to
+committed).
 
 usage: jepsen/plot.py HISTORY.jsonl OUT.png
 """
@@ -29,6 +31,16 @@ def main():
         elif e["f"] == "send" and e["type"] == "ok":
             began = invoked.get((e["process"], e["key"], e["value"]))
             acked_times.append(t(e))
+            if began is not None:
+                latencies.append((t(e), (t(e) - began) * 1e3))
+        elif e["f"] == "txn" and e["type"] == "invoke":
+            txn = e.get("txn", {})
+            invoked[("txn", txn.get("transactional_id"), txn.get("seq"))] = t(e)
+        elif e["f"] == "txn" and e["type"] == "ok":
+            txn = e.get("txn", {})
+            sends = [m for m in txn.get("mops", []) if m.get("f") == "send"]
+            acked_times.extend([t(e)] * len(sends))
+            began = invoked.get(("txn", txn.get("transactional_id"), txn.get("seq")))
             if began is not None:
                 latencies.append((t(e), (t(e) - began) * 1e3))
         elif e["f"] == "nemesis":
