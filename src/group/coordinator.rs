@@ -305,17 +305,7 @@ impl GroupCoordinator {
         commits: Vec<OffsetCommit>,
     ) -> Result<CommitOutcome, KafkaError> {
         let shard = self.shard_of(group_id)?;
-        let mut results = vec![Ok(()); commits.len()];
-        let mut accepted = Vec::with_capacity(commits.len());
-        let mut stored = Vec::with_capacity(commits.len());
-        for (i, commit) in commits.into_iter().enumerate() {
-            if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
-                results[i] = Err(KafkaError::OffsetMetadataTooLarge);
-            } else {
-                accepted.push(i);
-                stored.push(commit);
-            }
-        }
+        let (mut results, accepted, stored) = self.screen_metadata(commits);
         if accepted.is_empty() {
             return Ok(results);
         }
@@ -386,6 +376,26 @@ impl GroupCoordinator {
             .await
     }
 
+    /// Commits whose metadata is too large answer OFFSET_METADATA_TOO_LARGE alone: the
+    /// answers so far, the indexes of the others, and the others.
+    fn screen_metadata(
+        &self,
+        commits: Vec<OffsetCommit>,
+    ) -> (Vec<Result<(), KafkaError>>, Vec<usize>, Vec<OffsetCommit>) {
+        let mut results = vec![Ok(()); commits.len()];
+        let mut accepted = Vec::with_capacity(commits.len());
+        let mut stored = Vec::with_capacity(commits.len());
+        for (i, commit) in commits.into_iter().enumerate() {
+            if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
+                results[i] = Err(KafkaError::OffsetMetadataTooLarge);
+            } else {
+                accepted.push(i);
+                stored.push(commit);
+            }
+        }
+        (results, accepted, stored)
+    }
+
     /// TxnOffsetCommit: offsets committed in `producer`'s transaction, visible once its
     /// commit marker is written. Per partition as [`GroupCoordinator::commit`].
     #[allow(clippy::too_many_arguments)]
@@ -399,17 +409,7 @@ impl GroupCoordinator {
         commits: Vec<OffsetCommit>,
     ) -> Result<CommitOutcome, KafkaError> {
         let shard = self.shard_of(group_id)?;
-        let mut results = vec![Ok(()); commits.len()];
-        let mut accepted = Vec::with_capacity(commits.len());
-        let mut stored = Vec::with_capacity(commits.len());
-        for (i, commit) in commits.into_iter().enumerate() {
-            if commit.offset.metadata.len() > self.config.offset_metadata_max_bytes {
-                results[i] = Err(KafkaError::OffsetMetadataTooLarge);
-            } else {
-                accepted.push(i);
-                stored.push(commit);
-            }
-        }
+        let (mut results, accepted, stored) = self.screen_metadata(commits);
         if accepted.is_empty() {
             return Ok(results);
         }
