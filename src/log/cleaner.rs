@@ -20,13 +20,15 @@
 //!    truncation), the pass is abandoned.
 //!
 //! Compressed batches are kept whole and their keys do not enter the map (decompression
-//! arrives with the broker's compression support); control batches (transaction markers) are
-//! kept.
+//! arrives with the broker's compression support).
 //!
 //! Transactions: the cleanable range also ends at the first undecided transaction (the last
 //! stable offset, as Kafka's), so every transaction in it is decided. The batches of aborted
 //! transactions (from the aborted-transaction indexes) neither enter the map (an aborted
-//! record never supersedes a committed one) nor survive the rewrite.
+//! record never supersedes a committed one) nor survive the rewrite. A marker whose
+//! transaction has no record left is stamped with a delete horizon and dropped once it passed,
+//! as Kafka's cleaner does (a reader that saw the records in time sees the marker too). A
+//! cleaned segment's aborted-transaction index is empty: the aborted data it indexed is gone.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -199,6 +201,7 @@ impl Log {
             ..Default::default()
         };
         let config = self.config();
+        let mut txns = TxnTracking::default();
         let mut group: Vec<&SegmentSnapshot> = Vec::new();
         let mut group_bytes = 0u64;
         for snapshot in snapshots.iter().filter(|s| s.base_offset < end) {
@@ -207,7 +210,7 @@ impl Log {
                     && snapshot.next_offset - first.base_offset <= u64::from(u32::MAX)
             });
             if !fits {
-                self.clean_group(&group, &map, &aborted, generation, &mut outcome)?;
+                self.clean_group(&group, &map, &aborted, &mut txns, generation, &mut outcome)?;
                 group.clear();
                 group_bytes = 0;
                 if outcome.abandoned {
@@ -218,7 +221,7 @@ impl Log {
             group.push(snapshot);
         }
         if !group.is_empty() {
-            self.clean_group(&group, &map, &aborted, generation, &mut outcome)?;
+            self.clean_group(&group, &map, &aborted, &mut txns, generation, &mut outcome)?;
         }
         if !outcome.abandoned {
             self.set_delete_horizon_due_ms(outcome.next_delete_horizon_ms.unwrap_or(i64::MAX));
@@ -241,6 +244,7 @@ impl Log {
         group: &[&SegmentSnapshot],
         map: &OffsetMap,
         aborted: &Aborted,
+        txns: &mut TxnTracking,
         generation: u64,
         outcome: &mut CleanOutcome,
     ) -> Result<()> {
@@ -257,6 +261,7 @@ impl Log {
         let mut filter = BatchFilter {
             map,
             aborted,
+            txns,
             now,
             delete_retention_ms: config.delete_retention_ms,
             outcome,
@@ -408,9 +413,19 @@ impl Aborted {
     }
 }
 
+/// Per producer, whether the transaction being read (since its previous marker) kept any
+/// record: a marker whose transaction kept none can go, once its delete horizon has passed
+/// (Kafka's rule). Each pass reads from the log start, so a transaction's data is always seen
+/// before its marker.
+#[derive(Default)]
+struct TxnTracking {
+    retained: HashMap<i64, bool>,
+}
+
 struct BatchFilter<'a> {
     map: &'a OffsetMap,
     aborted: &'a Aborted,
+    txns: &'a mut TxnTracking,
     now: i64,
     delete_retention_ms: i64,
     outcome: &'a mut CleanOutcome,
@@ -424,7 +439,67 @@ impl BatchFilter<'_> {
             self.outcome.records_removed += header.records_count.max(0) as u64;
             return None;
         }
-        if header.is_compressed() || header.is_control() {
+        if header.is_control() {
+            return self.filter_marker(header, bytes);
+        }
+        let kept = self.filter_records(header, bytes);
+        if kept.is_some() && header.is_transactional() {
+            self.txns.retained.insert(header.producer_id, true);
+        }
+        kept
+    }
+
+    /// A transaction marker: kept while its transaction kept a record; otherwise stamped with
+    /// a delete horizon (now + `delete.retention.ms`, KIP-534) and dropped once it passed, so
+    /// a reader that saw the transaction's records still sees its marker.
+    fn filter_marker(&mut self, header: &BatchHeader, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        let retained = self
+            .txns
+            .retained
+            .insert(header.producer_id, false)
+            .unwrap_or(false);
+        if retained || header.producer_id < 0 {
+            return Some(bytes);
+        }
+        match header.delete_horizon_ms() {
+            Some(horizon) if self.now >= horizon => {
+                self.outcome.records_removed += header.records_count.max(0) as u64;
+                None
+            }
+            Some(horizon) => {
+                self.note_horizon(horizon);
+                Some(bytes)
+            }
+            None => {
+                let horizon = self.now.saturating_add(self.delete_retention_ms);
+                let mut builder = BatchBuilder::from_header(header).delete_horizon(horizon);
+                for record in RecordIter::new(header, &bytes) {
+                    let Ok(record) = record else {
+                        return Some(bytes);
+                    };
+                    builder.push_raw(
+                        record.offset_delta,
+                        record.timestamp(header),
+                        record.key,
+                        record.value,
+                        record.header_count,
+                        record.headers,
+                    );
+                }
+                self.note_horizon(horizon);
+                Some(builder.last_offset_delta(header.last_offset_delta).build())
+            }
+        }
+    }
+
+    fn note_horizon(&mut self, horizon: i64) {
+        let next = self.outcome.next_delete_horizon_ms.get_or_insert(horizon);
+        *next = (*next).min(horizon);
+    }
+
+    /// A data batch with superseded records and tombstones past their horizon dropped.
+    fn filter_records(&mut self, header: &BatchHeader, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        if header.is_compressed() {
             return Some(bytes);
         }
         let horizon = header.delete_horizon_ms();

@@ -1180,15 +1180,17 @@ fn a_fenced_log_refuses_appends_and_counts_as_gone_offline() {
 }
 
 /// Compaction with transactions: an aborted record neither supersedes a committed one nor
-/// survives; markers stay; nothing at or past the first undecided transaction is compacted.
+/// survives; nothing at or past the first undecided transaction is compacted; a marker whose
+/// transaction kept no record goes once its delete horizon passed, the others stay.
 #[test]
-fn compaction_drops_aborted_records_and_stops_at_undecided_transactions() {
+fn compaction_drops_aborted_records_and_empty_markers_and_stops_at_undecided_transactions() {
     use crate::log::batch::TxnMarker;
     use crate::log::txn_index::AbortedTxn;
     let fixture = Fixture::new();
     let config = LogConfig {
         cleanup_policy: CleanupPolicy::COMPACT,
         min_cleanable_dirty_ratio: 0.01,
+        delete_retention_ms: 1_000,
         ..small_config()
     };
     let log = fixture.open(config, LoadState::default());
@@ -1198,6 +1200,10 @@ fn compaction_drops_aborted_records_and_stops_at_undecided_transactions() {
         builder
     };
     let write = |mut batch: Vec<u8>, origin| log.append_as_leader(&mut batch, 0, origin).unwrap();
+    let marker = |commit| TxnMarker {
+        commit,
+        coordinator_epoch: 0,
+    };
     write(keyed("a", "committed").build(), AppendOrigin::Client); // 0
     let aborted = write(
         keyed("a", "aborted")
@@ -1206,35 +1212,48 @@ fn compaction_drops_aborted_records_and_stops_at_undecided_transactions() {
             .build(),
         AppendOrigin::Client,
     ); // 1
-    let marker = TxnMarker {
-        commit: false,
-        coordinator_epoch: 0,
-    };
-    let marker_at = write(marker.batch(5, 0, T0), AppendOrigin::Internal); // 2
+    let abort_at = write(marker(false).batch(5, 0, T0), AppendOrigin::Internal); // 2
     log.add_aborted(AbortedTxn {
         producer_id: 5,
         first_offset: aborted.first_offset,
-        last_offset: marker_at.first_offset,
-        last_stable_offset: marker_at.first_offset + 1,
+        last_offset: abort_at.first_offset,
+        last_stable_offset: abort_at.first_offset + 1,
     })
     .unwrap();
     write(keyed("b", "one").build(), AppendOrigin::Client); // 3
+    write(
+        keyed("c", "kept").producer(7, 0, 0).transactional().build(),
+        AppendOrigin::Client,
+    ); // 4
+    write(marker(true).batch(7, 0, T0), AppendOrigin::Internal); // 5
     log.roll_now().unwrap();
-    // An undecided transaction from offset 4 on: the cleaner stops before it.
+    // An undecided transaction from offset 6 on: the cleaner stops before it.
     write(
         keyed("b", "open").producer(6, 0, 0).transactional().build(),
         AppendOrigin::Client,
-    ); // 4
-    write(keyed("b", "two").build(), AppendOrigin::Client); // 5
+    ); // 6
+    write(keyed("b", "two").build(), AppendOrigin::Client); // 7
     log.roll_now().unwrap();
     append(&log, 1, "tail", T0);
     log.set_high_watermark(log.log_end_offset());
-    log.set_first_unstable_offset(4);
+    log.set_first_unstable_offset(6);
 
+    let markers = |log: &Log| -> Vec<i64> {
+        read_all(log)
+            .iter()
+            .map(|b| header(b))
+            .filter(|h| h.is_control())
+            .map(|h| h.producer_id)
+            .collect()
+    };
     let outcome = log.clean(0, 1 << 20).unwrap();
     assert_eq!(
         outcome.records_removed, 1,
         "only the aborted record: {outcome:?}"
+    );
+    assert!(
+        outcome.first_dirty_offset <= 6,
+        "cleaned past the undecided transaction: {outcome:?}"
     );
     let records = records_of(&read_all(&log));
     let values = |key: &[u8]| -> Vec<Option<Vec<u8>>> {
@@ -1248,21 +1267,19 @@ fn compaction_drops_aborted_records_and_stops_at_undecided_transactions() {
     assert_eq!(values(b"a"), vec![Some(b"committed".to_vec())]);
     // `b` past the undecided transaction is not compacted yet.
     assert_eq!(values(b"b").len(), 3);
-    assert!(
-        outcome.first_dirty_offset <= 4,
-        "cleaned past the undecided transaction: {outcome:?}"
-    );
-    let markers = read_all(&log)
-        .iter()
-        .filter(|b| header(b).is_control())
-        .count();
-    assert_eq!(markers, 1, "the marker stays");
+    // Both markers stay until the abort marker's horizon (its transaction kept nothing).
+    assert_eq!(markers(&log), vec![5, 7]);
+    assert_eq!(outcome.next_delete_horizon_ms, Some(T0 + 1_000));
 
-    // Decided: the next pass compacts `b`, keeping its latest committed value.
+    // Decided, and past the horizon: `b` compacts to its latest value, the empty
+    // transaction's marker goes, the committed one whose record stays keeps its marker.
     log.set_first_unstable_offset(u64::MAX);
+    fixture.clock.advance(1_001);
     log.clean(outcome.first_dirty_offset, 1 << 20).unwrap();
     let records = records_of(&read_all(&log));
     let b: Vec<_> = records.iter().filter(|r| r.1 == b"b").collect();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].2.as_deref(), Some(&b"two"[..]));
+    assert_eq!(markers(&log), vec![7]);
+    assert!(records.iter().any(|r| r.1 == b"c"));
 }
