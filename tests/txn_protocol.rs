@@ -240,3 +240,88 @@ fn clients_cannot_write_the_transaction_state_topic() {
     let p = &response.responses[0].partition_responses[0];
     assert_eq!(p.error_code, errors::INVALID_TOPIC_EXCEPTION, "{p:?}");
 }
+
+/// Transaction version 2 (KIP-890 part 2), as a Kafka 4 client speaks it: the cluster
+/// advertises `transaction.version` 2; the client never adds partitions (Produce v12 makes the
+/// leader add them); each EndTxn (v5) bumps the epoch and answers it, so a late write of an
+/// ended transaction is refused by its old epoch.
+#[test]
+fn transaction_version_2_adds_partitions_on_produce_and_bumps_the_epoch_per_transaction() {
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    let node = SingleNode::start(&[]);
+    let mut client = Client::connect(node.kafka_port);
+    let versions: ApiVersionsResponse = client.call(
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default()
+            .with_client_software_name(name("test"))
+            .with_client_software_version(name("1")),
+    );
+    let feature = versions
+        .finalized_features
+        .iter()
+        .find(|f| f.name.as_str() == "transaction.version")
+        .expect("transaction.version is finalized");
+    assert_eq!(feature.max_version_level, 2);
+    client.create_topic(TOPIC, 1);
+    let (producer_id, epoch) = init(&mut client, "tv2");
+    let produce_v12 = |client: &mut Client, epoch: i16, sequence: i32, value: &str| {
+        let request = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(name("tv2"))))
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(name(TOPIC)))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(Bytes::from(txn_batch(
+                                producer_id,
+                                epoch,
+                                sequence,
+                                value,
+                            )))),
+                    ]),
+            ]);
+        let response: ProduceResponse = client.call(ApiKey::Produce, 12, &request);
+        response.responses[0].partition_responses[0].error_code
+    };
+    let end_v5 = |client: &mut Client, epoch: i16, commit: bool| -> EndTxnResponse {
+        client.call(
+            ApiKey::EndTxn,
+            5,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(name("tv2")))
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(epoch)
+                .with_committed(commit),
+        )
+    };
+    // No AddPartitionsToTxn: the leader adds the partition.
+    assert_eq!(produce_v12(&mut client, epoch, 0, "first"), 0);
+    assert_eq!(open_transaction_start(&mut client, producer_id), Some(0));
+    let ended = end_v5(&mut client, epoch, true);
+    assert_eq!(ended.error_code, 0, "{ended:?}");
+    assert_eq!(
+        (ended.producer_id.0, ended.producer_epoch),
+        (producer_id, epoch + 1),
+        "EndTxn v5 answers the bumped epoch"
+    );
+    eventually("the commit marker", || read_committed_end(&mut client) == 2);
+    // A late write of the ended transaction carries the old epoch: refused, nothing opened.
+    let late = produce_v12(&mut client, epoch, 1, "late");
+    assert!(
+        late == errors::INVALID_PRODUCER_EPOCH || late == errors::PRODUCER_FENCED,
+        "a late write answered {}",
+        errors::name(late)
+    );
+    assert_eq!(client.latest_offset(TOPIC, 0), 2);
+    // The next transaction at the new epoch, sequences from 0, aborted.
+    assert_eq!(produce_v12(&mut client, epoch + 1, 0, "second"), 0);
+    let ended = end_v5(&mut client, epoch + 1, false);
+    assert_eq!(ended.error_code, 0, "{ended:?}");
+    assert_eq!(ended.producer_epoch, epoch + 2);
+    eventually("the abort marker", || read_committed_end(&mut client) == 4);
+    assert_eq!(open_transaction_start(&mut client, producer_id), Some(-1));
+}

@@ -1,7 +1,8 @@
 //! AddPartitionsToTxn: a transactional producer adds partitions to its transaction before
 //! writing to them (v0-3). From v4, brokers send several transactions at once, and with
 //! `verify_only` a partition leader asks whether a partition is in a producer's transaction
-//! before appending its transactional batch (KIP-890); nothing is added then.
+//! before appending its transactional batch (KIP-890); nothing is added then. v5 without it
+//! is a leader adding partitions for a client of transaction version 2.
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
@@ -120,10 +121,18 @@ async fn add(
             Err(error) => vec![Err(error); partitions.len()],
         }
     } else {
-        let added = broker
-            .transactions
-            .add_partitions(transactional_id, producer, &partitions)
-            .await;
+        // v5 from a partition leader adds for a client of transaction version 2.
+        let added = if api_version >= 5 {
+            broker
+                .transactions
+                .add_partitions_v2(transactional_id, producer, &partitions)
+                .await
+        } else {
+            broker
+                .transactions
+                .add_partitions(transactional_id, producer, &partitions)
+                .await
+        };
         if let Err(error) = added {
             tracing::debug!(transactional_id = %transactional_id.as_str(), %error, "AddPartitionsToTxn refused");
         }

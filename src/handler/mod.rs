@@ -46,6 +46,7 @@ mod partition_reassignments;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
+mod txn_partitions;
 mod write_txn_markers;
 
 pub use describe_configs::topic_config_entries;

@@ -1,7 +1,8 @@
 //! TxnOffsetCommit: a transactional producer commits a group's offsets inside its
 //! transaction (`send_offsets_to_transaction`). They are written to `__consumer_offsets` in a
 //! transactional batch of that producer and count for the group only once the transaction
-//! coordinator's commit marker reaches that partition (dropped on abort).
+//! coordinator's commit marker reaches that partition (dropped on abort). From v5 (clients of
+//! transaction version 2) this coordinator adds the offsets partition to the transaction.
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -14,7 +15,7 @@ use crate::group::{CommittedOffset, OffsetCommit};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 
-pub const VERSIONS: (i16, i16) = (0, 4);
+pub const VERSIONS: (i16, i16) = (0, 5);
 
 pub async fn handle(
     broker: &Broker,
@@ -62,7 +63,16 @@ pub async fn handle(
             }
         }
     }
-    let outcome = if commits.is_empty() {
+    // Transaction version 2 (v5): the client did not add the offsets partition to its
+    // transaction (no AddOffsetsToTxn); this coordinator does, before writing.
+    let added = if api_version >= 5 && !commits.is_empty() {
+        add_offsets_partition(broker, &image, &request, &group_id, producer).await
+    } else {
+        Ok(())
+    };
+    let outcome = if let Err(error) = added {
+        Err(error)
+    } else if commits.is_empty() {
         Ok(Vec::new())
     } else {
         let instance = request.group_instance_id.as_ref().map(|i| i.to_string());
@@ -116,4 +126,39 @@ pub async fn handle(
         })
         .collect();
     TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Adds the group's `__consumer_offsets` partition to the producer's transaction (KIP-890
+/// part 2), as its partition leaders add the data partitions.
+async fn add_offsets_partition(
+    broker: &Broker,
+    image: &sluice_raft::image::MetadataImage,
+    request: &TxnOffsetCommitRequest,
+    group_id: &str,
+    producer: TxnProducer,
+) -> Result<(), KafkaError> {
+    let count = image
+        .topic_by_name(crate::group::OFFSETS_TOPIC)
+        .map(|t| t.partitions.len() as i32)
+        .ok_or(KafkaError::CoordinatorNotAvailable)?;
+    let partition = TopicPartition::new(
+        crate::group::OFFSETS_TOPIC,
+        crate::group::partition_for(group_id, count),
+    );
+    let answers = super::txn_partitions::ask_coordinator(
+        broker,
+        image,
+        &request.transactional_id,
+        crate::txn::state::ProducerIdAndEpoch {
+            producer_id: producer.producer_id,
+            producer_epoch: producer.producer_epoch,
+        },
+        &[partition],
+        super::txn_partitions::Mode::Add,
+    )
+    .await;
+    answers
+        .into_iter()
+        .next()
+        .unwrap_or(Err(KafkaError::UnknownServerError))
 }

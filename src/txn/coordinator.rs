@@ -233,6 +233,30 @@ impl TxnCoordinator {
             .map_err(map_append_error)?
     }
 
+    /// Transaction version 2 (KIP-890 part 2): a partition leader (or the group coordinator
+    /// for offsets) adds partitions the producer did not add itself; the transaction is
+    /// version 2 from then on (its EndTxn bumps the epoch).
+    pub async fn add_partitions_v2(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[TopicPartition],
+    ) -> Result<(), KafkaError> {
+        let shard = self.shard_of(transactional_id)?;
+        shard
+            .write(|s, ctx| {
+                s.add_partitions_with_version(
+                    ctx,
+                    transactional_id,
+                    producer,
+                    partitions,
+                    Some(super::state::TRANSACTION_VERSION_2),
+                )
+            })
+            .await
+            .map_err(map_append_error)?
+    }
+
     /// AddPartitionsToTxn v4+ `verify_only`: whether each partition is in the transaction.
     pub fn verify_partitions(
         &self,

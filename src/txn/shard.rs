@@ -194,8 +194,22 @@ impl TxnShard {
         producer: ProducerIdAndEpoch,
         partitions: &[TopicPartition],
     ) -> Result<(), KafkaError> {
+        self.add_partitions_with_version(ctx, transactional_id, producer, partitions, None)
+    }
+
+    /// [`TxnShard::add_partitions`] at transaction version `version` (`None`: the id's
+    /// own).
+    pub fn add_partitions_with_version(
+        &mut self,
+        ctx: &mut Ctx<TxnShard>,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[TopicPartition],
+        version: Option<i16>,
+    ) -> Result<(), KafkaError> {
         let current = self.ids.get(transactional_id);
-        let version = current.map_or(0, |m| m.client_transaction_version);
+        let version =
+            version.unwrap_or_else(|| current.map_or(0, |m| m.client_transaction_version));
         match state::add_partitions(
             current,
             producer.producer_id,
