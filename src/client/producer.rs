@@ -58,6 +58,10 @@ use crate::protocol::errors;
 
 /// The highest Produce version sent: v13 names topics by id.
 const PRODUCE_VERSION_MAX: i16 = 12;
+/// A transactional producer speaks transaction version 1, whose Produce stops at v11: v12
+/// tells a broker the client uses transaction version 2 (KIP-890 part 2), in which the
+/// broker adds partitions to the transaction itself.
+const PRODUCE_VERSION_MAX_TRANSACTIONAL: i16 = 11;
 /// Bytes a record costs beyond its key, value and headers (framing, varints), for batch and
 /// buffer accounting.
 const RECORD_OVERHEAD_BYTES: usize = 24;
@@ -1563,14 +1567,19 @@ async fn queue_request(inner: &Arc<Inner>, leader: i32, batches: &[Outgoing]) ->
                 })
                 .collect(),
         );
+    let max_version = if settings.transactional_id.is_some() {
+        PRODUCE_VERSION_MAX_TRANSACTIONAL
+    } else {
+        PRODUCE_VERSION_MAX
+    };
     let connection = inner.cluster.broker(leader).await?;
     if settings.acks == 0 {
         connection
-            .send_without_response(&request, PRODUCE_VERSION_MAX)
+            .send_without_response(&request, max_version)
             .await?;
         return Ok(None);
     }
-    match connection.queue(&request, PRODUCE_VERSION_MAX).await {
+    match connection.queue(&request, max_version).await {
         Ok(pending) => Ok(Some((pending, connection.addr().to_owned()))),
         Err(error) => {
             inner.cluster.forget(connection.addr());
