@@ -2078,10 +2078,23 @@ mod tests {
                     let index = self.rng.below(self.credentials.len() as u64) as usize;
                     self.credentials[index]
                 }
-                _ => ProducerIdAndEpoch {
-                    producer_id: self.rng.below(self.next_producer_id as u64 + 2) as i64,
-                    producer_epoch: self.rng.below(8) as i16,
-                },
+                _ => {
+                    let made_up = ProducerIdAndEpoch {
+                        producer_id: self.rng.below(self.next_producer_id as u64 + 2) as i64,
+                        producer_epoch: self.rng.below(8) as i16,
+                    };
+                    // No client can hold an epoch the coordinator never handed out (one a
+                    // fence bumped to): a made-up credential that guessed it is no test.
+                    let current = self.meta.as_ref().map(TxnMetadata::producer);
+                    if current == Some(made_up) && !self.credentials.contains(&made_up) {
+                        ProducerIdAndEpoch {
+                            producer_epoch: made_up.producer_epoch.saturating_add(8),
+                            ..made_up
+                        }
+                    } else {
+                        made_up
+                    }
+                }
             }
         }
 
