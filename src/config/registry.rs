@@ -666,7 +666,8 @@ pub const KEYS: &[Key] = &[
         Kind::Bool,
         "true",
         "a partition leader asks the transaction coordinator before appending a transactional \
-         write that opens its transaction there (KIP-890)",
+         write that opens its transaction there (KIP-890); clients of transaction version 2 \
+         (Produce v12) are always served that way, the leader adding the partition",
     ),
     broker(
         "transactional.id.expiration.ms",

@@ -49,9 +49,11 @@ pub async fn handle(
         tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     let image = broker.image();
     // KIP-890: transactional writes that open their transaction in a partition are checked
-    // with the transaction coordinator first.
+    // with the transaction coordinator first (clients of transaction version 2, Produce v12,
+    // need the leader to add the partition, whatever the setting).
+    let verifying = broker.config.transactions.partition_verification || context.api_version >= 12;
     let verified = match request.transactional_id.as_deref() {
-        Some(id) if !id.is_empty() && broker.config.transactions.partition_verification => {
+        Some(id) if !id.is_empty() && verifying => Some(
             super::txn_partitions::transactional_writes(
                 broker,
                 &image,
@@ -59,8 +61,8 @@ pub async fn handle(
                 &request.topic_data,
                 context.api_version,
             )
-            .await
-        }
+            .await,
+        ),
         _ => None,
     };
     let mut waits = Vec::new();

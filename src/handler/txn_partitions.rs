@@ -26,15 +26,16 @@ use crate::protocol::errors::KafkaError;
 use crate::txn::coordinator::TRANSACTION_STATE_TOPIC;
 use crate::txn::state::ProducerIdAndEpoch;
 
-/// Per partition whose transactional write needs it: the guard to append under, or why
-/// not. `None` when no partition needs verifying.
+/// Per partition whose transactional write needed it: the guard to append under, or why
+/// not. A partition absent from the map appends with no guard: its producer had a
+/// transaction open there, and if a marker closed it meanwhile the write is refused.
 pub(super) async fn transactional_writes(
     broker: &Broker,
     image: &MetadataImage,
     transactional_id: &str,
     topics: &[TopicProduceData],
     produce_version: i16,
-) -> Option<HashMap<TopicPartition, Result<u64, KafkaError>>> {
+) -> HashMap<TopicPartition, Result<u64, KafkaError>> {
     // Produce v12 is sent by clients of transaction version 2, which leave adding to us.
     let mode = if produce_version >= 12 {
         Mode::Add
@@ -65,17 +66,17 @@ pub(super) async fn transactional_writes(
             pending.push((tp, partition.start_verification(header.producer_id)));
         }
     }
-    let producer = producer?;
+    let Some(producer) = producer else {
+        return HashMap::new();
+    };
     let partitions: Vec<TopicPartition> = pending.iter().map(|(tp, _)| tp.clone()).collect();
     let answers =
         ask_coordinator(broker, image, transactional_id, producer, &partitions, mode).await;
-    Some(
-        pending
-            .into_iter()
-            .zip(answers)
-            .map(|((tp, guard), answer)| (tp, answer.map(|()| guard)))
-            .collect(),
-    )
+    pending
+        .into_iter()
+        .zip(answers)
+        .map(|((tp, guard), answer)| (tp, answer.map(|()| guard)))
+        .collect()
 }
 
 /// What the leader asks of the coordinator.
