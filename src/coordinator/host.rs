@@ -90,14 +90,6 @@ impl<S: Shard> Host<S> {
         }
     }
 
-    pub fn topic_name(&self) -> &'static str {
-        self.topic.name
-    }
-
-    pub fn replicas(&self) -> &Arc<ReplicaManager> {
-        &self.replicas
-    }
-
     pub fn images(&self) -> &ImageWatch {
         &self.images
     }

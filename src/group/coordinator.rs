@@ -295,9 +295,12 @@ impl GroupCoordinator {
 
     // ---- offsets ----
 
-    /// OffsetCommit: the group-wide error, or one outcome per partition.
+    /// OffsetCommit: the group-wide error, or one outcome per partition. With a producer,
+    /// TxnOffsetCommit: the offsets are part of its transaction, visible once its commit
+    /// marker is written.
     pub async fn commit(
         self: &Arc<Self>,
+        producer: Option<TxnProducer>,
         group_id: &str,
         member_id: &str,
         group_instance_id: Option<&str>,
@@ -310,15 +313,24 @@ impl GroupCoordinator {
             return Ok(results);
         }
         let outcome = shard
-            .write(|s, ctx| {
-                s.commit(
+            .write(|s, ctx| match producer {
+                None => s.commit(
                     ctx,
                     group_id,
                     member_id,
                     group_instance_id,
                     generation_id,
                     &stored,
-                )
+                ),
+                Some(producer) => s.txn_commit(
+                    ctx,
+                    producer,
+                    group_id,
+                    member_id,
+                    group_instance_id,
+                    generation_id,
+                    &stored,
+                ),
             })
             .await;
         let stored = match outcome {
@@ -394,47 +406,6 @@ impl GroupCoordinator {
             }
         }
         (results, accepted, stored)
-    }
-
-    /// TxnOffsetCommit: offsets committed in `producer`'s transaction, visible once its
-    /// commit marker is written. Per partition as [`GroupCoordinator::commit`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn txn_commit(
-        self: &Arc<Self>,
-        producer: TxnProducer,
-        group_id: &str,
-        member_id: &str,
-        group_instance_id: Option<&str>,
-        generation_id: i32,
-        commits: Vec<OffsetCommit>,
-    ) -> Result<CommitOutcome, KafkaError> {
-        let shard = self.shard_of(group_id)?;
-        let (mut results, accepted, stored) = self.screen_metadata(commits);
-        if accepted.is_empty() {
-            return Ok(results);
-        }
-        let outcome = shard
-            .write(|s, ctx| {
-                s.txn_commit(
-                    ctx,
-                    producer,
-                    group_id,
-                    member_id,
-                    group_instance_id,
-                    generation_id,
-                    &stored,
-                )
-            })
-            .await;
-        let stored = match outcome {
-            Ok(Err(group_error)) => return Err(group_error),
-            Ok(Ok(())) => Ok(()),
-            Err(e) => Err(map_append_error(e)),
-        };
-        for i in accepted {
-            results[i] = stored;
-        }
-        Ok(results)
     }
 
     /// WriteTxnMarkers for partition `index` of `__consumer_offsets`: the marker is written

@@ -402,7 +402,6 @@ impl GroupShard {
 
     /// OffsetCommit of the partitions `commits`: the group-wide error, or `Ok` for every
     /// partition (the runtime answers once they are stored).
-    #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
         ctx: &mut Ctx<GroupShard>,
@@ -412,32 +411,8 @@ impl GroupShard {
         generation_id: i32,
         commits: &[OffsetCommit],
     ) -> Result<(), KafkaError> {
-        match self.groups.get(group_id) {
-            Some(group) => group.check_commit(member_id, group_instance_id, generation_id)?,
-            None if generation_id < 0 => {}
-            None => return Err(KafkaError::IllegalGeneration),
-        }
-        for commit in commits {
-            let record = GroupRecord::new(
-                RecordKey::Offset {
-                    group: group_id.to_owned(),
-                    topic: commit.topic_partition.topic.clone(),
-                    partition: commit.topic_partition.partition,
-                },
-                Some(RecordValue::Offset(OffsetValue {
-                    offset: commit.offset.offset,
-                    leader_epoch: commit.offset.leader_epoch,
-                    metadata: commit.offset.metadata.clone(),
-                    commit_timestamp_ms: ctx.now.wall_ms,
-                })),
-            );
-            self.apply(ctx, record);
-        }
-        if let Some(group) = self.groups.get_mut(group_id) {
-            group.commit_seen(member_id, ctx.now);
-        }
-        self.finish(ctx, group_id);
-        Ok(())
+        let member = (member_id, group_instance_id, generation_id);
+        self.commit_offsets(ctx, None, group_id, member, commits)
     }
 
     /// TxnOffsetCommit: offsets committed in `producer`'s transaction, stored pending until
@@ -453,28 +428,35 @@ impl GroupShard {
         generation_id: i32,
         commits: &[OffsetCommit],
     ) -> Result<(), KafkaError> {
+        let member = (member_id, group_instance_id, generation_id);
+        self.commit_offsets(ctx, Some(producer), group_id, member, commits)
+    }
+
+    /// Both commits: checked against the group alike; a transactional one goes to the
+    /// producer's pending offsets (undone to what it held there), a plain one to the group.
+    fn commit_offsets(
+        &mut self,
+        ctx: &mut Ctx<GroupShard>,
+        producer: Option<TxnProducer>,
+        group_id: &str,
+        (member_id, group_instance_id, generation_id): (&str, Option<&str>, i32),
+        commits: &[OffsetCommit],
+    ) -> Result<(), KafkaError> {
         match self.groups.get(group_id) {
             Some(group) => group.check_commit(member_id, group_instance_id, generation_id)?,
             None if generation_id < 0 => {}
             None => return Err(KafkaError::IllegalGeneration),
         }
-        ctx.transactional(producer);
+        if let Some(producer) = producer {
+            ctx.transactional(producer);
+        }
         for commit in commits {
-            let key = RecordKey::Offset {
-                group: group_id.to_owned(),
-                topic: commit.topic_partition.topic.clone(),
-                partition: commit.topic_partition.partition,
-            };
-            let undo = GroupRecord::new(
-                key.clone(),
-                self.pending_txn
-                    .get(&producer.producer_id)
-                    .and_then(|groups| groups.get(group_id))
-                    .and_then(|offsets| offsets.get(&commit.topic_partition))
-                    .map(|o| RecordValue::Offset(offset_value(o))),
-            );
             let record = GroupRecord::new(
-                key,
+                RecordKey::Offset {
+                    group: group_id.to_owned(),
+                    topic: commit.topic_partition.topic.clone(),
+                    partition: commit.topic_partition.partition,
+                },
                 Some(RecordValue::Offset(OffsetValue {
                     offset: commit.offset.offset,
                     leader_epoch: commit.offset.leader_epoch,
@@ -482,8 +464,26 @@ impl GroupShard {
                     commit_timestamp_ms: ctx.now.wall_ms,
                 })),
             );
+            let Some(producer) = producer else {
+                self.apply(ctx, record);
+                continue;
+            };
+            let undo = GroupRecord::new(
+                record.key.clone(),
+                self.pending_txn
+                    .get(&producer.producer_id)
+                    .and_then(|groups| groups.get(group_id))
+                    .and_then(|offsets| offsets.get(&commit.topic_partition))
+                    .map(|o| RecordValue::Offset(offset_value(o))),
+            );
             self.replay_transactional(producer.producer_id, &record, ctx.now);
             ctx.written(record, undo);
+        }
+        if producer.is_none() {
+            if let Some(group) = self.groups.get_mut(group_id) {
+                group.commit_seen(member_id, ctx.now);
+            }
+            self.finish(ctx, group_id);
         }
         Ok(())
     }

@@ -56,6 +56,7 @@ pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetComm
         broker
             .groups
             .commit(
+                None,
                 &group_id,
                 &request.member_id,
                 instance.as_deref(),

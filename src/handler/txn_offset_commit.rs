@@ -78,8 +78,8 @@ pub async fn handle(
         let instance = request.group_instance_id.as_ref().map(|i| i.to_string());
         broker
             .groups
-            .txn_commit(
-                producer,
+            .commit(
+                Some(producer),
                 &group_id,
                 &request.member_id,
                 instance.as_deref(),

@@ -695,10 +695,6 @@ impl Segment {
         self.txn_index.collect(fetch_offset, upper_bound, out)
     }
 
-    pub fn aborted(&self) -> &[AbortedTxn] {
-        self.txn_index.entries()
-    }
-
     fn index_recovered(
         &mut self,
         batches: &mut Vec<RecoveredBatch>,

@@ -36,7 +36,6 @@ const PRODUCER_ID_TRIES: usize = 3;
 type Handle = Arc<ShardHandle<TxnShard>>;
 
 pub struct TxnCoordinator {
-    config: Arc<TxnConfig>,
     host: Arc<Host<TxnShard>>,
     producer_ids: Arc<ProducerIdManager>,
     controller: ControllerClient,
@@ -109,7 +108,6 @@ impl TxnCoordinator {
             "transactional ids",
         ));
         Arc::new(TxnCoordinator {
-            config,
             host,
             producer_ids,
             controller,
@@ -135,10 +133,6 @@ impl TxnCoordinator {
             ));
         }
         tasks
-    }
-
-    pub fn config(&self) -> &TxnConfig {
-        &self.config
     }
 
     pub fn images(&self) -> &ImageWatch {

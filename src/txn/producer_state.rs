@@ -265,13 +265,6 @@ impl ProducerStateManager {
         self.ongoing.keys().next().copied()
     }
 
-    /// Open transactions: (first offset, producer id), oldest first.
-    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.ongoing
-            .iter()
-            .map(|(first, producer)| (*first, *producer))
-    }
-
     /// Every producer with its state (DescribeProducers).
     pub fn producers(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> + '_ {
         self.producers.iter().map(|(id, entry)| (*id, entry))
