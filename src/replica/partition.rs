@@ -180,6 +180,11 @@ struct Unstable {
     first_open: Option<u64>,
     /// (first offset, marker offset), in marker order.
     closed: VecDeque<(u64, u64)>,
+    /// The log end before an append in flight that opens a transaction: its records are in
+    /// the log (a follower may fetch them and move the high watermark past them) before
+    /// producer state knows their transaction. Set before the log append, cleared with
+    /// `first_open` once producer state is updated.
+    appending: Option<u64>,
 }
 
 impl Unstable {
@@ -187,6 +192,7 @@ impl Unstable {
         Unstable {
             first_open: producers.first_unstable_offset().map(|o| o as u64),
             closed: VecDeque::new(),
+            appending: None,
         }
     }
 
@@ -199,11 +205,16 @@ impl Unstable {
             self.closed.pop_front();
         }
         let closed = self.closed.iter().map(|(first, _)| *first).min();
-        [Some(high_watermark), self.first_open, closed]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(high_watermark)
+        [
+            Some(high_watermark),
+            self.first_open,
+            closed,
+            self.appending,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(high_watermark)
     }
 }
 
@@ -568,7 +579,19 @@ impl Partition {
             return Ok(None);
         }
         let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
-        let info = self.log.append_as_follower(records)?;
+        let opens_txn = BatchIter::new(records)
+            .filter_map(Result::ok)
+            .any(|(_, header, bytes)| opens_txn(&producers, &batch_kind(&header, bytes)));
+        if opens_txn {
+            self.hold_unstable_from_log_end();
+        }
+        let info = match self.log.append_as_follower(records) {
+            Ok(info) => info,
+            Err(error) => {
+                self.sync_unstable(&producers);
+                return Err(error);
+            }
+        };
         for (_, header, bytes) in BatchIter::new(records).filter_map(Result::ok) {
             if let Some(completed) = record_batch(&mut producers, &header, bytes) {
                 self.txn_closed(&producers, completed);
@@ -902,10 +925,7 @@ impl Partition {
                 BatchKind::Producer(batch) => match producers.check(batch) {
                     Ok(Check::Append) => {
                         if let Writer::Client(Verification::Guard(guard)) = writer
-                            && batch.transactional
-                            && producers
-                                .producer(batch.producer_id)
-                                .is_none_or(|e| e.current_txn_first_offset.is_none())
+                            && opens_txn(&producers, kind)
                             && (guard.is_none()
                                 || self
                                     .verification_guards
@@ -969,9 +989,19 @@ impl Partition {
                 }
             }
         }
-        let info = self
+        if batches.iter().any(|(_, kind)| opens_txn(&producers, kind)) {
+            self.hold_unstable_from_log_end();
+        }
+        let info = match self
             .log
-            .append_validated_as_leader(records, validated, leader_epoch)?;
+            .append_validated_as_leader(records, validated, leader_epoch)
+        {
+            Ok(info) => info,
+            Err(error) => {
+                self.sync_unstable(&producers);
+                return Err(error.into());
+            }
+        };
         let mut next_offset = info.first_offset as i64;
         for (header, kind) in &batches {
             let first_offset = next_offset;
@@ -1062,10 +1092,21 @@ impl Partition {
             ));
     }
 
-    /// Copies the oldest open transaction out of producer state (held by the caller).
+    /// Before an append that opens a transaction (producer state held by the caller, so the
+    /// log end is where the append starts): the last stable offset stays below the log end
+    /// until producer state has the transaction.
+    fn hold_unstable_from_log_end(&self) {
+        let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
+        unstable.appending = Some(self.log.log_end_offset());
+        self.publish_unstable(&mut unstable);
+    }
+
+    /// Copies the oldest open transaction out of producer state (held by the caller), which
+    /// now knows what an append in flight opened.
     fn sync_unstable(&self, producers: &ProducerStateManager) {
         let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
         unstable.first_open = producers.first_unstable_offset().map(|o| o.max(0) as u64);
+        unstable.appending = None;
         self.publish_unstable(&mut unstable);
     }
 
@@ -1396,6 +1437,20 @@ fn record_batch(
             offset: header.base_offset,
             timestamp: header.max_timestamp,
         }),
+    }
+}
+
+/// Whether appending a batch of `kind` opens a transaction: a transactional batch of a
+/// producer with none open.
+fn opens_txn(producers: &ProducerStateManager, kind: &BatchKind) -> bool {
+    match kind {
+        BatchKind::Producer(batch) => {
+            batch.transactional
+                && producers
+                    .producer(batch.producer_id)
+                    .is_none_or(|e| e.current_txn_first_offset.is_none())
+        }
+        _ => false,
     }
 }
 

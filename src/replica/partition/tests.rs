@@ -628,3 +628,45 @@ fn a_marker_between_verification_and_append_refuses_the_write() {
     p.append_verified(&mut next, -1, 1, None)
         .expect("inside its open transaction");
 }
+
+/// The jepsen txn smoke run's precommitted read (CI, stop 33): a follower fetched a
+/// transactional batch the moment it was in the log, before the leader had entered its
+/// transaction in producer state, and its next fetch moved the high watermark past it; a
+/// read_committed fetch in that moment got a last stable offset past the open transaction and
+/// returned its records. One thread opens and commits transactions while another plays a
+/// caught-up follower and reads the last stable offset, which must never pass an open
+/// transaction nor go back.
+#[test]
+fn the_last_stable_offset_never_passes_a_transaction_being_appended() {
+    let leader = replica(ME, state(ME, 1, &[1, 2]), 1 << 30);
+    let p = &leader.partition;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for producer_id in 100..3_100 {
+                append(p, txn_batch(producer_id, 0, 0, 1));
+                marker(p, producer_id, true).expect("commit");
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut previous = 0;
+        let mut reads = 0u64;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            p.follower_fetch(2, p.log.log_end_offset() as i64, -1)
+                .expect("follower fetch");
+            let last_stable = p.last_stable_offset();
+            assert!(
+                last_stable >= previous,
+                "the last stable offset went back from {previous} to {last_stable} after {reads} reads"
+            );
+            if let Some(open) = p.producer_state().first_unstable_offset() {
+                assert!(
+                    last_stable <= open as u64,
+                    "the last stable offset {last_stable} passed the transaction open at {open}"
+                );
+            }
+            previous = last_stable;
+            reads += 1;
+        }
+    });
+}
