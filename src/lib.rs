@@ -25,6 +25,7 @@
 //! - `thread_affinity`: CPU affinity of threads (network threads pinned, `thread.affinity`).
 //! - `meta_properties`: which cluster and node a data directory belongs to.
 //! - `client`: a minimal Kafka client (replica fetchers, CLI, benchmarks).
+//! - `security`: SASL mechanisms and ACLs (no I/O), for the broker and the SDK.
 //!
 //! The metadata quorum (openraft over RocksDB) is the `sluice-raft` crate (`raft/`).
 
@@ -58,6 +59,8 @@ pub mod node;
 pub mod protocol;
 #[cfg(feature = "broker")]
 pub mod replica;
+#[cfg(any(feature = "broker", feature = "client"))]
+pub mod security;
 #[cfg(feature = "broker")]
 pub mod server;
 #[cfg(feature = "broker")]

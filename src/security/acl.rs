@@ -1,0 +1,1 @@
+//! Access control lists: being written.
