@@ -72,9 +72,15 @@ fn a_setting_that_promises_security_stops_the_node_with_one_line() {
             "ACLs are not implemented yet",
         ),
         (
-            &["sasl.enabled.mechanisms=SCRAM-SHA-512"],
+            // Kafka's default mechanism on a SASL listener is GSSAPI.
+            &["listeners=SASL_PLAINTEXT://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"],
             "for sasl.enabled.mechanisms:",
-            "SASL authentication is not implemented yet",
+            "SASL mechanism GSSAPI is not implemented",
+        ),
+        (
+            &["sasl.kerberos.service.name=kafka"],
+            "for sasl.kerberos.service.name:",
+            "GSSAPI (Kerberos) is not implemented",
         ),
     ];
     for (overrides, names_key, says) in cases {

@@ -34,9 +34,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use sluice::broker::Broker;
 use sluice::config::ServerConfig;
+use sluice::config::security::ListenerSecurity;
 use sluice::handler::SUPPORTED_APIS;
 use sluice::log::batch::BatchBuilder;
 use sluice::protocol;
+use sluice::server::session::Session;
 use sluice::server::{Frame, process_frame};
 
 #[derive(Args)]
@@ -196,9 +198,10 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
                     bytes: Bytes::from(frame_input),
                     received: begun,
                 };
+                let mut session = Session::new(Arc::new(ListenerSecurity::plaintext()));
                 let answered = tokio::time::timeout(
                     INPUT_TIMEOUT,
-                    process_frame(&broker, "PLAINTEXT", peer, frame),
+                    process_frame(&broker, "PLAINTEXT", &mut session, peer, frame),
                 )
                 .await;
                 (begun.elapsed(), answered.is_err(), plan.may_wait)

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 pub mod registry;
+pub mod security;
 
 use crate::log::{LogConfig, LogManagerConfig};
 use registry::ConfigError;
@@ -63,6 +64,8 @@ pub struct ServerConfig {
     pub advertised_listeners: Vec<Listener>,
     /// `controller.listener.names`
     pub controller_listener_name: String,
+    /// Each Kafka listener's security protocol and SASL mechanisms; the inter-broker listener.
+    pub security: security::SecurityConfig,
     /// `controller.quorum.voters`
     pub voters: Vec<Voter>,
     /// `cluster.id` (ours; Kafka takes it from `kafka-storage format`). Defaults to an id
@@ -195,122 +198,26 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
     Ok(listeners)
 }
 
-/// Kafka's security protocols; Sluice serves the first only (so far).
-const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
-
-/// Every listener's security protocol, from `listener.security.protocol.map` as Kafka reads it
-/// (a listener named after a protocol uses it; when the map is not set, the controller
-/// listener is PLAINTEXT), must be one Sluice serves: a listener that promises TLS or SASL and
-/// serves plaintext would be worse than none.
-fn check_security_protocols(
-    properties: &BTreeMap<String, String>,
-    listeners: &[Listener],
-    controller_listener_name: &str,
-) -> Result<(), ConfigError> {
-    let key = "listener.security.protocol.map";
-    let explicit = properties.get(key).map(String::as_str);
-    let text = explicit.unwrap_or_else(|| registry::broker_key(key).map_or("", |k| k.default));
-    let mut map = BTreeMap::new();
-    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, protocol) = entry.split_once(':').ok_or_else(|| {
-            ConfigError::new(key, text, format!("'{entry}' is not NAME:PROTOCOL"))
-        })?;
-        let protocol = protocol.trim().to_ascii_uppercase();
-        if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
-            return Err(ConfigError::new(
-                key,
-                text,
-                format!(
-                    "'{protocol}' is not a security protocol (Kafka's are {})",
-                    SECURITY_PROTOCOLS.join(", ")
-                ),
-            ));
-        }
-        map.insert(name.trim().to_ascii_uppercase(), protocol);
-    }
-    if explicit.is_none() {
-        map.entry(controller_listener_name.to_owned())
-            .or_insert_with(|| "PLAINTEXT".to_owned());
-    }
-    let listeners_text = properties.get("listeners").map_or("", String::as_str);
-    for listener in listeners {
-        let Some(protocol) = map.get(&listener.name) else {
-            return Err(ConfigError::new(
-                "listeners",
-                listeners_text,
-                format!(
-                    "no security protocol for listener {name}: add {name}:PLAINTEXT to {key}",
-                    name = listener.name
-                ),
-            ));
-        };
-        if protocol != "PLAINTEXT" {
-            let (key, value) = match explicit {
-                Some(map_text) => (key, map_text),
-                None => ("listeners", listeners_text),
-            };
-            return Err(ConfigError::new(
-                key,
-                value,
-                format!(
-                    "listener {} uses security protocol {protocol}, which Sluice does not \
-                     implement yet: PLAINTEXT is the only one served (TLS and SASL are planned)",
-                    listener.name
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A broker serves one Kafka listener (the first that is not the controller's): a second one,
-/// an advertised listener that is not served, or an inter-broker listener other than it would
-/// be accepted and never answer.
-fn check_served_listeners(
+/// Every advertised listener must be served: one that is not would be registered and never
+/// answer.
+fn check_advertised_listeners(
     properties: &BTreeMap<String, String>,
     listeners: &[Listener],
     advertised: &[Listener],
     controller_listener_name: &str,
-    roles: Roles,
 ) -> Result<(), ConfigError> {
-    let text = |key: &str| properties.get(key).map_or("", String::as_str);
-    let clients: Vec<&str> = listeners
-        .iter()
-        .filter(|l| l.name != controller_listener_name)
-        .map(|l| l.name.as_str())
-        .collect();
-    if clients.len() > 1 {
-        return Err(ConfigError::new(
-            "listeners",
-            text("listeners"),
-            format!(
-                "Sluice serves one Kafka listener, and this names {}: keep one besides {controller_listener_name}",
-                clients.join(" and ")
-            ),
-        ));
-    }
     if let Some(unserved) = advertised
         .iter()
-        .find(|a| a.name != controller_listener_name && !clients.contains(&a.name.as_str()))
+        .find(|a| a.name != controller_listener_name && !listeners.iter().any(|l| l.name == a.name))
     {
         return Err(ConfigError::new(
             "advertised.listeners",
-            text("advertised.listeners"),
+            properties
+                .get("advertised.listeners")
+                .map_or("", String::as_str),
             format!(
                 "listener {} is advertised but not in listeners",
                 unserved.name
-            ),
-        ));
-    }
-    let inter_broker = properties.get("inter.broker.listener.name");
-    let served = |name: &String| clients.iter().any(|c| c.eq_ignore_ascii_case(name.trim()));
-    if let Some(name) = inter_broker.filter(|n| roles.broker && !served(n)) {
-        return Err(ConfigError::new(
-            "inter.broker.listener.name",
-            name,
-            format!(
-                "followers fetch on the Kafka listener, {}",
-                clients.first().copied().unwrap_or("(none)")
             ),
         ));
     }
@@ -460,17 +367,21 @@ impl ServerConfig {
                 "a broker needs a client listener besides the controller one",
             ));
         }
-        check_security_protocols(properties, &listeners, &controller_listener_name)?;
+        let security = security::parse(
+            properties,
+            &listeners,
+            &controller_listener_name,
+            roles.broker,
+        )?;
         let advertised_listeners = match get("advertised.listeners") {
             Some(value) => parse_listeners("advertised.listeners", value)?,
             None => listeners.clone(),
         };
-        check_served_listeners(
+        check_advertised_listeners(
             properties,
             &listeners,
             &advertised_listeners,
             &controller_listener_name,
-            roles,
         )?;
         let controller = listeners
             .iter()
@@ -527,6 +438,7 @@ impl ServerConfig {
             listeners,
             advertised_listeners,
             controller_listener_name,
+            security,
             voters,
             cluster_id,
             log_dirs: log_dirs.clone(),
@@ -809,10 +721,7 @@ mod tests {
         .unwrap_err();
         assert!(error.contains("for listeners"), "{error}");
         assert!(error.contains("security protocol SASL_SSL"), "{error}");
-        assert!(
-            error.contains("PLAINTEXT is the only one served"),
-            "{error}"
-        );
+        assert!(error.contains("does not implement TLS yet"), "{error}");
         // A listener of any name mapped to TLS is refused as well; mapped to PLAINTEXT it serves.
         let listeners = (
             "listeners",
@@ -881,18 +790,28 @@ mod tests {
         )])
         .unwrap_err();
         assert!(error.contains("security protocol SSL"), "{error}");
-        let error = load_with(&[
+        // Several Kafka listeners are served; brokers talk on the first PLAINTEXT one unless
+        // inter.broker.listener.name says otherwise.
+        let two = [
             (
-                "listeners",
-                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://127.0.0.1:9094",
+                "listeners".to_owned(),
+                "EXTERNAL://127.0.0.1:9094,PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+                    .to_owned(),
             ),
             (
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                "listener.security.protocol.map".to_owned(),
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT".to_owned(),
             ),
-        ])
-        .unwrap_err();
-        assert!(error.contains("one Kafka listener"), "{error}");
+        ];
+        let (config, _) = ServerConfig::load(None, &two).unwrap();
+        assert_eq!(config.security.inter_broker_listener, "EXTERNAL");
+        let mut named = two.to_vec();
+        named.push((
+            "inter.broker.listener.name".to_owned(),
+            "plaintext".to_owned(),
+        ));
+        let (config, _) = ServerConfig::load(None, &named).unwrap();
+        assert_eq!(config.security.inter_broker_listener, "PLAINTEXT");
         let error =
             load_with(&[("advertised.listeners", "EXTERNAL://example.com:9092")]).unwrap_err();
         assert!(
@@ -908,8 +827,8 @@ mod tests {
     fn security_keys_stop_the_start_and_other_kafka_keys_warn() {
         for (key, value) in [
             ("ssl.keystore.location", "/etc/kafka/keystore.jks"),
-            ("sasl.enabled.mechanisms", "PLAIN"),
-            ("listener.name.plaintext.plain.sasl.jaas.config", "x"),
+            ("sasl.kerberos.service.name", "kafka"),
+            ("listener.name.plaintext.ssl.keystore.location", "x"),
             (
                 "authorizer.class.name",
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

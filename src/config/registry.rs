@@ -382,14 +382,28 @@ pub const KEYS: &[Key] = &[
         "listener.security.protocol.map",
         Kind::Text,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "NAME:PROTOCOL of each listener; Sluice serves PLAINTEXT only (the controller listener \
-         is PLAINTEXT unless the map names it)",
+        "NAME:PROTOCOL of each listener; Sluice serves PLAINTEXT and SASL_PLAINTEXT (the \
+         controller listener is PLAINTEXT unless the map names it)",
     ),
     broker(
         "inter.broker.listener.name",
         Kind::Text,
         "",
-        "the listener followers fetch on: the Kafka listener (Sluice serves one)",
+        "the listener followers fetch on and brokers call each other on (default: the first \
+         PLAINTEXT listener)",
+    ),
+    broker(
+        "sasl.enabled.mechanisms",
+        Kind::Text,
+        "GSSAPI",
+        "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, \
+         GSSAPI, is refused)",
+    ),
+    broker(
+        "sasl.server.max.receive.size",
+        int(1, I32_MAX),
+        "524288",
+        "the largest request read from a client before it authenticated",
     ),
     broker(
         "controller.listener.names",
@@ -814,18 +828,41 @@ const fn no_effect(name: &'static str, doc: &'static str) -> Unimplemented {
 }
 
 const NO_TLS: &str = "TLS is not implemented yet: Sluice serves PLAINTEXT listeners only";
-const NO_SASL: &str =
-    "SASL authentication is not implemented yet: Sluice serves PLAINTEXT listeners only";
+const NO_SASL: &str = "not implemented yet: clients authenticate with SASL PLAIN or SCRAM and \
+                       are known by their user name";
+const NO_GSSAPI: &str = "GSSAPI (Kerberos) is not implemented: Sluice serves SASL PLAIN, \
+                         SCRAM-SHA-256 and SCRAM-SHA-512";
+const NO_OAUTHBEARER: &str = "OAUTHBEARER is not implemented yet: Sluice serves SASL PLAIN, \
+                              SCRAM-SHA-256 and SCRAM-SHA-512";
+const NO_SASL_CLASSES: &str = "Sluice loads no Java classes: its SASL mechanisms are built in";
 const NO_ACLS: &str = "ACLs are not implemented yet: every client may do everything; keep Sluice on a trusted network";
 
 /// Kafka's broker keys that Sluice knows and does not implement (security first).
 pub const UNIMPLEMENTED: &[Unimplemented] = &[
     refused("ssl.", &[], NO_TLS),
-    refused("sasl.", &[], NO_SASL),
+    refused("sasl.kerberos.", &[], NO_GSSAPI),
+    refused("sasl.oauthbearer.", &[], NO_OAUTHBEARER),
+    refused("sasl.login.", &[], NO_SASL_CLASSES),
+    refused("sasl.server.callback.handler.class", &[""], NO_SASL_CLASSES),
+    refused("sasl.client.callback.handler.class", &[""], NO_SASL_CLASSES),
+    refused(
+        "sasl.mechanism.inter.broker.protocol",
+        &[],
+        "brokers do not authenticate to each other yet: inter.broker.listener.name names a \
+         PLAINTEXT listener",
+    ),
+    refused(
+        "sasl.jaas.config",
+        &[""],
+        "a broker reads its SASL users from listener.name.<listener>.<mechanism>.sasl.jaas.config \
+         (as Kafka's brokers do); brokers do not authenticate to each other yet",
+    ),
     refused(
         "listener.name.",
         &[],
-        "per-listener security settings are not implemented yet: Sluice serves PLAINTEXT listeners only",
+        "this per-listener setting is not implemented: Sluice serves \
+         listener.name.<listener>.sasl.enabled.mechanisms and \
+         listener.name.<listener>.<mechanism>.sasl.jaas.config",
     ),
     refused("security.inter.broker.protocol", &["PLAINTEXT"], NO_TLS),
     refused("authorizer.class.name", &[""], NO_ACLS),
@@ -964,7 +1001,7 @@ pub fn check_unserved_keys(
 ) -> Result<Vec<UnservedKey>, ConfigError> {
     let mut warnings = Vec::new();
     for (key, value) in properties {
-        if broker_key(key).is_some() {
+        if broker_key(key).is_some() || super::security::is_served_listener_key(key) {
             continue;
         }
         match unimplemented_key(key) {

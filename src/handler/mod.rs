@@ -44,6 +44,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod partition_reassignments;
 mod produce;
+mod sasl;
 mod sync_group;
 mod txn_offset_commit;
 mod txn_partitions;
@@ -207,6 +208,10 @@ apis! {
         ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, c.api_version, r).await));
     WriteTxnMarkers write_txn_markers::VERSIONS, data => |b, _c, r| message(
         ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, r).await));
+    SaslHandshake sasl::HANDSHAKE_VERSIONS, meta =>
+        |_b, _c, r| message(ResponseKind::SaslHandshake(sasl::handshake(r)));
+    SaslAuthenticate sasl::AUTHENTICATE_VERSIONS, meta =>
+        |_b, _c, r| message(ResponseKind::SaslAuthenticate(sasl::authenticate(r)));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -224,6 +229,8 @@ pub struct RequestContext {
     pub client_id: Option<String>,
     /// The listener the request came in on: Metadata answers with that listener's endpoints.
     pub listener_name: String,
+    /// Who sent it: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener.
+    pub principal: Arc<str>,
     pub peer: SocketAddr,
     pub received: Instant,
 }
@@ -337,7 +344,13 @@ pub enum Answer {
 /// which an operator asks for when the broker does not become ready) waits for the broker
 /// to be ready after a start.
 fn waits_for_readiness(api_key: ApiKey) -> bool {
-    !matches!(api_key, ApiKey::ApiVersions | ApiKey::DescribeQuorum)
+    !matches!(
+        api_key,
+        ApiKey::ApiVersions
+            | ApiKey::DescribeQuorum
+            | ApiKey::SaslHandshake
+            | ApiKey::SaslAuthenticate
+    )
 }
 
 /// Answers a decoded request; `None` when no response is due (Produce with acks=0).

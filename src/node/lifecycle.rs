@@ -237,7 +237,7 @@ pub(super) async fn broker_lifecycle(
             name: l.name.clone(),
             host: l.host.clone(),
             port: l.port,
-            security_protocol: "PLAINTEXT".into(),
+            security_protocol: config.security.listener(&l.name).protocol.name().into(),
         })
         .collect::<Vec<_>>();
     let started = std::time::SystemTime::now()

@@ -72,7 +72,8 @@ pub struct Node {
     logs: Arc<LogManager>,
     quorum: Arc<Quorum>,
     replicas: Arc<ReplicaManager>,
-    server: Option<Server>,
+    /// One server per Kafka listener.
+    servers: Vec<Server>,
     /// The broker context the Kafka listener serves with (`None` on a controller-only node).
     broker: Option<Arc<Broker>>,
     /// Registration and heartbeats; stopped first at a controlled shutdown.
@@ -210,17 +211,14 @@ impl Node {
                 Arc::clone(&broker_epoch),
             )));
         }
-        let mut server = None;
+        let mut servers = Vec::new();
         let mut broker_context = None;
         if config.roles.broker {
             tasks.push(tokio::spawn(
                 Arc::clone(&replicas).follow_images(quorum.images()),
             ));
-            let client_listener = config
-                .listeners
-                .iter()
-                .find(|l| l.name != config.controller_listener_name)
-                .map_or_else(|| "PLAINTEXT".to_owned(), |l| l.name.clone());
+            // Followers fetch and brokers call each other on the inter-broker listener.
+            let client_listener = config.security.inter_broker_listener.clone();
             tasks.push(tokio::spawn(crate::replica::fetcher::run(
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
@@ -248,16 +246,19 @@ impl Node {
                 Arc::clone(&quorum),
                 voters,
             )));
-            let listener_config = config
+            // Bound before anything starts serving: a port taken stops the node here.
+            let mut bound = Vec::new();
+            for listener_config in config
                 .listeners
                 .iter()
-                .find(|l| l.name != config.controller_listener_name)
-                .ok_or_else(|| NodeError::Config("no client listener".into()))?
-                .clone();
-            let addr = listener_config.socket_addr().map_err(NodeError::Config)?;
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|source| NodeError::Kafka { addr, source })?;
+                .filter(|l| l.name != config.controller_listener_name)
+            {
+                let addr = listener_config.socket_addr().map_err(NodeError::Config)?;
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| NodeError::Kafka { addr, source })?;
+                bound.push((listener_config.clone(), listener));
+            }
             let images = crate::controller::client::ImageWatch::new(Arc::clone(&quorum));
             let controller = crate::controller::client::ControllerClient::new(
                 Arc::clone(&quorum),
@@ -303,13 +304,6 @@ impl Node {
                 fenced,
                 readiness: Arc::clone(&readiness),
             });
-            let settings = ListenerSettings {
-                name: listener_config.name.clone(),
-                request_bytes_max: config.socket_request_max_bytes,
-                connections_max: config.max_connections,
-                queued_requests_max: config.queued_max_requests,
-                idle_ms: config.connections_max_idle_ms,
-            };
             let network_threads = if config.thread_affinity {
                 match NetworkThreads::start() {
                     Ok(Some(threads)) => {
@@ -335,9 +329,32 @@ impl Node {
                 );
                 None
             };
-            let started = Server::start(listener, settings, Arc::clone(&broker), network_threads);
-            tracing::info!(listener = %listener_config.name, addr = %started.local_addr(), "Kafka listener started");
-            server = Some(started);
+            for (listener_config, listener) in bound {
+                let security = config.security.listener(&listener_config.name);
+                let settings = ListenerSettings {
+                    name: listener_config.name.clone(),
+                    request_bytes_max: config.socket_request_max_bytes,
+                    connections_max: config.max_connections,
+                    queued_requests_max: config.queued_max_requests,
+                    idle_ms: config.connections_max_idle_ms,
+                    sasl_request_bytes_max: config.security.sasl_server_max_receive_size,
+                    security: Arc::new(security.clone()),
+                };
+                let started = Server::start(
+                    listener,
+                    settings,
+                    Arc::clone(&broker),
+                    network_threads.clone(),
+                );
+                tracing::info!(
+                    listener = %listener_config.name,
+                    security_protocol = security.protocol.name(),
+                    mechanisms = ?security.mechanisms.iter().map(|m| m.name()).collect::<Vec<_>>(),
+                    addr = %started.local_addr(),
+                    "Kafka listener started"
+                );
+                servers.push(started);
+            }
             broker_context = Some(broker);
         }
 
@@ -362,7 +379,7 @@ impl Node {
             logs,
             quorum,
             replicas,
-            server,
+            servers,
             broker: broker_context,
             lifecycle,
             broker_epoch,
@@ -398,7 +415,7 @@ impl Node {
                 .await;
             }
         }
-        if let Some(server) = self.server {
+        for server in self.servers {
             server.shutdown(SHUTDOWN_GRACE).await;
         }
         // Background tasks first (replica fetchers with their supervisor, ISR and controller

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -33,7 +33,11 @@ use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;
 
 pub mod network;
+pub mod session;
 use network::NetworkThreads;
+use session::{ListenerCredentials, Session};
+
+use crate::config::security::ListenerSecurity;
 
 /// Limits of one listener (Kafka's keys).
 #[derive(Debug, Clone)]
@@ -47,6 +51,10 @@ pub struct ListenerSettings {
     pub queued_requests_max: usize,
     /// `connections.max.idle.ms`
     pub idle_ms: u64,
+    /// The listener's security protocol and SASL mechanisms.
+    pub security: Arc<ListenerSecurity>,
+    /// `sasl.server.max.receive.size`: the frame bound until a client authenticated.
+    pub sasl_request_bytes_max: usize,
 }
 
 /// The most bytes buffered at once for a frame body while it arrives.
@@ -219,7 +227,18 @@ async fn serve_connection(
     let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let idle = Duration::from_millis(settings.idle_ms);
     let read_busy = Arc::clone(&busy);
-    let request_bytes_max = settings.request_bytes_max;
+    let mut session = Session::new(Arc::clone(&settings.security));
+    // Until the client authenticated, frames are bounded by sasl.server.max.receive.size.
+    let authenticated = Arc::new(std::sync::atomic::AtomicBool::new(
+        session.is_authenticated(),
+    ));
+    let read_authenticated = Arc::clone(&authenticated);
+    let (request_bytes_max, sasl_request_bytes_max) = (
+        settings.request_bytes_max,
+        settings
+            .sasl_request_bytes_max
+            .min(settings.request_bytes_max),
+    );
     // The reader is a task of its own. Were it a future joined with the processor in one
     // task, each frame it queued would wake its own task, and tokio answers a task that wakes
     // itself by waking a second worker thread to steal it: one needless cross-CPU wake per
@@ -231,7 +250,16 @@ async fn serve_connection(
             let next = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
                 _ = queue.closed() => return Ok(()),
-                next = read_frame(&mut reader, request_bytes_max, idle, &read_busy) => next,
+                next = read_frame(
+                    &mut reader,
+                    if read_authenticated.load(Ordering::Acquire) {
+                        request_bytes_max
+                    } else {
+                        sasl_request_bytes_max
+                    },
+                    idle,
+                    &read_busy,
+                ) => next,
             };
             match next? {
                 Some(frame) => {
@@ -248,12 +276,19 @@ async fn serve_connection(
         // Ends when the reader stops (its sender dropped) and every frame read is answered.
         while let Some(frame) = queued.recv().await {
             busy.store(true, Ordering::Relaxed);
-            let answer = process_frame(broker, &listener_name, peer, frame).await;
+            let answer = process_frame(broker, &listener_name, &mut session, peer, frame).await;
+            authenticated.store(session.is_authenticated(), Ordering::Release);
             let result = match answer {
-                Ok(Some(parts)) => write_parts(&mut writer, parts)
+                Ok(Processed::Answer(parts)) => write_parts(&mut writer, parts)
                     .await
                     .map_err(|e| format!("write: {e}")),
-                Ok(None) => Ok(()),
+                Ok(Processed::AnswerThenClose(parts, reason)) => {
+                    match write_parts(&mut writer, parts).await {
+                        Ok(()) => Err(reason),
+                        Err(e) => Err(format!("write: {e}")),
+                    }
+                }
+                Ok(Processed::NoAnswer) => Ok(()),
                 Err(error) => Err(error.to_string()),
             };
             busy.store(false, Ordering::Relaxed);
@@ -318,15 +353,41 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }))
 }
 
+/// What a frame came to.
+pub enum Processed {
+    Answer(Vec<Part>),
+    /// No response is due (acks=0).
+    NoAnswer,
+    /// Answer, then close (a failed SASL authentication), for this reason.
+    AnswerThenClose(Vec<Part>, String),
+}
+
 /// Answers one frame (a request without its size prefix), as a connection does: header and
-/// body decoded, dispatched, the response encoded. `Ok(None)` when no response is due
-/// (acks=0), `Err` to close the connection. Public for the request fuzzer (`sluice fuzz`).
+/// body decoded, admitted by the session (SASL), dispatched, the response encoded. `Err` to
+/// close the connection. Public for the request fuzzer (`sluice fuzz`).
 pub async fn process_frame(
     broker: &Arc<Broker>,
     listener_name: &str,
+    session: &mut Session,
     peer: SocketAddr,
     frame: Frame,
-) -> Result<Option<Vec<Part>>, FrameError> {
+) -> Result<Processed, FrameError> {
+    if session.expects_raw_token() {
+        let security = Arc::clone(session.security());
+        let credentials = ListenerCredentials {
+            security: &security,
+        };
+        let token = session
+            .raw_token(&frame.bytes, &credentials)
+            .map_err(FrameError::Close)?;
+        let mut out = BytesMut::with_capacity(4 + token.len());
+        out.put_i32(
+            i32::try_from(token.len())
+                .map_err(|_| FrameError::Close("a SASL token larger than a frame".into()))?,
+        );
+        out.extend_from_slice(&token);
+        return Ok(Processed::Answer(vec![Part::Bytes(out.freeze())]));
+    }
     let mut bytes = frame.bytes;
     let start = protocol::peek_start(&bytes)?;
     let api_key =
@@ -338,7 +399,7 @@ pub async fn process_frame(
         if api_key == ApiKey::ApiVersions {
             let fallback =
                 protocol::api_versions_fallback(start.correlation_id, handler::SUPPORTED_APIS);
-            return Ok(Some(vec![Part::Bytes(fallback.freeze())]));
+            return Ok(Processed::Answer(vec![Part::Bytes(fallback.freeze())]));
         }
         tracing::warn!(%peer, ?api_key, version = start.api_version, "unsupported API or version: closing the connection");
         return Err(FrameError::Undecodable {
@@ -347,16 +408,53 @@ pub async fn process_frame(
             reason: "unsupported version".into(),
         });
     }
+    let answered_by_session = session.admits(api_key).map_err(|reason| {
+        tracing::info!(%peer, %reason, "closing the connection");
+        FrameError::Close(reason)
+    })?;
     let header = protocol::decode_header(api_key, &mut bytes)?;
     let request = protocol::decode_body(api_key, header.request_api_version, &mut bytes)
         .inspect_err(
             |error| tracing::warn!(%peer, %error, "undecodable request: closing the connection"),
         )?;
+    if answered_by_session {
+        let (response, close) = match &request {
+            kafka_protocol::messages::RequestKind::SaslHandshake(r) => {
+                let (response, close) = session.handshake(r, header.request_api_version);
+                (ResponseKind::SaslHandshake(response), close)
+            }
+            kafka_protocol::messages::RequestKind::SaslAuthenticate(r) => {
+                let security = Arc::clone(session.security());
+                let credentials = ListenerCredentials {
+                    security: &security,
+                };
+                let (response, close) = session.authenticate(r, &credentials);
+                (ResponseKind::SaslAuthenticate(response), close)
+            }
+            _ => return Err(FrameError::Close("not a SASL request".into())),
+        };
+        let bytes = protocol::encode_response(
+            api_key,
+            header.request_api_version,
+            header.correlation_id,
+            &response,
+        )?;
+        broker
+            .metrics
+            .record_request(api_key, frame.received.elapsed(), bytes.len());
+        let parts = vec![Part::Bytes(bytes.freeze())];
+        return Ok(if close {
+            Processed::AnswerThenClose(parts, format!("{api_key:?} failed"))
+        } else {
+            Processed::Answer(parts)
+        });
+    }
     let context = RequestContext {
         api_key,
         api_version: header.request_api_version,
         client_id: header.client_id.as_ref().map(|c| c.to_string()),
         listener_name: listener_name.to_owned(),
+        principal: Arc::clone(session.principal()),
         peer,
         received: frame.received,
     };
@@ -382,7 +480,7 @@ pub async fn process_frame(
             broker
                 .metrics
                 .record_request(api_key, frame.received.elapsed(), 0);
-            return Ok(None);
+            return Ok(Processed::NoAnswer);
         }
     }
     .inspect_err(|error| {
@@ -393,7 +491,7 @@ pub async fn process_frame(
     broker
         .metrics
         .record_request(api_key, frame.received.elapsed(), encoded.1);
-    Ok(Some(encoded.0))
+    Ok(Processed::Answer(encoded.0))
 }
 
 /// Writes a response's parts: bytes with `write_all`, file slices with `sendfile` (page cache

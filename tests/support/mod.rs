@@ -39,6 +39,8 @@ pub struct SingleNode {
     pub quorum_port: u16,
     pub http_port: u16,
     overrides: Vec<String>,
+    /// Kafka listeners besides PLAINTEXT on `kafka_port`: (name, port).
+    pub extra_listeners: Vec<(String, u16)>,
     env: Vec<(String, String)>,
     /// `RLIMIT_NOFILE` (soft and hard) for the server, when set.
     pub open_files_limit: Option<u64>,
@@ -65,6 +67,29 @@ impl SingleNode {
         env: &[(&str, &str)],
         open_files: Option<u64>,
     ) -> SingleNode {
+        Self::start_full(&[], overrides, env, open_files)
+    }
+
+    /// As [`SingleNode::start`], with more Kafka listeners named `extra` (each on a port of
+    /// its own: [`SingleNode::listener_port`]); `overrides` set their security.
+    pub fn start_with_listeners(extra: &[&str], overrides: &[&str]) -> SingleNode {
+        Self::start_full(extra, overrides, &[], None)
+    }
+
+    /// The port of listener `name` (one of the `extra` ones, or PLAINTEXT).
+    pub fn listener_port(&self, name: &str) -> u16 {
+        self.extra_listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(self.kafka_port, |(_, port)| *port)
+    }
+
+    fn start_full(
+        extra: &[&str],
+        overrides: &[&str],
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+    ) -> SingleNode {
         // Free ports are picked, released, then bound by the server: a test running beside
         // this one can take one in between. A server that cannot bind exits at once; then it
         // starts again on other ports.
@@ -75,6 +100,10 @@ impl SingleNode {
                 quorum_port: free_port(),
                 http_port: free_port(),
                 overrides: overrides.iter().map(|s| (*s).to_owned()).collect(),
+                extra_listeners: extra
+                    .iter()
+                    .map(|name| ((*name).to_owned(), free_port()))
+                    .collect(),
                 env: env
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -149,8 +178,13 @@ impl SingleNode {
             .arg("server")
             .arg("--override")
             .arg(format!(
-                "listeners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-                self.kafka_port, self.quorum_port
+                "listeners=PLAINTEXT://127.0.0.1:{},{}CONTROLLER://127.0.0.1:{}",
+                self.kafka_port,
+                self.extra_listeners
+                    .iter()
+                    .map(|(name, port)| format!("{name}://127.0.0.1:{port},"))
+                    .collect::<String>(),
+                self.quorum_port
             ))
             .arg("--override")
             .arg(format!("http.listener=127.0.0.1:{}", self.http_port))

@@ -77,6 +77,18 @@ impl Client {
             .unwrap_or_else(|e| panic!("{api_key:?} v{version}: {e}"))
     }
 
+    /// As [`Client::call`], the error returned (a closed connection).
+    pub fn try_call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Result<Resp, String> {
+        self.runtime
+            .block_on(self.connection.call(api_key, version, request))
+            .map_err(|e| e.to_string())
+    }
+
     pub fn create_topic(&mut self, name: &str, partitions: i32) {
         let request = CreateTopicsRequest::default()
             .with_topics(vec![

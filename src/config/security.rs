@@ -1,0 +1,503 @@
+//! The security side of the listeners, as Kafka configures it: each listener's security
+//! protocol (`listener.security.protocol.map`), the SASL mechanisms it enables
+//! (`sasl.enabled.mechanisms`, or `listener.name.<listener>.sasl.enabled.mechanisms`) and the
+//! server side of each mechanism (`listener.name.<listener>.<mechanism>.sasl.jaas.config`: for
+//! PLAIN, its `user_<name>="<password>"` entries), and which listener brokers use between
+//! themselves (`inter.broker.listener.name`).
+//!
+//! What Sluice does not serve stops the node here, never a listener that says more than it
+//! does: TLS (SSL, SASL_SSL), GSSAPI and OAUTHBEARER, SASL between brokers.
+
+use std::collections::BTreeMap;
+
+use super::Listener;
+use super::registry::ConfigError;
+use crate::security::sasl::{self, Mechanism};
+
+/// Kafka's security protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<SecurityProtocol> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    pub fn is_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// What one listener asks of its clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSecurity {
+    pub protocol: SecurityProtocol,
+    /// The SASL mechanisms enabled (SASL listeners only), in the configured order.
+    pub mechanisms: Vec<Mechanism>,
+    /// PLAIN's users and passwords, from the listener's PLAIN JAAS config.
+    pub plain_users: BTreeMap<String, String>,
+}
+
+impl ListenerSecurity {
+    pub fn plaintext() -> ListenerSecurity {
+        ListenerSecurity {
+            protocol: SecurityProtocol::Plaintext,
+            mechanisms: Vec::new(),
+            plain_users: BTreeMap::new(),
+        }
+    }
+}
+
+/// The listeners' security, by listener name (the controller's excluded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityConfig {
+    pub listeners: BTreeMap<String, ListenerSecurity>,
+    /// `inter.broker.listener.name`: followers fetch and brokers call each other on it.
+    pub inter_broker_listener: String,
+    /// `sasl.server.max.receive.size`: the largest frame read before a client authenticated.
+    pub sasl_server_max_receive_size: usize,
+}
+
+impl SecurityConfig {
+    /// The security of listener `name` (PLAINTEXT when unknown: the controller's).
+    pub fn listener(&self, name: &str) -> ListenerSecurity {
+        self.listeners
+            .get(name)
+            .cloned()
+            .unwrap_or_else(ListenerSecurity::plaintext)
+    }
+}
+
+/// Whether `key` is a per-listener key Sluice serves: `listener.name.<l>.sasl.enabled.mechanisms`
+/// or `listener.name.<l>.<mechanism>.sasl.jaas.config`.
+pub fn is_served_listener_key(key: &str) -> bool {
+    let Some(rest) = key.strip_prefix("listener.name.") else {
+        return false;
+    };
+    let Some((_, setting)) = rest.split_once('.') else {
+        return false;
+    };
+    if setting == "sasl.enabled.mechanisms" {
+        return true;
+    }
+    setting
+        .strip_suffix(".sasl.jaas.config")
+        .and_then(|mechanism| Mechanism::from_name(&mechanism.to_ascii_uppercase()))
+        .is_some()
+}
+
+/// Reads each client listener's security protocol, mechanisms and users, and the inter-broker
+/// listener; refuses what Sluice does not serve.
+pub fn parse(
+    properties: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    controller_listener_name: &str,
+    broker: bool,
+) -> Result<SecurityConfig, ConfigError> {
+    let protocols = protocol_map(properties, listeners, controller_listener_name)?;
+    let mut secured = BTreeMap::new();
+    for listener in listeners
+        .iter()
+        .filter(|l| l.name != controller_listener_name)
+    {
+        let protocol = protocols[&listener.name];
+        let security = match protocol {
+            SecurityProtocol::Plaintext => ListenerSecurity::plaintext(),
+            SecurityProtocol::SaslPlaintext => sasl_listener(properties, &listener.name)?,
+            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
+                return Err(listener_refused(properties, listener, protocol));
+            }
+        };
+        secured.insert(listener.name.clone(), security);
+    }
+    // SASL settings of a listener that does not use SASL would have no effect: refused, so
+    // that nobody believes such a listener authenticates.
+    for key in properties.keys().filter(|k| is_served_listener_key(k)) {
+        let listener = key["listener.name.".len()..]
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        if !secured
+            .get(&listener)
+            .is_some_and(|s: &ListenerSecurity| s.protocol.is_sasl())
+        {
+            return Err(ConfigError::new(
+                key,
+                "(hidden)",
+                format!(
+                    "listener {listener} is not a SASL listener of this node, so this setting \
+                     would have no effect: map it to SASL_PLAINTEXT in \
+                     listener.security.protocol.map, or remove the key"
+                ),
+            ));
+        }
+    }
+    if protocols
+        .get(controller_listener_name)
+        .is_some_and(|p| *p != SecurityProtocol::Plaintext)
+    {
+        return Err(ConfigError::new(
+            "listener.security.protocol.map",
+            properties
+                .get("listener.security.protocol.map")
+                .map_or("", String::as_str),
+            format!(
+                "the quorum's listener {controller_listener_name} is PLAINTEXT (its gRPC has no \
+                 TLS or SASL yet): map it to PLAINTEXT and keep it on a trusted network"
+            ),
+        ));
+    }
+    let key = "inter.broker.listener.name";
+    let inter_broker_listener = match properties.get(key) {
+        Some(name) => {
+            let name = name.trim().to_ascii_uppercase();
+            if broker && !secured.contains_key(&name) {
+                return Err(ConfigError::new(
+                    key,
+                    &name,
+                    format!(
+                        "not a Kafka listener of this broker (they are {})",
+                        secured.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            name
+        }
+        // Kafka's default is the listener named after security.inter.broker.protocol
+        // (PLAINTEXT); here the first PLAINTEXT listener, so that a broker with a SASL
+        // listener and a plain one works without the key.
+        None => listeners
+            .iter()
+            .filter(|l| l.name != controller_listener_name)
+            .find(|l| secured.get(&l.name).map(|s| s.protocol) == Some(SecurityProtocol::Plaintext))
+            .or_else(|| {
+                listeners
+                    .iter()
+                    .find(|l| l.name != controller_listener_name)
+            })
+            .map_or_else(String::new, |l| l.name.clone()),
+    };
+    if broker
+        && let Some(security) = secured.get(&inter_broker_listener)
+        && security.protocol != SecurityProtocol::Plaintext
+    {
+        return Err(ConfigError::new(
+            key,
+            &inter_broker_listener,
+            format!(
+                "brokers do not authenticate to each other yet: the inter-broker listener is \
+                 {} here; add a PLAINTEXT listener on a trusted network and name it in {key}",
+                security.protocol.name()
+            ),
+        ));
+    }
+    let size_key = "sasl.server.max.receive.size";
+    let sasl_server_max_receive_size = match properties.get(size_key) {
+        Some(text) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ConfigError::new(size_key, text, "expected a positive byte count"))?,
+        None => 524_288,
+    };
+    Ok(SecurityConfig {
+        listeners: secured,
+        inter_broker_listener,
+        sasl_server_max_receive_size,
+    })
+}
+
+/// Every listener's protocol, from `listener.security.protocol.map` as Kafka reads it (when the
+/// map is not set, the controller listener is PLAINTEXT and a listener named after a protocol
+/// uses it).
+fn protocol_map(
+    properties: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    controller_listener_name: &str,
+) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+    let key = "listener.security.protocol.map";
+    let explicit = properties.get(key).map(String::as_str);
+    let text =
+        explicit.unwrap_or_else(|| super::registry::broker_key(key).map_or("", |k| k.default));
+    let mut map = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, protocol) = entry.split_once(':').ok_or_else(|| {
+            ConfigError::new(key, text, format!("'{entry}' is not NAME:PROTOCOL"))
+        })?;
+        let protocol = SecurityProtocol::from_name(protocol).ok_or_else(|| {
+            ConfigError::new(
+                key,
+                text,
+                format!(
+                    "'{}' is not a security protocol (Kafka's are {})",
+                    protocol.trim(),
+                    SecurityProtocol::ALL.map(SecurityProtocol::name).join(", ")
+                ),
+            )
+        })?;
+        map.insert(name.trim().to_ascii_uppercase(), protocol);
+    }
+    if explicit.is_none() {
+        map.entry(controller_listener_name.to_owned())
+            .or_insert(SecurityProtocol::Plaintext);
+    }
+    let listeners_text = properties.get("listeners").map_or("", String::as_str);
+    let mut protocols = BTreeMap::new();
+    for listener in listeners {
+        let protocol = map.get(&listener.name).ok_or_else(|| {
+            ConfigError::new(
+                "listeners",
+                listeners_text,
+                format!(
+                    "no security protocol for listener {name}: add {name}:PLAINTEXT (or \
+                     SASL_PLAINTEXT) to {key}",
+                    name = listener.name
+                ),
+            )
+        })?;
+        protocols.insert(listener.name.clone(), *protocol);
+    }
+    Ok(protocols)
+}
+
+fn listener_refused(
+    properties: &BTreeMap<String, String>,
+    listener: &Listener,
+    protocol: SecurityProtocol,
+) -> ConfigError {
+    let key = "listener.security.protocol.map";
+    let (key, value) = match properties.get(key) {
+        Some(map) => (key, map.as_str()),
+        None => (
+            "listeners",
+            properties.get("listeners").map_or("", String::as_str),
+        ),
+    };
+    ConfigError::new(
+        key,
+        value,
+        format!(
+            "listener {} uses security protocol {}, which needs TLS, and Sluice does not \
+             implement TLS yet: PLAINTEXT and SASL_PLAINTEXT are served",
+            listener.name,
+            protocol.name()
+        ),
+    )
+}
+
+/// A SASL listener's mechanisms and the server side of each.
+fn sasl_listener(
+    properties: &BTreeMap<String, String>,
+    listener: &str,
+) -> Result<ListenerSecurity, ConfigError> {
+    let prefix = format!("listener.name.{}.", listener.to_ascii_lowercase());
+    let mechanisms_key = format!("{prefix}sasl.enabled.mechanisms");
+    let (key, text) = match properties.get(&mechanisms_key) {
+        Some(text) => (mechanisms_key.as_str(), text.as_str()),
+        // Kafka's default is GSSAPI, which Sluice does not serve: refused below.
+        None => (
+            "sasl.enabled.mechanisms",
+            properties
+                .get("sasl.enabled.mechanisms")
+                .map_or("GSSAPI", String::as_str),
+        ),
+    };
+    let mut mechanisms = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let mechanism = Mechanism::from_name(&name.to_ascii_uppercase()).ok_or_else(|| {
+            ConfigError::new(
+                key,
+                text,
+                format!(
+                    "SASL mechanism {name} is not implemented (listener {listener}): Sluice \
+                     serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512"
+                ),
+            )
+        })?;
+        if mechanism != Mechanism::Plain {
+            return Err(ConfigError::new(
+                key,
+                text,
+                format!(
+                    "SASL mechanism {name} (listener {listener}) needs SCRAM credentials, which \
+                     Sluice cannot store yet: enable PLAIN"
+                ),
+            ));
+        }
+        if !mechanisms.contains(&mechanism) {
+            mechanisms.push(mechanism);
+        }
+    }
+    if mechanisms.is_empty() {
+        return Err(ConfigError::new(
+            key,
+            text,
+            format!("listener {listener} is a SASL listener with no mechanism enabled"),
+        ));
+    }
+    let mut plain_users = BTreeMap::new();
+    if mechanisms.contains(&Mechanism::Plain) {
+        let jaas_key = format!("{prefix}plain.sasl.jaas.config");
+        let jaas = properties.get(&jaas_key).ok_or_else(|| {
+            ConfigError::new(
+                &jaas_key,
+                "",
+                format!(
+                    "listener {listener} enables PLAIN and names no users: set {jaas_key} to \
+                     org.apache.kafka.common.security.plain.PlainLoginModule required \
+                     user_<name>=\"<password>\";"
+                ),
+            )
+        })?;
+        let parsed = sasl::parse_jaas(jaas)
+            .map_err(|error| ConfigError::new(&jaas_key, "(hidden)", error.to_string()))?;
+        if !parsed.login_module.ends_with("PlainLoginModule") {
+            return Err(ConfigError::new(
+                &jaas_key,
+                "(hidden)",
+                format!(
+                    "login module {} is not PLAIN's (org.apache.kafka.common.security.plain.PlainLoginModule)",
+                    parsed.login_module
+                ),
+            ));
+        }
+        plain_users = parsed.plain_users();
+        if plain_users.is_empty() {
+            return Err(ConfigError::new(
+                &jaas_key,
+                "(hidden)",
+                "no user_<name>=\"<password>\" entry: no client could log in",
+            ));
+        }
+    }
+    Ok(ListenerSecurity {
+        protocol: SecurityProtocol::SaslPlaintext,
+        mechanisms,
+        plain_users,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn properties(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn listeners(text: &str) -> Vec<Listener> {
+        super::super::parse_listeners("listeners", text).expect("listeners")
+    }
+
+    const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                        user_alice=\"alice-secret\" user_bob=\"bob-secret\";";
+
+    #[test]
+    fn a_sasl_listener_and_a_plain_one_are_served_with_their_users() {
+        let text = "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093";
+        let props = properties(&[
+            ("listeners", text),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
+        ]);
+        let config = parse(&props, &listeners(text), "CONTROLLER", true).expect("config");
+        let sasl = config.listener("SASL_PLAINTEXT");
+        assert_eq!(sasl.protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(sasl.mechanisms, vec![Mechanism::Plain]);
+        assert_eq!(sasl.plain_users["alice"], "alice-secret");
+        assert_eq!(config.inter_broker_listener, "PLAINTEXT");
+        assert_eq!(
+            config.listener("PLAINTEXT").protocol,
+            SecurityProtocol::Plaintext
+        );
+        assert!(is_served_listener_key(
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+        ));
+        assert!(is_served_listener_key(
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms"
+        ));
+        assert!(!is_served_listener_key(
+            "listener.name.sasl_plaintext.gssapi.sasl.jaas.config"
+        ));
+        assert!(!is_served_listener_key(
+            "listener.name.ssl.ssl.keystore.location"
+        ));
+    }
+
+    #[test]
+    fn what_sluice_does_not_serve_stops_the_node() {
+        let text = "SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093";
+        let all = listeners(text);
+        let refused = |pairs: &[(&str, &str)], needle: &str| {
+            let mut props = properties(pairs);
+            props.insert("listeners".into(), text.into());
+            let error = parse(&props, &all, "CONTROLLER", true).expect_err(needle);
+            assert!(error.to_string().contains(needle), "{error}");
+        };
+        // Kafka's default mechanism is GSSAPI.
+        refused(&[], "GSSAPI is not implemented");
+        refused(
+            &[("sasl.enabled.mechanisms", "OAUTHBEARER")],
+            "OAUTHBEARER is not implemented",
+        );
+        refused(&[("sasl.enabled.mechanisms", "PLAIN")], "names no users");
+        refused(
+            &[("sasl.enabled.mechanisms", "SCRAM-SHA-256")],
+            "cannot store yet",
+        );
+        // The only listener is SASL: brokers would have to authenticate to each other.
+        refused(
+            &[
+                ("sasl.enabled.mechanisms", "PLAIN"),
+                ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
+            ],
+            "brokers do not authenticate to each other yet",
+        );
+        // SASL settings of a PLAINTEXT listener would do nothing.
+        let plain = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";
+        let props = properties(&[
+            ("listeners", plain),
+            ("listener.name.plaintext.plain.sasl.jaas.config", JAAS),
+        ]);
+        let error = parse(&props, &listeners(plain), "CONTROLLER", true).expect_err("plain");
+        assert!(error.to_string().contains("not a SASL listener"), "{error}");
+        let tls = "SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093";
+        let props = properties(&[("listeners", tls)]);
+        let error = parse(&props, &listeners(tls), "CONTROLLER", true).expect_err("TLS");
+        assert!(
+            error.to_string().contains("does not implement TLS"),
+            "{error}"
+        );
+    }
+}

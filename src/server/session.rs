@@ -1,0 +1,247 @@
+//! A connection's session: its listener, who the client is (its principal) and, on a SASL
+//! listener, where its authentication stands. Kafka's model (`SaslServerAuthenticator`): on a
+//! SASL listener a client may send ApiVersions, then SaslHandshake (naming a mechanism the
+//! listener enables), then SaslAuthenticate until the mechanism is done; anything else before
+//! that closes the connection, and a failed authentication is answered
+//! SASL_AUTHENTICATION_FAILED and then closed. Until authenticated, frames are bounded by
+//! `sasl.server.max.receive.size`, not `socket.request.max.bytes`.
+//!
+//! SaslHandshake and SaslAuthenticate of an authenticated client, or on a PLAINTEXT
+//! listener, reach their handlers, which answer ILLEGAL_SASL_STATE as Kafka's do
+//! (re-authentication, KIP-368, is not served: `connections.max.reauth.ms` stays 0).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::config::security::{ListenerSecurity, SecurityProtocol};
+use crate::protocol::errors::KafkaError;
+use crate::security::sasl::{CredentialStore, Exchange, Mechanism, SaslServer};
+
+/// The principal of a client that did not authenticate (PLAINTEXT listeners).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Where a connection's authentication stands.
+enum Authentication {
+    /// PLAINTEXT: nothing to do.
+    NotRequired,
+    /// SASL: waiting for SaslHandshake.
+    AwaitingHandshake,
+    /// SASL: the mechanism chosen, waiting for its first SaslAuthenticate.
+    Handshaken(Mechanism),
+    /// SASL: an exchange under way.
+    Exchanging(Box<SaslServer>),
+    /// SaslHandshake v0: the exchange goes on in raw tokens, size-prefixed frames without a
+    /// request header, until the mechanism is done.
+    RawTokens(Box<SaslServer>),
+    Authenticated,
+}
+
+pub struct Session {
+    security: Arc<ListenerSecurity>,
+    principal: Arc<str>,
+    authentication: Authentication,
+}
+
+impl Session {
+    pub fn new(security: Arc<ListenerSecurity>) -> Session {
+        let authentication = if security.protocol.is_sasl() {
+            Authentication::AwaitingHandshake
+        } else {
+            Authentication::NotRequired
+        };
+        Session {
+            security,
+            principal: Arc::from(ANONYMOUS),
+            authentication,
+        }
+    }
+
+    /// The client's principal: `User:<name>` once authenticated, `User:ANONYMOUS` on a
+    /// PLAINTEXT listener.
+    pub fn principal(&self) -> &Arc<str> {
+        &self.principal
+    }
+
+    pub fn protocol(&self) -> SecurityProtocol {
+        self.security.protocol
+    }
+
+    pub fn security(&self) -> &Arc<ListenerSecurity> {
+        &self.security
+    }
+
+    /// Whether requests other than the handshake's may be served.
+    pub fn is_authenticated(&self) -> bool {
+        matches!(
+            self.authentication,
+            Authentication::NotRequired | Authentication::Authenticated
+        )
+    }
+
+    /// Before a frame is decoded: `Ok(true)` when the session answers it (SASL requests of
+    /// a client authenticating: `handshake`, `authenticate`), `Ok(false)` when its handler
+    /// does, `Err` when the connection must close (a request before authentication).
+    pub fn admits(&self, api_key: ApiKey) -> Result<bool, String> {
+        if self.is_authenticated() {
+            return Ok(false);
+        }
+        match api_key {
+            ApiKey::ApiVersions => Ok(false),
+            ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Ok(true),
+            other => Err(format!(
+                "a {other:?} request before SASL authentication completed"
+            )),
+        }
+    }
+
+    /// Whether the next frame is a raw SASL token (after SaslHandshake v0).
+    pub fn expects_raw_token(&self) -> bool {
+        matches!(self.authentication, Authentication::RawTokens(_))
+    }
+
+    /// One raw token after SaslHandshake v0: the token to send back (size-prefixed by the
+    /// caller), or `Err` to close the connection, as Kafka does on a failure in this mode.
+    pub fn raw_token(
+        &mut self,
+        token: &[u8],
+        store: &dyn CredentialStore,
+    ) -> Result<Vec<u8>, String> {
+        let Authentication::RawTokens(mut server) =
+            std::mem::replace(&mut self.authentication, Authentication::AwaitingHandshake)
+        else {
+            return Err("a raw SASL token outside SaslHandshake v0".into());
+        };
+        match server.step(token, store) {
+            Ok(Exchange::Continue(challenge)) => {
+                self.authentication = Authentication::RawTokens(server);
+                Ok(challenge)
+            }
+            Ok(Exchange::Done { response, username }) => {
+                self.principal = Arc::from(format!("User:{username}"));
+                self.authentication = Authentication::Authenticated;
+                Ok(response)
+            }
+            Err(error) => {
+                tracing::info!(?error, "SASL authentication failed");
+                Err(format!("SASL authentication failed: {error:?}"))
+            }
+        }
+    }
+
+    /// Answers SaslHandshake (of `version`) and SaslAuthenticate of a client authenticating.
+    pub fn handshake(
+        &mut self,
+        request: &SaslHandshakeRequest,
+        version: i16,
+    ) -> (SaslHandshakeResponse, bool) {
+        let enabled: Vec<StrBytes> = self
+            .security
+            .mechanisms
+            .iter()
+            .map(|m| StrBytes::from_static_str(m.name()))
+            .collect();
+        let mut response = SaslHandshakeResponse::default().with_mechanisms(enabled);
+        if !matches!(self.authentication, Authentication::AwaitingHandshake) {
+            response.error_code = KafkaError::IllegalSaslState.code();
+            return (response, true);
+        }
+        let asked = request.mechanism.as_str();
+        match Mechanism::from_name(asked).filter(|m| self.security.mechanisms.contains(m)) {
+            Some(mechanism) if version == 0 => {
+                self.authentication =
+                    Authentication::RawTokens(Box::new(SaslServer::new(mechanism)));
+                (response, false)
+            }
+            Some(mechanism) => {
+                self.authentication = Authentication::Handshaken(mechanism);
+                (response, false)
+            }
+            None => {
+                tracing::info!(
+                    mechanism = asked,
+                    "SASL handshake with a mechanism this listener does not enable"
+                );
+                response.error_code = KafkaError::UnsupportedSaslMechanism.code();
+                (response, true)
+            }
+        }
+    }
+
+    /// One SaslAuthenticate step; on failure the answer is SASL_AUTHENTICATION_FAILED with
+    /// the mechanism's message, and the connection closes after it.
+    pub fn authenticate(
+        &mut self,
+        request: &SaslAuthenticateRequest,
+        store: &dyn CredentialStore,
+    ) -> (SaslAuthenticateResponse, bool) {
+        let mut response = SaslAuthenticateResponse::default();
+        let mut server =
+            match std::mem::replace(&mut self.authentication, Authentication::AwaitingHandshake) {
+                Authentication::Handshaken(mechanism) => Box::new(SaslServer::new(mechanism)),
+                Authentication::Exchanging(server) => server,
+                other => {
+                    self.authentication = other;
+                    response.error_code = KafkaError::IllegalSaslState.code();
+                    response.error_message = Some(StrBytes::from_static_str(
+                        "SaslAuthenticate before SaslHandshake",
+                    ));
+                    return (response, true);
+                }
+            };
+        match server.step(&request.auth_bytes, store) {
+            Ok(Exchange::Continue(challenge)) => {
+                response.auth_bytes = challenge.into();
+                self.authentication = Authentication::Exchanging(server);
+                (response, false)
+            }
+            Ok(Exchange::Done {
+                response: last,
+                username,
+            }) => {
+                response.auth_bytes = last.into();
+                self.principal = Arc::from(format!("User:{username}"));
+                self.authentication = Authentication::Authenticated;
+                tracing::debug!(principal = %self.principal, "SASL authentication succeeded");
+                (response, false)
+            }
+            Err(error) => {
+                // The log keeps the detail; the client is told only what Kafka tells it.
+                tracing::info!(?error, "SASL authentication failed");
+                response.error_code = KafkaError::SaslAuthenticationFailed.code();
+                response.error_message = Some(StrBytes::from_string(
+                    error.response_message(server.mechanism()),
+                ));
+                (response, true)
+            }
+        }
+    }
+}
+
+/// A listener's credentials as SASL mechanisms look them up: PLAIN's users from the
+/// listener's JAAS config.
+pub struct ListenerCredentials<'a> {
+    pub security: &'a ListenerSecurity,
+}
+
+impl CredentialStore for ListenerCredentials<'_> {
+    fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
+        self.security
+            .plain_users
+            .get(username)
+            .map(|password| password.as_bytes().to_vec())
+    }
+
+    fn scram_credential(
+        &self,
+        _mechanism: Mechanism,
+        _username: &str,
+    ) -> Option<crate::security::sasl::ScramCredential> {
+        // SCRAM listeners are refused at start until credentials are stored in the quorum.
+        None
+    }
+}

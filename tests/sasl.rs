@@ -1,0 +1,265 @@
+//! SASL authentication against real `sluice server` processes: a node with a PLAINTEXT
+//! listener and a SASL_PLAINTEXT one (PLAIN, users from the listener's JAAS config), served at
+//! once. confluent-kafka, kafka-python and kcat produce and consume as a user; a wrong
+//! password or an unknown user is refused with SASL_AUTHENTICATION_FAILED and Kafka's message,
+//! before any metadata; a request before authentication, an oversized frame and an
+//! unknown mechanism close the connection or are refused as Kafka's broker does. The client
+//! side of the third-party cases is `tests/clients/sasl_suite.py`.
+
+mod support;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use support::raw::Client;
+use support::{SingleNode, run_client};
+
+const JAAS: &str = "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+    org.apache.kafka.common.security.plain.PlainLoginModule required \
+    user_alice=\"alice-secret\" user_bob=\"bob-secret\";";
+
+fn sasl_node() -> SingleNode {
+    SingleNode::start_with_listeners(
+        &["SASL_PLAINTEXT"],
+        &["sasl.enabled.mechanisms=PLAIN", JAAS],
+    )
+}
+
+fn sasl_bootstrap(node: &SingleNode) -> String {
+    format!("127.0.0.1:{}", node.listener_port("SASL_PLAINTEXT"))
+}
+
+fn handshake(client: &mut Client, mechanism: &str) -> SaslHandshakeResponse {
+    client.call(
+        ApiKey::SaslHandshake,
+        1,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(mechanism.into())),
+    )
+}
+
+fn authenticate(client: &mut Client, token: &[u8]) -> Result<SaslAuthenticateResponse, String> {
+    client.try_call(
+        ApiKey::SaslAuthenticate,
+        2,
+        &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(token)),
+    )
+}
+
+#[test]
+fn third_party_clients_produce_and_consume_as_a_plain_user_and_bad_credentials_are_refused() {
+    let node = sasl_node();
+    let bootstrap = sasl_bootstrap(&node);
+    run_client(
+        &node,
+        "python3",
+        &[
+            "sasl_suite.py",
+            &bootstrap,
+            "confluent-roundtrip",
+            "sasl-confluent",
+        ],
+    );
+    run_client(
+        &node,
+        "python3",
+        &[
+            "sasl_suite.py",
+            &bootstrap,
+            "kafka-python-roundtrip",
+            "sasl-kafka-python",
+        ],
+    );
+    run_client(
+        &node,
+        "python3",
+        &["sasl_suite.py", &bootstrap, "confluent-refused"],
+    );
+    run_client(
+        &node,
+        "python3",
+        &["sasl_suite.py", &bootstrap, "kafka-python-refused"],
+    );
+    let logs = node.logs();
+    assert!(
+        logs.contains("SASL authentication failed")
+            && logs.contains("Invalid username or password"),
+        "the broker did not log the refused authentications"
+    );
+
+    // kcat (librdkafka 2.0) with Kafka's client keys.
+    let sasl = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=PLAIN",
+        "-X",
+        "sasl.username=bob",
+        "-X",
+        "sasl.password=bob-secret",
+    ];
+    let mut produce = vec!["-b", bootstrap.as_str(), "-t", "sasl-kcat", "-P"];
+    produce.extend_from_slice(&sasl);
+    let mut child = std::process::Command::new("kcat")
+        .args(&produce)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("kcat (scripts/test installs it)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"one\ntwo\nthree\n").expect("write");
+    }
+    assert!(child.wait().expect("kcat").success(), "kcat produce failed");
+    let mut consume = vec![
+        "-b",
+        bootstrap.as_str(),
+        "-t",
+        "sasl-kcat",
+        "-C",
+        "-e",
+        "-o",
+        "beginning",
+    ];
+    consume.extend_from_slice(&sasl);
+    let read = run_client(&node, "kcat", &consume);
+    assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two", "three"]);
+}
+
+#[test]
+fn the_sasl_listener_serves_nothing_before_authentication() {
+    let node = sasl_node();
+    let port = node.listener_port("SASL_PLAINTEXT");
+
+    // A request other than ApiVersions and SASL's closes the connection, unanswered.
+    let mut client = Client::connect(port);
+    let metadata: Result<MetadataResponse, String> =
+        client.try_call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(
+        metadata.is_err(),
+        "metadata served before authentication: {metadata:?}"
+    );
+
+    // A mechanism the listener does not enable: refused, with the ones it does.
+    let mut client = Client::connect(port);
+    let refused = handshake(&mut client, "SCRAM-SHA-512");
+    assert_eq!(
+        refused.error_code, 33,
+        "UNSUPPORTED_SASL_MECHANISM: {refused:?}"
+    );
+    assert_eq!(refused.mechanisms, [StrBytes::from_static_str("PLAIN")]);
+
+    // SaslAuthenticate before the handshake: ILLEGAL_SASL_STATE, then closed.
+    let mut client = Client::connect(port);
+    let early = authenticate(&mut client, b"\0alice\0alice-secret").expect("answered");
+    assert_eq!(early.error_code, 34, "ILLEGAL_SASL_STATE: {early:?}");
+
+    // A wrong password: SASL_AUTHENTICATION_FAILED with Kafka's message, then closed.
+    let mut client = Client::connect(port);
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 0);
+    let failed = authenticate(&mut client, b"\0alice\0wrong").expect("answered");
+    assert_eq!(
+        failed.error_code, 58,
+        "SASL_AUTHENTICATION_FAILED: {failed:?}"
+    );
+    assert!(
+        failed
+            .error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("Invalid username or password")),
+        "{failed:?}"
+    );
+    let after: Result<MetadataResponse, String> =
+        client.try_call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(after.is_err(), "the connection stayed open: {after:?}");
+
+    // The right password: the session is authenticated and Metadata is served; a second
+    // handshake is out of place.
+    let mut client = Client::connect(port);
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 0);
+    let done = authenticate(&mut client, b"\0alice\0alice-secret").expect("answered");
+    assert_eq!(done.error_code, 0, "{done:?}");
+    let metadata: MetadataResponse = client.call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert_eq!(metadata.brokers.len(), 1);
+    assert_eq!(
+        metadata.brokers[0].port,
+        i32::from(port),
+        "Metadata answers the SASL listener's endpoint"
+    );
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 34);
+
+    // An oversized frame before authentication (sasl.server.max.receive.size, 512 KiB) closes
+    // the connection before its body is read.
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    raw.write_all(&(1_000_000i32).to_be_bytes()).expect("size");
+    raw.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(raw.read(&mut byte), Ok(0) | Err(_)),
+        "an oversized frame was read"
+    );
+
+    // The PLAINTEXT listener: SASL requests are out of place.
+    let mut plain = Client::connect(node.kafka_port);
+    assert_eq!(handshake(&mut plain, "PLAIN").error_code, 34);
+}
+
+/// SaslHandshake v0 (what librdkafka 2.0's feature check needs advertised): the exchange goes
+/// on in raw size-prefixed tokens; PLAIN's answer is an empty token, a wrong password closes
+/// the connection.
+#[test]
+fn a_v0_handshake_goes_on_in_raw_tokens() {
+    use bytes::BytesMut;
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    use std::io::{Read, Write};
+
+    let node = sasl_node();
+    let port = node.listener_port("SASL_PLAINTEXT");
+    let frame = |stream: &mut std::net::TcpStream, body: &[u8]| {
+        stream
+            .write_all(&(body.len() as i32).to_be_bytes())
+            .expect("size");
+        stream.write_all(body).expect("body");
+    };
+    let read_frame = |stream: &mut std::net::TcpStream| -> Option<Vec<u8>> {
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        stream.read_exact(&mut body).ok()?;
+        Some(body)
+    };
+    for (password, accepted) in [("alice-secret", true), ("wrong", false)] {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        let mut request = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(ApiKey::SaslHandshake as i16)
+            .with_request_api_version(0)
+            .with_correlation_id(1)
+            .encode(&mut request, 1)
+            .expect("header");
+        SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str("PLAIN"))
+            .encode(&mut request, 0)
+            .expect("body");
+        frame(&mut stream, &request);
+        let answer = read_frame(&mut stream).expect("handshake answered");
+        let mut body = Bytes::from(answer[4..].to_vec());
+        let handshake = SaslHandshakeResponse::decode(&mut body, 0).expect("decode");
+        assert_eq!(handshake.error_code, 0, "{handshake:?}");
+        frame(&mut stream, format!("\0alice\0{password}").as_bytes());
+        let token = read_frame(&mut stream);
+        if accepted {
+            assert_eq!(token, Some(Vec::new()), "PLAIN answers an empty token");
+        } else {
+            assert_eq!(token, None, "a wrong password closes the connection");
+        }
+    }
+}
