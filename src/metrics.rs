@@ -28,6 +28,10 @@ pub struct Metrics {
     apis: Vec<ApiMetrics>,
     pub connections: AtomicI64,
     pub connections_refused: AtomicU64,
+    /// SASL authentications that succeeded and that failed (Kafka's
+    /// successful-authentication-total and failed-authentication-total).
+    pub sasl_authentications: AtomicU64,
+    pub sasl_authentication_failures: AtomicU64,
     /// Record bytes appended by producers.
     pub bytes_in: AtomicU64,
     /// Record bytes served to consumers and followers.
@@ -44,6 +48,8 @@ impl Default for Metrics {
             apis: (0..API_SLOTS).map(|_| ApiMetrics::default()).collect(),
             connections: AtomicI64::new(0),
             connections_refused: AtomicU64::new(0),
+            sasl_authentications: AtomicU64::new(0),
+            sasl_authentication_failures: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             messages_in: AtomicU64::new(0),
@@ -164,6 +170,16 @@ impl Metrics {
             "sluice_connections_refused_total",
             "Connections closed at accept because max.connections was reached.",
             load(&self.connections_refused),
+        );
+        counter(
+            "sluice_sasl_authentications_total",
+            "SASL authentications that succeeded.",
+            load(&self.sasl_authentications),
+        );
+        counter(
+            "sluice_sasl_authentication_failures_total",
+            "SASL authentications that failed (the connection was closed).",
+            load(&self.sasl_authentication_failures),
         );
         let _ = writeln!(
             out,

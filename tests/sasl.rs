@@ -206,6 +206,14 @@ fn the_sasl_listener_serves_nothing_before_authentication() {
     // The PLAINTEXT listener: SASL requests are out of place.
     let mut plain = Client::connect(node.kafka_port);
     assert_eq!(handshake(&mut plain, "PLAIN").error_code, 34);
+
+    // Operators see the outcomes: one success, one wrong password (SaslAuthenticate before
+    // the handshake is not an authentication).
+    assert_eq!(node.gauge("sluice_sasl_authentications_total"), Some(1));
+    assert_eq!(
+        node.gauge("sluice_sasl_authentication_failures_total"),
+        Some(1)
+    );
 }
 
 /// SaslHandshake v0 (what librdkafka 2.0's feature check needs advertised): the exchange goes

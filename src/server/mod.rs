@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use crate::broker::Broker;
 use crate::file_slice::FileSlice;
 use crate::handler::{self, Answer, RequestContext};
+use crate::protocol::errors::KafkaError;
 use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -379,7 +380,19 @@ pub async fn process_frame(
         };
         let token = session
             .raw_token(&frame.bytes, &credentials)
+            .inspect_err(|_| {
+                broker
+                    .metrics
+                    .sasl_authentication_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            })
             .map_err(FrameError::Close)?;
+        if session.is_authenticated() {
+            broker
+                .metrics
+                .sasl_authentications
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let mut out = BytesMut::with_capacity(4 + token.len());
         out.put_i32(
             i32::try_from(token.len())
@@ -429,6 +442,17 @@ pub async fn process_frame(
                     security: &security,
                 };
                 let (response, close) = session.authenticate(r, &credentials);
+                let counter = if response.error_code == KafkaError::SaslAuthenticationFailed.code()
+                {
+                    Some(&broker.metrics.sasl_authentication_failures)
+                } else if session.is_authenticated() {
+                    Some(&broker.metrics.sasl_authentications)
+                } else {
+                    None
+                };
+                if let Some(counter) = counter {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
                 (ResponseKind::SaslAuthenticate(response), close)
             }
             _ => return Err(FrameError::Close("not a SASL request".into())),
