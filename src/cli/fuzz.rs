@@ -11,7 +11,8 @@
 //! the cluster beyond the fuzzed topic (CreateTopics, CreatePartitions and
 //! IncrementalAlterConfigs unless `validate_only`, DeleteTopics, reassignments) are decoded
 //! but not dispatched. cargo-fuzz needs a nightly toolchain this project does not use; this
-//! runs on stable, and in release for long runs.
+//! runs on stable, and in release for long runs. A quarter of the inputs go through a SASL
+//! listener's session (before its handshake, after a v1 handshake, or as a v0 raw token).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -34,10 +35,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use sluice::broker::Broker;
 use sluice::config::ServerConfig;
-use sluice::config::security::ListenerSecurity;
+use sluice::config::security::{ListenerSecurity, SecurityProtocol};
 use sluice::handler::SUPPORTED_APIS;
 use sluice::log::batch::BatchBuilder;
 use sluice::protocol;
+use sluice::security::sasl::Mechanism;
 use sluice::server::session::Session;
 use sluice::server::{Frame, process_frame};
 
@@ -192,17 +194,37 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
             }
             let broker = Arc::clone(&broker);
             let frame_input = input.clone();
+            // A quarter of the inputs reach a SASL listener's session: before a handshake,
+            // after a v1 handshake (the input as SaslAuthenticate or anything else) or after
+            // a v0 one (the input as a raw token).
+            let sasl = rng.chance(25).then(|| rng.below(3));
             let handle = tasks.spawn(async move {
                 let begun = Instant::now();
                 let frame = Frame {
                     bytes: Bytes::from(frame_input),
                     received: begun,
                 };
-                let mut session = Session::new(Arc::new(ListenerSecurity::plaintext()));
-                let answered = tokio::time::timeout(
-                    INPUT_TIMEOUT,
-                    process_frame(&broker, "PLAINTEXT", &mut session, peer, frame),
-                )
+                let answered = tokio::time::timeout(INPUT_TIMEOUT, async {
+                    let Some(stage) = sasl else {
+                        let mut session = Session::new(Arc::new(ListenerSecurity::plaintext()));
+                        return process_frame(&broker, "PLAINTEXT", &mut session, peer, frame)
+                            .await
+                            .is_ok();
+                    };
+                    let mut session = Session::new(Arc::clone(&SASL_SECURITY));
+                    if stage > 0 {
+                        let handshake = Frame {
+                            bytes: Bytes::from(sasl_handshake(if stage == 1 { 1 } else { 0 })),
+                            received: begun,
+                        };
+                        let _ =
+                            process_frame(&broker, "SASL_PLAINTEXT", &mut session, peer, handshake)
+                                .await;
+                    }
+                    process_frame(&broker, "SASL_PLAINTEXT", &mut session, peer, frame)
+                        .await
+                        .is_ok()
+                })
                 .await;
                 (begun.elapsed(), answered.is_err(), plan.may_wait)
             });
@@ -397,6 +419,24 @@ fn plan(input: &[u8]) -> Plan {
 }
 
 /// A request frame (header and body, no size prefix).
+/// A SASL_PLAINTEXT listener with PLAIN and one user, for the SASL inputs.
+static SASL_SECURITY: std::sync::LazyLock<Arc<ListenerSecurity>> = std::sync::LazyLock::new(|| {
+    Arc::new(ListenerSecurity {
+        protocol: SecurityProtocol::SaslPlaintext,
+        mechanisms: vec![Mechanism::Plain],
+        plain_users: [("alice".to_owned(), "alice-secret".to_owned())].into(),
+    })
+});
+
+/// A valid SaslHandshake(PLAIN) frame of `version`.
+fn sasl_handshake(version: i16) -> Vec<u8> {
+    let request = RequestKind::SaslHandshake(
+        kafka_protocol::messages::SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str("PLAIN")),
+    );
+    frame(ApiKey::SaslHandshake, version, &request).unwrap_or_default()
+}
+
 fn frame(api_key: ApiKey, version: i16, body: &RequestKind) -> Option<Vec<u8>> {
     let header = RequestHeader::default()
         .with_request_api_key(api_key as i16)
