@@ -1,9 +1,16 @@
 //! What a client knows of the cluster: the brokers, where each partition's leader is, and one
 //! connection per broker. Starts from `bootstrap.servers` (each tried in turn, as Kafka's
 //! clients do) and is refreshed by Metadata requests when an answer says it is stale.
+//!
+//! Every connection authenticates as the client's settings say (`security.protocol`,
+//! `sasl.*`). A refused authentication is not a broker that is down: it is said at once to the
+//! caller (not hidden behind "no broker reachable", which callers retry), and the address is
+//! not tried again for [`AUTHENTICATION_RETRY_BACKOFF`], so a task that retries on its own
+//! does not open a connection per attempt.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
@@ -91,10 +98,17 @@ impl ClusterMetadata {
     }
 }
 
+/// How long an address whose broker refused the client's authentication answers with that
+/// refusal instead of a new connection (Kafka's clients back off up to
+/// `reconnect.backoff.max.ms`, 1 s by default, after an authentication failure).
+pub(crate) const AUTHENTICATION_RETRY_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Brokers, metadata and connections, shared by a client's tasks.
 pub(crate) struct Cluster {
     pub config: CommonConfig,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Addresses whose broker refused the authentication: when, and the error.
+    refused: Mutex<HashMap<String, (Instant, Error)>>,
     metadata: RwLock<Arc<ClusterMetadata>>,
 }
 
@@ -103,6 +117,7 @@ impl Cluster {
         Cluster {
             config,
             connections: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
         }
     }
@@ -115,22 +130,28 @@ impl Cluster {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// An open connection to `addr`, reused while it lives.
+    /// An open connection to `addr` (authenticated when the client uses SASL), reused while
+    /// it lives.
     pub async fn connection_to(&self, addr: &str) -> Result<Arc<Connection>> {
         if let Some(connection) = self.lock_connections().get(addr) {
             if !connection.is_closed() {
                 return Ok(connection.clone());
             }
         }
-        let connection = Arc::new(
-            Connection::connect_as(
-                addr,
-                &self.config.client_id,
-                self.config.connect_timeout,
-                self.config.request_timeout,
-            )
-            .await?,
-        );
+        if let Some(error) = self.recently_refused(addr) {
+            return Err(error);
+        }
+        let connection =
+            match Connection::open(addr, &self.config, self.config.request_timeout).await {
+                Ok(connection) => Arc::new(connection),
+                Err(error) => {
+                    if error.is_authentication() {
+                        self.lock_refused()
+                            .insert(addr.to_owned(), (Instant::now(), error.clone()));
+                    }
+                    return Err(error);
+                }
+            };
         let mut connections = self.lock_connections();
         // Another task may have connected meanwhile: keep one.
         let kept = match connections.get(addr) {
@@ -190,6 +211,8 @@ impl Cluster {
         for addr in &candidates {
             match self.connection_to(addr).await {
                 Ok(connection) => return Ok(connection),
+                // Wrong credentials are wrong at every broker: said now, as they are.
+                Err(error) if error.is_authentication() => return Err(error),
                 Err(error) => {
                     tracing::debug!(addr, %error, "broker not reachable");
                     last = Some(error);
@@ -371,12 +394,22 @@ impl Cluster {
     fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
         self.connections.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The authentication error `addr` answered less than [`AUTHENTICATION_RETRY_BACKOFF`]
+    /// ago, if any.
+    fn recently_refused(&self, addr: &str) -> Option<Error> {
+        let mut refused = self.lock_refused();
+        refused.retain(|_, (at, _)| at.elapsed() < AUTHENTICATION_RETRY_BACKOFF);
+        refused.get(addr).map(|(_, error)| error.clone())
+    }
+
+    fn lock_refused(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Error)>> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
@@ -386,6 +419,7 @@ mod tests {
             client_id: "test".into(),
             request_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
+            sasl: None,
         });
         let broker = |id: i32| BrokerInfo {
             node_id: id,
@@ -442,6 +476,7 @@ mod tests {
             client_id: "test".into(),
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(1),
+            sasl: None,
         });
         let (to_a, to_b) = (
             cluster.connection_to(&a).await.expect("a"),
@@ -457,5 +492,54 @@ mod tests {
             to_b.queue(&request, 12).await.expect("queue"),
         ];
         assert_eq!(cluster.any().await.expect("any").addr(), a);
+    }
+
+    /// Wrong credentials are said at once, as they are, from any broker: not wrapped in "no
+    /// broker reachable" (which callers retry), and not tried again within the backoff.
+    #[tokio::test]
+    async fn a_refused_authentication_is_said_at_once_and_not_retried_within_the_backoff() {
+        use crate::security::sasl::Mechanism;
+        use std::sync::atomic::Ordering;
+
+        let start = super::super::connection::sasl_broker::start;
+        let ((a, a_count), (b, b_count)) = (
+            start(&[Mechanism::Plain], 0).await,
+            start(&[Mechanism::Plain], 0).await,
+        );
+        let config = crate::client::ClientConfig::new(&format!("{a},{b}"))
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", "alice")
+            .set("sasl.password", "wrong");
+        let cluster = Cluster::new(CommonConfig::from_config(&config).expect("config"));
+        let error = cluster.any().await.expect_err("wrong password");
+        assert_eq!(
+            error.code(),
+            Some(crate::protocol::errors::SASL_AUTHENTICATION_FAILED),
+            "{error}"
+        );
+        assert!(!error.is_retriable(), "{error}");
+        assert!(error.to_string().contains(&a), "{error}");
+        assert_eq!(
+            (
+                a_count.load(Ordering::SeqCst),
+                b_count.load(Ordering::SeqCst)
+            ),
+            (1, 0)
+        );
+        let again = cluster.refresh(None).await.expect_err("still wrong");
+        assert_eq!(again.to_string(), error.to_string());
+        assert_eq!(
+            a_count.load(Ordering::SeqCst),
+            1,
+            "reconnected within the backoff"
+        );
+        tokio::time::sleep(AUTHENTICATION_RETRY_BACKOFF).await;
+        assert!(cluster.any().await.is_err());
+        assert_eq!(
+            a_count.load(Ordering::SeqCst),
+            2,
+            "not tried after the backoff"
+        );
     }
 }

@@ -3,6 +3,18 @@
 //! is the callers' business). At connect it asks ApiVersions, and each request is then sent at
 //! the highest version both sides speak.
 //!
+//! A client configured for SASL (`security.protocol=SASL_PLAINTEXT`) authenticates right after
+//! ApiVersions, before anything else is sent, as Kafka's `SaslClientAuthenticator` does:
+//! ```text
+//! ApiVersions
+//! SaslHandshake v1 (mechanism)      UNSUPPORTED_SASL_MECHANISM names the broker's mechanisms
+//! SaslAuthenticate (auth_bytes)     one per message of the mechanism (PLAIN: 1, SCRAM: 2),
+//!   ...                             until the client's exchange completes
+//! ```
+//! A refusal (SASL_AUTHENTICATION_FAILED with the broker's message) fails the connect; the
+//! broker closes the socket after it. Callers treat it as no retry mends
+//! ([`Error::is_authentication`]).
+//!
 //! Two tasks own the socket: a writer drains a queue of encoded frames (several per write when
 //! they pile up), a reader hands each response to its waiter. Sending is cancel-safe: a frame is
 //! queued whole or not at all. When the socket fails every waiter gets the error and the
@@ -10,11 +22,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +36,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::config::{ClientConfig, CommonConfig, SaslSettings};
 use super::error::{Error, Result, io_reason};
 use crate::protocol::errors;
 
@@ -30,6 +44,14 @@ use crate::protocol::errors;
 const RESPONSE_BYTES_MAX: usize = 100 << 20;
 /// Frames queued for the writer before senders wait.
 const WRITE_QUEUE_FRAMES: usize = 256;
+/// The most SaslAuthenticate requests one authentication sends (PLAIN needs 1, SCRAM 2), so a
+/// broker that keeps answering cannot keep a connect going.
+const SASL_AUTHENTICATE_ROUNDS_MAX: usize = 4;
+/// The share of a SASL session's lifetime (KIP-368's `session_lifetime_ms`) after which the
+/// connection counts as closed, so callers open a new one before the broker ends this one
+/// (Kafka's clients re-authenticate between 85% and 95% of it; Sluice does not re-authenticate,
+/// it reconnects).
+const SESSION_LIFETIME_USED_PERCENT: u32 = 85;
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
 
@@ -51,6 +73,9 @@ pub struct Connection {
     pending: Arc<Mutex<Pending>>,
     /// The broker's version range per API key, from ApiVersions.
     versions: HashMap<i16, (i16, i16)>,
+    /// When the SASL session is near its end (the broker gave it a lifetime): from then on
+    /// the connection reports itself closed.
+    session_ends: Option<Instant>,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -78,11 +103,48 @@ impl Connection {
     }
 
     /// [`Connection::connect`] with a `client.id` and separate connect and request timeouts.
+    /// Does not authenticate: for a SASL listener use [`Connection::connect_with`].
     pub async fn connect_as(
         addr: &str,
         client_id: &str,
         connect_timeout: Duration,
         request_timeout: Duration,
+    ) -> Result<Connection> {
+        Connection::establish(addr, client_id, connect_timeout, request_timeout, None).await
+    }
+
+    /// Connects to `addr` with a client's settings: `client.id`, `request.timeout.ms`,
+    /// `socket.connection.setup.timeout.ms` and security (`security.protocol`, `sasl.*`),
+    /// authenticating when they say so. `bootstrap.servers` is not read. Fails with
+    /// [`Error::Config`] for an invalid setting.
+    pub async fn connect_with(addr: &str, config: &ClientConfig) -> Result<Connection> {
+        let config = CommonConfig::without_servers(config)?;
+        Connection::open(addr, &config, config.request_timeout).await
+    }
+
+    /// Connects to `addr` as a client with `config` does (its `client.id`, connect timeout
+    /// and SASL settings), with `request_timeout` for each request.
+    pub(crate) async fn open(
+        addr: &str,
+        config: &CommonConfig,
+        request_timeout: Duration,
+    ) -> Result<Connection> {
+        Connection::establish(
+            addr,
+            &config.client_id,
+            config.connect_timeout,
+            request_timeout,
+            config.sasl.as_ref(),
+        )
+        .await
+    }
+
+    async fn establish(
+        addr: &str,
+        client_id: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        sasl: Option<&SaslSettings>,
     ) -> Result<Connection> {
         let connect_error = |reason: String| Error::Connect {
             addr: addr.to_owned(),
@@ -112,9 +174,13 @@ impl Connection {
             frames,
             pending,
             versions: HashMap::new(),
+            session_ends: None,
             tasks,
         };
         connection.versions = connection.api_versions().await?;
+        if let Some(sasl) = sasl {
+            connection.authenticate(sasl).await?;
+        }
         Ok(connection)
     }
 
@@ -123,8 +189,12 @@ impl Connection {
         &self.addr
     }
 
-    /// Whether the socket has failed or closed (a new connection is needed).
+    /// Whether the socket has failed or closed, or its SASL session nears the end of the
+    /// lifetime the broker gave it: a new connection is needed.
     pub fn is_closed(&self) -> bool {
+        if self.session_ends.is_some_and(|end| Instant::now() >= end) {
+            return true;
+        }
         self.pending
             .lock()
             .map_or(true, |pending| pending.closed.is_some())
@@ -326,6 +396,85 @@ impl Connection {
             .collect())
     }
 
+    /// SASL after ApiVersions (see the module's opening). Every failure the broker or the
+    /// mechanism reports is a Kafka error naming the mechanism, the user and the broker:
+    /// SASL_AUTHENTICATION_FAILED with the broker's message, UNSUPPORTED_SASL_MECHANISM with
+    /// the mechanisms it enables, ILLEGAL_SASL_STATE from a listener that does not
+    /// authenticate.
+    async fn authenticate(&mut self, sasl: &SaslSettings) -> Result<()> {
+        let context = format!(
+            "SASL {} authentication as {} to {}",
+            sasl.mechanism, sasl.username, self.addr
+        );
+        // v1: the exchange goes on in SaslAuthenticate requests. (v0 would switch the
+        // connection to raw tokens, which this client does not speak.)
+        if self.version_for::<SaslHandshakeRequest>(1)? != 1 {
+            return Err(Error::UnsupportedVersion {
+                api: "SaslHandshake".into(),
+                addr: self.addr.clone(),
+                broker_versions: self
+                    .broker_versions(ApiKey::SaslHandshake)
+                    .map_or("none".into(), |(min, max)| format!("{min}..{max}")),
+                client_versions: "1..1".into(),
+            });
+        }
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str(sasl.mechanism.name()));
+        let response = self.send_at_most(&handshake, 1).await?;
+        match response.error_code {
+            errors::NONE => {}
+            errors::UNSUPPORTED_SASL_MECHANISM => {
+                let enabled: Vec<&str> = response.mechanisms.iter().map(|m| m.as_str()).collect();
+                let message = format!(
+                    "the broker enables {}; set sasl.mechanism to one of them",
+                    if enabled.is_empty() {
+                        "no mechanism".to_owned()
+                    } else {
+                        enabled.join(", ")
+                    }
+                );
+                return Err(Error::from_code(
+                    response.error_code,
+                    context,
+                    Some(&message),
+                ));
+            }
+            code => return Err(Error::from_code(code, context, None)),
+        }
+        let refused = |message: String| {
+            Error::from_code(
+                errors::SASL_AUTHENTICATION_FAILED,
+                context.clone(),
+                Some(&message),
+            )
+        };
+        let mut client = sasl.client().map_err(|error| refused(error.to_string()))?;
+        let mut token = client.first_message();
+        for _ in 0..SASL_AUTHENTICATE_ROUNDS_MAX {
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+            let response = self.send_at_most(&request, 2).await?;
+            if let Some(error) = Error::kafka(
+                response.error_code,
+                context.clone(),
+                response.error_message.as_deref(),
+            ) {
+                return Err(error);
+            }
+            match client.step(&response.auth_bytes) {
+                Ok(Some(next)) => token = next,
+                Ok(None) => {
+                    self.session_ends = session_end(response.session_lifetime_ms);
+                    tracing::debug!(%context, "authenticated");
+                    return Ok(());
+                }
+                Err(error) => return Err(refused(error.to_string())),
+            }
+        }
+        Err(refused(format!(
+            "the exchange did not complete within {SASL_AUTHENTICATE_ROUNDS_MAX} SaslAuthenticate requests"
+        )))
+    }
+
     fn closed_error(&self) -> Error {
         match self.pending.lock() {
             Ok(pending) => self.closed_error_locked(&pending),
@@ -390,6 +539,13 @@ impl<Resp: Decodable> PendingResponse<Resp> {
         ResponseHeader::decode(&mut body, self.response_header_version).map_err(protocol)?;
         Resp::decode(&mut body, self.version).map_err(protocol)
     }
+}
+
+/// When a SASL session of `lifetime_ms` (0: no limit) should be given up, leaving time to
+/// connect again before the broker ends it.
+fn session_end(lifetime_ms: i64) -> Option<Instant> {
+    let lifetime = Duration::from_millis(u64::try_from(lifetime_ms).ok().filter(|&ms| ms > 0)?);
+    Instant::now().checked_add(lifetime * SESSION_LIFETIME_USED_PERCENT / 100)
 }
 
 fn protocol(e: impl std::fmt::Display) -> Error {
@@ -536,6 +692,171 @@ pub(crate) mod silent_broker {
     }
 }
 
+/// A broker on a SASL listener, authenticating with Sluice's own server side of the
+/// mechanisms (user `alice`, password `alice-secret`, for PLAIN and both SCRAMs): it answers
+/// ApiVersions, SaslHandshake and SaslAuthenticate, closes after a refusal or at any other
+/// request before authentication as Kafka's does, and answers Metadata (no brokers, no
+/// topics) once authenticated. Counts the connections it accepted.
+#[cfg(test)]
+pub(crate) mod sasl_broker {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{
+        MetadataResponse, SaslAuthenticateResponse, SaslHandshakeResponse,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::security::sasl::{
+        CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential,
+    };
+
+    struct Users;
+
+    impl CredentialStore for Users {
+        fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
+            (username == "alice").then(|| b"alice-secret".to_vec())
+        }
+
+        fn scram_credential(
+            &self,
+            mechanism: Mechanism,
+            username: &str,
+        ) -> Option<ScramCredential> {
+            (username == "alice").then(|| {
+                ScramCredential::derive(mechanism, b"alice-secret", b"alice-salt", 4096)
+                    .expect("credential")
+            })
+        }
+    }
+
+    /// Listens on a loopback port enabling `enabled`; a completed authentication is given
+    /// `session_lifetime_ms`. Returns its `host:port` and its count of connections.
+    pub(crate) async fn start(
+        enabled: &'static [Mechanism],
+        session_lifetime_ms: i64,
+    ) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve(socket, enabled, session_lifetime_ms));
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn serve(mut socket: TcpStream, enabled: &'static [Mechanism], session_lifetime_ms: i64) {
+        let mut server: Option<SaslServer> = None;
+        let mut authenticated = false;
+        loop {
+            let Ok(size) = socket.read_i32().await else {
+                return;
+            };
+            let mut body = vec![0; size.clamp(0, 1 << 20) as usize];
+            if socket.read_exact(&mut body).await.is_err() {
+                return;
+            }
+            let mut body = Bytes::from(body);
+            let api_key = ApiKey::try_from(i16::from_be_bytes([body[0], body[1]])).expect("key");
+            let version = i16::from_be_bytes([body[2], body[3]]);
+            let header = RequestHeader::decode(&mut body, api_key.request_header_version(version))
+                .expect("header");
+            let mut out = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(header.correlation_id)
+                .encode(&mut out, api_key.response_header_version(version))
+                .expect("encode");
+            let mut close = false;
+            match api_key {
+                ApiKey::ApiVersions => {
+                    let versions = [
+                        (ApiKey::ApiVersions, 0, 3),
+                        (ApiKey::SaslHandshake, 0, 1),
+                        (ApiKey::SaslAuthenticate, 0, 2),
+                        (ApiKey::Metadata, 0, 12),
+                    ];
+                    ApiVersionsResponse::default()
+                        .with_api_keys(
+                            versions
+                                .iter()
+                                .map(|&(key, min, max)| {
+                                    ApiVersion::default()
+                                        .with_api_key(key as i16)
+                                        .with_min_version(min)
+                                        .with_max_version(max)
+                                })
+                                .collect(),
+                        )
+                        .encode(&mut out, version)
+                        .expect("encode");
+                }
+                ApiKey::SaslHandshake => {
+                    let request = SaslHandshakeRequest::decode(&mut body, version).expect("decode");
+                    let mut response = SaslHandshakeResponse::default().with_mechanisms(
+                        enabled
+                            .iter()
+                            .map(|m| StrBytes::from_static_str(m.name()))
+                            .collect(),
+                    );
+                    match Mechanism::from_name(request.mechanism.as_str())
+                        .filter(|m| enabled.contains(m))
+                    {
+                        Some(mechanism) => server = Some(SaslServer::new(mechanism)),
+                        None => {
+                            response.error_code = errors::UNSUPPORTED_SASL_MECHANISM;
+                            close = true;
+                        }
+                    }
+                    response.encode(&mut out, version).expect("encode");
+                }
+                ApiKey::SaslAuthenticate => {
+                    let request =
+                        SaslAuthenticateRequest::decode(&mut body, version).expect("decode");
+                    let Some(exchange) = server.as_mut() else {
+                        return;
+                    };
+                    let mut response = SaslAuthenticateResponse::default();
+                    match exchange.step(&request.auth_bytes, &Users) {
+                        Ok(Exchange::Continue(challenge)) => response.auth_bytes = challenge.into(),
+                        Ok(Exchange::Done { response: last, .. }) => {
+                            response.auth_bytes = last.into();
+                            response.session_lifetime_ms = session_lifetime_ms;
+                            authenticated = true;
+                        }
+                        Err(error) => {
+                            response.error_code = errors::SASL_AUTHENTICATION_FAILED;
+                            response.error_message = Some(StrBytes::from_string(
+                                error.response_message(exchange.mechanism()),
+                            ));
+                            close = true;
+                        }
+                    }
+                    response.encode(&mut out, version).expect("encode");
+                }
+                ApiKey::Metadata if authenticated => {
+                    MetadataResponse::default()
+                        .encode(&mut out, version)
+                        .expect("encode");
+                }
+                // Anything else before authentication: closed, as Kafka's broker does.
+                _ => return,
+            }
+            let mut frame = (out.len() as i32).to_be_bytes().to_vec();
+            frame.extend_from_slice(&out);
+            if socket.write_all(&frame).await.is_err() || close {
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::MetadataRequest;
@@ -566,5 +887,98 @@ mod tests {
         assert_eq!(error.to_string().matches(&addr).count(), 1, "{error}");
         assert!(started.elapsed() < Duration::from_millis(100));
         assert!(connection.queue(&request, 12).await.is_err());
+    }
+
+    use crate::security::sasl::Mechanism;
+
+    fn sasl_config(mechanism: &str, password: &str) -> ClientConfig {
+        ClientConfig::default()
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", mechanism)
+            .set("sasl.username", "alice")
+            .set("sasl.password", password)
+            .set("request.timeout.ms", "5000")
+    }
+
+    #[tokio::test]
+    async fn every_mechanism_authenticates_before_the_connection_is_handed_out() {
+        let (addr, _) = sasl_broker::start(&Mechanism::ALL, 0).await;
+        for mechanism in Mechanism::ALL {
+            let connection =
+                Connection::connect_with(&addr, &sasl_config(mechanism.name(), "alice-secret"))
+                    .await
+                    .unwrap_or_else(|error| panic!("{mechanism}: {error}"));
+            assert!(!connection.is_closed());
+            // The fake closes at a Metadata request before authentication: an answer proves
+            // the exchange completed.
+            connection
+                .send_at_most(&MetadataRequest::default(), 12)
+                .await
+                .expect("answered after authenticating");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wrong_password_is_sasl_authentication_failed_with_the_brokers_message() {
+        let (addr, _) = sasl_broker::start(&Mechanism::ALL, 0).await;
+        let error = Connection::connect_with(&addr, &sasl_config("PLAIN", "wrong"))
+            .await
+            .expect_err("a wrong password");
+        assert_eq!(error.code(), Some(errors::SASL_AUTHENTICATION_FAILED));
+        assert!(error.is_authentication() && !error.is_retriable());
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "SASL_AUTHENTICATION_FAILED: SASL PLAIN authentication as alice to {addr}: \
+                 Authentication failed: Invalid username or password"
+            )),
+            "{text}"
+        );
+        let error = Connection::connect_with(&addr, &sasl_config("SCRAM-SHA-256", "wrong"))
+            .await
+            .expect_err("a wrong password");
+        assert_eq!(error.code(), Some(errors::SASL_AUTHENTICATION_FAILED));
+        assert!(error.to_string().contains("SCRAM-SHA-256"), "{error}");
+        // Without SASL the listener answers ApiVersions, then closes at the first request:
+        // a lost connection, which is all a client can tell.
+        let plaintext = Connection::connect_with(&addr, &ClientConfig::default())
+            .await
+            .expect("ApiVersions is answered before authentication");
+        let lost = plaintext
+            .send_at_most(&MetadataRequest::default(), 12)
+            .await
+            .expect_err("Metadata before authentication");
+        assert!(matches!(lost, Error::Disconnected { .. }), "{lost:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_mechanism_names_the_brokers_mechanisms() {
+        let (addr, _) =
+            sasl_broker::start(&[Mechanism::ScramSha256, Mechanism::ScramSha512], 0).await;
+        let error = Connection::connect_with(&addr, &sasl_config("PLAIN", "alice-secret"))
+            .await
+            .expect_err("PLAIN is not enabled");
+        assert_eq!(error.code(), Some(errors::UNSUPPORTED_SASL_MECHANISM));
+        assert!(error.is_authentication());
+        assert!(
+            error
+                .to_string()
+                .contains("the broker enables SCRAM-SHA-256, SCRAM-SHA-512"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_lifetime_retires_the_connection_before_the_broker_ends_it() {
+        let (addr, _) = sasl_broker::start(&[Mechanism::Plain], 400).await;
+        let connection = Connection::connect_with(&addr, &sasl_config("PLAIN", "alice-secret"))
+            .await
+            .expect("connect");
+        assert!(!connection.is_closed());
+        // 85% of 400 ms.
+        tokio::time::sleep(Duration::from_millis(360)).await;
+        assert!(connection.is_closed(), "a session past 85% of its lifetime");
+        assert_eq!(session_end(0), None);
+        assert_eq!(session_end(-1), None);
     }
 }

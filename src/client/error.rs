@@ -222,6 +222,21 @@ impl Error {
         )
     }
 
+    /// Whether authentication failed (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
+    /// ILLEGAL_SASL_STATE): Kafka's `AuthenticationException`s. The credentials or the
+    /// mechanism are wrong, so no retry mends it; clients say it at once instead of retrying
+    /// until a timeout. Not [`Error::is_retriable`].
+    pub fn is_authentication(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                errors::SASL_AUTHENTICATION_FAILED
+                    | errors::UNSUPPORTED_SASL_MECHANISM
+                    | errors::ILLEGAL_SASL_STATE
+            )
+        )
+    }
+
     /// Whether trying again (after refreshing metadata or reconnecting) may succeed.
     pub fn is_retriable(&self) -> bool {
         match self {
@@ -318,6 +333,12 @@ fn hint(code: i16) -> Option<&'static str> {
         errors::TRANSACTIONAL_ID_NOT_FOUND => {
             "no such transactional id; `sluice transactions list` shows them"
         }
+        errors::SASL_AUTHENTICATION_FAILED => {
+            "check the credentials (sasl.jaas.config, or sasl.username and sasl.password) and sasl.mechanism"
+        }
+        errors::ILLEGAL_SASL_STATE => {
+            "the listener does not expect SASL here; check security.protocol against the listener's port"
+        }
         _ => return None,
     })
 }
@@ -361,5 +382,41 @@ mod tests {
                 .starts_with("INVALID_PARTITIONS: topic t: broker 1 is full"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn authentication_failures_are_named_once_and_not_retriable() {
+        let error = Error::from_code(
+            errors::SASL_AUTHENTICATION_FAILED,
+            "SASL PLAIN authentication as alice to b:1",
+            Some("Authentication failed: Invalid username or password"),
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with(
+                "SASL_AUTHENTICATION_FAILED: SASL PLAIN authentication as alice to b:1: \
+                 Authentication failed: Invalid username or password: check the credentials"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("SASL_AUTHENTICATION_FAILED").count(), 1);
+        assert!(error.is_authentication());
+        assert!(!error.is_retriable());
+        for code in [
+            errors::UNSUPPORTED_SASL_MECHANISM,
+            errors::ILLEGAL_SASL_STATE,
+        ] {
+            let error = Error::from_code(code, "SASL", None);
+            assert!(
+                error.is_authentication() && !error.is_retriable(),
+                "{error}"
+            );
+        }
+        assert!(!Error::from_code(errors::NOT_COORDINATOR, "group g", None).is_authentication());
+        let lost = Error::Disconnected {
+            addr: "b:1".into(),
+            reason: "closed".into(),
+        };
+        assert!(!lost.is_authentication());
     }
 }

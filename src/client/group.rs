@@ -201,19 +201,15 @@ impl GroupMember for GroupShared {
     }
 }
 
-/// Connects to the coordinator at `addr` on a connection of its own, so group requests never
-/// queue behind a fetch's long poll; its timeout covers a rebalance.
+/// Connects to the coordinator at `addr` on a connection of its own (authenticated as the
+/// cluster's connections are), so group requests never queue behind a fetch's long poll; its
+/// timeout covers a rebalance.
 async fn coordinator_connection(ctx: &Context, addr: &str) -> Result<Connection> {
     let config = &ctx.cluster.config;
-    Connection::connect_as(
-        addr,
-        &config.client_id,
-        config.connect_timeout,
-        config
-            .request_timeout
-            .max(ctx.settings.max_poll_interval + Duration::from_secs(5)),
-    )
-    .await
+    let request_timeout = config
+        .request_timeout
+        .max(ctx.settings.max_poll_interval + Duration::from_secs(5));
+    Connection::open(addr, config, request_timeout).await
 }
 
 fn str_bytes(text: &str) -> StrBytes {
