@@ -330,7 +330,7 @@ impl Node {
                 None
             };
             for (listener_config, listener) in bound {
-                let security = config.security.listener(&listener_config.name);
+                let security = Arc::new(config.security.listener(&listener_config.name));
                 let settings = ListenerSettings {
                     name: listener_config.name.clone(),
                     request_bytes_max: config.socket_request_max_bytes,
@@ -338,7 +338,7 @@ impl Node {
                     queued_requests_max: config.queued_max_requests,
                     idle_ms: config.connections_max_idle_ms,
                     sasl_request_bytes_max: config.security.sasl_server_max_receive_size,
-                    security: Arc::new(security.clone()),
+                    security: Arc::clone(&security),
                 };
                 let started = Server::start(
                     listener,

@@ -28,7 +28,6 @@ use tokio::task::JoinSet;
 use crate::broker::Broker;
 use crate::file_slice::FileSlice;
 use crate::handler::{self, Answer, RequestContext};
-use crate::protocol::errors::KafkaError;
 use crate::protocol::fetch_encode::Part;
 use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -36,7 +35,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 pub mod network;
 pub mod session;
 use network::NetworkThreads;
-use session::{ListenerCredentials, Session};
+use session::Session;
 
 use crate::config::security::ListenerSecurity;
 
@@ -374,25 +373,9 @@ pub async fn process_frame(
     frame: Frame,
 ) -> Result<Processed, FrameError> {
     if session.expects_raw_token() {
-        let security = Arc::clone(session.security());
-        let credentials = ListenerCredentials {
-            security: &security,
-        };
         let token = session
-            .raw_token(&frame.bytes, &credentials)
-            .inspect_err(|_| {
-                broker
-                    .metrics
-                    .sasl_authentication_failures
-                    .fetch_add(1, Ordering::Relaxed);
-            })
+            .raw_token(&frame.bytes, &broker.metrics)
             .map_err(FrameError::Close)?;
-        if session.is_authenticated() {
-            broker
-                .metrics
-                .sasl_authentications
-                .fetch_add(1, Ordering::Relaxed);
-        }
         let mut out = BytesMut::with_capacity(4 + token.len());
         out.put_i32(
             i32::try_from(token.len())
@@ -437,22 +420,7 @@ pub async fn process_frame(
                 (ResponseKind::SaslHandshake(response), close)
             }
             kafka_protocol::messages::RequestKind::SaslAuthenticate(r) => {
-                let security = Arc::clone(session.security());
-                let credentials = ListenerCredentials {
-                    security: &security,
-                };
-                let (response, close) = session.authenticate(r, &credentials);
-                let counter = if response.error_code == KafkaError::SaslAuthenticationFailed.code()
-                {
-                    Some(&broker.metrics.sasl_authentication_failures)
-                } else if session.is_authenticated() {
-                    Some(&broker.metrics.sasl_authentications)
-                } else {
-                    None
-                };
-                if let Some(counter) = counter {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
+                let (response, close) = session.authenticate(r, &broker.metrics);
                 (ResponseKind::SaslAuthenticate(response), close)
             }
             _ => return Err(FrameError::Close("not a SASL request".into())),

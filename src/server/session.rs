@@ -11,6 +11,7 @@
 //! (re-authentication, KIP-368, is not served: `connections.max.reauth.ms` stays 0).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
@@ -18,9 +19,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::config::security::{ListenerSecurity, SecurityProtocol};
+use crate::config::security::ListenerSecurity;
+use crate::metrics::Metrics;
 use crate::protocol::errors::KafkaError;
-use crate::security::sasl::{CredentialStore, Exchange, Mechanism, SaslServer};
+use crate::security::sasl::{CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential};
 
 /// The principal of a client that did not authenticate (PLAINTEXT listeners).
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -67,14 +69,6 @@ impl Session {
         &self.principal
     }
 
-    pub fn protocol(&self) -> SecurityProtocol {
-        self.security.protocol
-    }
-
-    pub fn security(&self) -> &Arc<ListenerSecurity> {
-        &self.security
-    }
-
     /// Whether requests other than the handshake's may be served.
     pub fn is_authenticated(&self) -> bool {
         matches!(
@@ -106,29 +100,46 @@ impl Session {
 
     /// One raw token after SaslHandshake v0: the token to send back (size-prefixed by the
     /// caller), or `Err` to close the connection, as Kafka does on a failure in this mode.
-    pub fn raw_token(
-        &mut self,
-        token: &[u8],
-        store: &dyn CredentialStore,
-    ) -> Result<Vec<u8>, String> {
-        let Authentication::RawTokens(mut server) =
+    pub fn raw_token(&mut self, token: &[u8], metrics: &Metrics) -> Result<Vec<u8>, String> {
+        let Authentication::RawTokens(server) =
             std::mem::replace(&mut self.authentication, Authentication::AwaitingHandshake)
         else {
             return Err("a raw SASL token outside SaslHandshake v0".into());
         };
-        match server.step(token, store) {
+        match self.step(server, token, metrics, Authentication::RawTokens) {
+            Step::Continue(token) | Step::Done(token) => Ok(token),
+            Step::Failed(message) => Err(format!("SASL authentication failed: {message}")),
+        }
+    }
+
+    /// One step of the mechanism with the listener's credentials: `waiting` keeps the server
+    /// for the next step. The outcome is counted and logged here, once for both framings.
+    fn step(
+        &mut self,
+        mut server: Box<SaslServer>,
+        token: &[u8],
+        metrics: &Metrics,
+        waiting: fn(Box<SaslServer>) -> Authentication,
+    ) -> Step {
+        match server.step(token, &*self.security) {
             Ok(Exchange::Continue(challenge)) => {
-                self.authentication = Authentication::RawTokens(server);
-                Ok(challenge)
+                self.authentication = waiting(server);
+                Step::Continue(challenge)
             }
             Ok(Exchange::Done { response, username }) => {
                 self.principal = Arc::from(format!("User:{username}"));
                 self.authentication = Authentication::Authenticated;
-                Ok(response)
+                metrics.sasl_authentications.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(principal = %self.principal, "SASL authentication succeeded");
+                Step::Done(response)
             }
             Err(error) => {
+                // The log keeps the detail; the client is told only what Kafka tells it.
                 tracing::info!(?error, "SASL authentication failed");
-                Err(format!("SASL authentication failed: {error:?}"))
+                metrics
+                    .sasl_authentication_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                Step::Failed(error.response_message(server.mechanism()))
             }
         }
     }
@@ -177,10 +188,10 @@ impl Session {
     pub fn authenticate(
         &mut self,
         request: &SaslAuthenticateRequest,
-        store: &dyn CredentialStore,
+        metrics: &Metrics,
     ) -> (SaslAuthenticateResponse, bool) {
         let mut response = SaslAuthenticateResponse::default();
-        let mut server =
+        let server =
             match std::mem::replace(&mut self.authentication, Authentication::AwaitingHandshake) {
                 Authentication::Handshaken(mechanism) => Box::new(SaslServer::new(mechanism)),
                 Authentication::Exchanging(server) => server,
@@ -193,54 +204,43 @@ impl Session {
                     return (response, true);
                 }
             };
-        match server.step(&request.auth_bytes, store) {
-            Ok(Exchange::Continue(challenge)) => {
-                response.auth_bytes = challenge.into();
-                self.authentication = Authentication::Exchanging(server);
+        match self.step(
+            server,
+            &request.auth_bytes,
+            metrics,
+            Authentication::Exchanging,
+        ) {
+            Step::Continue(token) | Step::Done(token) => {
+                response.auth_bytes = token.into();
                 (response, false)
             }
-            Ok(Exchange::Done {
-                response: last,
-                username,
-            }) => {
-                response.auth_bytes = last.into();
-                self.principal = Arc::from(format!("User:{username}"));
-                self.authentication = Authentication::Authenticated;
-                tracing::debug!(principal = %self.principal, "SASL authentication succeeded");
-                (response, false)
-            }
-            Err(error) => {
-                // The log keeps the detail; the client is told only what Kafka tells it.
-                tracing::info!(?error, "SASL authentication failed");
+            Step::Failed(message) => {
                 response.error_code = KafkaError::SaslAuthenticationFailed.code();
-                response.error_message = Some(StrBytes::from_string(
-                    error.response_message(server.mechanism()),
-                ));
+                response.error_message = Some(StrBytes::from_string(message));
                 (response, true)
             }
         }
     }
 }
 
-/// A listener's credentials as SASL mechanisms look them up: PLAIN's users from the
-/// listener's JAAS config.
-pub struct ListenerCredentials<'a> {
-    pub security: &'a ListenerSecurity,
+/// What one step of a SASL exchange came to.
+enum Step {
+    Continue(Vec<u8>),
+    Done(Vec<u8>),
+    /// What the client may be told.
+    Failed(String),
 }
 
-impl CredentialStore for ListenerCredentials<'_> {
+/// A listener's credentials as SASL mechanisms look them up: PLAIN's users from the
+/// listener's JAAS config.
+impl CredentialStore for ListenerSecurity {
     fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
-        self.security
-            .plain_users
+        self.plain_users
             .get(username)
             .map(|password| password.as_bytes().to_vec())
     }
 
-    fn scram_credential(
-        &self,
-        _mechanism: Mechanism,
-        _username: &str,
-    ) -> Option<crate::security::sasl::ScramCredential> {
+    fn scram_credential(&self, _mechanism: Mechanism, _username: &str) -> Option<ScramCredential> {
         // SCRAM listeners are refused at start until credentials are stored in the quorum.
         None
     }
