@@ -10,9 +10,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::records::{
-    BrokerId, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER, PartitionChange,
-    PartitionRecord, RECORD_VERSION, Reassignment, RecordEnvelope, RegisterBroker, Uuid,
+    AclRecord, BrokerId, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER, PartitionChange,
+    PartitionRecord, RECORD_VERSION, Reassignment, RecordEnvelope, RegisterBroker,
+    ScramCredentialRecord, ScramMechanism, Uuid,
 };
+
+/// SCRAM credentials by user, then mechanism.
+pub type ScramCredentials = BTreeMap<String, BTreeMap<ScramMechanism, ScramCredentialRecord>>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -53,11 +57,21 @@ pub struct MetadataImage {
     pub reassignments: BTreeMap<(Uuid, i32), Reassignment>,
     /// The most partition replicas each broker can host, as its registration reported.
     pub broker_partitions_max: BTreeMap<BrokerId, u32>,
+    /// SCRAM credentials (shared between images until one changes them).
+    pub scram_credentials: Arc<ScramCredentials>,
+    /// ACLs by the id of the record that created them (shared between images until one
+    /// changes them: a reader may rebuild its index only when the `Arc` is another).
+    pub acls: Arc<BTreeMap<Uuid, AclRecord>>,
     /// Partition replicas per broker: derived from `topics`, kept up to date by replay so
     /// placement never counts every partition.
     #[serde(skip)]
     replica_counts: BTreeMap<BrokerId, u32>,
 }
+
+/// The image as snapshot format 3 held it (before SCRAM credentials and ACLs): format 2's
+/// fields, then the broker capacities.
+#[derive(Deserialize)]
+struct MetadataImageV3(MetadataImageV2, BTreeMap<BrokerId, u32>);
 
 /// The image as snapshot format 2 held it (before broker capacities): format 1's fields, then
 /// the reassignments.
@@ -169,6 +183,15 @@ impl MetadataImage {
                     bincode::deserialize(bytes).map_err(corrupt)?;
                 Ok(image.recount())
             }
+            3 => {
+                let (_, MetadataImageV3(MetadataImageV2(old, reassignments), capacities)): (
+                    u16,
+                    MetadataImageV3,
+                ) = bincode::deserialize(bytes).map_err(corrupt)?;
+                let mut image = old.upgrade(reassignments);
+                image.broker_partitions_max = capacities;
+                Ok(image)
+            }
             2 => {
                 let (_, MetadataImageV2(old, reassignments)): (u16, MetadataImageV2) =
                     bincode::deserialize(bytes).map_err(corrupt)?;
@@ -184,8 +207,9 @@ impl MetadataImage {
     }
 }
 
-/// 2: the image holds reassignments; 3: broker capacities (formats 1 and 2 are still read).
-const SNAPSHOT_FORMAT_VERSION: u16 = 3;
+/// 2: the image holds reassignments; 3: broker capacities; 4: SCRAM credentials and ACLs
+/// (formats 1 to 3 are still read).
+const SNAPSHOT_FORMAT_VERSION: u16 = 4;
 
 /// Why a record could not be replayed. Replay is deterministic, so every node refuses the
 /// same records; the controller validates before proposing, so this signals a bug or a
@@ -373,6 +397,27 @@ impl MetadataDelta {
                     }
                 }
             }
+            MetadataRecord::UserScramCredential {
+                user,
+                mechanism,
+                credential,
+            } => replay_scram_credential(image, user, *mechanism, credential.as_ref())?,
+            MetadataRecord::Acl { id, acl } => {
+                let acls = Arc::make_mut(&mut image.acls);
+                match acl {
+                    Some(acl) => {
+                        if acls.contains_key(id) {
+                            return Err(ReplayError::Invalid(format!("ACL id {id} is taken")));
+                        }
+                        acls.insert(*id, acl.clone());
+                    }
+                    None => {
+                        if acls.remove(id).is_none() {
+                            return Err(ReplayError::Invalid(format!("no ACL has id {id}")));
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -402,6 +447,43 @@ fn broker_mut(
         });
     }
     Ok(broker)
+}
+
+fn replay_scram_credential(
+    image: &mut MetadataImage,
+    user: &str,
+    mechanism: ScramMechanism,
+    credential: Option<&ScramCredentialRecord>,
+) -> Result<(), ReplayError> {
+    if user.is_empty() {
+        return Err(ReplayError::Invalid(
+            "a SCRAM credential without a user".into(),
+        ));
+    }
+    let users = Arc::make_mut(&mut image.scram_credentials);
+    match credential {
+        Some(credential) => {
+            users
+                .entry(user.to_owned())
+                .or_default()
+                .insert(mechanism, credential.clone());
+        }
+        None => {
+            let removed = users
+                .get_mut(user)
+                .and_then(|mechanisms| mechanisms.remove(&mechanism));
+            if removed.is_none() {
+                return Err(ReplayError::Invalid(format!(
+                    "user {user} has no {} credential",
+                    mechanism.name()
+                )));
+            }
+            if users.get(user).is_some_and(BTreeMap::is_empty) {
+                users.remove(user);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_replica_set(
@@ -672,7 +754,7 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_of_formats_1_and_2_still_decode_with_their_replica_counts() {
+    fn snapshots_of_formats_1_to_3_still_decode_with_their_replica_counts() {
         #[derive(Serialize)]
         struct Old<'a> {
             index: u64,
@@ -701,7 +783,15 @@ mod tests {
         // Format 1 is format 2 without the reassignments at its end.
         let v1 = bincode::serialize(&(1u16, &old)).expect("encode v1");
         let v2 = bincode::serialize(&(2u16, &old, &image.reassignments)).expect("encode v2");
-        for (format, bytes) in [(1, v1), (2, v2)] {
+        // Format 3 is format 2 then the broker capacities.
+        let v3 = bincode::serialize(&(
+            3u16,
+            &old,
+            &image.reassignments,
+            &image.broker_partitions_max,
+        ))
+        .expect("encode v3");
+        for (format, bytes) in [(1, v1), (2, v2), (3, v3)] {
             let decoded = MetadataImage::decode(&bytes).expect("decode");
             assert_eq!(decoded, image, "format {format}");
             assert_eq!(decoded.replica_count(2), 1, "format {format}");
@@ -807,5 +897,110 @@ mod tests {
         let empty = delta.apply(3);
         assert_eq!([2, 3, 4].map(|b| empty.replica_count(b)), [0, 0, 0]);
         assert!(empty.broker_partitions_max.is_empty());
+    }
+
+    #[test]
+    fn scram_credentials_and_acls_replay_share_and_round_trip() {
+        let credential = |iterations| ScramCredentialRecord {
+            salt: vec![1; 16],
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+            iterations,
+        };
+        let set = |user: &str, mechanism, iterations| MetadataRecord::UserScramCredential {
+            user: user.into(),
+            mechanism,
+            credential: Some(credential(iterations)),
+        };
+        let remove = |user: &str, mechanism| MetadataRecord::UserScramCredential {
+            user: user.into(),
+            mechanism,
+            credential: None,
+        };
+        let acl = AclRecord {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission_type: 3,
+        };
+        let base = MetadataImage::default();
+        let mut delta = MetadataDelta::new(&base);
+        delta
+            .replay(&set("alice", ScramMechanism::ScramSha256, 4096))
+            .expect("set");
+        delta
+            .replay(&set("alice", ScramMechanism::ScramSha512, 8192))
+            .expect("second mechanism");
+        delta
+            .replay(&set("alice", ScramMechanism::ScramSha512, 5000))
+            .expect("replaced");
+        delta
+            .replay(&MetadataRecord::Acl {
+                id: Uuid(7),
+                acl: Some(acl.clone()),
+            })
+            .expect("acl");
+        assert!(matches!(
+            delta.replay(&MetadataRecord::Acl {
+                id: Uuid(7),
+                acl: Some(acl.clone()),
+            }),
+            Err(ReplayError::Invalid(_))
+        ));
+        let image = delta.apply(3);
+        let alice = &image.scram_credentials["alice"];
+        assert_eq!(alice[&ScramMechanism::ScramSha512].iterations, 5000);
+        assert_eq!(alice.len(), 2);
+        assert_eq!(image.acls[&Uuid(7)], acl);
+        assert!(base.scram_credentials.is_empty() && base.acls.is_empty());
+        assert_eq!(
+            MetadataImage::decode(&image.encode()).expect("decode"),
+            image
+        );
+
+        // A change elsewhere shares the credentials and ACLs; a change to them does not.
+        let mut delta = MetadataDelta::new(&image);
+        delta.replay(&broker(1, 1)).expect("broker");
+        let next = delta.apply(4);
+        assert!(Arc::ptr_eq(&next.acls, &image.acls));
+        assert!(Arc::ptr_eq(
+            &next.scram_credentials,
+            &image.scram_credentials
+        ));
+
+        let mut delta = MetadataDelta::new(&next);
+        delta
+            .replay(&remove("alice", ScramMechanism::ScramSha256))
+            .expect("remove");
+        delta
+            .replay(&remove("alice", ScramMechanism::ScramSha512))
+            .expect("remove the last");
+        assert!(matches!(
+            delta.replay(&remove("alice", ScramMechanism::ScramSha512)),
+            Err(ReplayError::Invalid(_))
+        ));
+        delta
+            .replay(&MetadataRecord::Acl {
+                id: Uuid(7),
+                acl: None,
+            })
+            .expect("acl removed");
+        assert!(matches!(
+            delta.replay(&MetadataRecord::Acl {
+                id: Uuid(7),
+                acl: None,
+            }),
+            Err(ReplayError::Invalid(_))
+        ));
+        let last = delta.apply(5);
+        assert!(
+            last.scram_credentials.is_empty(),
+            "a user without credentials is gone"
+        );
+        assert!(last.acls.is_empty());
+        assert_eq!(next.acls.len(), 1, "the earlier image is untouched");
     }
 }

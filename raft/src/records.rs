@@ -126,6 +126,84 @@ pub enum MetadataRecord {
         broker_epoch: i64,
         partitions_max: u32,
     },
+    /// A user's SCRAM credential for one mechanism is set (`Some`: Kafka's
+    /// UserScramCredentialRecord) or removed (`None`: RemoveUserScramCredentialRecord).
+    UserScramCredential {
+        user: String,
+        mechanism: ScramMechanism,
+        credential: Option<ScramCredentialRecord>,
+    },
+    /// An ACL is created (`Some`: Kafka's AccessControlEntryRecord) or removed (`None`:
+    /// RemoveAccessControlEntryRecord), by the id the controller gave it.
+    Acl {
+        id: Uuid,
+        acl: Option<AclRecord>,
+    },
+}
+
+/// The SCRAM mechanisms a credential is stored for (Kafka's `ScramMechanism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ScramMechanism {
+    ScramSha256,
+    ScramSha512,
+}
+
+impl ScramMechanism {
+    /// Kafka's code on the wire (DescribeUserScramCredentials, AlterUserScramCredentials).
+    pub fn code(self) -> i8 {
+        match self {
+            ScramMechanism::ScramSha256 => 1,
+            ScramMechanism::ScramSha512 => 2,
+        }
+    }
+
+    pub fn from_code(code: i8) -> Option<ScramMechanism> {
+        match code {
+            1 => Some(ScramMechanism::ScramSha256),
+            2 => Some(ScramMechanism::ScramSha512),
+            _ => None,
+        }
+    }
+
+    /// The SASL mechanism's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScramMechanism::ScramSha256 => "SCRAM-SHA-256",
+            ScramMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// A stored SCRAM credential: what verifies a client and proves the server knows it, never
+/// the password (RFC 5802's StoredKey and ServerKey).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredentialRecord {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+// The keys stay out of logs: the server key lets its holder pose as the server.
+impl std::fmt::Debug for ScramCredentialRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredentialRecord")
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One ACL as the quorum stores it, in Kafka's wire codes (the broker's `security::acl`
+/// gives them meaning and validates them before they are proposed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclRecord {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
 }
 
 /// An ongoing partition reassignment: the replicas wanted, and those it started from.
