@@ -195,7 +195,7 @@ impl std::fmt::Debug for ScramCredentialRecord {
 
 /// One ACL as the quorum stores it, in Kafka's wire codes (the broker's `security::acl`
 /// gives them meaning and validates them before they are proposed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AclRecord {
     pub resource_type: i8,
     pub resource_name: String,

@@ -342,16 +342,6 @@ fn sasl_listener(
                 ),
             )
         })?;
-        if mechanism != Mechanism::Plain {
-            return Err(ConfigError::new(
-                key,
-                text,
-                format!(
-                    "SASL mechanism {name} (listener {listener}) needs SCRAM credentials, which \
-                     Sluice cannot store yet: enable PLAIN"
-                ),
-            ));
-        }
         if !mechanisms.contains(&mechanism) {
             mechanisms.push(mechanism);
         }
@@ -444,6 +434,21 @@ mod tests {
         assert!(is_served_listener_key(
             "listener.name.sasl_plaintext.plain.sasl.jaas.config"
         ));
+        // SCRAM's credentials are in the quorum: a SCRAM listener names no users.
+        let props = properties(&[
+            ("listeners", text),
+            (
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+                "SCRAM-SHA-512, scram-sha-256",
+            ),
+        ]);
+        let config = parse(&props, &listeners(text), "CONTROLLER", true).expect("SCRAM config");
+        let sasl = config.listener("SASL_PLAINTEXT");
+        assert_eq!(
+            sasl.mechanisms,
+            vec![Mechanism::ScramSha512, Mechanism::ScramSha256]
+        );
+        assert!(sasl.plain_users.is_empty());
         assert!(is_served_listener_key(
             "listener.name.sasl_plaintext.sasl.enabled.mechanisms"
         ));
@@ -472,10 +477,6 @@ mod tests {
             "OAUTHBEARER is not implemented",
         );
         refused(&[("sasl.enabled.mechanisms", "PLAIN")], "names no users");
-        refused(
-            &[("sasl.enabled.mechanisms", "SCRAM-SHA-256")],
-            "cannot store yet",
-        );
         // The only listener is SASL: brokers would have to authenticate to each other.
         refused(
             &[

@@ -16,7 +16,8 @@
 //!   partition and leader epochs);
 //! - `reassignment`: AlterPartitionReassignments and their completion;
 //! - `configs`: IncrementalAlterConfigs and topic config validation;
-//! - `producer_ids`: producer id blocks.
+//! - `producer_ids`: producer id blocks;
+//! - `security`: SCRAM credentials and ACLs.
 
 mod brokers;
 pub mod client;
@@ -26,6 +27,7 @@ mod isr;
 pub mod placement;
 mod producer_ids;
 mod reassignment;
+mod security;
 pub mod service;
 mod topics;
 
@@ -35,6 +37,7 @@ pub use elections::*;
 pub use isr::*;
 pub use producer_ids::*;
 pub use reassignment::*;
+pub use security::*;
 pub use topics::*;
 
 use std::collections::BTreeMap;

@@ -100,6 +100,15 @@ pub enum ControllerRequest {
         broker_epoch: i64,
         partitions: Vec<(Uuid, i32)>,
     },
+    /// AlterUserScramCredentials.
+    AlterScramCredentials {
+        deletions: Vec<super::ScramDeletion>,
+        upsertions: Vec<super::ScramUpsertion>,
+    },
+    /// CreateAcls.
+    CreateAcls(Vec<sluice_raft::records::AclRecord>),
+    /// DeleteAcls.
+    DeleteAcls(Vec<super::AclFilterRecord>),
 }
 
 /// What `sluice cluster status` shows: the quorum as its leader sees it.
@@ -164,6 +173,12 @@ pub enum ControllerResponse {
     /// AlterPartitionReassignments results: (topic, partition, error code, message), the moves
     /// committed. (A controller before this variant answers `Elections`, without messages.)
     Reassignments(Vec<(String, i32, i16, String)>),
+    /// Per name (a user): error code and message, the successes committed.
+    Named(Vec<super::NamedResult>),
+    /// CreateAcls results, the new ACLs committed.
+    AclsCreated(Vec<super::AclCreation>),
+    /// DeleteAcls results, the removals committed.
+    AclsDeleted(Vec<super::AclDeletion>),
 }
 
 /// A controller's errors on the wire between brokers: the one place they are encoded and decoded.
@@ -213,6 +228,9 @@ impl ControllerResponse {
             ControllerResponse::Elections(_) => "election results".to_owned(),
             ControllerResponse::ProducerIds { .. } => "a producer id block".to_owned(),
             ControllerResponse::Reassignments(_) => "reassignment results".to_owned(),
+            ControllerResponse::Named(_) => "results by name".to_owned(),
+            ControllerResponse::AclsCreated(_) => "ACL creation results".to_owned(),
+            ControllerResponse::AclsDeleted(_) => "ACL deletion results".to_owned(),
         }
     }
 }
@@ -575,6 +593,35 @@ impl ControllerService {
             }
             return ControllerResponse::Reassignments(results);
         }
+        match &request {
+            ControllerRequest::AlterScramCredentials {
+                deletions,
+                upsertions,
+            } => {
+                let (results, records) =
+                    super::alter_scram_credentials(&image, deletions, upsertions);
+                return match commit(&quorum, records).await {
+                    Ok(()) => ControllerResponse::Named(results),
+                    Err(refused) => refused,
+                };
+            }
+            ControllerRequest::CreateAcls(acls) => {
+                let (results, records) =
+                    super::create_acls(&image, acls, || Uuid(crate::protocol::random_u128()));
+                return match commit(&quorum, records).await {
+                    Ok(()) => ControllerResponse::AclsCreated(results),
+                    Err(refused) => refused,
+                };
+            }
+            ControllerRequest::DeleteAcls(filters) => {
+                let (results, records) = super::delete_acls(&image, filters);
+                return match commit(&quorum, records).await {
+                    Ok(()) => ControllerResponse::AclsDeleted(results),
+                    Err(refused) => refused,
+                };
+            }
+            _ => {}
+        }
         if let ControllerRequest::ElectLeaders {
             election_type,
             partitions,
@@ -736,6 +783,9 @@ impl ControllerService {
             | ControllerRequest::AllocateProducerIds { .. }
             | ControllerRequest::ElectLeaders { .. }
             | ControllerRequest::Reassign(_)
+            | ControllerRequest::AlterScramCredentials { .. }
+            | ControllerRequest::CreateAcls(_)
+            | ControllerRequest::DeleteAcls(_)
             | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics

@@ -48,6 +48,7 @@ mod sasl;
 mod sync_group;
 mod txn_offset_commit;
 mod txn_partitions;
+mod user_scram_credentials;
 mod write_txn_markers;
 
 pub use describe_configs::topic_config_entries;
@@ -212,6 +213,10 @@ apis! {
         |_b, _c, r| message(ResponseKind::SaslHandshake(sasl::handshake(r)));
     SaslAuthenticate sasl::AUTHENTICATE_VERSIONS, meta =>
         |_b, _c, r| message(ResponseKind::SaslAuthenticate(sasl::authenticate(r)));
+    DescribeUserScramCredentials user_scram_credentials::DESCRIBE_VERSIONS, meta => |b, c, r| message(
+        ResponseKind::DescribeUserScramCredentials(user_scram_credentials::describe(b, c, r)));
+    AlterUserScramCredentials user_scram_credentials::ALTER_VERSIONS, meta => |b, c, r| message(
+        ResponseKind::AlterUserScramCredentials(user_scram_credentials::alter(b, c, r).await));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {

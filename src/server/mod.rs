@@ -374,7 +374,7 @@ pub async fn process_frame(
 ) -> Result<Processed, FrameError> {
     if session.expects_raw_token() {
         let token = session
-            .raw_token(&frame.bytes, &broker.metrics)
+            .raw_token(&frame.bytes, &broker.metrics, &broker.image())
             .map_err(FrameError::Close)?;
         let mut out = BytesMut::with_capacity(4 + token.len());
         out.put_i32(
@@ -420,7 +420,7 @@ pub async fn process_frame(
                 (ResponseKind::SaslHandshake(response), close)
             }
             kafka_protocol::messages::RequestKind::SaslAuthenticate(r) => {
-                let (response, close) = session.authenticate(r, &broker.metrics);
+                let (response, close) = session.authenticate(r, &broker.metrics, &broker.image());
                 (ResponseKind::SaslAuthenticate(response), close)
             }
             _ => return Err(FrameError::Close("not a SASL request".into())),

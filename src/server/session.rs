@@ -20,9 +20,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::config::security::ListenerSecurity;
+use crate::controller::sasl_mechanism;
 use crate::metrics::Metrics;
 use crate::protocol::errors::KafkaError;
 use crate::security::sasl::{CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential};
+use sluice_raft::image::MetadataImage;
 
 /// The principal of a client that did not authenticate (PLAINTEXT listeners).
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -100,28 +102,39 @@ impl Session {
 
     /// One raw token after SaslHandshake v0: the token to send back (size-prefixed by the
     /// caller), or `Err` to close the connection, as Kafka does on a failure in this mode.
-    pub fn raw_token(&mut self, token: &[u8], metrics: &Metrics) -> Result<Vec<u8>, String> {
+    pub fn raw_token(
+        &mut self,
+        token: &[u8],
+        metrics: &Metrics,
+        image: &MetadataImage,
+    ) -> Result<Vec<u8>, String> {
         let Authentication::RawTokens(server) =
             std::mem::replace(&mut self.authentication, Authentication::AwaitingHandshake)
         else {
             return Err("a raw SASL token outside SaslHandshake v0".into());
         };
-        match self.step(server, token, metrics, Authentication::RawTokens) {
+        match self.step(server, token, metrics, image, Authentication::RawTokens) {
             Step::Continue(token) | Step::Done(token) => Ok(token),
             Step::Failed(message) => Err(format!("SASL authentication failed: {message}")),
         }
     }
 
-    /// One step of the mechanism with the listener's credentials: `waiting` keeps the server
-    /// for the next step. The outcome is counted and logged here, once for both framings.
+    /// One step of the mechanism with the listener's PLAIN users and the quorum's SCRAM
+    /// credentials (as of `image`): `waiting` keeps the server for the next step. The outcome
+    /// is counted and logged here, once for both framings.
     fn step(
         &mut self,
         mut server: Box<SaslServer>,
         token: &[u8],
         metrics: &Metrics,
+        image: &MetadataImage,
         waiting: fn(Box<SaslServer>) -> Authentication,
     ) -> Step {
-        match server.step(token, &*self.security) {
+        let credentials = Credentials {
+            listener: &self.security,
+            image,
+        };
+        match server.step(token, &credentials) {
             Ok(Exchange::Continue(challenge)) => {
                 self.authentication = waiting(server);
                 Step::Continue(challenge)
@@ -189,6 +202,7 @@ impl Session {
         &mut self,
         request: &SaslAuthenticateRequest,
         metrics: &Metrics,
+        image: &MetadataImage,
     ) -> (SaslAuthenticateResponse, bool) {
         let mut response = SaslAuthenticateResponse::default();
         let server =
@@ -208,6 +222,7 @@ impl Session {
             server,
             &request.auth_bytes,
             metrics,
+            image,
             Authentication::Exchanging,
         ) {
             Step::Continue(token) | Step::Done(token) => {
@@ -231,17 +246,33 @@ enum Step {
     Failed(String),
 }
 
-/// A listener's credentials as SASL mechanisms look them up: PLAIN's users from the
-/// listener's JAAS config.
-impl CredentialStore for ListenerSecurity {
+/// The credentials SASL mechanisms look up: PLAIN's users from the listener's JAAS config,
+/// SCRAM's from the metadata quorum (so a user created on any broker logs in on all).
+struct Credentials<'a> {
+    listener: &'a ListenerSecurity,
+    image: &'a MetadataImage,
+}
+
+impl CredentialStore for Credentials<'_> {
     fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
-        self.plain_users
+        self.listener
+            .plain_users
             .get(username)
             .map(|password| password.as_bytes().to_vec())
     }
 
-    fn scram_credential(&self, _mechanism: Mechanism, _username: &str) -> Option<ScramCredential> {
-        // SCRAM listeners are refused at start until credentials are stored in the quorum.
-        None
+    fn scram_credential(&self, mechanism: Mechanism, username: &str) -> Option<ScramCredential> {
+        let (_, credential) = self
+            .image
+            .scram_credentials
+            .get(username)?
+            .iter()
+            .find(|(stored, _)| sasl_mechanism(**stored) == mechanism)?;
+        Some(ScramCredential {
+            salt: credential.salt.clone(),
+            stored_key: credential.stored_key.clone(),
+            server_key: credential.server_key.clone(),
+            iterations: credential.iterations,
+        })
     }
 }
