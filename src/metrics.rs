@@ -32,6 +32,10 @@ pub struct Metrics {
     /// successful-authentication-total and failed-authentication-total).
     pub sasl_authentications: AtomicU64,
     pub sasl_authentication_failures: AtomicU64,
+    /// Authorizer decisions (Kafka's authorization-allowed/denied), and the ACLs it holds.
+    pub authorizations_allowed: AtomicU64,
+    pub authorizations_denied: AtomicU64,
+    pub acls: AtomicI64,
     /// Record bytes appended by producers.
     pub bytes_in: AtomicU64,
     /// Record bytes served to consumers and followers.
@@ -50,6 +54,9 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
+            authorizations_allowed: AtomicU64::new(0),
+            authorizations_denied: AtomicU64::new(0),
+            acls: AtomicI64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             messages_in: AtomicU64::new(0),
@@ -180,6 +187,21 @@ impl Metrics {
             "sluice_sasl_authentication_failures_total",
             "SASL authentications that failed (the connection was closed).",
             load(&self.sasl_authentication_failures),
+        );
+        counter(
+            "sluice_authorizations_allowed_total",
+            "Authorizer decisions that allowed an operation on a resource.",
+            load(&self.authorizations_allowed),
+        );
+        counter(
+            "sluice_authorizations_denied_total",
+            "Authorizer decisions that denied an operation on a resource.",
+            load(&self.authorizations_denied),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_acls ACLs the authorizer holds (from the metadata quorum).\n# TYPE sluice_acls gauge\nsluice_acls {}",
+            self.acls.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

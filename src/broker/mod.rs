@@ -56,6 +56,8 @@ pub struct Broker {
     pub fenced: Arc<AtomicBool>,
     /// Registered, unfenced and caught up: requests wait for it after a start.
     pub readiness: Arc<readiness::Readiness>,
+    /// What each request may do (`authorizer.class.name`, the quorum's ACLs).
+    pub authorizer: authorizer::Authorizer,
 }
 
 impl Broker {

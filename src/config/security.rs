@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use super::Listener;
 use super::registry::ConfigError;
+use crate::security::acl::AuthorizerConfig;
 use crate::security::sasl::{self, Mechanism};
 
 /// Kafka's security protocols.
@@ -82,6 +83,9 @@ pub struct SecurityConfig {
     pub inter_broker_listener: String,
     /// `sasl.server.max.receive.size`: the largest frame read before a client authenticated.
     pub sasl_server_max_receive_size: usize,
+    /// `authorizer.class.name` (Kafka's StandardAuthorizer) with `super.users` and
+    /// `allow.everyone.if.no.acl.found`; `None`: no authorizer, everything allowed.
+    pub authorizer: Option<AuthorizerConfig>,
 }
 
 impl SecurityConfig {
@@ -232,7 +236,72 @@ pub fn parse(
         listeners: secured,
         inter_broker_listener,
         sasl_server_max_receive_size,
+        authorizer: parse_authorizer(properties)?,
     })
+}
+
+/// Kafka's KRaft authorizer, whose ACLs live in the metadata quorum.
+pub const STANDARD_AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// `authorizer.class.name`: empty (Kafka's default, no authorizer) or Kafka's
+/// StandardAuthorizer, whose ACLs Sluice keeps in its quorum; any other class is Java code
+/// Sluice cannot run, refused. `super.users` and `allow.everyone.if.no.acl.found` only mean
+/// something with an authorizer: set without one, they are refused rather than ignored.
+fn parse_authorizer(
+    properties: &BTreeMap<String, String>,
+) -> Result<Option<AuthorizerConfig>, ConfigError> {
+    let class = properties
+        .get("authorizer.class.name")
+        .map_or("", |class| class.trim());
+    let super_users = properties.get("super.users");
+    let allow_everyone = properties.get("allow.everyone.if.no.acl.found");
+    if class.is_empty() {
+        for (key, value) in [
+            ("super.users", super_users),
+            ("allow.everyone.if.no.acl.found", allow_everyone),
+        ] {
+            if let Some(value) = value {
+                return Err(ConfigError::new(
+                    key,
+                    value,
+                    format!(
+                        "{key} needs an authorizer: set authorizer.class.name={STANDARD_AUTHORIZER}"
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    if class != STANDARD_AUTHORIZER && class != "StandardAuthorizer" {
+        return Err(ConfigError::new(
+            "authorizer.class.name",
+            class,
+            format!(
+                "only Kafka's KRaft authorizer is served ({STANDARD_AUTHORIZER}): its ACLs are \
+                 kept in the metadata quorum"
+            ),
+        ));
+    }
+    let super_users = match super_users {
+        Some(value) => AuthorizerConfig::parse_super_users(value)
+            .map_err(|error| ConfigError::new("super.users", value, error.to_string()))?,
+        None => Default::default(),
+    };
+    let allow_everyone_if_no_acl_found = match allow_everyone.map(|v| v.trim()) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ConfigError::new(
+                "allow.everyone.if.no.acl.found",
+                other,
+                "expected true or false",
+            ));
+        }
+    };
+    Ok(Some(AuthorizerConfig {
+        super_users,
+        allow_everyone_if_no_acl_found,
+    }))
 }
 
 /// Every listener's protocol, from `listener.security.protocol.map` as Kafka reads it (when the

@@ -4,6 +4,7 @@
 
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::group::{OFFSETS_TOPIC, partition_for};
 use crate::protocol::TopicPartition;
@@ -14,9 +15,10 @@ pub const VERSIONS: (i16, i16) = (0, 4);
 
 pub async fn handle(
     broker: &Broker,
-    api_version: i16,
+    context: &RequestContext,
     request: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
+    let api_version = context.api_version;
     let outcome = add(broker, &request).await;
     if let Err(error) = outcome {
         tracing::debug!(transactional_id = %request.transactional_id.as_str(), group_id = %request.group_id.as_str(), %error, "AddOffsetsToTxn refused");

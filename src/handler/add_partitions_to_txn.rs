@@ -12,6 +12,7 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, TransactionalId,
 };
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
@@ -21,9 +22,10 @@ pub const VERSIONS: (i16, i16) = (0, 5);
 
 pub async fn handle(
     broker: &Broker,
-    api_version: i16,
+    context: &RequestContext,
     request: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
+    let api_version = context.api_version;
     if api_version <= 3 {
         let results = add(
             broker,

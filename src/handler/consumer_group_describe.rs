@@ -8,16 +8,17 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
 };
 
-use super::str_bytes;
+use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
-use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::ResourceType;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
 pub fn handle(
     broker: &Broker,
+    context: &RequestContext,
     request: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
     let image = broker.image();
@@ -50,7 +51,9 @@ pub fn handle(
         .map(|group_id| {
             let mut described = DescribedGroup::default().with_group_id(group_id.clone());
             described.authorized_operations = if request.include_authorized_operations {
-                authorized_operations(Resource::Group)
+                context
+                    .access
+                    .authorized_operations(ResourceType::Group, &group_id)
             } else {
                 i32::MIN
             };

@@ -5,8 +5,8 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
-use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::{CLUSTER_NAME, ResourceType};
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -30,7 +30,9 @@ pub fn handle(
             )));
     }
     if request.include_cluster_authorized_operations {
-        response.cluster_authorized_operations = authorized_operations(Resource::Cluster);
+        response.cluster_authorized_operations = context
+            .access
+            .authorized_operations(ResourceType::Cluster, CLUSTER_NAME);
     }
     let image = broker.image();
     response.brokers = image

@@ -6,8 +6,8 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
-use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::protocol::errors;
+use crate::security::acl::ResourceType;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -23,7 +23,9 @@ pub fn handle(
             let mut described = DescribedGroup::default().with_group_id(group_id.clone());
             if context.api_version >= 3 {
                 described.authorized_operations = if request.include_authorized_operations {
-                    authorized_operations(Resource::Group)
+                    context
+                        .access
+                        .authorized_operations(ResourceType::Group, &group_id)
                 } else {
                     i32::MIN
                 };

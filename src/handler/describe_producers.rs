@@ -7,12 +7,16 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use super::str_bytes;
+use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 
 pub const VERSIONS: (i16, i16) = (0, 0);
 
-pub fn handle(broker: &Broker, request: DescribeProducersRequest) -> DescribeProducersResponse {
+pub fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
     let image = broker.image();
     let topics = request
         .topics

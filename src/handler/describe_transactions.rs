@@ -9,13 +9,14 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, TopicName,
 };
 
-use super::str_bytes;
+use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 
 pub const VERSIONS: (i16, i16) = (0, 0);
 
 pub fn handle(
     broker: &Broker,
+    _context: &RequestContext,
     request: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
     let states = request

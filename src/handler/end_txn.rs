@@ -4,13 +4,19 @@
 
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::KafkaError;
 use crate::txn::state::{ProducerIdAndEpoch, TxnApi, TxnResult, error_for_version};
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
-pub async fn handle(broker: &Broker, api_version: i16, request: EndTxnRequest) -> EndTxnResponse {
+pub async fn handle(
+    broker: &Broker,
+    context: &RequestContext,
+    request: EndTxnRequest,
+) -> EndTxnResponse {
+    let api_version = context.api_version;
     let response = EndTxnResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);

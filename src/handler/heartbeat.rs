@@ -3,12 +3,17 @@
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 4);
 
-pub fn handle(broker: &Broker, request: HeartbeatRequest) -> HeartbeatResponse {
+pub fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: HeartbeatRequest,
+) -> HeartbeatResponse {
     let group_id = request.group_id.to_string();
     let outcome = if group_id.is_empty() {
         Err(KafkaError::InvalidGroupId)

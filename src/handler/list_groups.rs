@@ -3,13 +3,17 @@
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
-use super::str_bytes;
+use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
-pub fn handle(broker: &Broker, request: ListGroupsRequest) -> ListGroupsResponse {
+pub fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: ListGroupsRequest,
+) -> ListGroupsResponse {
     let (groups, outcome) = broker.groups.list();
     let states: Vec<String> = request
         .states_filter

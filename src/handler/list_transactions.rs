@@ -5,14 +5,18 @@
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse};
 
-use super::str_bytes;
+use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors::{self, KafkaError};
 use crate::txn::state::TxnState;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
-pub fn handle(broker: &Broker, request: ListTransactionsRequest) -> ListTransactionsResponse {
+pub fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: ListTransactionsRequest,
+) -> ListTransactionsResponse {
     let mut response = ListTransactionsResponse::default();
     let mut states = Vec::new();
     for name in &request.state_filters {

@@ -14,11 +14,11 @@ use sluice_raft::records::NO_LEADER;
 
 use super::{RequestContext, kafka_uuid, listener_endpoint, our_uuid, str_bytes};
 use crate::broker::Broker;
-use crate::broker::authorizer::{Resource, authorized_operations};
 use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::topic_partition::validate_topic_name;
+use crate::security::acl::{CLUSTER_NAME, ResourceType};
 
 pub const VERSIONS: (i16, i16) = (0, 13);
 
@@ -115,16 +115,21 @@ pub async fn handle(
     };
     // Metadata v8-v10 carry the cluster's operations; v8 on the topics'.
     if request.include_cluster_authorized_operations && context.api_version <= 10 {
-        response.cluster_authorized_operations = authorized_operations(Resource::Cluster);
+        response.cluster_authorized_operations = context
+            .access
+            .authorized_operations(ResourceType::Cluster, CLUSTER_NAME);
     }
     if request.include_topic_authorized_operations {
-        let operations = authorized_operations(Resource::Topic);
         for topic in response
             .topics
             .iter_mut()
             .filter(|t| KafkaError::check(t.error_code).is_ok())
         {
-            topic.topic_authorized_operations = operations;
+            if let Some(name) = &topic.name {
+                topic.topic_authorized_operations = context
+                    .access
+                    .authorized_operations(ResourceType::Topic, name.as_str());
+            }
         }
     }
     response

@@ -6,6 +6,7 @@ use kafka_protocol::messages::offset_commit_response::{
 };
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::group::{CommittedOffset, OffsetCommit};
 use crate::protocol::TopicPartition;
@@ -13,7 +14,11 @@ use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (2, 9);
 
-pub async fn handle(broker: &Broker, request: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
     let group_id = request.group_id.to_string();
     let image = broker.image();
     // Per partition: Some(error) decided here, or None for the coordinator to decide.

@@ -6,13 +6,18 @@ use kafka_protocol::messages::offset_delete_response::{
 };
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 
 pub const VERSIONS: (i16, i16) = (0, 0);
 
-pub async fn handle(broker: &Broker, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
     let group_id = request.group_id.to_string();
     if group_id.is_empty() {
         return OffsetDeleteResponse::default().with_error_code(errors::INVALID_GROUP_ID);

@@ -9,6 +9,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::coordinator::TxnProducer;
 use crate::group::{CommittedOffset, OffsetCommit};
@@ -19,9 +20,10 @@ pub const VERSIONS: (i16, i16) = (0, 5);
 
 pub async fn handle(
     broker: &Broker,
-    api_version: i16,
+    context: &RequestContext,
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
+    let api_version = context.api_version;
     let group_id = request.group_id.to_string();
     let image = broker.image();
     let producer = TxnProducer {

@@ -13,6 +13,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
+use super::RequestContext;
 use crate::broker::Broker;
 use crate::coordinator::TxnProducer;
 use crate::group::OFFSETS_TOPIC;
@@ -42,7 +43,11 @@ enum Outcome {
     Offsets,
 }
 
-pub async fn handle(broker: &Broker, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+pub async fn handle(
+    broker: &Broker,
+    _context: &RequestContext,
+    request: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
     let deadline = tokio::time::Instant::now() + MARKER_ACK_TIMEOUT;
     let image = broker.image();
     // Every marker appended first, then all wait for their replicas at once.

@@ -299,6 +299,11 @@ impl Node {
                 transactions,
                 peers: crate::broker::peers::Peers::new(client_listener.clone()),
                 controller,
+                authorizer: crate::broker::authorizer::Authorizer::new(
+                    config.security.authorizer.clone(),
+                    images.clone(),
+                    Arc::clone(&metrics),
+                ),
                 images,
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,

@@ -447,6 +447,9 @@ pub async fn process_frame(
         client_id: header.client_id.as_ref().map(|c| c.to_string()),
         listener_name: listener_name.to_owned(),
         principal: Arc::clone(session.principal()),
+        access: broker
+            .authorizer
+            .access(Arc::clone(session.principal()), peer.ip()),
         peer,
         received: frame.received,
     };
