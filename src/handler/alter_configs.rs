@@ -13,13 +13,17 @@ pub const VERSIONS: (i16, i16) = (0, 2);
 
 pub async fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
+    if request.resources.is_empty() {
+        context.access.open_to_all();
+    }
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let outcome = alter_resource(
             broker,
+            context,
             resource.resource_type,
             resource.resource_name.as_str(),
             request.validate_only,

@@ -9,7 +9,8 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
-use crate::protocol::errors::ApiError;
+use crate::protocol::errors::{ApiError, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 3);
 
@@ -17,7 +18,7 @@ const CREATE_WAIT_MAX: Duration = Duration::from_secs(30);
 
 pub async fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let timeout = if request.timeout_ms > 0 {
@@ -25,10 +26,21 @@ pub async fn handle(
     } else {
         CREATE_WAIT_MAX
     };
+    if request.topics.is_empty() {
+        context.access.open_to_all();
+    }
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.to_string();
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if !context.access.allows_topic(Operation::Alter, &name) {
+            results.push(
+                result
+                    .with_error_code(KafkaError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes("Authorization failed."))),
+            );
+            continue;
+        }
         let assignments: Vec<Vec<i32>> = topic
             .assignments
             .iter()

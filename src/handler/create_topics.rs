@@ -15,6 +15,7 @@ use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::controller::{Defaults, NewTopic};
 use crate::protocol::errors::{ApiError, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (2, 7);
 
@@ -43,6 +44,8 @@ pub async fn handle(
     for topic in &request.topics {
         *seen.entry(topic.name.to_string()).or_default() += 1;
     }
+    // CREATE on the cluster covers every topic; otherwise each topic needs its own.
+    let cluster_create = context.access.allows_cluster(Operation::Create);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.to_string();
@@ -54,6 +57,14 @@ pub async fn handle(
                     .with_error_message(Some(str_bytes(format!(
                         "topic '{name}' appears more than once in the request"
                     )))),
+            );
+            continue;
+        }
+        if !cluster_create && !context.access.allows_topic(Operation::Create, &name) {
+            results.push(
+                result
+                    .with_error_code(KafkaError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes("Authorization failed."))),
             );
             continue;
         }
@@ -154,7 +165,13 @@ pub async fn handle(
                 if let Some(t) = image.topic_by_name(&name) {
                     result.topic_id = kafka_uuid(t.id);
                 }
-                if context.api_version >= 5 {
+                // The configs are shown only to a principal that may describe them.
+                let configs_visible = context
+                    .access
+                    .allows_topic(Operation::DescribeConfigs, &name);
+                if context.api_version >= 5 && !configs_visible {
+                    result.topic_config_error_code = KafkaError::TopicAuthorizationFailed.code();
+                } else if context.api_version >= 5 {
                     let entries = topic_config_entries(broker, &image, &name)
                         .into_iter()
                         .map(|e| {

@@ -8,20 +8,26 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::RequestContext;
 use crate::broker::Broker;
+use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
 pub fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
     let image = broker.image();
+    if request.topics.is_empty() {
+        context.access.open_to_all();
+    }
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.to_string();
+            let allowed = context.access.allows_topic(Operation::Delete, &name);
             let partitions = topic
                 .partitions
                 .iter()
@@ -29,6 +35,10 @@ pub fn handle(
                     let response = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
+                    if !allowed {
+                        return response
+                            .with_error_code(KafkaError::TopicAuthorizationFailed.code());
+                    }
                     let (partition, _) =
                         match broker.led_partition(&image, &name, p.partition_index, -1) {
                             Ok(found) => found,

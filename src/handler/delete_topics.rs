@@ -10,6 +10,7 @@ use super::{RequestContext, kafka_uuid, our_uuid, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (1, 6);
 
@@ -43,6 +44,9 @@ pub async fn handle(
                 .map(|n| (Some(n.to_string()), None))
                 .collect()
         };
+    if targets.is_empty() {
+        context.access.open_to_all();
+    }
     let mut responses = Vec::with_capacity(targets.len());
     for (name, id) in targets {
         let image = broker.image();
@@ -55,6 +59,31 @@ pub async fn handle(
             .with_name(name.clone().map(|n| TopicName(str_bytes(n))));
         if let Some(id) = id {
             result.topic_id = kafka_uuid(id);
+        }
+        let denied = KafkaError::TopicAuthorizationFailed.code();
+        // By name, DELETE is asked before the topic is looked for (whether it exists is not
+        // said); by id, a topic the principal may not describe is not named.
+        if let Some(name) = &name {
+            if !context.access.allows_topic(Operation::Delete, name) {
+                responses.push(result.with_error_code(denied));
+                continue;
+            }
+        } else if let Some(topic) = &topic {
+            if !context
+                .access
+                .allows_topic(Operation::Describe, &topic.name)
+            {
+                responses.push(result.with_error_code(denied));
+                continue;
+            }
+            if !context.access.allows_topic(Operation::Delete, &topic.name) {
+                result.name = Some(TopicName(str_bytes(topic.name.clone())));
+                responses.push(result.with_error_code(denied));
+                continue;
+            }
+        } else {
+            // An unknown id: nothing to authorize.
+            context.access.open_to_all();
         }
         let Some(topic) = topic else {
             let error = if name.is_some() {

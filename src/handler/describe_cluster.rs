@@ -6,7 +6,7 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors::KafkaError;
-use crate::security::acl::{CLUSTER_NAME, ResourceType};
+use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -18,6 +18,8 @@ pub fn handle(
     context: &RequestContext,
     request: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
+    // Kafka serves DescribeCluster to every client; only the operations need DESCRIBE.
+    context.access.open_to_all();
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(broker.config.cluster_id.clone()))
         .with_controller_id(BrokerId(broker.controller_id()))
@@ -30,9 +32,14 @@ pub fn handle(
             )));
     }
     if request.include_cluster_authorized_operations {
-        response.cluster_authorized_operations = context
-            .access
-            .authorized_operations(ResourceType::Cluster, CLUSTER_NAME);
+        response.cluster_authorized_operations =
+            if context.access.allows_cluster(Operation::Describe) {
+                context
+                    .access
+                    .authorized_operations(ResourceType::Cluster, CLUSTER_NAME)
+            } else {
+                0
+            };
     }
     let image = broker.image();
     response.brokers = image

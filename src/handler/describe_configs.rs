@@ -14,6 +14,7 @@ use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::config::registry::{self, Key};
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (1, 4);
 
@@ -129,12 +130,39 @@ fn broker_config_entries(broker: &Broker, image: &MetadataImage) -> Vec<ConfigEn
     entries
 }
 
+/// Kafka's check for a config resource: `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the
+/// topic, or on the cluster for a broker's configs. Other resource types are refused later,
+/// as requests Sluice does not serve.
+pub(super) fn authorize_configs(
+    context: &RequestContext,
+    resource_type: i8,
+    name: &str,
+    operation: Operation,
+) -> Result<(), KafkaError> {
+    match resource_type {
+        RESOURCE_TOPIC if !context.access.allows_topic(operation, name) => {
+            Err(KafkaError::TopicAuthorizationFailed)
+        }
+        RESOURCE_BROKER if !context.access.allows_cluster(operation) => {
+            Err(KafkaError::ClusterAuthorizationFailed)
+        }
+        RESOURCE_TOPIC | RESOURCE_BROKER => Ok(()),
+        _ => {
+            context.access.open_to_all();
+            Ok(())
+        }
+    }
+}
+
 pub fn handle(
     broker: &Broker,
     context: &RequestContext,
     request: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
     let image = broker.image();
+    if request.resources.is_empty() {
+        context.access.open_to_all();
+    }
     let results = request
         .resources
         .into_iter()
@@ -143,6 +171,14 @@ pub fn handle(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
+            if let Err(denied) = authorize_configs(
+                context,
+                resource.resource_type,
+                &name,
+                Operation::DescribeConfigs,
+            ) {
+                return result.with_error_code(denied.code());
+            }
             let entries = match resource.resource_type {
                 RESOURCE_TOPIC => {
                     if image.topic_by_name(&name).is_none() {

@@ -12,6 +12,7 @@ use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -23,6 +24,11 @@ pub async fn handle(
     context: &RequestContext,
     request: DescribeQuorumRequest,
 ) -> DescribeQuorumResponse {
+    if !context.access.allows_cluster(Operation::Describe) {
+        return DescribeQuorumResponse::default()
+            .with_error_code(KafkaError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+    }
     let wanted = request.topics.iter().any(|t| {
         t.topic_name.0.as_str() == METADATA_TOPIC
             && t.partitions.iter().any(|p| p.partition_index == 0)

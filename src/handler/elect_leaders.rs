@@ -12,6 +12,7 @@ use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
@@ -38,6 +39,21 @@ pub async fn handle(
             })
             .collect::<Vec<_>>()
     });
+    if !context.access.allows_cluster(Operation::Alter) {
+        // Kafka answers every partition named, and the request, CLUSTER_AUTHORIZATION_FAILED.
+        let denied = KafkaError::ClusterAuthorizationFailed.code();
+        let mut response = answer(
+            partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|tp| (tp.topic, tp.partition, denied))
+                .collect(),
+        );
+        if context.api_version >= 1 {
+            response.error_code = denied;
+        }
+        return response;
+    }
     let timeout = if request.timeout_ms > 0 {
         Duration::from_millis(request.timeout_ms as u64).min(ELECTION_WAIT_MAX)
     } else {
@@ -59,6 +75,11 @@ pub async fn handle(
             return response;
         }
     };
+    answer(results)
+}
+
+/// The response of per-partition results (topic, partition, error code).
+fn answer(results: Vec<(String, i32, i16)>) -> ElectLeadersResponse {
     let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
     for (topic, partition, code) in results {
         let mut result = PartitionResult::default()
@@ -71,6 +92,7 @@ pub async fn handle(
                     "the preferred replica is not alive and in the ISR"
                 }
                 KafkaError::EligibleLeadersNotAvailable => "no live replica to elect",
+                KafkaError::ClusterAuthorizationFailed => "Cluster authorization failed.",
                 _ => "election failed",
             }));
         }

@@ -11,7 +11,8 @@
 //! the one batch that leads it: librdkafka drops the connection on a response larger than its
 //! `receive.message.max.bytes`, sized from its `fetch.max.bytes`.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_response::{
@@ -30,6 +31,7 @@ use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 use crate::replica::{Delayed, FollowerFetch, ReadBound};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (4, 17);
 
@@ -113,6 +115,8 @@ pub async fn handle(
             ) {
                 Ok(partitions) => (Mode::Incremental(id), partitions),
                 Err(error) => {
+                    // A session error carries no data: nothing to authorize.
+                    context.access.open_to_all();
                     return FetchAnswer {
                         error_code: error.code(),
                         ..FetchAnswer::default()
@@ -121,6 +125,8 @@ pub async fn handle(
             }
         }
     };
+    // A follower's fetch names it (v15+ in replica_state); consumers send -1.
+    let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
     let session_id = match mode {
         Mode::New => sessions.create(&requested, Instant::now()),
         Mode::Incremental(id) => id,
@@ -133,8 +139,7 @@ pub async fn handle(
     // Kafka reads `max_bytes` as given from Fetch v3 on (we serve v4+): 0 still brings one
     // batch, by the min-one-message rule.
     let max_bytes = request.max_bytes.max(0) as usize;
-    // A follower's fetch names it (v15+ in replica_state); consumers send -1.
-    let replica_id = request.replica_id.0.max(request.replica_state.replica_id.0);
+    let denied = unreadable_topics(context, &wanted, replica_id);
     // Into the purgatory only when the first read falls short: woken by the named partitions
     // only. Registered before the next read, so no change in between goes unseen.
     let mut delayed: Option<Delayed> = None;
@@ -146,6 +151,7 @@ pub async fn handle(
             max_bytes,
             request.isolation_level,
             replica_id,
+            &denied,
         );
         let done = bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline;
         if done {
@@ -171,6 +177,47 @@ pub async fn handle(
         }
     }
 }
+
+/// The topics of `wanted` the request may not read: for a consumer, those without READ; for
+/// a follower (`replica_id` >= 0), every topic unless it has CLUSTER_ACTION on the cluster
+/// (Kafka's checks). Asked once per topic.
+fn unreadable_topics(
+    context: &RequestContext,
+    wanted: &[(Wanted, Option<Reported>)],
+    replica_id: i32,
+) -> HashSet<String> {
+    let topics: HashSet<&str> = wanted
+        .iter()
+        .map(|(w, _)| w.topic.as_str())
+        .filter(|topic| !topic.is_empty())
+        .collect();
+    if replica_id >= 0 {
+        if context.access.allows_cluster(Operation::ClusterAction) {
+            return HashSet::new();
+        }
+        if !FOLLOWER_DENIAL_SAID.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                principal = %context.principal,
+                replica_id,
+                "a follower's fetch was denied: its principal needs CLUSTER_ACTION on the cluster \
+                 (an ACL, or super.users) for replication to go on"
+            );
+        }
+        return topics.into_iter().map(str::to_owned).collect();
+    }
+    if topics.is_empty() {
+        // Nothing to read (or only unknown topic ids): nothing to ask.
+        context.access.open_to_all();
+    }
+    topics
+        .into_iter()
+        .filter(|topic| !context.access.allows_topic(Operation::Read, topic))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether a follower's denied fetch was logged (once per process: it repeats every fetch).
+static FOLLOWER_DENIAL_SAID: AtomicBool = AtomicBool::new(false);
 
 /// A fetch waiting on the partitions it names (those hosted here).
 fn watch(
@@ -207,6 +254,7 @@ fn read_all(
     max_bytes: usize,
     isolation_level: i8,
     replica_id: i32,
+    denied: &HashSet<String>,
 ) -> (Vec<PartitionResult>, usize, bool) {
     let mut results = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
@@ -215,16 +263,21 @@ fn read_all(
         let data = PartitionData::default().with_partition_index(w.partition);
         // Kafka's `minOneMessage`: granted until a partition has returned records.
         let min_one_message = total == 0;
-        let (data, slice, now) = read_partition(
-            broker,
-            image,
-            w,
-            data,
-            max_bytes.saturating_sub(total),
-            min_one_message,
-            isolation_level,
-            replica_id,
-        );
+        let (data, slice, now) = if denied.contains(&w.topic) {
+            let denial = KafkaError::TopicAuthorizationFailed.code();
+            (data.with_error_code(denial), None, None)
+        } else {
+            read_partition(
+                broker,
+                image,
+                w,
+                data,
+                max_bytes.saturating_sub(total),
+                min_one_message,
+                isolation_level,
+                replica_id,
+            )
+        };
         if KafkaError::check(data.error_code).is_err() {
             errored = true;
         }

@@ -10,11 +10,12 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use sluice_raft::image::MetadataImage;
 use sluice_raft::records::{ConfigMap, ConfigResource};
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC, authorize_configs};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors::{ApiError, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
@@ -29,13 +30,17 @@ pub(super) type Changes = Vec<(String, Option<String>)>;
 
 pub async fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
+    if request.resources.is_empty() {
+        context.access.open_to_all();
+    }
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let outcome = alter_resource(
             broker,
+            context,
             resource.resource_type,
             resource.resource_name.as_str(),
             request.validate_only,
@@ -105,11 +110,13 @@ fn incremental_changes(
 /// validated and (unless `validate_only`) committed. The error and its message otherwise.
 pub(super) async fn alter_resource(
     broker: &Broker,
+    context: &RequestContext,
     resource_type: i8,
     name: &str,
     validate_only: bool,
     changes: impl FnOnce(&ConfigMap) -> Result<Changes, ApiError>,
 ) -> Result<(), ApiError> {
+    authorize_configs(context, resource_type, name, Operation::AlterConfigs)?;
     let target = config_resource(resource_type, name)
         .map_err(|message| ApiError::new(KafkaError::InvalidRequest, message))?;
     let image = broker.image();

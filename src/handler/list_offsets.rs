@@ -9,6 +9,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (1, 10);
 
@@ -27,17 +28,25 @@ pub fn handle(
     request: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
     let image = broker.image();
+    if request.topics.is_empty() {
+        context.access.open_to_all();
+    }
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.to_string();
+            let allowed = context.access.allows_topic(Operation::Describe, &name);
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
                     let response = ListOffsetsPartitionResponse::default()
                         .with_partition_index(p.partition_index);
+                    if !allowed {
+                        return response
+                            .with_error_code(KafkaError::TopicAuthorizationFailed.code());
+                    }
                     let (partition, state) = match broker.led_partition(
                         &image,
                         &name,

@@ -18,7 +18,7 @@ use crate::controller::NewTopic;
 use crate::controller::service::ControllerRequest;
 use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::topic_partition::validate_topic_name;
-use crate::security::acl::{CLUSTER_NAME, ResourceType};
+use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 
 pub const VERSIONS: (i16, i16) = (0, 13);
 
@@ -34,20 +34,34 @@ pub async fn handle(
     request: MetadataRequest,
 ) -> MetadataResponse {
     let mut image = broker.image();
-    // Auto-creates the controller refused, by topic: answered with its error at once.
+    // The brokers are every client's to know; topics need DESCRIBE (below).
+    context.access.open_to_all();
+    let describable = |name: &str| context.access.allows_topic(Operation::Describe, name);
+    // Auto-creates the controller refused, by topic: answered with its error at once. A
+    // principal that may describe a missing topic but not create it is refused here.
     let mut refused: HashMap<String, KafkaError> = HashMap::new();
     // Versions 0-3 have no allow_auto_topic_creation field: those clients always allow it.
     let allow_auto_create = (context.api_version < 4 || request.allow_auto_topic_creation)
         && broker.config.auto_create_topics_enable;
     if allow_auto_create {
         if let Some(requested) = &request.topics {
-            let missing: Vec<String> = requested
+            let mut missing: Vec<String> = requested
                 .iter()
                 .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
                 .filter(|n| image.topic_by_name(n).is_none() && validate_topic_name(n).is_ok())
+                .filter(|n| describable(n))
                 .collect();
+            if !missing.is_empty() && !context.access.allows_cluster(Operation::Create) {
+                missing.retain(|name| {
+                    let allowed = context.access.allows_topic(Operation::Create, name);
+                    if !allowed {
+                        refused.insert(name.clone(), KafkaError::TopicAuthorizationFailed);
+                    }
+                    allowed
+                });
+            }
             if !missing.is_empty() {
-                refused = auto_create(broker, &missing).await;
+                refused.extend(auto_create(broker, &missing).await);
                 image = broker.image();
             }
         }
@@ -79,9 +93,11 @@ pub async fn handle(
         })
         .collect();
     response.topics = match &request.topics {
+        // Every topic: those the principal may describe, silently.
         None => image
             .topics
             .values()
+            .filter(|t| describable(&t.name))
             .map(|t| describe_topic(&image, t))
             .collect(),
         Some(requested) => requested
@@ -91,6 +107,19 @@ pub async fn handle(
                     Some(name) => image.topic_by_name(name),
                     None => image.topics.get(&our_uuid(wanted.topic_id)),
                 };
+                let denied = match (&wanted.name, found) {
+                    (Some(name), _) => !describable(name),
+                    (None, Some(topic)) => !describable(&topic.name),
+                    (None, None) => false,
+                };
+                if denied {
+                    // Whether the topic exists is not said; a topic asked for by id is not
+                    // named.
+                    return MetadataResponseTopic::default()
+                        .with_error_code(KafkaError::TopicAuthorizationFailed.code())
+                        .with_name(wanted.name.clone())
+                        .with_topic_id(wanted.topic_id);
+                }
                 match found {
                     Some(topic) => describe_topic(&image, topic),
                     None => {
@@ -115,9 +144,14 @@ pub async fn handle(
     };
     // Metadata v8-v10 carry the cluster's operations; v8 on the topics'.
     if request.include_cluster_authorized_operations && context.api_version <= 10 {
-        response.cluster_authorized_operations = context
-            .access
-            .authorized_operations(ResourceType::Cluster, CLUSTER_NAME);
+        response.cluster_authorized_operations =
+            if context.access.allows_cluster(Operation::Describe) {
+                context
+                    .access
+                    .authorized_operations(ResourceType::Cluster, CLUSTER_NAME)
+            } else {
+                0
+            };
     }
     if request.include_topic_authorized_operations {
         for topic in response

@@ -8,6 +8,7 @@
 //!
 //! Adding an API: a file here with `VERSIONS` and `handle`, and one line in `apis!`.
 
+mod acls;
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
@@ -217,6 +218,12 @@ apis! {
         ResponseKind::DescribeUserScramCredentials(user_scram_credentials::describe(b, c, r)));
     AlterUserScramCredentials user_scram_credentials::ALTER_VERSIONS, meta => |b, c, r| message(
         ResponseKind::AlterUserScramCredentials(user_scram_credentials::alter(b, c, r).await));
+    CreateAcls acls::CREATE_VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::CreateAcls(acls::create(b, c, r).await));
+    DescribeAcls acls::DESCRIBE_VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::DescribeAcls(acls::describe(b, c, r)));
+    DeleteAcls acls::DELETE_VERSIONS, meta =>
+        |b, c, r| message(ResponseKind::DeleteAcls(acls::delete(b, c, r).await));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {

@@ -8,20 +8,34 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 
 use super::RequestContext;
 use crate::broker::Broker;
+use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (2, 4);
 
 pub fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
     let image = broker.image();
+    // A follower (replica_id >= 0, v3+) needs CLUSTER_ACTION; its partitions are refused
+    // with the cluster's error when it lacks it.
+    let follower = request.replica_id.0 >= 0;
+    let cluster_action = follower && context.access.allows_cluster(Operation::ClusterAction);
+    if request.topics.is_empty() {
+        context.access.open_to_all();
+    }
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.topic.to_string();
+            let allowed = if follower {
+                cluster_action
+            } else {
+                context.access.allows_topic(Operation::Describe, &name)
+            };
             let partitions = topic
                 .partitions
                 .iter()
@@ -30,6 +44,14 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(-1);
+                    if !allowed {
+                        let denial = if follower {
+                            KafkaError::ClusterAuthorizationFailed
+                        } else {
+                            KafkaError::TopicAuthorizationFailed
+                        };
+                        return response.with_error_code(denial.code());
+                    }
                     let (partition, _) = match broker.led_partition(
                         &image,
                         &name,

@@ -21,6 +21,7 @@ use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{ApiError, KafkaError};
+use crate::security::acl::Operation;
 
 pub const ALTER_VERSIONS: (i16, i16) = (0, 1);
 pub const LIST_VERSIONS: (i16, i16) = (0, 0);
@@ -32,6 +33,11 @@ pub async fn alter(
     context: &RequestContext,
     request: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
+    if !context.access.allows_cluster(Operation::Alter) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(KafkaError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+    }
     let image = broker.image();
     let allow_factor_change = context.api_version < 1 || request.allow_replication_factor_change;
     let mut refused: BTreeMap<TopicPartition, Result<(), ApiError>> = BTreeMap::new();
@@ -121,9 +127,14 @@ pub async fn alter(
 
 pub fn list(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
+    if !context.access.allows_cluster(Operation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(KafkaError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+    }
     let image = broker.image();
     let wanted: Option<Vec<TopicPartition>> = request.topics.as_ref().map(|topics| {
         topics

@@ -19,6 +19,7 @@ use crate::broker::Broker;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 use crate::replica::{AckState, Delayed, PendingAck, compression};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (3, 12);
 
@@ -48,6 +49,45 @@ pub async fn handle(
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     let image = broker.image();
+    let mut request = request;
+    // Refused before anything is verified or appended (Kafka's order): a transactional id the
+    // principal may not write to refuses every partition, a topic it may not write to its own.
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    let transactional_id = request
+        .transactional_id
+        .as_deref()
+        .filter(|id| !id.is_empty());
+    let writable_id = transactional_id
+        .is_none_or(|id| context.access.allows_transactional_id(Operation::Write, id));
+    if request.topic_data.is_empty() {
+        context.access.open_to_all();
+    }
+    let (allowed, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut request.topic_data)
+        .into_iter()
+        .partition(|topic| {
+            writable_id
+                && context
+                    .access
+                    .allows_topic(Operation::Write, topic.name.as_str())
+        });
+    request.topic_data = allowed;
+    let denial = if writable_id {
+        KafkaError::TopicAuthorizationFailed
+    } else {
+        KafkaError::TransactionalIdAuthorizationFailed
+    };
+    for topic in denied {
+        let partitions = topic
+            .partition_data
+            .iter()
+            .map(|data| {
+                PartitionProduceResponse::default()
+                    .with_index(data.index)
+                    .with_error_code(denial.code())
+            })
+            .collect();
+        responses.push((topic.name.to_string(), partitions, Vec::new()));
+    }
     // KIP-890: transactional writes that open their transaction in a partition are checked
     // with the transaction coordinator first (clients of transaction version 2, Produce v12,
     // need the leader to add the partition, whatever the setting).
@@ -66,7 +106,6 @@ pub async fn handle(
         _ => None,
     };
     let mut waits = Vec::new();
-    let mut responses = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let name = topic.name.to_string();
         let min_insync = broker.replicas.min_insync_replicas(&image, &name);

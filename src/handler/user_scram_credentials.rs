@@ -21,6 +21,7 @@ use crate::broker::Broker;
 use crate::controller::service::{ControllerRequest, ControllerResponse};
 use crate::controller::{ScramDeletion, ScramUpsertion};
 use crate::protocol::errors::{self, KafkaError};
+use crate::security::acl::Operation;
 
 pub const DESCRIBE_VERSIONS: (i16, i16) = (0, 0);
 pub const ALTER_VERSIONS: (i16, i16) = (0, 0);
@@ -29,9 +30,14 @@ const ALTER_WAIT: Duration = Duration::from_secs(30);
 
 pub fn describe(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
+    if !context.access.allows_cluster(Operation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(KafkaError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed.")));
+    }
     let image = broker.image();
     let named: Vec<String> = request
         .users
@@ -97,7 +103,7 @@ fn describe_users(
 
 pub async fn alter(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
     let deletions: Vec<ScramDeletion> = request
@@ -139,6 +145,12 @@ pub async fn alter(
                 .collect(),
         )
     };
+    if !context.access.allows_cluster(Operation::Alter) {
+        return every_user_fails(
+            KafkaError::ClusterAuthorizationFailed.code(),
+            "Cluster authorization failed.",
+        );
+    }
     let request = ControllerRequest::AlterScramCredentials {
         deletions: deletions.clone(),
         upsertions: upsertions.clone(),
