@@ -271,3 +271,93 @@ fn a_v0_handshake_goes_on_in_raw_tokens() {
         }
     }
 }
+
+/// SCRAM users live in the metadata quorum: confluent-kafka's AdminClient creates and
+/// describes them on the PLAINTEXT listener; confluent-kafka and kafka-python log in with
+/// SCRAM-SHA-256 and SCRAM-SHA-512 and produce and consume; a wrong password, an unknown user,
+/// a user's other mechanism and a deleted credential are refused; the users survive a restart.
+#[test]
+fn scram_users_from_the_quorum_log_in_and_survive_a_restart() {
+    let mut node = SingleNode::start_with_listeners(
+        &["SASL_PLAINTEXT"],
+        &["sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512"],
+    );
+    let plain = node.bootstrap();
+    let sasl = sasl_bootstrap(&node);
+    let suite = |node: &SingleNode, args: &[&str]| {
+        let mut all = vec!["scram_suite.py"];
+        all.extend_from_slice(args);
+        run_client(node, "python3", &all)
+    };
+    suite(&node, &["admin-create", &plain]);
+    suite(&node, &["admin-describe", &plain, "bob:SCRAM-SHA-256:4096"]);
+    suite(
+        &node,
+        &[
+            "kafka-python-roundtrip",
+            &sasl,
+            "SCRAM-SHA-256",
+            "bob",
+            "bob-secret",
+            "scram-kafka-python",
+        ],
+    );
+    suite(
+        &node,
+        &[
+            "confluent-roundtrip",
+            &sasl,
+            "SCRAM-SHA-256",
+            "bob",
+            "bob-secret",
+            "scram-confluent",
+        ],
+    );
+    for (mechanism, user, password) in [
+        ("SCRAM-SHA-256", "bob", "wrong"),
+        ("SCRAM-SHA-256", "mallory", "anything"),
+        // bob has no SCRAM-SHA-512 credential.
+        ("SCRAM-SHA-512", "bob", "bob-secret"),
+    ] {
+        suite(
+            &node,
+            &["confluent-refused", &sasl, mechanism, user, password],
+        );
+    }
+
+    // The credential is in the quorum's log: a restarted node still knows bob.
+    assert!(node.terminate(), "the node did not stop on SIGTERM");
+    node.restart();
+    let sasl = sasl_bootstrap(&node);
+    suite(
+        &node,
+        &[
+            "confluent-roundtrip",
+            &sasl,
+            "SCRAM-SHA-256",
+            "bob",
+            "bob-secret",
+            "scram-after-restart",
+        ],
+    );
+    suite(
+        &node,
+        &["admin-delete", &node.bootstrap(), "bob", "SCRAM-SHA-256"],
+    );
+    suite(&node, &["admin-describe", &node.bootstrap(), ""]);
+    suite(
+        &node,
+        &[
+            "confluent-refused",
+            &sasl,
+            "SCRAM-SHA-256",
+            "bob",
+            "bob-secret",
+        ],
+    );
+    assert!(
+        node.gauge("sluice_sasl_authentication_failures_total")
+            .unwrap_or(0)
+            >= 1
+    );
+}

@@ -570,4 +570,43 @@ mod tests {
             "{error}"
         );
     }
+
+    #[test]
+    fn the_authorizer_is_kafkas_standard_one_and_its_settings_need_it() {
+        let parse_with = |pairs: &[(&str, &str)]| parse_authorizer(&properties(pairs));
+        assert_eq!(parse_with(&[]).expect("none"), None);
+        let config = parse_with(&[
+            ("authorizer.class.name", STANDARD_AUTHORIZER),
+            ("super.users", "User:admin; User:ANONYMOUS"),
+            ("allow.everyone.if.no.acl.found", "true"),
+        ])
+        .expect("standard")
+        .expect("configured");
+        assert!(config.super_users.contains("User:admin"));
+        assert!(config.super_users.contains("User:ANONYMOUS"));
+        assert!(config.allow_everyone_if_no_acl_found);
+        let refused = |pairs: &[(&str, &str)], needle: &str| {
+            let error = parse_with(pairs).expect_err(needle).to_string();
+            assert!(error.contains(needle), "{error}");
+        };
+        refused(&[("super.users", "User:admin")], "needs an authorizer");
+        refused(
+            &[("allow.everyone.if.no.acl.found", "true")],
+            "needs an authorizer",
+        );
+        refused(
+            &[(
+                "authorizer.class.name",
+                "kafka.security.authorizer.AclAuthorizer",
+            )],
+            "only Kafka's KRaft authorizer",
+        );
+        refused(
+            &[
+                ("authorizer.class.name", STANDARD_AUTHORIZER),
+                ("super.users", "admin"),
+            ],
+            "principalType:principalName",
+        );
+    }
 }

@@ -324,8 +324,13 @@ mod tests {
         } else {
             Mechanism::ScramSha512
         };
-        let salted = salted_password(mechanism_of, b"secret", &salt, iterations.max(4096) as u32)
-            .expect("salted");
+        let salted = salted_password(
+            mechanism_of,
+            b"secret",
+            &salt,
+            iterations.clamp(4096, 16384) as u32,
+        )
+        .expect("salted");
         ScramUpsertion {
             user: user.into(),
             mechanism,
