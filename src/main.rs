@@ -58,6 +58,9 @@ enum Command {
     /// Kafka transactions, as kafka-transactions.sh: list, describe a transactional id,
     /// describe-producers of a partition, abort a hanging transaction.
     Transactions(cli::transactions::TransactionsArgs),
+    /// SCRAM users, as kafka-configs.sh --entity-type users: create (or replace) a user's
+    /// credential, list users and their mechanisms, delete credentials.
+    Users(cli::users::UsersArgs),
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -143,6 +146,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Topics { .. }
         | Command::Groups { .. }
         | Command::Transactions(_)
+        | Command::Users(_)
         | Command::Produce(_)
         | Command::Consume(_)
         | Command::Configs { .. } => "warn",
@@ -162,6 +166,7 @@ fn run() -> anyhow::Result<()> {
         Command::Topics { command } => cli::topics::run(command),
         Command::Groups { command } => cli::groups::run(command),
         Command::Transactions(args) => cli::transactions::run(args),
+        Command::Users(args) => cli::users::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

@@ -15,3 +15,4 @@ pub mod perf_quorum;
 pub mod produce;
 pub mod topics;
 pub mod transactions;
+pub mod users;

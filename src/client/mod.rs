@@ -49,6 +49,7 @@
 mod admin;
 mod admin_groups;
 mod admin_transactions;
+mod admin_users;
 mod assignor;
 mod cluster;
 mod config;
@@ -70,6 +71,10 @@ pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
 pub use admin_transactions::{
     AbortTransactionSpec, ListTransactionsFilters, ProducerState, TransactionDescription,
     TransactionListing,
+};
+pub use admin_users::{
+    DEFAULT_SCRAM_ITERATIONS, SCRAM_SALT_BYTES, ScramCredentialInfo, UserScramCredentialAlteration,
+    UserScramCredentialsDescription,
 };
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
