@@ -1,5 +1,10 @@
 //! ConsumerGroupDescribe (KIP-848): a consumer group's epochs, assignor and members, each
 //! with its current and target assignment.
+//!
+//! Kafka's checks: DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every
+//! topic a described member's current or target assignment names; a group naming one the
+//! principal may not describe answers TOPIC_AUTHORIZATION_FAILED and no members, so the
+//! topic's name does not leak.
 
 use kafka_protocol::messages::consumer_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
@@ -8,11 +13,16 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
 };
 
+use super::offset_commit::refused_topics;
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::TopicIdPartition;
 use crate::protocol::errors::KafkaError;
-use crate::security::acl::ResourceType;
+use crate::security::acl::{Operation, ResourceType};
+
+/// Kafka's message for a group whose assignments name a topic the principal may not describe.
+const TOPIC_REFUSED_MESSAGE: &str =
+    "The group has described topic(s) that the client is not authorized to describe.";
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
@@ -45,18 +55,18 @@ pub fn handle(
         }
         Assignment::default().with_topic_partitions(topics)
     };
-    let groups = request
+    if request.group_ids.is_empty() {
+        // No group: nothing to ask (Kafka asks per group).
+        context.access.open_to_all();
+    }
+    let groups: Vec<DescribedGroup> = request
         .group_ids
         .into_iter()
         .map(|group_id| {
-            let mut described = DescribedGroup::default().with_group_id(group_id.clone());
-            described.authorized_operations = if request.include_authorized_operations {
-                context
-                    .access
-                    .authorized_operations(ResourceType::Group, &group_id)
-            } else {
-                i32::MIN
-            };
+            let described = DescribedGroup::default().with_group_id(group_id.clone());
+            if !context.access.allows_group(Operation::Describe, &group_id) {
+                return described.with_error_code(KafkaError::GroupAuthorizationFailed.code());
+            }
             let result = broker.groups.describe_consumer_group(&group_id, |group| {
                 let members = group
                     .members
@@ -92,6 +102,13 @@ pub fn handle(
             });
             match result {
                 Ok((state, group_epoch, assignment_epoch, assignor, members)) => described
+                    .with_authorized_operations(if request.include_authorized_operations {
+                        context
+                            .access
+                            .authorized_operations(ResourceType::Group, &group_id)
+                    } else {
+                        i32::MIN
+                    })
                     .with_group_state(str_bytes(state))
                     .with_group_epoch(group_epoch)
                     .with_assignment_epoch(assignment_epoch)
@@ -111,5 +128,35 @@ pub fn handle(
             }
         })
         .collect();
+    let refused = refused_topics(
+        groups
+            .iter()
+            .flat_map(assigned_topics)
+            .filter(|topic| !topic.is_empty()),
+        |topic| context.access.allows_topic(Operation::Describe, topic),
+    );
+    let groups = groups
+        .into_iter()
+        .map(|group| {
+            if assigned_topics(&group).any(|topic| refused.contains(topic)) {
+                DescribedGroup::default()
+                    .with_group_id(group.group_id)
+                    .with_error_code(KafkaError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes(TOPIC_REFUSED_MESSAGE)))
+            } else {
+                group
+            }
+        })
+        .collect();
     ConsumerGroupDescribeResponse::default().with_groups(groups)
+}
+
+/// The topic names a described group's members' current and target assignments name.
+fn assigned_topics(group: &DescribedGroup) -> impl Iterator<Item = &str> {
+    group.members.iter().flat_map(|member| {
+        [&member.assignment, &member.target_assignment]
+            .into_iter()
+            .flat_map(|assignment| assignment.topic_partitions.iter())
+            .map(|topic| topic.topic_name.as_str())
+    })
 }

@@ -2,15 +2,21 @@
 //! subscription and owned partitions, or leaves; the answer carries its epoch and assignment
 //! (the server-side assignor's target, reached step by step). The state machine is
 //! `group::consumer`.
+//!
+//! Kafka's checks, first: READ on the group (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on
+//! every subscribed topic name (TOPIC_AUTHORIZATION_FAILED, with no message, as Kafka answers,
+//! so the answer does not say which one).
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 
+use super::offset_commit::refused_topics;
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::consumer::Heartbeat;
 use crate::protocol::TopicIdPartition;
 use crate::protocol::errors;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 1);
 
@@ -21,6 +27,19 @@ pub async fn handle(
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = request.group_id.to_string();
     let interval_ms = broker.groups.config().consumer_heartbeat_interval_ms as i32;
+    if !context.access.allows_group(Operation::Read, &group_id) {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
+    if let Some(names) = &request.subscribed_topic_names {
+        let refused = refused_topics(names.iter().map(|n| n.as_str()), |topic| {
+            context.access.allows_topic(Operation::Describe, topic)
+        });
+        if !refused.is_empty() {
+            return ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED);
+        }
+    }
     if group_id.is_empty() {
         return ConsumerGroupHeartbeatResponse::default()
             .with_error_code(errors::INVALID_GROUP_ID)

@@ -1,5 +1,7 @@
 //! DescribeGroups: each group's state, protocol and members (their metadata and assignment
 //! while Stable). A group this coordinator does not have is Dead with no members (Kafka).
+//! Each group needs DESCRIBE on it; a refused one answers GROUP_AUTHORIZATION_FAILED and
+//! nothing else, so whether it exists does not leak.
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
@@ -7,7 +9,7 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors;
-use crate::security::acl::ResourceType;
+use crate::security::acl::{Operation, ResourceType};
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -16,19 +18,18 @@ pub fn handle(
     context: &RequestContext,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
+    if request.groups.is_empty() {
+        // No group: nothing to ask (Kafka asks per group).
+        context.access.open_to_all();
+    }
     let groups = request
         .groups
         .into_iter()
         .map(|group_id| {
-            let mut described = DescribedGroup::default().with_group_id(group_id.clone());
-            if context.api_version >= 3 {
-                described.authorized_operations = if request.include_authorized_operations {
-                    context
-                        .access
-                        .authorized_operations(ResourceType::Group, &group_id)
-                } else {
-                    i32::MIN
-                };
+            // Errors carry no authorized operations (Kafka's INT32 MIN, "omitted").
+            let described = DescribedGroup::default().with_group_id(group_id.clone());
+            if !context.access.allows_group(Operation::Describe, &group_id) {
+                return described.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
             }
             if group_id.is_empty() {
                 return described.with_error_code(errors::INVALID_GROUP_ID);
@@ -36,6 +37,15 @@ pub fn handle(
             match broker.groups.describe(&group_id) {
                 Err(error) => described.with_error_code(error.code()),
                 Ok(description) => described
+                    .with_authorized_operations(
+                        if context.api_version >= 3 && request.include_authorized_operations {
+                            context
+                                .access
+                                .authorized_operations(ResourceType::Group, &group_id)
+                        } else {
+                            i32::MIN
+                        },
+                    )
                     .with_group_state(str_bytes(description.state.name()))
                     .with_protocol_type(str_bytes(description.protocol_type))
                     .with_protocol_data(str_bytes(description.protocol))

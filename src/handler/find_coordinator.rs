@@ -9,6 +9,7 @@ use super::{RequestContext, listener_endpoint, str_bytes};
 use crate::broker::Broker;
 use crate::group::{OFFSETS_TOPIC, partition_for};
 use crate::protocol::errors::{ApiError, KafkaError};
+use crate::security::acl::Operation;
 use crate::txn::coordinator::TRANSACTION_STATE_TOPIC;
 
 pub const VERSIONS: (i16, i16) = (0, 6);
@@ -29,6 +30,10 @@ pub async fn handle(
     } else {
         vec![request.key]
     };
+    if keys.is_empty() {
+        // A batch of no keys: nothing to ask (Kafka asks per key).
+        context.access.open_to_all();
+    }
     let mut found = Vec::with_capacity(keys.len());
     for key in &keys {
         found.push(find(broker, context, request.key_type, key).await);
@@ -76,10 +81,29 @@ pub async fn handle(
     response
 }
 
+/// A key's coordinator. Asked first (Kafka's order): DESCRIBE on the group or transactional id
+/// the key names, so a principal learns nothing of a coordinator it may not describe.
 async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str) -> Found {
     let (topic, count) = match key_type {
-        GROUP => (OFFSETS_TOPIC, broker.groups.ensure_offsets_topic().await?),
+        GROUP => {
+            if !context.access.allows_group(Operation::Describe, key) {
+                return Err(ApiError::new(
+                    KafkaError::GroupAuthorizationFailed,
+                    "Group authorization failed.",
+                ));
+            }
+            (OFFSETS_TOPIC, broker.groups.ensure_offsets_topic().await?)
+        }
         TRANSACTION => {
+            if !context
+                .access
+                .allows_transactional_id(Operation::Describe, key)
+            {
+                return Err(ApiError::new(
+                    KafkaError::TransactionalIdAuthorizationFailed,
+                    "Transactional Id authorization failed.",
+                ));
+            }
             if key.is_empty() {
                 return Err(ApiError::new(
                     KafkaError::InvalidRequest,
@@ -92,6 +116,8 @@ async fn find(broker: &Broker, context: &RequestContext, key_type: i8, key: &str
             )
         }
         other => {
+            // Kafka refuses an unknown key type before any question.
+            context.access.open_to_all();
             return Err(ApiError::new(
                 KafkaError::InvalidRequest,
                 format!("unknown coordinator key type {other}"),

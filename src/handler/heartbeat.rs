@@ -6,16 +6,19 @@ use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::{self, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 4);
 
 pub fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: HeartbeatRequest,
 ) -> HeartbeatResponse {
     let group_id = request.group_id.to_string();
-    let outcome = if group_id.is_empty() {
+    let outcome = if !context.access.allows_group(Operation::Read, &group_id) {
+        Err(KafkaError::GroupAuthorizationFailed)
+    } else if group_id.is_empty() {
         Err(KafkaError::InvalidGroupId)
     } else {
         let instance = request.group_instance_id.map(|i| i.to_string());

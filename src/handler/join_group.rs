@@ -9,6 +9,7 @@ use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::classic::JoinRequest;
 use crate::protocol::errors;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 9);
 
@@ -19,6 +20,13 @@ pub async fn handle(
 ) -> JoinGroupResponse {
     let group_id = request.group_id.to_string();
     let member_id = request.member_id.to_string();
+    if !context.access.allows_group(Operation::Read, &group_id) {
+        // Kafka's error answer: no member id, no protocol (null from v7, empty before).
+        return JoinGroupResponse::default()
+            .with_error_code(errors::GROUP_AUTHORIZATION_FAILED)
+            .with_generation_id(-1)
+            .with_protocol_name((context.api_version < 7).then(|| str_bytes("")));
+    }
     if group_id.is_empty() {
         return JoinGroupResponse::default()
             .with_error_code(errors::INVALID_GROUP_ID)

@@ -8,6 +8,7 @@ use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::classic::Leaving;
 use crate::protocol::errors;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -17,6 +18,10 @@ pub fn handle(
     request: LeaveGroupRequest,
 ) -> LeaveGroupResponse {
     let group_id = request.group_id.to_string();
+    if !context.access.allows_group(Operation::Read, &group_id) {
+        // A top-level error and no members, in every version (Kafka's error answer).
+        return LeaveGroupResponse::default().with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
     let leaving: Vec<Leaving> = if context.api_version >= 3 {
         request
             .members

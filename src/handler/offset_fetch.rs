@@ -1,6 +1,11 @@
 //! OffsetFetch: a group's committed offsets (one group before v8, several from v8; every
 //! partition with an offset when no topics are named). A partition without one answers
 //! offset -1.
+//!
+//! DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED for the group otherwise), then DESCRIBE
+//! on each topic (Kafka's checks): a named topic the principal may not describe answers
+//! TOPIC_AUTHORIZATION_FAILED in its partitions; when every offset is asked for, such topics
+//! are left out, so their names do not leak.
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -10,11 +15,13 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::offset_commit::refused_topics;
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::group::CommittedOffset;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (1, 9);
 
@@ -32,6 +39,10 @@ pub async fn handle(
     request: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     if context.api_version >= 8 {
+        if request.groups.is_empty() {
+            // No group: nothing to ask (Kafka asks per group).
+            context.access.open_to_all();
+        }
         let mut groups = Vec::with_capacity(request.groups.len());
         for group in request.groups {
             groups.push({
@@ -42,7 +53,8 @@ pub async fn handle(
                         .collect()
                 });
                 let group_id = group.group_id.to_string();
-                let fetched = fetch(broker, &group_id, wanted, request.require_stable).await;
+                let fetched =
+                    fetch(broker, context, &group_id, wanted, request.require_stable).await;
                 let mut answer = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
                 match fetched {
                     Err(error) => answer.error_code = error.code(),
@@ -84,7 +96,7 @@ pub async fn handle(
     let group_id = request.group_id.to_string();
     let mut response = OffsetFetchResponse::default();
     let require_stable = context.api_version >= 7 && request.require_stable;
-    match fetch(broker, &group_id, wanted.clone(), require_stable).await {
+    match fetch(broker, context, &group_id, wanted.clone(), require_stable).await {
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
@@ -142,10 +154,15 @@ fn parts(offset: Option<CommittedOffset>) -> (i64, i32, String) {
 
 async fn fetch(
     broker: &Broker,
+    context: &RequestContext,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
 ) -> Fetched {
+    if !context.access.allows_group(Operation::Describe, group_id) {
+        return Err(KafkaError::GroupAuthorizationFailed);
+    }
+    let describable = |topic: &str| context.access.allows_topic(Operation::Describe, topic);
     if group_id.is_empty() {
         return Err(KafkaError::InvalidGroupId);
     }
@@ -160,6 +177,9 @@ async fn fetch(
             for partition in &unstable {
                 all.insert(partition.clone(), None);
             }
+            // Offsets of topics the principal may not describe are left out.
+            let refused = refused_topics(all.keys().map(|tp| tp.topic.as_str()), describable);
+            all.retain(|tp, _| !refused.contains(&tp.topic));
             let mut topics: Vec<TopicOffsets> = Vec::new();
             for (tp, offset) in all {
                 let answer = stability(&unstable, &tp, offset);
@@ -174,8 +194,10 @@ async fn fetch(
             Ok(topics)
         }
         Some(wanted) => {
+            let refused = refused_topics(wanted.iter().map(|(t, _)| t.as_str()), describable);
             let keys: Vec<TopicPartition> = wanted
                 .iter()
+                .filter(|(t, _)| !refused.contains(t))
                 .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.as_str(), *p)))
                 .collect();
             let (mut offsets, unstable) = broker
@@ -185,9 +207,13 @@ async fn fetch(
             Ok(wanted
                 .into_iter()
                 .map(|(topic, indexes)| {
+                    let denied = refused.contains(&topic);
                     let partitions = indexes
                         .into_iter()
                         .map(|i| {
+                            if denied {
+                                return (i, None, Err(KafkaError::TopicAuthorizationFailed));
+                            }
                             let tp = TopicPartition::new(topic.as_str(), i);
                             let offset = offsets.remove(&tp);
                             let (offset, error) = stability(&unstable, &tp, offset);

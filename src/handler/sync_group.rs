@@ -6,6 +6,7 @@ use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors;
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -15,6 +16,9 @@ pub async fn handle(
     request: SyncGroupRequest,
 ) -> SyncGroupResponse {
     let group_id = request.group_id.to_string();
+    if !context.access.allows_group(Operation::Read, &group_id) {
+        return SyncGroupResponse::default().with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
+    }
     if group_id.is_empty() {
         return SyncGroupResponse::default().with_error_code(errors::INVALID_GROUP_ID);
     }
