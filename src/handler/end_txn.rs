@@ -1,12 +1,14 @@
 //! EndTxn: a transactional producer commits or aborts. Answered once the coordinator has
 //! stored PrepareCommit / PrepareAbort (the outcome is then decided); the markers follow.
-//! From v5 (transaction version 2) the answer carries the producer's bumped epoch.
+//! From v5 (transaction version 2) the answer carries the producer's bumped epoch. Kafka's
+//! check, first: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 
 use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::Operation;
 use crate::txn::state::{ProducerIdAndEpoch, TxnApi, TxnResult, error_for_version};
 
 pub const VERSIONS: (i16, i16) = (0, 5);
@@ -20,6 +22,12 @@ pub async fn handle(
     let response = EndTxnResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
+    if !context
+        .access
+        .allows_transactional_id(Operation::Write, &request.transactional_id)
+    {
+        return response.with_error_code(KafkaError::TransactionalIdAuthorizationFailed.code());
+    }
     let result = if request.committed {
         TxnResult::Commit
     } else {

@@ -3,12 +3,17 @@
 //! metadata log. With one: the transaction coordinator's answer (the id's producer id with
 //! its epoch bumped, fencing older instances; an open transaction is aborted first and the
 //! client told CONCURRENT_TRANSACTIONS, to retry).
+//!
+//! Kafka's checks, before anything: WRITE on the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one, IDEMPOTENT_WRITE on the cluster or,
+//! since KIP-679, WRITE on any topic (CLUSTER_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::RequestContext;
 use crate::broker::Broker;
 use crate::protocol::errors::KafkaError;
+use crate::security::acl::{Operation, ResourceType};
 use crate::txn::state::{ProducerIdAndEpoch, TxnApi, error_for_version};
 
 pub const VERSIONS: (i16, i16) = (0, 5);
@@ -21,6 +26,23 @@ pub async fn handle(
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
+    let refusal = match request.transactional_id.as_deref() {
+        Some(id) if !context.access.allows_transactional_id(Operation::Write, id) => {
+            Some(KafkaError::TransactionalIdAuthorizationFailed)
+        }
+        Some(_) => None,
+        None if !context.access.allows_cluster(Operation::IdempotentWrite)
+            && !context
+                .access
+                .allows_any(Operation::Write, ResourceType::Topic) =>
+        {
+            Some(KafkaError::ClusterAuthorizationFailed)
+        }
+        None => None,
+    };
+    if let Some(error) = refusal {
+        return response.with_error_code(error.code());
+    }
     let Some(transactional_id) = request.transactional_id.as_ref() else {
         return match broker.producer_ids.next(&broker.controller).await {
             Ok(producer_id) => response

@@ -1,6 +1,7 @@
 //! ListTransactions: the transactional ids this broker coordinates, filtered by state
 //! (Kafka's names; unknown names come back in `unknown_state_filters`), producer id, how long
-//! they have been running (v1) and an id pattern (v2, a regular expression).
+//! they have been running (v1) and an id pattern (v2, a regular expression). Only the ids the
+//! principal may describe are listed (Kafka's rule: the others are left out, not refused).
 
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse};
@@ -8,15 +9,32 @@ use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse
 use super::{RequestContext, str_bytes};
 use crate::broker::Broker;
 use crate::protocol::errors::{self, KafkaError};
+use crate::security::acl::Operation;
 use crate::txn::state::TxnState;
 
 pub const VERSIONS: (i16, i16) = (0, 2);
 
 pub fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: ListTransactionsRequest,
 ) -> ListTransactionsResponse {
+    let mut response = list(broker, &request);
+    if response.transaction_states.is_empty() {
+        // Nothing listed: nothing to ask (Kafka asks per listed id).
+        context.access.open_to_all();
+    }
+    // Kafka filters what the coordinator listed.
+    response.transaction_states.retain(|state| {
+        context
+            .access
+            .allows_transactional_id(Operation::Describe, &state.transactional_id)
+    });
+    response
+}
+
+/// Every transaction the filters keep, before authorization.
+fn list(broker: &Broker, request: &ListTransactionsRequest) -> ListTransactionsResponse {
     let mut response = ListTransactionsResponse::default();
     let mut states = Vec::new();
     for name in &request.state_filters {

@@ -3,6 +3,10 @@
 //! transactional batch of that producer and count for the group only once the transaction
 //! coordinator's commit marker reaches that partition (dropped on abort). From v5 (clients of
 //! transaction version 2) this coordinator adds the offsets partition to the transaction.
+//!
+//! Kafka's checks, in its order: WRITE on the transactional id, then READ on the group (each
+//! refusal answers every partition), then READ on each topic (its partitions answer
+//! TOPIC_AUTHORIZATION_FAILED before whether they exist is looked at).
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -10,11 +14,13 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use super::RequestContext;
+use super::offset_commit::refused_topics;
 use crate::broker::Broker;
 use crate::coordinator::TxnProducer;
 use crate::group::{CommittedOffset, OffsetCommit};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (0, 5);
 
@@ -25,6 +31,18 @@ pub async fn handle(
 ) -> TxnOffsetCommitResponse {
     let api_version = context.api_version;
     let group_id = request.group_id.to_string();
+    if !context
+        .access
+        .allows_transactional_id(Operation::Write, &request.transactional_id)
+    {
+        return every_partition(request, KafkaError::TransactionalIdAuthorizationFailed);
+    }
+    if !context.access.allows_group(Operation::Read, &group_id) {
+        return every_partition(request, KafkaError::GroupAuthorizationFailed);
+    }
+    let refused = refused_topics(request.topics.iter().map(|t| t.name.as_str()), |topic| {
+        context.access.allows_topic(Operation::Read, topic)
+    });
     let image = broker.image();
     let producer = TxnProducer {
         producer_id: request.producer_id.0,
@@ -38,7 +56,9 @@ pub async fn handle(
         for partition in &topic.partitions {
             let exists =
                 known.is_some_and(|t| t.partitions.contains_key(&partition.partition_index));
-            if group_id.is_empty() {
+            if refused.contains(topic.name.as_str()) {
+                decided.push(Some(KafkaError::TopicAuthorizationFailed));
+            } else if group_id.is_empty() {
                 decided.push(Some(KafkaError::InvalidGroupId));
             } else if request.transactional_id.is_empty() || producer.producer_id < 0 {
                 decided.push(Some(KafkaError::InvalidRequest));
@@ -120,6 +140,29 @@ pub async fn handle(
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(errors::code_of(&committed.map_err(compatible)))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Every partition of the request answered with `error` (Kafka's error answer).
+fn every_partition(request: TxnOffsetCommitRequest, error: KafkaError) -> TxnOffsetCommitResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error.code())
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default()

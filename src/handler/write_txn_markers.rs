@@ -4,6 +4,9 @@
 //! through its replica. Each is answered once the in-sync replicas hold it (`acks=all`, as
 //! Kafka writes markers), or with why not: the coordinator retries until every partition
 //! answers NONE.
+//!
+//! Only brokers send it: Kafka's check is ALTER on the cluster, or else CLUSTER_ACTION; a
+//! principal with neither gets CLUSTER_AUTHORIZATION_FAILED for every partition.
 
 use std::time::Duration;
 
@@ -20,6 +23,7 @@ use crate::group::OFFSETS_TOPIC;
 use crate::protocol::batch::TxnMarker;
 use crate::protocol::errors::{self, KafkaError};
 use crate::replica::{AckState, Delayed};
+use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (1, 1);
 
@@ -45,9 +49,14 @@ enum Outcome {
 
 pub async fn handle(
     broker: &Broker,
-    _context: &RequestContext,
+    context: &RequestContext,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
+    if !context.access.allows_cluster(Operation::Alter)
+        && !context.access.allows_cluster(Operation::ClusterAction)
+    {
+        return every_partition(request, KafkaError::ClusterAuthorizationFailed);
+    }
     let deadline = tokio::time::Instant::now() + MARKER_ACK_TIMEOUT;
     let image = broker.image();
     // Every marker appended first, then all wait for their replicas at once.
@@ -149,6 +158,38 @@ pub async fn handle(
                 .with_topics(topics),
         );
     }
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+/// Every partition of every marker answered with `error` (Kafka's error answer).
+fn every_partition(request: WriteTxnMarkersRequest, error: KafkaError) -> WriteTxnMarkersResponse {
+    let markers = request
+        .markers
+        .into_iter()
+        .map(|marker| {
+            let topics = marker
+                .topics
+                .into_iter()
+                .map(|topic| {
+                    let partitions = topic
+                        .partition_indexes
+                        .iter()
+                        .map(|&index| {
+                            WritableTxnMarkerPartitionResult::default()
+                                .with_partition_index(index)
+                                .with_error_code(error.code())
+                        })
+                        .collect();
+                    WritableTxnMarkerTopicResult::default()
+                        .with_name(topic.name)
+                        .with_partitions(partitions)
+                })
+                .collect();
+            WritableTxnMarkerResult::default()
+                .with_producer_id(marker.producer_id)
+                .with_topics(topics)
+        })
+        .collect();
     WriteTxnMarkersResponse::default().with_markers(markers)
 }
 
