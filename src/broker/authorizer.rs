@@ -36,8 +36,11 @@ pub struct Authorizer {
     metrics: Arc<Metrics>,
     /// The index of the image's ACLs, and the map it was built from (rebuilt when an image
     /// holds another).
-    index: Mutex<(Arc<BTreeMap<Uuid, AclRecord>>, Arc<Acls>)>,
+    index: Mutex<(AclMap, Arc<Acls>)>,
 }
+
+/// The image's ACLs by record id.
+type AclMap = Arc<BTreeMap<Uuid, AclRecord>>;
 
 impl Authorizer {
     pub fn new(

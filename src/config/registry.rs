@@ -400,6 +400,25 @@ pub const KEYS: &[Key] = &[
          GSSAPI, is refused)",
     ),
     broker(
+        "authorizer.class.name",
+        Kind::Text,
+        "",
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer enables ACLs (kept in the \
+         metadata quorum); empty: every client may do everything",
+    ),
+    broker(
+        "super.users",
+        Kind::Text,
+        "",
+        "principals (Type:name, separated by ;) the authorizer allows everything",
+    ),
+    broker(
+        "allow.everyone.if.no.acl.found",
+        Kind::Bool,
+        "false",
+        "whether the authorizer allows an operation on a resource no ACL is on",
+    ),
+    broker(
         "sasl.server.max.receive.size",
         int(1, I32_MAX),
         "524288",
@@ -835,7 +854,6 @@ const NO_GSSAPI: &str = "GSSAPI (Kerberos) is not implemented: Sluice serves SAS
 const NO_OAUTHBEARER: &str = "OAUTHBEARER is not implemented yet: Sluice serves SASL PLAIN, \
                               SCRAM-SHA-256 and SCRAM-SHA-512";
 const NO_SASL_CLASSES: &str = "Sluice loads no Java classes: its SASL mechanisms are built in";
-const NO_ACLS: &str = "ACLs are not implemented yet: every client may do everything; keep Sluice on a trusted network";
 
 /// Kafka's broker keys that Sluice knows and does not implement (security first).
 pub const UNIMPLEMENTED: &[Unimplemented] = &[
@@ -865,9 +883,6 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
          listener.name.<listener>.<mechanism>.sasl.jaas.config",
     ),
     refused("security.inter.broker.protocol", &["PLAINTEXT"], NO_TLS),
-    refused("authorizer.class.name", &[""], NO_ACLS),
-    refused("super.users", &[""], NO_ACLS),
-    refused("allow.everyone.if.no.acl.found", &["true"], NO_ACLS),
     refused("principal.builder.class", &[""], NO_SASL),
     refused("connections.max.reauth.ms", &["0"], NO_SASL),
     refused(

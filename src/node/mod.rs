@@ -287,6 +287,7 @@ impl Node {
                 client_listener.clone(),
             );
             tasks.extend(transactions.start());
+            warn_about_the_anonymous_principal(&config);
             let broker = Arc::new(Broker {
                 config: config.clone(),
                 broker_id,
@@ -436,5 +437,36 @@ impl Node {
         tokio::task::block_in_place(|| logs.shutdown())?;
         tracing::info!("node stopped");
         Ok(())
+    }
+}
+
+/// With an authorizer, the brokers call each other on the PLAINTEXT inter-broker listener as
+/// `User:ANONYMOUS`, as every client of a PLAINTEXT listener is: said once at start, since a
+/// mistake either stops replication or opens the cluster.
+fn warn_about_the_anonymous_principal(config: &ServerConfig) {
+    let Some(authorizer) = &config.security.authorizer else {
+        return;
+    };
+    let plaintext: Vec<&str> = config
+        .security
+        .listeners
+        .iter()
+        .filter(|(_, security)| !security.protocol.is_sasl())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let anonymous = crate::server::session::ANONYMOUS;
+    if authorizer.super_users.contains(anonymous) {
+        tracing::warn!(
+            listeners = ?plaintext,
+            "{anonymous} is a super user: every client of these PLAINTEXT listeners may do \
+             everything; keep them on a private network"
+        );
+    } else {
+        tracing::warn!(
+            inter_broker_listener = %config.security.inter_broker_listener,
+            "brokers fetch from each other as {anonymous} on the PLAINTEXT inter-broker \
+             listener: grant it CLUSTER_ACTION on the cluster (an ACL, or super.users), or \
+             replication and transaction markers are refused"
+        );
     }
 }
