@@ -67,9 +67,16 @@ fn a_setting_that_promises_security_stops_the_node_with_one_line() {
             "TLS is not implemented yet",
         ),
         (
-            &["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
+            // A Java authorizer class Sluice cannot run (Kafka's KRaft one is served).
+            &["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"],
             "for authorizer.class.name:",
-            "ACLs are not implemented yet",
+            "only Kafka's KRaft authorizer is served",
+        ),
+        (
+            // Would do nothing without an authorizer.
+            &["super.users=User:admin"],
+            "for super.users:",
+            "super.users needs an authorizer",
         ),
         (
             // Kafka's default mechanism on a SASL listener is GSSAPI.
@@ -133,7 +140,7 @@ fn unimplemented_kafka_keys_are_listed_and_warned_about() {
             .to_owned()
     };
     assert!(line("ssl.* ").contains("refused"));
-    assert!(line("authorizer.class.name ").contains("refused unless empty"));
+    assert!(line("principal.builder.class ").contains("refused unless empty"));
     assert!(line("security.inter.broker.protocol ").contains("refused unless PLAINTEXT"));
     assert!(line("num.io.threads ").contains("no effect"));
 
