@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub mod registry;
 pub mod security;
+pub mod tls;
 
 use crate::log::{LogConfig, LogManagerConfig};
 use registry::ConfigError;
