@@ -180,12 +180,16 @@ impl Admin {
         descriptions(&response)
     }
 
-    /// Creates, replaces and deletes SCRAM credentials. The answer has one entry per user
-    /// named (in the order first named): `Ok` when every alteration of the user was applied,
-    /// else the error. A user with an alteration this client cannot make (PLAIN, iterations
-    /// outside 4096..=16384, a password over 1024 bytes) is not sent at all, so a user's
-    /// alterations are applied together or not at all; the other users' still are. Fails as
-    /// a whole only when the request cannot be sent.
+    /// Creates, replaces and deletes SCRAM credentials, in one request. The answer has one
+    /// entry per user named (in the order first named): `Ok` when the user's alteration was
+    /// applied, else the error. A user with an alteration this client cannot make (PLAIN,
+    /// iterations outside 4096..=16384, a password over 1024 bytes) is not sent at all; the
+    /// other users' alterations still are. Fails as a whole only when the request cannot be
+    /// sent.
+    ///
+    /// Kafka's controller takes one alteration per user in a request: a user named twice,
+    /// even for two mechanisms, is refused with DUPLICATE_RESOURCE ("A user credential cannot
+    /// be altered twice in the same request"). Give a user's second mechanism its own call.
     pub async fn alter_user_scram_credentials(
         &self,
         alterations: &[UserScramCredentialAlteration],
@@ -489,7 +493,7 @@ mod tests {
     fn every_upsert_draws_its_own_random_salt() {
         let alterations = [
             UserScramCredentialAlteration::upsert("alice", Mechanism::ScramSha256, "pw"),
-            UserScramCredentialAlteration::upsert("alice", Mechanism::ScramSha512, "pw"),
+            UserScramCredentialAlteration::upsert("bob", Mechanism::ScramSha512, "pw"),
         ];
         let prepared = prepare_alterations(&alterations, &mut || random_bytes(SCRAM_SALT_BYTES));
         let upsertions = &prepared.request.upsertions;
