@@ -61,6 +61,9 @@ enum Command {
     /// SCRAM users, as kafka-configs.sh --entity-type users: create (or replace) a user's
     /// credential, list users and their mechanisms, delete credentials.
     Users(cli::users::UsersArgs),
+    /// ACLs, as kafka-acls.sh: add, list, remove (--allow-principal, --operation, --topic,
+    /// --group, --cluster, --producer, --consumer, ...).
+    Acls(cli::acls::AclsArgs),
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -147,6 +150,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Groups { .. }
         | Command::Transactions(_)
         | Command::Users(_)
+        | Command::Acls(_)
         | Command::Produce(_)
         | Command::Consume(_)
         | Command::Configs { .. } => "warn",
@@ -167,6 +171,7 @@ fn run() -> anyhow::Result<()> {
         Command::Groups { command } => cli::groups::run(command),
         Command::Transactions(args) => cli::transactions::run(args),
         Command::Users(args) => cli::users::run(args),
+        Command::Acls(args) => cli::acls::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

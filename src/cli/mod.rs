@@ -1,6 +1,7 @@
 //! The command line's own code (binary only): administration through a broker's Kafka port or
 //! the quorum (`cluster`, `topics`, `groups`, `configs`) and the benchmarks (`perf*`).
 
+pub mod acls;
 pub mod cluster;
 pub mod common;
 pub mod configs;

@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod admin_acls;
 mod admin_groups;
 mod admin_transactions;
 mod admin_users;
