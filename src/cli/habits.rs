@@ -37,6 +37,10 @@ const ACTION_FLAGS: &[(&str, &[(&str, &str)])] = &[
         "configs",
         &[("--describe", "describe"), ("--alter", "alter")],
     ),
+    (
+        "acls",
+        &[("--add", "add"), ("--list", "list"), ("--remove", "remove")],
+    ),
 ];
 
 /// Kafka flags with no Sluice counterpart of a similar spelling, and what to use instead.
@@ -290,6 +294,12 @@ mod tests {
                 "sluice configs --entity-type topics --alter --delete-config a"
             )),
             args("sluice configs alter --entity-type topics --delete-config a")
+        );
+        assert_eq!(
+            rewrite(args(
+                "sluice acls --bootstrap-server b:1 --add --allow-principal User:a --topic t"
+            )),
+            args("sluice acls add --bootstrap-server b:1 --allow-principal User:a --topic t")
         );
         // Already a subcommand; --delete-config is not --delete; other commands untouched.
         for same in [
