@@ -5,3 +5,5 @@
 
 pub mod acl;
 pub mod sasl;
+#[cfg(feature = "tls")]
+pub mod tls;
