@@ -32,6 +32,9 @@ pub struct Metrics {
     /// successful-authentication-total and failed-authentication-total).
     pub sasl_authentications: AtomicU64,
     pub sasl_authentication_failures: AtomicU64,
+    /// TLS handshakes that failed or timed out (a client certificate refused, no common
+    /// version, a plaintext client on a TLS port).
+    pub tls_handshake_failures: AtomicU64,
     /// Authorizer decisions (Kafka's authorization-allowed/denied), and the ACLs it holds.
     pub authorizations_allowed: AtomicU64,
     pub authorizations_denied: AtomicU64,
@@ -54,6 +57,7 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
             authorizations_allowed: AtomicU64::new(0),
             authorizations_denied: AtomicU64::new(0),
             acls: AtomicI64::new(0),
@@ -187,6 +191,11 @@ impl Metrics {
             "sluice_sasl_authentication_failures_total",
             "SASL authentications that failed (the connection was closed).",
             load(&self.sasl_authentication_failures),
+        );
+        counter(
+            "sluice_tls_handshake_failures_total",
+            "TLS handshakes that failed or timed out (the connection was closed).",
+            load(&self.tls_handshake_failures),
         );
         counter(
             "sluice_authorizations_allowed_total",

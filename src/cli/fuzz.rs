@@ -425,6 +425,7 @@ static SASL_SECURITY: std::sync::LazyLock<Arc<ListenerSecurity>> = std::sync::La
         protocol: SecurityProtocol::SaslPlaintext,
         mechanisms: vec![Mechanism::Plain],
         plain_users: [("alice".to_owned(), "alice-secret".to_owned())].into(),
+        tls: None,
     })
 });
 

@@ -717,13 +717,16 @@ mod tests {
     fn a_listener_that_promises_security_stops_the_start() {
         let error = load_with(&[(
             "listeners",
-            "SASL_SSL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            "SSL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
         )])
         .unwrap_err();
-        assert!(error.contains("for listeners"), "{error}");
-        assert!(error.contains("security protocol SASL_SSL"), "{error}");
-        assert!(error.contains("does not implement TLS yet"), "{error}");
-        // A listener of any name mapped to TLS is refused as well; mapped to PLAINTEXT it serves.
+        assert!(error.contains("for ssl.keystore.location"), "{error}");
+        assert!(
+            error.contains("TLS listener without a certificate"),
+            "{error}"
+        );
+        // A listener of any name mapped to TLS needs its certificate as well; mapped to
+        // PLAINTEXT it serves.
         let listeners = (
             "listeners",
             "CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
@@ -736,8 +739,10 @@ mod tests {
             ),
         ])
         .unwrap_err();
-        assert!(error.contains("listener.security.protocol.map"), "{error}");
-        assert!(error.contains("listener CLIENT uses security protocol SSL"));
+        assert!(
+            error.contains("listener CLIENT is a TLS listener without a certificate"),
+            "{error}"
+        );
         load_with(&[
             listeners,
             (
@@ -790,7 +795,10 @@ mod tests {
             "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SSL://127.0.0.1:9094",
         )])
         .unwrap_err();
-        assert!(error.contains("security protocol SSL"), "{error}");
+        assert!(
+            error.contains("TLS listener without a certificate"),
+            "{error}"
+        );
         // Several Kafka listeners are served; brokers talk on the first PLAINTEXT one unless
         // inter.broker.listener.name says otherwise.
         let two = [
@@ -826,15 +834,28 @@ mod tests {
 
     #[test]
     fn security_keys_stop_the_start_and_other_kafka_keys_warn() {
-        for (key, value) in [
-            ("ssl.keystore.location", "/etc/kafka/keystore.jks"),
-            ("sasl.kerberos.service.name", "kafka"),
-            ("listener.name.plaintext.ssl.keystore.location", "x"),
-            ("security.inter.broker.protocol", "SSL"),
+        for (key, value, why) in [
+            (
+                "ssl.keystore.location",
+                "/etc/kafka/keystore.jks",
+                "no listener of this node is SSL",
+            ),
+            ("sasl.kerberos.service.name", "kafka", "not implemented"),
+            (
+                "listener.name.plaintext.ssl.keystore.location",
+                "x",
+                "not a TLS listener",
+            ),
+            ("ssl.engine.factory.class", "x", "not implemented"),
+            (
+                "security.inter.broker.protocol",
+                "SSL",
+                "PLAINTEXT listener for now",
+            ),
         ] {
             let error = load_with(&[(key, value)]).unwrap_err();
             assert!(error.contains(&format!("for {key}:")), "{key}: {error}");
-            assert!(error.contains("not implemented"), "{key}: {error}");
+            assert!(error.contains(why), "{key}: {error}");
         }
         // Values that ask for nothing Sluice lacks are accepted.
         for (key, value) in [

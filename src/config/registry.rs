@@ -144,6 +144,19 @@ const fn broker(name: &'static str, kind: Kind, default: &'static str, doc: &'st
     }
 }
 
+/// A broker key whose value DescribeConfigs and logs never show (Kafka's PASSWORD type).
+const fn secret(name: &'static str, doc: &'static str) -> Key {
+    Key {
+        name,
+        kind: Kind::Text,
+        default: "",
+        scope: Scope::Broker,
+        dynamic: false,
+        sensitive: true,
+        doc,
+    }
+}
+
 const fn synonym(name: &'static str, of: &'static str, factor: i64, doc: &'static str) -> Key {
     Key {
         name,
@@ -382,8 +395,8 @@ pub const KEYS: &[Key] = &[
         "listener.security.protocol.map",
         Kind::Text,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "NAME:PROTOCOL of each listener; Sluice serves PLAINTEXT and SASL_PLAINTEXT (the \
-         controller listener is PLAINTEXT unless the map names it)",
+        "NAME:PROTOCOL of each listener: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the \
+         controller listener is PLAINTEXT unless the map names it, and must be)",
     ),
     broker(
         "inter.broker.listener.name",
@@ -398,6 +411,94 @@ pub const KEYS: &[Key] = &[
         "GSSAPI",
         "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, \
          GSSAPI, is refused)",
+    ),
+    broker(
+        "ssl.keystore.type",
+        Kind::Text,
+        "PEM",
+        "PEM (Kafka's KIP-651 format); JKS and PKCS12 keystores are refused: convert them to PEM",
+    ),
+    broker(
+        "ssl.keystore.location",
+        Kind::Text,
+        "",
+        "a PEM file with the listener's private key and certificate chain; replaced files are \
+         reloaded without a restart",
+    ),
+    secret(
+        "ssl.keystore.certificate.chain",
+        "the listener's certificate chain as PEM in the config (with ssl.keystore.key)",
+    ),
+    secret(
+        "ssl.keystore.key",
+        "the listener's private key as PEM in the config (unencrypted)",
+    ),
+    secret(
+        "ssl.key.password",
+        "the password of an encrypted private key: encrypted keys are refused for now (decrypt \
+         with openssl pkcs8 -nocrypt)",
+    ),
+    secret(
+        "ssl.keystore.password",
+        "a PEM keystore has no password (refused when set, as Kafka does)",
+    ),
+    broker(
+        "ssl.truststore.type",
+        Kind::Text,
+        "PEM",
+        "PEM; JKS and PKCS12 truststores are refused: convert them to PEM",
+    ),
+    broker(
+        "ssl.truststore.location",
+        Kind::Text,
+        "",
+        "a PEM file of the CA certificates that vouch for client certificates",
+    ),
+    secret(
+        "ssl.truststore.certificates",
+        "the truststore's CA certificates as PEM in the config",
+    ),
+    secret(
+        "ssl.truststore.password",
+        "a PEM truststore has no password (refused when set, as Kafka does)",
+    ),
+    broker(
+        "ssl.client.auth",
+        Kind::Text,
+        "none",
+        "none, requested or required: whether clients present a certificate (their principal is \
+         then its subject, through ssl.principal.mapping.rules)",
+    ),
+    broker(
+        "ssl.enabled.protocols",
+        Kind::Text,
+        "TLSv1.2,TLSv1.3",
+        "the TLS versions served (TLSv1.2, TLSv1.3)",
+    ),
+    broker(
+        "ssl.protocol",
+        Kind::Text,
+        "TLSv1.3",
+        "Java's SSLContext protocol: TLSv1.2, TLSv1.3 or TLS; ssl.enabled.protocols decides",
+    ),
+    broker(
+        "ssl.principal.mapping.rules",
+        Kind::Text,
+        "DEFAULT",
+        "rules mapping a client certificate's subject to a user name (RULE:pattern/replacement/ \
+         with L or U, and DEFAULT)",
+    ),
+    broker(
+        "ssl.cipher.suites",
+        Kind::Text,
+        "",
+        "empty: rustls's safe suites; naming suites is refused",
+    ),
+    broker(
+        "ssl.endpoint.identification.algorithm",
+        Kind::Text,
+        "https",
+        "checked by clients; brokers do not connect to each other over TLS yet",
     ),
     broker(
         "authorizer.class.name",
@@ -846,7 +947,8 @@ const fn no_effect(name: &'static str, doc: &'static str) -> Unimplemented {
     }
 }
 
-const NO_TLS: &str = "TLS is not implemented yet: Sluice serves PLAINTEXT listeners only";
+const NO_TLS: &str = "this TLS setting is not implemented: Sluice serves PEM keystores and \
+                      truststores, ssl.client.auth and ssl.principal.mapping.rules";
 const NO_SASL: &str = "not implemented yet: clients authenticate with SASL PLAIN or SCRAM and \
                        are known by their user name";
 const NO_GSSAPI: &str = "GSSAPI (Kerberos) is not implemented: Sluice serves SASL PLAIN, \
@@ -882,7 +984,11 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
          listener.name.<listener>.sasl.enabled.mechanisms and \
          listener.name.<listener>.<mechanism>.sasl.jaas.config",
     ),
-    refused("security.inter.broker.protocol", &["PLAINTEXT"], NO_TLS),
+    refused(
+        "security.inter.broker.protocol",
+        &["PLAINTEXT"],
+        "brokers talk to each other on a PLAINTEXT listener for now (inter.broker.listener.name)",
+    ),
     refused("principal.builder.class", &[""], NO_SASL),
     refused("connections.max.reauth.ms", &["0"], NO_SASL),
     refused(
@@ -890,7 +996,11 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         &[],
         "delegation tokens are not implemented yet",
     ),
-    refused("security.providers", &[""], NO_TLS),
+    refused(
+        "security.providers",
+        &[""],
+        "Java security providers do not apply: TLS is rustls, built in",
+    ),
     refused(
         "control.plane.listener.name",
         &[""],

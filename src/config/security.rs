@@ -5,13 +5,18 @@
 //! PLAIN, its `user_<name>="<password>"` entries), and which listener brokers use between
 //! themselves (`inter.broker.listener.name`).
 //!
+//! TLS listeners (SSL, SASL_SSL) take Kafka's `ssl.*` keys, per listener
+//! (`listener.name.<listener>.ssl.*`) or for all; `config::tls` holds what they say.
+//!
 //! What Sluice does not serve stops the node here, never a listener that says more than it
-//! does: TLS (SSL, SASL_SSL), GSSAPI and OAUTHBEARER, SASL between brokers.
+//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI and OAUTHBEARER, SASL or TLS between
+//! brokers, settings that would have no effect on the listener they name.
 
 use std::collections::BTreeMap;
 
 use super::Listener;
 use super::registry::ConfigError;
+use super::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 use crate::security::acl::AuthorizerConfig;
 use crate::security::sasl::{self, Mechanism};
 
@@ -53,6 +58,10 @@ impl SecurityProtocol {
             SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
         )
     }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
 }
 
 /// What one listener asks of its clients.
@@ -63,6 +72,8 @@ pub struct ListenerSecurity {
     pub mechanisms: Vec<Mechanism>,
     /// PLAIN's users and passwords, from the listener's PLAIN JAAS config.
     pub plain_users: BTreeMap<String, String>,
+    /// SSL and SASL_SSL listeners: the TLS settings.
+    pub tls: Option<TlsSettings>,
 }
 
 impl ListenerSecurity {
@@ -71,6 +82,7 @@ impl ListenerSecurity {
             protocol: SecurityProtocol::Plaintext,
             mechanisms: Vec::new(),
             plain_users: BTreeMap::new(),
+            tls: None,
         }
     }
 }
@@ -107,7 +119,7 @@ pub fn is_served_listener_key(key: &str) -> bool {
     let Some((_, setting)) = rest.split_once('.') else {
         return false;
     };
-    if setting == "sasl.enabled.mechanisms" {
+    if setting == "sasl.enabled.mechanisms" || TLS_KEYS.contains(&setting) {
         return true;
     }
     setting
@@ -131,33 +143,60 @@ pub fn parse(
         .filter(|l| l.name != controller_listener_name)
     {
         let protocol = protocols[&listener.name];
-        let security = match protocol {
-            SecurityProtocol::Plaintext => ListenerSecurity::plaintext(),
-            SecurityProtocol::SaslPlaintext => sasl_listener(properties, &listener.name)?,
-            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
-                return Err(listener_refused(properties, listener, protocol));
-            }
+        let mut security = if protocol.is_sasl() {
+            sasl_listener(properties, &listener.name)?
+        } else {
+            ListenerSecurity::plaintext()
         };
+        security.protocol = protocol;
+        if protocol.is_tls() {
+            security.tls = Some(tls_listener(properties, &listener.name)?);
+        }
         secured.insert(listener.name.clone(), security);
     }
-    // SASL settings of a listener that does not use SASL would have no effect: refused, so
-    // that nobody believes such a listener authenticates.
+    // TLS settings on a node without a TLS listener would have no effect.
+    if !secured.values().any(|s| s.protocol.is_tls())
+        && let Some(key) = TLS_KEYS.iter().find(|k| properties.contains_key(**k))
+    {
+        return Err(ConfigError::new(
+            key,
+            "(hidden)",
+            "no listener of this node is SSL or SASL_SSL, so this setting would have no \
+             effect: map a listener to SSL or SASL_SSL in listener.security.protocol.map, or \
+             remove the key",
+        ));
+    }
+    // SASL or TLS settings of a listener that does not use them would have no effect:
+    // refused, so that nobody believes such a listener authenticates or encrypts.
     for key in properties.keys().filter(|k| is_served_listener_key(k)) {
-        let listener = key["listener.name.".len()..]
-            .split('.')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_uppercase();
-        if !secured
+        let (listener, setting) = key["listener.name.".len()..]
+            .split_once('.')
+            .unwrap_or_default();
+        let listener = listener.to_ascii_uppercase();
+        let protocol = secured
             .get(&listener)
-            .is_some_and(|s: &ListenerSecurity| s.protocol.is_sasl())
-        {
+            .map(|s: &ListenerSecurity| s.protocol);
+        if setting.starts_with("ssl.") {
+            if !protocol.is_some_and(SecurityProtocol::is_tls) {
+                return Err(ConfigError::new(
+                    key,
+                    "(hidden)",
+                    format!(
+                        "listener {listener} is not a TLS listener of this node, so this setting \
+                         would have no effect: map it to SSL or SASL_SSL in \
+                         listener.security.protocol.map, or remove the key"
+                    ),
+                ));
+            }
+            continue;
+        }
+        if !protocol.is_some_and(SecurityProtocol::is_sasl) {
             return Err(ConfigError::new(
                 key,
                 "(hidden)",
                 format!(
                     "listener {listener} is not a SASL listener of this node, so this setting \
-                     would have no effect: map it to SASL_PLAINTEXT in \
+                     would have no effect: map it to SASL_PLAINTEXT or SASL_SSL in \
                      listener.security.protocol.map, or remove the key"
                 ),
             ));
@@ -357,29 +396,203 @@ fn protocol_map(
     Ok(protocols)
 }
 
-fn listener_refused(
+/// The TLS keys a listener serves (each also as `listener.name.<listener>.<key>`).
+pub const TLS_KEYS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.truststore.password",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.protocol",
+    "ssl.principal.mapping.rules",
+    "ssl.cipher.suites",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// A TLS listener's settings: `listener.name.<listener>.ssl.*` over `ssl.*`, as Kafka reads
+/// them. What Sluice cannot honour is refused: JKS/PKCS12 stores, an encrypted key, named
+/// cipher suites, a protocol other than TLSv1.2/TLSv1.3.
+fn tls_listener(
     properties: &BTreeMap<String, String>,
-    listener: &Listener,
-    protocol: SecurityProtocol,
-) -> ConfigError {
-    let key = "listener.security.protocol.map";
-    let (key, value) = match properties.get(key) {
-        Some(map) => (key, map.as_str()),
-        None => (
-            "listeners",
-            properties.get("listeners").map_or("", String::as_str),
-        ),
+    listener: &str,
+) -> Result<TlsSettings, ConfigError> {
+    let prefix = format!("listener.name.{}.", listener.to_ascii_lowercase());
+    // (the key as written, its value) for a setting, the listener's own first.
+    let get = |setting: &str| -> Option<(String, String)> {
+        let own = format!("{prefix}{setting}");
+        properties
+            .get(&own)
+            .map(|v| (own.clone(), v.trim().to_owned()))
+            .or_else(|| {
+                properties
+                    .get(setting)
+                    .map(|v| (setting.to_owned(), v.trim().to_owned()))
+            })
+            .filter(|(_, v)| !v.is_empty())
     };
-    ConfigError::new(
-        key,
-        value,
-        format!(
-            "listener {} uses security protocol {}, which needs TLS, and Sluice does not \
-             implement TLS yet: PLAINTEXT and SASL_PLAINTEXT are served",
-            listener.name,
-            protocol.name()
-        ),
-    )
+    for store in ["ssl.keystore.type", "ssl.truststore.type"] {
+        if let Some((key, value)) = get(store) {
+            if !value.eq_ignore_ascii_case("PEM") {
+                return Err(ConfigError::new(
+                    &key,
+                    &value,
+                    "only PEM stores are served: convert with `openssl pkcs12 -in store.p12 \
+                     -nodes` (or keytool -importkeystore to PKCS12 first) and set PEM",
+                ));
+            }
+        }
+    }
+    for secret in ["ssl.keystore.password", "ssl.truststore.password"] {
+        if let Some((key, _)) = get(secret) {
+            return Err(ConfigError::new(
+                &key,
+                "(hidden)",
+                "a PEM store has no password (Kafka refuses it too): remove the key",
+            ));
+        }
+    }
+    if let Some((key, _)) = get("ssl.key.password") {
+        return Err(ConfigError::new(
+            &key,
+            "(hidden)",
+            "encrypted private keys are not served yet: decrypt the key (openssl pkcs8 -topk8 \
+             -nocrypt) and remove the key",
+        ));
+    }
+    if let Some((key, value)) = get("ssl.cipher.suites") {
+        return Err(ConfigError::new(
+            &key,
+            &value,
+            "naming cipher suites is not served: rustls offers only its safe suites; remove the key",
+        ));
+    }
+    let keystore = match (
+        get("ssl.keystore.location"),
+        get("ssl.keystore.certificate.chain"),
+        get("ssl.keystore.key"),
+    ) {
+        (Some((_, path)), None, None) => KeyStore::File(path.into()),
+        (None, Some((_, certificate_chain)), Some((_, key))) => KeyStore::Inline {
+            certificate_chain,
+            key,
+        },
+        (None, None, None) => {
+            return Err(ConfigError::new(
+                "ssl.keystore.location",
+                "",
+                format!(
+                    "listener {listener} is a TLS listener without a certificate: set \
+                     {prefix}ssl.keystore.location (a PEM file with the key and the chain) or \
+                     ssl.keystore.certificate.chain and ssl.keystore.key"
+                ),
+            ));
+        }
+        _ => {
+            return Err(ConfigError::new(
+                "ssl.keystore.location",
+                "(hidden)",
+                format!(
+                    "listener {listener}: set either ssl.keystore.location or both \
+                     ssl.keystore.certificate.chain and ssl.keystore.key"
+                ),
+            ));
+        }
+    };
+    let truststore = match (
+        get("ssl.truststore.location"),
+        get("ssl.truststore.certificates"),
+    ) {
+        (Some((_, path)), None) => Some(PemSource::File(path.into())),
+        (None, Some((_, pem))) => Some(PemSource::Inline(pem)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                "ssl.truststore.location",
+                "(hidden)",
+                "set ssl.truststore.location or ssl.truststore.certificates, not both",
+            ));
+        }
+    };
+    let client_auth = match get("ssl.client.auth") {
+        None => ClientAuth::None,
+        Some((key, value)) => match value.to_ascii_lowercase().as_str() {
+            "none" => ClientAuth::None,
+            "requested" => ClientAuth::Requested,
+            "required" => ClientAuth::Required,
+            _ => {
+                return Err(ConfigError::new(
+                    &key,
+                    &value,
+                    "expected none, requested or required",
+                ));
+            }
+        },
+    };
+    if client_auth != ClientAuth::None && truststore.is_none() {
+        return Err(ConfigError::new(
+            "ssl.client.auth",
+            "requested/required",
+            format!(
+                "listener {listener} asks clients for certificates but has no truststore to \
+                 check them: set ssl.truststore.location"
+            ),
+        ));
+    }
+    let mut protocols = Vec::new();
+    let (protocols_key, protocols_text) = get("ssl.enabled.protocols")
+        .unwrap_or_else(|| ("ssl.enabled.protocols".into(), "TLSv1.2,TLSv1.3".into()));
+    for name in protocols_text
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        let version = match name {
+            "TLSv1.2" => TlsVersion::Tls12,
+            "TLSv1.3" => TlsVersion::Tls13,
+            _ => {
+                return Err(ConfigError::new(
+                    &protocols_key,
+                    &protocols_text,
+                    format!("{name} is not served: TLSv1.2 and TLSv1.3 are"),
+                ));
+            }
+        };
+        if !protocols.contains(&version) {
+            protocols.push(version);
+        }
+    }
+    if protocols.is_empty() {
+        return Err(ConfigError::new(
+            &protocols_key,
+            &protocols_text,
+            "no TLS version enabled",
+        ));
+    }
+    if let Some((key, value)) = get("ssl.protocol") {
+        if !matches!(value.as_str(), "TLSv1.2" | "TLSv1.3" | "TLS") {
+            return Err(ConfigError::new(
+                &key,
+                &value,
+                "expected TLSv1.2, TLSv1.3 or TLS (ssl.enabled.protocols decides what is served)",
+            ));
+        }
+    }
+    let principal_mapping_rules =
+        get("ssl.principal.mapping.rules").map_or_else(|| "DEFAULT".to_owned(), |(_, rules)| rules);
+    Ok(TlsSettings {
+        keystore,
+        truststore,
+        client_auth,
+        protocols,
+        principal_mapping_rules,
+    })
 }
 
 /// A SASL listener's mechanisms and the server side of each.
@@ -461,6 +674,7 @@ fn sasl_listener(
         protocol: SecurityProtocol::SaslPlaintext,
         mechanisms,
         plain_users,
+        tls: None,
     })
 }
 
@@ -524,8 +738,11 @@ mod tests {
         assert!(!is_served_listener_key(
             "listener.name.sasl_plaintext.gssapi.sasl.jaas.config"
         ));
-        assert!(!is_served_listener_key(
+        assert!(is_served_listener_key(
             "listener.name.ssl.ssl.keystore.location"
+        ));
+        assert!(!is_served_listener_key(
+            "listener.name.ssl.ssl.engine.factory.class"
         ));
     }
 
@@ -566,7 +783,86 @@ mod tests {
         let props = properties(&[("listeners", tls)]);
         let error = parse(&props, &listeners(tls), "CONTROLLER", true).expect_err("TLS");
         assert!(
-            error.to_string().contains("does not implement TLS"),
+            error
+                .to_string()
+                .contains("TLS listener without a certificate"),
+            "{error}"
+        );
+        let with_tls = |pairs: &[(&str, &str)]| {
+            let mut props = properties(pairs);
+            props.insert(
+                "listeners".into(),
+                format!("PLAINTEXT://127.0.0.1:9092,{tls}"),
+            );
+            props.insert(
+                "ssl.keystore.location".into(),
+                "/etc/sluice/server.pem".into(),
+            );
+            parse(
+                &props,
+                &listeners(&format!("PLAINTEXT://127.0.0.1:9092,{tls}")),
+                "CONTROLLER",
+                true,
+            )
+        };
+        let config = with_tls(&[
+            ("listener.name.ssl.ssl.client.auth", "required"),
+            ("ssl.truststore.location", "/etc/sluice/ca.pem"),
+            ("ssl.enabled.protocols", "TLSv1.3"),
+            (
+                "ssl.principal.mapping.rules",
+                "RULE:^CN=(.*?),.*$/$1/L,DEFAULT",
+            ),
+        ])
+        .expect("TLS listener");
+        let settings = config.listener("SSL").tls.expect("TLS settings");
+        assert_eq!(
+            settings.keystore,
+            KeyStore::File("/etc/sluice/server.pem".into())
+        );
+        assert_eq!(settings.client_auth, ClientAuth::Required);
+        assert_eq!(settings.protocols, vec![TlsVersion::Tls13]);
+        assert_eq!(config.listener("PLAINTEXT").tls, None);
+        for (pairs, needle) in [
+            (&[("ssl.keystore.type", "JKS")][..], "only PEM stores"),
+            (&[("ssl.key.password", "x")][..], "encrypted private keys"),
+            (&[("ssl.keystore.password", "x")][..], "has no password"),
+            (
+                &[("ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")][..],
+                "cipher suites",
+            ),
+            (&[("ssl.client.auth", "required")][..], "no truststore"),
+            (
+                &[("ssl.enabled.protocols", "TLSv1.1")][..],
+                "TLSv1.1 is not served",
+            ),
+            (
+                &[("listener.name.plaintext.ssl.client.auth", "none")][..],
+                "not a TLS listener",
+            ),
+        ] {
+            let error = with_tls(pairs).expect_err(needle).to_string();
+            assert!(error.contains(needle), "{needle}: {error}");
+        }
+        // TLS keys on a node without a TLS listener would do nothing.
+        let props = properties(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+            ("ssl.keystore.location", "/etc/sluice/server.pem"),
+        ]);
+        let error = parse(
+            &props,
+            &listeners("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"),
+            "CONTROLLER",
+            true,
+        )
+        .expect_err("no TLS listener");
+        assert!(
+            error
+                .to_string()
+                .contains("no listener of this node is SSL"),
             "{error}"
         );
     }

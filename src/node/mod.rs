@@ -337,6 +337,16 @@ impl Node {
             };
             for (listener_config, listener) in bound {
                 let security = Arc::new(config.security.listener(&listener_config.name));
+                let tls = match &security.tls {
+                    None => None,
+                    Some(tls) => Some(Arc::new(load_listener_tls(&listener_config.name, tls)?)),
+                };
+                if let Some(tls) = &tls {
+                    tasks.push(tokio::spawn(reload_certificates(
+                        listener_config.name.clone(),
+                        Arc::clone(tls),
+                    )));
+                }
                 let settings = ListenerSettings {
                     name: listener_config.name.clone(),
                     request_bytes_max: config.socket_request_max_bytes,
@@ -345,6 +355,7 @@ impl Node {
                     idle_ms: config.connections_max_idle_ms,
                     sasl_request_bytes_max: config.security.sasl_server_max_receive_size,
                     security: Arc::clone(&security),
+                    tls,
                 };
                 let started = Server::start(
                     listener,
@@ -468,5 +479,47 @@ fn warn_about_the_anonymous_principal(config: &ServerConfig) {
              listener: grant it CLUSTER_ACTION on the cluster (an ACL, or super.users), or \
              replication and transaction markers are refused"
         );
+    }
+}
+
+/// A TLS listener's certificates and principal rules, loaded at start: a bad file stops the
+/// node, naming the listener.
+fn load_listener_tls(
+    listener: &str,
+    settings: &crate::config::tls::TlsSettings,
+) -> Result<crate::server::ListenerTls, NodeError> {
+    let refused = |e: crate::security::tls::TlsError| {
+        NodeError::Config(format!("TLS listener {listener}: {e}"))
+    };
+    Ok(crate::server::ListenerTls {
+        server: crate::security::tls::ServerTls::load(settings).map_err(refused)?,
+        principals: crate::security::tls::PrincipalMapper::parse(&settings.principal_mapping_rules)
+            .map_err(refused)?,
+    })
+}
+
+/// How often a TLS listener's certificate files are checked for a change.
+const CERTIFICATE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Reloads a TLS listener's certificates when their files change (new connections get the
+/// new ones); a file that does not load is said once and the old certificates kept.
+async fn reload_certificates(listener: String, tls: Arc<crate::server::ListenerTls>) {
+    let mut failing: Option<String> = None;
+    loop {
+        tokio::time::sleep(CERTIFICATE_CHECK_INTERVAL).await;
+        match tls.server.reload_if_changed() {
+            Ok(true) => {
+                failing = None;
+                tracing::info!(%listener, "TLS certificates reloaded");
+            }
+            Ok(false) => {}
+            Err(error) => {
+                let said = error.to_string();
+                if failing.as_deref() != Some(said.as_str()) {
+                    tracing::error!(%listener, error = %said, "TLS certificates changed but do not load: the old ones are still served; fix the files");
+                    failing = Some(said);
+                }
+            }
+        }
     }
 }

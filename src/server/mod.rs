@@ -55,7 +55,27 @@ pub struct ListenerSettings {
     pub security: Arc<ListenerSecurity>,
     /// `sasl.server.max.receive.size`: the frame bound until a client authenticated.
     pub sasl_request_bytes_max: usize,
+    /// SSL and SASL_SSL listeners: the certificates (reloaded when their files change) and how
+    /// a client certificate names its principal.
+    pub tls: Option<Arc<ListenerTls>>,
 }
+
+/// A TLS listener's server side.
+pub struct ListenerTls {
+    pub server: crate::security::tls::ServerTls,
+    pub principals: crate::security::tls::PrincipalMapper,
+}
+
+impl std::fmt::Debug for ListenerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListenerTls")
+    }
+}
+
+/// How long a client has to complete its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most bytes of a segment read at once to be encrypted (TLS cannot use sendfile).
+const TLS_FILE_CHUNK_BYTES: usize = 64 * 1024;
 
 /// The most bytes buffered at once for a frame body while it arrives.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -215,19 +235,135 @@ pub struct Frame {
     pub received: Instant,
 }
 
+/// The writing side of a connection: a plain socket sends segment ranges with sendfile; a
+/// TLS one encrypts them from bounded buffers.
+enum Writer {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Writer {
+    async fn write_parts(&mut self, parts: Vec<Part>) -> std::io::Result<()> {
+        match self {
+            Writer::Plain(writer) => write_parts(writer, parts).await,
+            Writer::Tls(writer) => {
+                for part in parts {
+                    match part {
+                        Part::Bytes(bytes) => writer.write_all(&bytes).await?,
+                        Part::File(slice) => write_file_chunks(writer, &slice).await?,
+                    }
+                }
+                writer.flush().await
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            Writer::Plain(writer) => writer.shutdown().await,
+            Writer::Tls(writer) => writer.shutdown().await,
+        }
+    }
+}
+
+/// A segment range through a writer that is not a socket (TLS): read in bounded chunks.
+async fn write_file_chunks<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    slice: &FileSlice,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buffer = vec![0u8; TLS_FILE_CHUNK_BYTES.min(slice.len as usize)];
+    let mut done = 0u64;
+    while done < slice.len {
+        let want = ((slice.len - done) as usize).min(buffer.len());
+        let read = slice
+            .file()
+            .read_at(&mut buffer[..want], slice.position + done)?;
+        if read == 0 {
+            // The response's length is already on the wire: the connection cannot go on.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "segment truncated while being sent",
+            ));
+        }
+        writer.write_all(&buffer[..read]).await?;
+        done += read as u64;
+    }
+    Ok(())
+}
+
+/// Serves a connection: a TLS listener's first, after its handshake (the client's
+/// certificate, if any, naming its principal on an SSL listener).
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     settings: &ListenerSettings,
     broker: &Arc<Broker>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let Some(tls) = &settings.tls else {
+        let (reader, writer) = stream.into_split();
+        return serve_halves(
+            reader,
+            Writer::Plain(writer),
+            None,
+            peer,
+            settings,
+            broker,
+            stop,
+        )
+        .await;
+    };
+    let accepted =
+        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.server.acceptor().accept(stream))
+            .await
+            .map_err(|_| "TLS handshake timed out".to_owned())
+            .and_then(|accepted| accepted.map_err(|e| format!("TLS handshake failed: {e}")));
+    let accepted = match accepted {
+        Ok(accepted) => accepted,
+        Err(reason) => {
+            broker
+                .metrics
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(reason);
+        }
+    };
+    let principal = crate::security::tls::client_principal(accepted.get_ref().1, &tls.principals)
+        .map_err(|e| {
+            tracing::info!(%peer, error = %e, "client certificate refused by ssl.principal.mapping.rules");
+            format!("client certificate: {e}")
+        })?;
+    let (reader, writer) = tokio::io::split(accepted);
+    serve_halves(
+        reader,
+        Writer::Tls(writer),
+        principal,
+        peer,
+        settings,
+        broker,
+        stop,
+    )
+    .await
+}
+
+async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
+    mut reader: R,
+    mut writer: Writer,
+    certificate_principal: Option<String>,
+    peer: SocketAddr,
+    settings: &ListenerSettings,
+    broker: &Arc<Broker>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let (mut reader, mut writer) = stream.into_split();
     let (queue, mut queued) = mpsc::channel::<Frame>(settings.queued_requests_max.max(1));
     let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let idle = Duration::from_millis(settings.idle_ms);
     let read_busy = Arc::clone(&busy);
     let mut session = Session::new(Arc::clone(&settings.security));
+    if let Some(principal) = certificate_principal {
+        session.set_certificate_principal(principal);
+    }
     // Until the client authenticated, frames are bounded by sasl.server.max.receive.size.
     let authenticated = Arc::new(std::sync::atomic::AtomicBool::new(
         session.is_authenticated(),
@@ -279,11 +415,12 @@ async fn serve_connection(
             let answer = process_frame(broker, &listener_name, &mut session, peer, frame).await;
             authenticated.store(session.is_authenticated(), Ordering::Release);
             let result = match answer {
-                Ok(Processed::Answer(parts)) => write_parts(&mut writer, parts)
+                Ok(Processed::Answer(parts)) => writer
+                    .write_parts(parts)
                     .await
                     .map_err(|e| format!("write: {e}")),
                 Ok(Processed::AnswerThenClose(parts, reason)) => {
-                    match write_parts(&mut writer, parts).await {
+                    match writer.write_parts(parts).await {
                         Ok(()) => Err(reason),
                         Err(e) => Err(format!("write: {e}")),
                     }

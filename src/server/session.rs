@@ -65,6 +65,14 @@ impl Session {
         }
     }
 
+    /// On an SSL listener, the principal the client's certificate names (`User:<mapped
+    /// subject>`). On SASL_SSL the SASL login names it instead, as in Kafka.
+    pub fn set_certificate_principal(&mut self, principal: String) {
+        if !self.security.protocol.is_sasl() {
+            self.principal = Arc::from(principal);
+        }
+    }
+
     /// The client's principal: `User:<name>` once authenticated, `User:ANONYMOUS` on a
     /// PLAINTEXT listener.
     pub fn principal(&self) -> &Arc<str> {

@@ -1,0 +1,294 @@
+//! TLS listeners against a real `sluice server`: an SSL listener that requires client
+//! certificates (the principal is the certificate's subject through
+//! `ssl.principal.mapping.rules`, and ACLs name it) and a SASL_SSL listener with SCRAM users
+//! from the quorum, served beside the PLAINTEXT one. confluent-kafka, kafka-python and kcat
+//! produce and consume; a client without a certificate and a client that does not trust the
+//! broker's CA are refused; a replaced certificate file is served to new connections without a
+//! restart. Certificates are made by `openssl` for each run.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{SingleNode, run_client};
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CA named `name`: `<name>.pem` and `<name>.key`.
+fn make_ca(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "3650",
+            "-subj",
+            &format!("/CN=Sluice test {name}"),
+        ],
+    );
+}
+
+/// A certificate `<name>.pem` (key `<name>.key`) for `subject`, signed by `ca`, with the
+/// extensions in `extensions`.
+fn make_certificate(dir: &Path, ca: &str, name: &str, subject: &str, extensions: &str) {
+    std::fs::write(dir.join(format!("{name}.ext")), extensions).expect("extensions");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            subject,
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "3650",
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+/// The server's keystore: its key and certificate in one PEM file.
+fn keystore(dir: &Path, name: &str) -> PathBuf {
+    let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
+    let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
+    let path = dir.join(format!("{name}-keystore.pem"));
+    std::fs::write(&path, format!("{key}{certificate}")).expect("keystore");
+    path
+}
+
+const SERVER_EXTENSIONS: &str =
+    "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+
+fn sluice(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("sluice");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "sluice {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The subject of the certificate a TLS listener serves now, as openssl prints it.
+fn served_subject(port: u16, ca: &Path) -> String {
+    let output = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            &ca.to_string_lossy(),
+            "-cert",
+            &ca.with_file_name("alice.pem").to_string_lossy(),
+            "-key",
+            &ca.with_file_name("alice.key").to_string_lossy(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find(|l| l.trim_start().starts_with("subject="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    let dir = certs.path();
+    make_ca(dir, "ca");
+    make_ca(dir, "other-ca");
+    make_certificate(dir, "ca", "server", "/CN=localhost", SERVER_EXTENSIONS);
+    make_certificate(
+        dir,
+        "ca",
+        "alice",
+        "/C=US/O=acme/OU=eng/CN=alice",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    let keystore = keystore(dir, "server");
+    let ca = dir.join("ca.pem");
+    let node = SingleNode::start_with_listeners(
+        &["SSL", "SASL_SSL"],
+        &[
+            &format!("ssl.keystore.location={}", keystore.display()),
+            "ssl.keystore.type=PEM",
+            &format!("ssl.truststore.location={}", ca.display()),
+            "listener.name.ssl.ssl.client.auth=required",
+            "ssl.principal.mapping.rules=RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
+        ],
+    );
+    let plain = node.bootstrap();
+    let ssl = format!("127.0.0.1:{}", node.listener_port("SSL"));
+    let sasl_ssl = format!("127.0.0.1:{}", node.listener_port("SASL_SSL"));
+    let certs_dir = dir.to_string_lossy().into_owned();
+
+    // Users and ACLs through the PLAINTEXT listener (User:ANONYMOUS is a super user): the
+    // ACLs name alice as her certificate maps her, and bob, a SCRAM user.
+    sluice(&[
+        "users",
+        "create",
+        "bob",
+        "--password",
+        "bob-secret",
+        "--bootstrap-server",
+        &plain,
+    ]);
+    for principal in ["User:alice", "User:bob"] {
+        sluice(&[
+            "acls",
+            "add",
+            "--allow-principal",
+            principal,
+            "--operation",
+            "All",
+            "--topic",
+            "tls-",
+            "--resource-pattern-type",
+            "prefixed",
+            "--bootstrap-server",
+            &plain,
+        ]);
+        sluice(&[
+            "acls",
+            "add",
+            "--allow-principal",
+            principal,
+            "--operation",
+            "Read",
+            "--group",
+            "tls-",
+            "--resource-pattern-type",
+            "prefixed",
+            "--bootstrap-server",
+            &plain,
+        ]);
+    }
+    let listed = sluice(&["acls", "list", "--bootstrap-server", &plain]);
+    assert!(listed.contains("principal=User:alice"), "{listed}");
+
+    let suite = |args: &[&str]| {
+        let mut all = vec!["tls_suite.py"];
+        all.extend_from_slice(args);
+        run_client(&node, "python3", &all)
+    };
+    suite(&["mtls-roundtrip", &ssl, &certs_dir, "tls-orders"]);
+    suite(&["mtls-kafka-python", &ssl, &certs_dir, "tls-kafka-python"]);
+    suite(&["no-certificate-refused", &ssl, &certs_dir]);
+    suite(&["untrusted-refused", &ssl, &certs_dir]);
+    suite(&["scram-roundtrip", &sasl_ssl, &certs_dir, "tls-scram"]);
+    assert!(
+        node.gauge("sluice_tls_handshake_failures_total")
+            .unwrap_or(0)
+            >= 1
+    );
+
+    // kcat (librdkafka 2.0) with a client certificate reads what alice wrote.
+    let read = run_client(
+        &node,
+        "kcat",
+        &[
+            "-b",
+            &ssl,
+            "-X",
+            "security.protocol=SSL",
+            "-X",
+            &format!("ssl.ca.location={}", ca.display()),
+            "-X",
+            &format!(
+                "ssl.certificate.location={}",
+                dir.join("alice.pem").display()
+            ),
+            "-X",
+            &format!("ssl.key.location={}", dir.join("alice.key").display()),
+            "-t",
+            "tls-orders",
+            "-C",
+            "-e",
+            "-o",
+            "beginning",
+            "-c",
+            "3",
+        ],
+    );
+    assert_eq!(read.lines().count(), 3, "{read}");
+
+    // A replaced certificate is served to new connections, without a restart.
+    let port = node.listener_port("SSL");
+    assert!(served_subject(port, &ca).contains("CN = localhost"));
+    make_certificate(dir, "ca", "renewed", "/CN=renewed", SERVER_EXTENSIONS);
+    let renewed = keystore_contents(dir, "renewed");
+    std::fs::write(&keystore, renewed).expect("replace keystore");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !served_subject(port, &ca).contains("CN = renewed") {
+        assert!(
+            Instant::now() < deadline,
+            "the replaced certificate was not served:\n{}",
+            support::tail(&node.logs(), 20)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(node.logs().contains("TLS certificates reloaded"));
+    suite(&["mtls-roundtrip", &ssl, &certs_dir, "tls-after-reload"]);
+}
+
+fn keystore_contents(dir: &Path, name: &str) -> String {
+    let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
+    let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
+    format!("{key}{certificate}")
+}
