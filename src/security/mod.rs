@@ -1,7 +1,8 @@
-//! Kafka's security model, the parts that need no I/O: the SASL mechanisms (`sasl`: PLAIN and
-//! SCRAM-SHA-256/512, server and client sides, and Kafka's JAAS config values) and access
-//! control (`acl`: ACL bindings, filters and the decision of Kafka's `StandardAuthorizer`).
-//! The broker's connections, the metadata quorum and the SDK use them.
+//! Kafka's security model: the SASL mechanisms (`sasl`: PLAIN and SCRAM-SHA-256/512, server
+//! and client sides, and Kafka's JAAS config values), access control (`acl`: ACL bindings,
+//! filters and the decision of Kafka's `StandardAuthorizer`), both without I/O, and TLS (`tls`:
+//! PEM stores read from files, rustls servers and clients, certificate principals). The
+//! broker's connections, the metadata quorum and the SDK use them.
 
 pub mod acl;
 pub mod sasl;

@@ -23,6 +23,7 @@
 //! default ambiguous (which rustls answers with a panic).
 
 mod client;
+pub mod settings;
 mod dn;
 mod principal;
 mod server;
@@ -39,7 +40,7 @@ use std::sync::Arc;
 use rustls_pki_types::pem::{PemObject, SectionKind};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::tls::{KeyStore, PemSource};
+use self::settings::{KeyStore, PemSource};
 
 /// The largest PEM file (or PEM-in-config value) read. A keystore is a key and a few
 /// certificates, a truststore a few CAs: a few KiB each. The bound is checked against the file's

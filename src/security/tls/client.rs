@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 
 use super::{TlsError, load_keystore, load_truststore, provider, truststore_origin};
-use crate::config::tls::{KeyStore, PemSource};
+use super::settings::{KeyStore, PemSource};
 
 /// A client config that trusts the truststore's CAs (required: Sluice bundles no public CA
 /// certificates), presents the keystore's certificate when one is given (mutual TLS), and

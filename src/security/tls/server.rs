@@ -25,7 +25,7 @@ use super::{
     PrincipalMapper, TlsError, load_keystore, load_truststore, provider, subject_dn,
     truststore_origin,
 };
-use crate::config::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
+use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 
 /// A TLS listener's server config, reloadable while the listener runs.
 pub struct ServerTls {

@@ -11,7 +11,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, ProtocolVersion, ServerConfig, ServerConnection};
 
 use super::*;
-use crate::config::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
+use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 
 const ALICE: &str = "CN=alice,OU=eng,O=acme,C=US";
 
