@@ -7,6 +7,10 @@
 //! Kafka does: a client may pipeline requests, and a producer's pipelined batches are appended
 //! in the order sent. A frame that cannot be parsed closes its connection, and only that one.
 //!
+//! On a TLS listener (SSL, SASL_SSL) the handshake comes first (bounded); the halves of the TLS
+//! stream are then served the same way, segment ranges read into bounded buffers instead of
+//! sent with sendfile.
+//!
 //! With `thread.affinity` each connection is served by one network thread, pinned to a CPU,
 //! for its whole life (`network`); without it, by the node's runtime.
 //!
