@@ -28,6 +28,10 @@ pub struct Metrics {
     apis: Vec<ApiMetrics>,
     pub connections: AtomicI64,
     pub connections_refused: AtomicU64,
+    /// Connections closed at accept because their address held `max.connections.per.ip`.
+    pub connections_refused_per_ip: AtomicU64,
+    /// Milliseconds accepts waited for `max.connection.creation.rate`.
+    pub connection_creation_throttled_ms: AtomicU64,
     /// SASL authentications that succeeded and that failed (Kafka's
     /// successful-authentication-total and failed-authentication-total).
     pub sasl_authentications: AtomicU64,
@@ -55,6 +59,8 @@ impl Default for Metrics {
             apis: (0..API_SLOTS).map(|_| ApiMetrics::default()).collect(),
             connections: AtomicI64::new(0),
             connections_refused: AtomicU64::new(0),
+            connections_refused_per_ip: AtomicU64::new(0),
+            connection_creation_throttled_ms: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
@@ -181,6 +187,16 @@ impl Metrics {
             "sluice_connections_refused_total",
             "Connections closed at accept because max.connections was reached.",
             load(&self.connections_refused),
+        );
+        counter(
+            "sluice_connections_refused_per_ip_total",
+            "Connections closed at accept because their address held max.connections.per.ip.",
+            load(&self.connections_refused_per_ip),
+        );
+        counter(
+            "sluice_connection_creation_throttle_ms_total",
+            "Milliseconds new connections waited for max.connection.creation.rate.",
+            load(&self.connection_creation_throttled_ms),
         );
         counter(
             "sluice_sasl_authentications_total",

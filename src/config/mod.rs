@@ -91,6 +91,13 @@ pub struct ServerConfig {
     pub socket_request_max_bytes: usize,
     /// `max.connections` on the Kafka listener.
     pub max_connections: usize,
+    /// `max.connections.per.ip` and `max.connections.per.ip.overrides`.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// `max.connection.creation.rate` (broker-wide), and per listener
+    /// (`listener.name.<l>.max.connection.creation.rate`).
+    pub max_connection_creation_rate: u64,
+    pub listener_connection_creation_rates: BTreeMap<String, u64>,
     /// `queued.max.requests`: requests read ahead per connection.
     pub queued_max_requests: usize,
     /// `thread.affinity`: connections served by network threads pinned one per CPU
@@ -454,6 +461,15 @@ impl ServerConfig {
             unclean_leader_election_enable: boolean("unclean.leader.election.enable")?,
             socket_request_max_bytes: unsigned("socket.request.max.bytes")? as usize,
             max_connections: unsigned("max.connections")? as usize,
+            max_connections_per_ip: unsigned("max.connections.per.ip")? as usize,
+            max_connections_per_ip_overrides: {
+                let key = "max.connections.per.ip.overrides";
+                let text = get(key).unwrap_or_default();
+                crate::server::quotas::parse_overrides(text)
+                    .map_err(|reason| ConfigError::new(key, text, reason))?
+            },
+            max_connection_creation_rate: unsigned("max.connection.creation.rate")?,
+            listener_connection_creation_rates: listener_creation_rates(properties)?,
             queued_max_requests: unsigned("queued.max.requests")? as usize,
             thread_affinity: boolean("thread.affinity")?,
             connections_max_idle_ms: unsigned("connections.max.idle.ms")?,
@@ -599,6 +615,26 @@ fn usable_memory_bytes() -> Option<u64> {
         (Some(physical), Some(cgroup)) => Some(physical.min(cgroup)),
         (physical, cgroup) => physical.or(cgroup),
     }
+}
+
+/// `listener.name.<listener>.max.connection.creation.rate`, by listener.
+fn listener_creation_rates(
+    properties: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, u64>, ConfigError> {
+    let mut rates = BTreeMap::new();
+    for (key, value) in properties {
+        let Some(listener) = key
+            .strip_prefix("listener.name.")
+            .and_then(|rest| rest.strip_suffix(".max.connection.creation.rate"))
+        else {
+            continue;
+        };
+        let rate = value.trim().parse::<u64>().map_err(|_| {
+            ConfigError::new(key, value, "expected a count of connections a second")
+        })?;
+        rates.insert(listener.to_ascii_uppercase(), rate);
+    }
+    Ok(rates)
 }
 
 #[cfg(test)]

@@ -611,6 +611,26 @@ pub const KEYS: &[Key] = &[
         "connections the Kafka listener accepts",
     ),
     broker(
+        "max.connections.per.ip",
+        int(0, I32_MAX),
+        "2147483647",
+        "connections one client address may hold across the broker's listeners; more are \
+         closed at once",
+    ),
+    broker(
+        "max.connections.per.ip.overrides",
+        Kind::Text,
+        "",
+        "per-address limits, ip:count separated by commas (addresses, not host names)",
+    ),
+    broker(
+        "max.connection.creation.rate",
+        int(0, I32_MAX),
+        "2147483647",
+        "new connections a second the broker accepts, across its listeners (also per listener: \
+         listener.name.<listener>.max.connection.creation.rate); more wait their turn",
+    ),
+    broker(
         "thread.affinity",
         Kind::Bool,
         "true",

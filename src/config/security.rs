@@ -119,7 +119,10 @@ pub fn is_served_listener_key(key: &str) -> bool {
     let Some((_, setting)) = rest.split_once('.') else {
         return false;
     };
-    if setting == "sasl.enabled.mechanisms" || TLS_KEYS.contains(&setting) {
+    if setting == "sasl.enabled.mechanisms"
+        || setting == "max.connection.creation.rate"
+        || TLS_KEYS.contains(&setting)
+    {
         return true;
     }
     setting
@@ -176,6 +179,16 @@ pub fn parse(
         let protocol = secured
             .get(&listener)
             .map(|s: &ListenerSecurity| s.protocol);
+        if setting == "max.connection.creation.rate" {
+            if protocol.is_none() {
+                return Err(ConfigError::new(
+                    key,
+                    "",
+                    format!("{listener} is not a Kafka listener of this node"),
+                ));
+            }
+            continue;
+        }
         if setting.starts_with("ssl.") {
             if !protocol.is_some_and(SecurityProtocol::is_tls) {
                 return Err(ConfigError::new(

@@ -335,6 +335,14 @@ impl Node {
                 );
                 None
             };
+            // Connection quotas shared by the listeners.
+            let per_ip = Arc::new(crate::server::quotas::PerIpConnections::new(
+                config.max_connections_per_ip,
+                config.max_connections_per_ip_overrides.clone(),
+            ));
+            let broker_creation_rate =
+                crate::server::quotas::CreationRate::new(config.max_connection_creation_rate)
+                    .map(Arc::new);
             for (listener_config, listener) in bound {
                 let security = Arc::new(config.security.listener(&listener_config.name));
                 let tls = match &security.tls {
@@ -356,6 +364,18 @@ impl Node {
                     sasl_request_bytes_max: config.security.sasl_server_max_receive_size,
                     security: Arc::clone(&security),
                     tls,
+                    per_ip: Arc::clone(&per_ip),
+                    creation_rates: broker_creation_rate
+                        .iter()
+                        .cloned()
+                        .chain(
+                            config
+                                .listener_connection_creation_rates
+                                .get(&listener_config.name)
+                                .and_then(|rate| crate::server::quotas::CreationRate::new(*rate))
+                                .map(Arc::new),
+                        )
+                        .collect(),
                 };
                 let started = Server::start(
                     listener,

@@ -37,6 +37,7 @@ use crate::protocol::{self, FrameError};
 use tokio::net::tcp::OwnedWriteHalf;
 
 pub mod network;
+pub mod quotas;
 pub mod session;
 use network::NetworkThreads;
 use session::Session;
@@ -62,6 +63,10 @@ pub struct ListenerSettings {
     /// SSL and SASL_SSL listeners: the certificates (reloaded when their files change) and how
     /// a client certificate names its principal.
     pub tls: Option<Arc<ListenerTls>>,
+    /// `max.connections.per.ip`: shared by the broker's listeners.
+    pub per_ip: Arc<quotas::PerIpConnections>,
+    /// `max.connection.creation.rate`: the broker's (shared) and this listener's.
+    pub creation_rates: Vec<Arc<quotas::CreationRate>>,
 }
 
 /// A TLS listener's server side.
@@ -152,6 +157,37 @@ async fn accept_loop(
                 continue;
             }
         };
+        // max.connection.creation.rate: a connection over the rate waits its turn, and so do
+        // the accepts after it.
+        let now = Instant::now();
+        let wait = settings
+            .creation_rates
+            .iter()
+            .map(|rate| rate.take(now))
+            .max()
+            .unwrap_or_default();
+        if !wait.is_zero() {
+            broker
+                .metrics
+                .connection_creation_throttled_ms
+                .fetch_add(wait.as_millis() as u64, Ordering::Relaxed);
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        let ip_slot = match settings.per_ip.open(peer.ip()) {
+            Ok(slot) => slot,
+            Err(max) => {
+                tracing::debug!(%peer, max, "max.connections.per.ip reached: closing new connection");
+                broker
+                    .metrics
+                    .connections_refused_per_ip
+                    .fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
+            }
+        };
         if open.load(Ordering::Relaxed) >= settings.connections_max {
             tracing::warn!(%peer, connections_max = settings.connections_max, "max.connections reached: closing new connection");
             broker
@@ -172,6 +208,7 @@ async fn accept_loop(
         let stop = stop.clone();
         let serve = async move |stream: std::io::Result<TcpStream>| {
             let _counted = counted;
+            let _ip_slot = ip_slot;
             let served = match stream {
                 Ok(stream) => serve_connection(stream, peer, &settings, &broker, stop).await,
                 Err(error) => Err(format!("handing over to a network thread: {error}")),
