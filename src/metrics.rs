@@ -36,6 +36,8 @@ pub struct Metrics {
     /// successful-authentication-total and failed-authentication-total).
     pub sasl_authentications: AtomicU64,
     pub sasl_authentication_failures: AtomicU64,
+    /// KIP-368 re-authentications that renewed a session.
+    pub sasl_reauthentications: AtomicU64,
     /// TLS handshakes that failed or timed out (a client certificate refused, no common
     /// version, a plaintext client on a TLS port).
     pub tls_handshake_failures: AtomicU64,
@@ -63,6 +65,7 @@ impl Default for Metrics {
             connection_creation_throttled_ms: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
+            sasl_reauthentications: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
             authorizations_allowed: AtomicU64::new(0),
             authorizations_denied: AtomicU64::new(0),
@@ -207,6 +210,11 @@ impl Metrics {
             "sluice_sasl_authentication_failures_total",
             "SASL authentications that failed (the connection was closed).",
             load(&self.sasl_authentication_failures),
+        );
+        counter(
+            "sluice_sasl_reauthentications_total",
+            "SASL re-authentications (KIP-368, connections.max.reauth.ms) that renewed a session.",
+            load(&self.sasl_reauthentications),
         );
         counter(
             "sluice_tls_handshake_failures_total",

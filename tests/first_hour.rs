@@ -57,14 +57,16 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 fn a_setting_that_promises_security_stops_the_node_with_one_line() {
     let cases: &[(&[&str], &str, &str)] = &[
         (
-            &["listeners=SASL_SSL://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"],
-            "for listeners:",
-            "security protocol SASL_SSL",
+            // A TLS listener needs its certificate.
+            &["listeners=SSL://127.0.0.1:{kafka},CONTROLLER://127.0.0.1:{quorum}"],
+            "for ssl.keystore.location:",
+            "TLS listener without a certificate",
         ),
         (
+            // TLS keys without a TLS listener would do nothing.
             &["ssl.keystore.location=/etc/kafka/server.keystore.jks"],
             "for ssl.keystore.location:",
-            "TLS is not implemented yet",
+            "no listener of this node is SSL or SASL_SSL",
         ),
         (
             // A Java authorizer class Sluice cannot run (Kafka's KRaft one is served).

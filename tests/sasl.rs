@@ -361,3 +361,53 @@ fn scram_users_from_the_quorum_log_in_and_survive_a_restart() {
             >= 1
     );
 }
+
+/// KIP-368: with `connections.max.reauth.ms`, librdkafka renews its session on each
+/// connection while it produces, and no delivery fails; a client that does not renew has its
+/// connection closed at its next request after the session ended.
+#[test]
+fn sessions_expire_and_clients_reauthenticate_in_place() {
+    let node = SingleNode::start_with_listeners(
+        &["SASL_PLAINTEXT"],
+        &[
+            "sasl.enabled.mechanisms=PLAIN",
+            JAAS,
+            "connections.max.reauth.ms=1500",
+        ],
+    );
+    let bootstrap = sasl_bootstrap(&node);
+    run_client(
+        &node,
+        "python3",
+        &[
+            "sasl_suite.py",
+            &bootstrap,
+            "confluent-reauthenticates",
+            "sasl-reauth",
+            "6",
+        ],
+    );
+    let renewed = node
+        .gauge("sluice_sasl_reauthentications_total")
+        .unwrap_or(0);
+    assert!(renewed >= 1, "no session was renewed ({renewed})");
+
+    // A client that authenticates (told the session's lifetime) and does not renew.
+    let port = node.listener_port("SASL_PLAINTEXT");
+    let mut client = Client::connect(port);
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 0);
+    let done = authenticate(&mut client, b"\0alice\0alice-secret").expect("answered");
+    assert_eq!(done.error_code, 0, "{done:?}");
+    assert_eq!(done.session_lifetime_ms, 1500);
+    let served: Result<MetadataResponse, String> =
+        client.try_call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(served.is_ok(), "{served:?}");
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let expired: Result<MetadataResponse, String> =
+        client.try_call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(
+        expired.is_err(),
+        "served after the session expired: {expired:?}"
+    );
+    assert!(node.logs().contains("after the SASL session expired"));
+}

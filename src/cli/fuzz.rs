@@ -426,6 +426,7 @@ static SASL_SECURITY: std::sync::LazyLock<Arc<ListenerSecurity>> = std::sync::La
         mechanisms: vec![Mechanism::Plain],
         plain_users: [("alice".to_owned(), "alice-secret".to_owned())].into(),
         tls: None,
+        connections_max_reauth_ms: 0,
     })
 });
 

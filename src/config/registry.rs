@@ -520,6 +520,13 @@ pub const KEYS: &[Key] = &[
         "whether the authorizer allows an operation on a resource no ACL is on",
     ),
     broker(
+        "connections.max.reauth.ms",
+        long(0),
+        "0",
+        "how long a SASL session lasts before the client must re-authenticate on its \
+         connection (KIP-368; 0: forever); past it, other requests close the connection",
+    ),
+    broker(
         "sasl.server.max.receive.size",
         int(1, I32_MAX),
         "524288",
@@ -1010,7 +1017,6 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "brokers talk to each other on a PLAINTEXT listener for now (inter.broker.listener.name)",
     ),
     refused("principal.builder.class", &[""], NO_SASL),
-    refused("connections.max.reauth.ms", &["0"], NO_SASL),
     refused(
         "delegation.token.",
         &[],

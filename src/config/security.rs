@@ -74,6 +74,8 @@ pub struct ListenerSecurity {
     pub plain_users: BTreeMap<String, String>,
     /// SSL and SASL_SSL listeners: the TLS settings.
     pub tls: Option<TlsSettings>,
+    /// `connections.max.reauth.ms` (SASL listeners; 0: sessions never expire).
+    pub connections_max_reauth_ms: u64,
 }
 
 impl ListenerSecurity {
@@ -83,6 +85,7 @@ impl ListenerSecurity {
             mechanisms: Vec::new(),
             plain_users: BTreeMap::new(),
             tls: None,
+            connections_max_reauth_ms: 0,
         }
     }
 }
@@ -120,6 +123,7 @@ pub fn is_served_listener_key(key: &str) -> bool {
         return false;
     };
     if setting == "sasl.enabled.mechanisms"
+        || setting == "connections.max.reauth.ms"
         || setting == "max.connection.creation.rate"
         || TLS_KEYS.contains(&setting)
     {
@@ -409,6 +413,26 @@ fn protocol_map(
     Ok(protocols)
 }
 
+/// `connections.max.reauth.ms`, the listener's own (`listener.name.<l>.connections.max.reauth.ms`)
+/// over the broker's.
+fn reauth_ms(properties: &BTreeMap<String, String>, listener: &str) -> Result<u64, ConfigError> {
+    let own = format!(
+        "listener.name.{}.connections.max.reauth.ms",
+        listener.to_ascii_lowercase()
+    );
+    let (key, value) = match properties.get(&own) {
+        Some(value) => (own.as_str(), value),
+        None => match properties.get("connections.max.reauth.ms") {
+            Some(value) => ("connections.max.reauth.ms", value),
+            None => return Ok(0),
+        },
+    };
+    value
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| ConfigError::new(key, value, "expected milliseconds (0: never)"))
+}
+
 /// The TLS keys a listener serves (each also as `listener.name.<listener>.<key>`).
 pub const TLS_KEYS: &[&str] = &[
     "ssl.keystore.type",
@@ -688,6 +712,7 @@ fn sasl_listener(
         mechanisms,
         plain_users,
         tls: None,
+        connections_max_reauth_ms: reauth_ms(properties, listener)?,
     })
 }
 

@@ -582,7 +582,7 @@ pub async fn process_frame(
             reason: "unsupported version".into(),
         });
     }
-    let answered_by_session = session.admits(api_key).map_err(|reason| {
+    let answered_by_session = session.admits(api_key, Instant::now()).map_err(|reason| {
         tracing::info!(%peer, %reason, "closing the connection");
         FrameError::Close(reason)
     })?;

@@ -6,12 +6,15 @@
 //! SASL_AUTHENTICATION_FAILED and then closed. Until authenticated, frames are bounded by
 //! `sasl.server.max.receive.size`, not `socket.request.max.bytes`.
 //!
-//! SaslHandshake and SaslAuthenticate of an authenticated client, or on a PLAINTEXT
-//! listener, reach their handlers, which answer ILLEGAL_SASL_STATE as Kafka's do
-//! (re-authentication, KIP-368, is not served: `connections.max.reauth.ms` stays 0).
+//! With `connections.max.reauth.ms` (KIP-368) a session lasts that long: the client renews it
+//! on the same connection (SaslHandshake v1 and SaslAuthenticate, same principal and mechanism)
+//! while the old session goes on serving; past its end any other request closes the
+//! connection. Otherwise SaslHandshake and SaslAuthenticate of an authenticated client, or on
+//! a PLAINTEXT listener, reach their handlers, which answer ILLEGAL_SASL_STATE as Kafka's do.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
@@ -49,6 +52,13 @@ pub struct Session {
     security: Arc<ListenerSecurity>,
     principal: Arc<str>,
     authentication: Authentication,
+    /// The mechanism the client authenticated with (re-authentication must use it again).
+    mechanism: Option<Mechanism>,
+    /// `connections.max.reauth.ms`: when the authenticated session ends; past it, a request
+    /// other than a re-authentication closes the connection (KIP-368).
+    expires_at: Option<Instant>,
+    /// A re-authentication under way: the session it renews, still serving until it expires.
+    renewing: bool,
 }
 
 impl Session {
@@ -62,6 +72,9 @@ impl Session {
             security,
             principal: Arc::from(ANONYMOUS),
             authentication,
+            mechanism: None,
+            expires_at: None,
+            renewing: false,
         }
     }
 
@@ -79,20 +92,42 @@ impl Session {
         &self.principal
     }
 
-    /// Whether requests other than the handshake's may be served.
+    /// Whether requests other than the handshake's may be served (a session being
+    /// re-authenticated goes on serving until it expires).
     pub fn is_authenticated(&self) -> bool {
-        matches!(
-            self.authentication,
-            Authentication::NotRequired | Authentication::Authenticated
-        )
+        self.renewing
+            || matches!(
+                self.authentication,
+                Authentication::NotRequired | Authentication::Authenticated
+            )
+    }
+
+    /// `connections.max.reauth.ms` of this listener, when re-authentication is on.
+    fn reauth_ms(&self) -> Option<u64> {
+        (self.security.protocol.is_sasl() && self.security.connections_max_reauth_ms > 0)
+            .then_some(self.security.connections_max_reauth_ms)
     }
 
     /// Before a frame is decoded: `Ok(true)` when the session answers it (SASL requests of
-    /// a client authenticating: `handshake`, `authenticate`), `Ok(false)` when its handler
-    /// does, `Err` when the connection must close (a request before authentication).
-    pub fn admits(&self, api_key: ApiKey) -> Result<bool, String> {
+    /// a client authenticating or re-authenticating: `handshake`, `authenticate`),
+    /// `Ok(false)` when its handler does, `Err` when the connection must close (a request
+    /// before authentication, or after the session expired).
+    pub fn admits(&self, api_key: ApiKey, now: Instant) -> Result<bool, String> {
+        let sasl = matches!(api_key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
         if self.is_authenticated() {
-            return Ok(false);
+            if let Some(expires_at) = self.expires_at
+                && now >= expires_at
+                && !sasl
+            {
+                return Err(format!(
+                    "a {api_key:?} request after the SASL session expired \
+                     (connections.max.reauth.ms) without re-authentication"
+                ));
+            }
+            // KIP-368: an authenticated client renews its session on the same connection.
+            let renewal = self.reauth_ms().is_some()
+                && (matches!(self.authentication, Authentication::Authenticated) || self.renewing);
+            return Ok(sasl && renewal);
         }
         match api_key {
             ApiKey::ApiVersions => Ok(false),
@@ -148,10 +183,39 @@ impl Session {
                 Step::Continue(challenge)
             }
             Ok(Exchange::Done { response, username }) => {
-                self.principal = Arc::from(format!("User:{username}"));
+                let principal: Arc<str> = Arc::from(format!("User:{username}"));
+                let mechanism = server.mechanism();
+                if self.renewing
+                    && (principal != self.principal || Some(mechanism) != self.mechanism)
+                {
+                    tracing::info!(
+                        principal = %self.principal,
+                        renewed_as = %principal,
+                        "SASL re-authentication refused: the principal or mechanism changed"
+                    );
+                    metrics
+                        .sasl_authentication_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Step::Failed(
+                        "re-authentication must keep the principal and the SASL mechanism".into(),
+                    );
+                }
+                if self.renewing {
+                    metrics
+                        .sasl_reauthentications
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%principal, "SASL re-authentication succeeded");
+                } else {
+                    metrics.sasl_authentications.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%principal, "SASL authentication succeeded");
+                }
+                self.principal = principal;
+                self.mechanism = Some(mechanism);
                 self.authentication = Authentication::Authenticated;
-                metrics.sasl_authentications.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(principal = %self.principal, "SASL authentication succeeded");
+                self.renewing = false;
+                self.expires_at = self
+                    .reauth_ms()
+                    .map(|ms| Instant::now() + Duration::from_millis(ms));
                 Step::Done(response)
             }
             Err(error) => {
@@ -178,6 +242,15 @@ impl Session {
             .map(|m| StrBytes::from_static_str(m.name()))
             .collect();
         let mut response = SaslHandshakeResponse::default().with_mechanisms(enabled);
+        // KIP-368: an authenticated client (v1 handshakes only: v0's raw tokens cannot share
+        // the connection with requests) starts renewing its session.
+        if matches!(self.authentication, Authentication::Authenticated)
+            && self.reauth_ms().is_some()
+            && version >= 1
+        {
+            self.renewing = true;
+            self.authentication = Authentication::AwaitingHandshake;
+        }
         if !matches!(self.authentication, Authentication::AwaitingHandshake) {
             response.error_code = KafkaError::IllegalSaslState.code();
             return (response, true);
@@ -233,8 +306,14 @@ impl Session {
             image,
             Authentication::Exchanging,
         ) {
-            Step::Continue(token) | Step::Done(token) => {
+            Step::Continue(token) => {
                 response.auth_bytes = token.into();
+                (response, false)
+            }
+            Step::Done(token) => {
+                response.auth_bytes = token.into();
+                // v1+: how long the session lasts, so the client renews it in time.
+                response.session_lifetime_ms = self.reauth_ms().map_or(0, |ms| ms as i64);
                 (response, false)
             }
             Step::Failed(message) => {

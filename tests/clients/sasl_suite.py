@@ -115,6 +115,24 @@ def kafka_python_refused():
         print(f"kafka-python: refused: {text}")
 
 
+def confluent_reauthenticates(topic, seconds):
+    """Produces for `seconds` over a listener whose sessions last less: librdkafka renews its
+    session on each connection (KIP-368) and no delivery fails."""
+    from confluent_kafka import Producer
+    producer = Producer(confluent_config(USER, PASSWORD, **{"acks": "all"}))
+    failures = []
+    sent = 0
+    deadline = time.time() + float(seconds)
+    while time.time() < deadline:
+        producer.produce(topic, f"reauth-{sent}".encode(),
+                         on_delivery=lambda e, m: e and failures.append(e))
+        sent += 1
+        producer.poll(0.1)
+    check(producer.flush(30) == 0, "records still unsent")
+    check(not failures, f"deliveries failed across re-authentications: {failures}")
+    print(f"confluent-kafka: {sent} records over {seconds} s of sessions renewed in place")
+
+
 if CASE == "confluent-roundtrip":
     confluent_roundtrip(sys.argv[3])
 elif CASE == "kafka-python-roundtrip":
@@ -123,5 +141,7 @@ elif CASE == "confluent-refused":
     confluent_refused()
 elif CASE == "kafka-python-refused":
     kafka_python_refused()
+elif CASE == "confluent-reauthenticates":
+    confluent_reauthenticates(sys.argv[3], sys.argv[4])
 else:
     raise SystemExit(f"unknown case {CASE}")
