@@ -325,6 +325,62 @@ fn scram_users_from_the_quorum_log_in_and_survive_a_restart() {
         );
     }
 
+    // kafka-configs.sh's form, through the sluice CLI: carol gets a SCRAM-SHA-512 credential.
+    let sluice = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .output()
+            .expect("sluice");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "sluice {args:?}: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        text
+    };
+    sluice(&[
+        "configs",
+        "--bootstrap-server",
+        &plain,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "carol",
+        "--add-config",
+        "SCRAM-SHA-512=[iterations=8192,password=carol-secret]",
+    ]);
+    let described = sluice(&[
+        "configs",
+        "--bootstrap-server",
+        &plain,
+        "--describe",
+        "--entity-type",
+        "users",
+    ]);
+    assert!(
+        described.contains("user-principal 'carol' are SCRAM-SHA-512=iterations=8192"),
+        "{described}"
+    );
+    let listed = sluice(&["users", "list", "--bootstrap-server", &plain]);
+    assert!(
+        listed.contains("carol") && listed.contains("bob"),
+        "{listed}"
+    );
+    suite(
+        &node,
+        &[
+            "confluent-roundtrip",
+            &sasl,
+            "SCRAM-SHA-512",
+            "carol",
+            "carol-secret",
+            "scram-carol",
+        ],
+    );
+    sluice(&["users", "delete", "carol", "--bootstrap-server", &plain]);
+
     // The credential is in the quorum's log: a restarted node still knows bob.
     assert!(node.terminate(), "the node did not stop on SIGTERM");
     node.restart();

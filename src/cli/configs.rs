@@ -1,5 +1,6 @@
 //! `sluice configs`: a topic's or broker's configs through the Kafka port (`describe`,
-//! `alter`, as Kafka's `kafka-configs`), and `keys`: every configuration key Sluice knows, from
+//! `alter`, as Kafka's `kafka-configs`), users' SCRAM credentials in kafka-configs.sh's form
+//! (`--entity-type users`), and `keys`: every configuration key Sluice knows, from
 //! the config registry (the table that parsing, validation and DescribeConfigs read): name,
 //! type and range, default, whether it changes while running, and what it does.
 
@@ -7,8 +8,12 @@ use std::io::Write;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use sluice::client::{AlterConfigOp, RESOURCE_BROKER, RESOURCE_TOPIC};
+use sluice::client::{
+    AlterConfigOp, DEFAULT_SCRAM_ITERATIONS, RESOURCE_BROKER, RESOURCE_TOPIC,
+    UserScramCredentialAlteration,
+};
 use sluice::config::registry::{self, Scope};
+use sluice::security::sasl::Mechanism;
 
 use super::common::{Connect, Format, block_on, print_table};
 
@@ -19,13 +24,17 @@ pub enum EntityType {
     Topic,
     #[value(alias = "brokers")]
     Broker,
+    /// SCRAM credentials (kafka-configs.sh's `--entity-type users`), not configs.
+    #[value(alias = "users")]
+    User,
 }
 
 impl EntityType {
     fn resource_type(self) -> i8 {
         match self {
             EntityType::Topic => RESOURCE_TOPIC,
-            EntityType::Broker => RESOURCE_BROKER,
+            // Users are answered before any config request (their SCRAM credentials).
+            EntityType::Broker | EntityType::User => RESOURCE_BROKER,
         }
     }
 }
@@ -67,6 +76,8 @@ impl Entity {
         };
         match (&self.entity_name, self.entity_default) {
             (Some(name), _) => Ok((entity_type, name.clone())),
+            // Every user with a credential.
+            (None, false) if entity_type == EntityType::User => Ok((entity_type, String::new())),
             (None, true) if entity_type == EntityType::Broker => Ok((entity_type, String::new())),
             (None, true) => anyhow::bail!("--entity-default is for --entity-type brokers"),
             (None, false) => anyhow::bail!(
@@ -86,6 +97,7 @@ fn entity_label(entity_type: EntityType) -> &'static str {
     match entity_type {
         EntityType::Topic => "topic",
         EntityType::Broker => "broker",
+        EntityType::User => "user",
     }
 }
 
@@ -182,6 +194,117 @@ pub enum ConfigsCommand {
     },
 }
 
+/// kafka-configs.sh's `--describe --entity-type users`: each user's SCRAM mechanisms and
+/// iterations (never a secret).
+async fn describe_users(connect: &Connect, user: &str, output: Format) -> anyhow::Result<()> {
+    let named = [user.to_owned()];
+    let users = connect
+        .admin()
+        .await?
+        .describe_user_scram_credentials((!user.is_empty()).then_some(&named[..]))
+        .await?;
+    match output {
+        Format::Json => {
+            let value: Vec<_> = users
+                .iter()
+                .map(|u| {
+                    json!({
+                        "user": u.user,
+                        "credentials": u.credentials.iter().map(|c| json!({
+                            "mechanism": c.mechanism.name(),
+                            "iterations": c.iterations,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            println!("{}", json!(value));
+        }
+        Format::Text => {
+            for u in &users {
+                let credentials: Vec<String> = u
+                    .credentials
+                    .iter()
+                    .map(|c| format!("{}=iterations={}", c.mechanism.name(), c.iterations))
+                    .collect();
+                println!(
+                    "SCRAM credential configs for user-principal '{}' are {}",
+                    u.user,
+                    credentials.join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// kafka-configs.sh's `--alter --entity-type users`: `--add-config
+/// 'SCRAM-SHA-512=[iterations=8192,password=secret]'` sets a credential (the password salted
+/// here), `--delete-config SCRAM-SHA-512` removes one. One request per mechanism: the broker,
+/// as Kafka's, refuses a user named twice in one request.
+async fn alter_user(
+    connect: &Connect,
+    user: &str,
+    add: Vec<ConfigList>,
+    delete: Vec<String>,
+) -> anyhow::Result<()> {
+    if user.is_empty() {
+        anyhow::bail!("which user? give --entity-name");
+    }
+    let mechanism = |name: &str| {
+        Mechanism::from_name(&name.trim().to_ascii_uppercase())
+            .filter(|m| m.is_scram())
+            .ok_or_else(|| {
+                anyhow::anyhow!("{name} is not a SCRAM mechanism: SCRAM-SHA-256 or SCRAM-SHA-512")
+            })
+    };
+    let mut alterations = Vec::new();
+    for (name, value) in add.into_iter().flat_map(|list| list.0) {
+        let mechanism = mechanism(&name)?;
+        let mut iterations = DEFAULT_SCRAM_ITERATIONS;
+        let mut password = None;
+        for setting in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match setting.split_once('=') {
+                Some(("iterations", n)) => {
+                    iterations = n
+                        .trim()
+                        .parse()
+                        .map_err(|_| anyhow::anyhow!("iterations={n} is not a number"))?;
+                }
+                Some(("password", p)) => password = Some(p.to_owned()),
+                _ => anyhow::bail!(
+                    "{name}=[{value}]: expected iterations=N and password=P (kafka-configs.sh's form)"
+                ),
+            }
+        }
+        let Some(password) = password else {
+            anyhow::bail!("{name} needs password=... (e.g. '{name}=[password=secret]')");
+        };
+        alterations.push(UserScramCredentialAlteration::Upsert {
+            user: user.to_owned(),
+            mechanism,
+            iterations,
+            password: password.into_bytes(),
+        });
+    }
+    for name in delete.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        alterations.push(UserScramCredentialAlteration::delete(
+            user,
+            mechanism(name)?,
+        ));
+    }
+    let admin = connect.admin().await?;
+    for alteration in alterations {
+        for (_, outcome) in admin
+            .alter_user_scram_credentials(std::slice::from_ref(&alteration))
+            .await?
+        {
+            outcome?;
+        }
+    }
+    println!("Completed updating config for user {user}.");
+    Ok(())
+}
+
 pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
     match command {
         ConfigsCommand::Describe {
@@ -191,6 +314,9 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
             output,
         } => block_on(async move {
             let (entity_type, entity_name) = entity.resolve()?;
+            if entity_type == EntityType::User {
+                return describe_users(&connect, &entity_name, output).await;
+            }
             let entries = connect
                 .admin()
                 .await?
@@ -248,6 +374,9 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
             let (entity_type, entity_name) = entity.resolve()?;
             if add.is_empty() && delete.is_empty() {
                 anyhow::bail!("nothing to change: give --add-config or --delete-config");
+            }
+            if entity_type == EntityType::User {
+                return alter_user(&connect, &entity_name, add, delete).await;
             }
             let changes: Vec<(String, AlterConfigOp)> = add
                 .into_iter()
