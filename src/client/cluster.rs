@@ -2,11 +2,12 @@
 //! connection per broker. Starts from `bootstrap.servers` (each tried in turn, as Kafka's
 //! clients do) and is refreshed by Metadata requests when an answer says it is stale.
 //!
-//! Every connection authenticates as the client's settings say (`security.protocol`,
-//! `sasl.*`). A refused authentication is not a broker that is down: it is said at once to the
-//! caller (not hidden behind "no broker reachable", which callers retry), and the address is
-//! not tried again for [`AUTHENTICATION_RETRY_BACKOFF`], so a task that retries on its own
-//! does not open a connection per attempt.
+//! Every connection encrypts and authenticates as the client's settings say
+//! (`security.protocol`, `ssl.*`, `sasl.*`). A refused authentication, or a TLS handshake the
+//! certificates fail, is not a broker that is down: it is said at once to the caller (not
+//! hidden behind "no broker reachable", which callers retry), and the address is not tried
+//! again for [`AUTHENTICATION_RETRY_BACKOFF`], so a task that retries on its own does not open
+//! a connection per attempt.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -103,6 +104,13 @@ impl ClusterMetadata {
 /// `reconnect.backoff.max.ms`, 1 s by default, after an authentication failure).
 pub(crate) const AUTHENTICATION_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 
+/// Whether a failed connect says the client's settings are wrong, which no other broker and no
+/// retry mends: a refused authentication ([`Error::is_authentication`]) or a configuration
+/// error (a TLS handshake the certificates fail is one, naming the key to change).
+fn refuses_client(error: &Error) -> bool {
+    error.is_authentication() || matches!(error, Error::Config { .. })
+}
+
 /// Brokers, metadata and connections, shared by a client's tasks.
 pub(crate) struct Cluster {
     pub config: CommonConfig,
@@ -145,7 +153,7 @@ impl Cluster {
             match Connection::open(addr, &self.config, self.config.request_timeout).await {
                 Ok(connection) => Arc::new(connection),
                 Err(error) => {
-                    if error.is_authentication() {
+                    if refuses_client(&error) {
                         self.lock_refused()
                             .insert(addr.to_owned(), (Instant::now(), error.clone()));
                     }
@@ -211,8 +219,9 @@ impl Cluster {
         for addr in &candidates {
             match self.connection_to(addr).await {
                 Ok(connection) => return Ok(connection),
-                // Wrong credentials are wrong at every broker: said now, as they are.
-                Err(error) if error.is_authentication() => return Err(error),
+                // Wrong credentials or certificates are wrong at every broker: said now, as
+                // they are.
+                Err(error) if refuses_client(&error) => return Err(error),
                 Err(error) => {
                     tracing::debug!(addr, %error, "broker not reachable");
                     last = Some(error);
@@ -420,6 +429,7 @@ mod tests {
             request_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             sasl: None,
+            tls: None,
         });
         let broker = |id: i32| BrokerInfo {
             node_id: id,
@@ -477,6 +487,7 @@ mod tests {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(1),
             sasl: None,
+            tls: None,
         });
         let (to_a, to_b) = (
             cluster.connection_to(&a).await.expect("a"),
@@ -541,5 +552,30 @@ mod tests {
             2,
             "not tried after the backoff"
         );
+    }
+
+    /// A broker certificate the client cannot trust is wrong at every broker: said at once
+    /// as the configuration error it is, not as "no broker reachable", which callers retry.
+    #[tokio::test]
+    async fn a_refused_tls_handshake_is_said_at_once_not_as_no_broker_reachable() {
+        use super::super::connection::tls_broker::{self, BOTH, ClientAuth};
+
+        let (a, b) = (
+            tls_broker::start("127.0.0.1", "other-server.pem", ClientAuth::None, BOTH).await,
+            tls_broker::start("127.0.0.1", "other-server.pem", ClientAuth::None, BOTH).await,
+        );
+        let config = crate::client::ClientConfig::new(&format!("{a},{b}"))
+            .set("security.protocol", "SSL")
+            .set("ssl.truststore.location", tls_broker::fixture("ca.pem"));
+        let cluster = Cluster::new(CommonConfig::from_config(&config).expect("config"));
+        let error = cluster.any().await.expect_err("an untrusted broker");
+        assert!(
+            matches!(&error, Error::Config { key, reason }
+                if key == "ssl.truststore.location" && reason.contains(&a)),
+            "{error:?}"
+        );
+        assert!(!error.is_retriable());
+        let again = cluster.refresh(None).await.expect_err("still untrusted");
+        assert_eq!(again.to_string(), error.to_string());
     }
 }

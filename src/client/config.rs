@@ -3,18 +3,26 @@
 //! a producer, consumer or admin client is built. Invalid values are refused naming the key;
 //! keys the client does not know are logged once and otherwise ignored, as Java does.
 //!
-//! Security uses Kafka's keys too: `security.protocol` (PLAINTEXT or SASL_PLAINTEXT; TLS is
-//! refused, never replaced by plaintext), `sasl.mechanism` (PLAIN, SCRAM-SHA-256,
-//! SCRAM-SHA-512) and the credentials in `sasl.jaas.config` as Java's clients take them, or
-//! in `sasl.username`/`sasl.password` as librdkafka's do ([`SaslSettings`]).
+//! Security uses Kafka's keys too: `security.protocol` (PLAINTEXT, SASL_PLAINTEXT, SSL or
+//! SASL_SSL); for SASL `sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and the
+//! credentials in `sasl.jaas.config` as Java's clients take them, or in
+//! `sasl.username`/`sasl.password` as librdkafka's do ([`SaslSettings`]); for TLS the PEM
+//! stores and `ssl.endpoint.identification.algorithm` ([`TlsSettings`]). Every TLS setting is
+//! read, and its files loaded, when the client is built, so a wrong path or a store Sluice
+//! cannot read is said then, naming its key, never at the first connection.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{Error, Result};
+use super::error::{Error, Result, io_reason};
 use crate::security::sasl::{Mechanism, SaslClient, SaslError, parse_jaas};
+use crate::security::tls::settings::{KeyStore, PemSource};
+use crate::security::tls::{PEM_BYTES_MAX, TlsError, client_config};
 
 /// Kafka client settings by name.
 ///
@@ -45,9 +53,13 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
-/// Whether `key` holds a secret: a password, or a JAAS value (which carries one).
+/// Whether `key` holds a secret: a password, a JAAS value (which carries one), or a private
+/// key given as PEM text.
 fn is_secret(key: &str) -> bool {
-    key.ends_with("password") || key.ends_with("sasl.jaas.config")
+    key.ends_with("password")
+        || key.ends_with("sasl.jaas.config")
+        || key == "ssl.keystore.key"
+        || key == "ssl.key.pem"
 }
 
 impl ClientConfig {
@@ -67,14 +79,38 @@ impl ClientConfig {
         self.values.insert(key.trim().to_owned(), value.into());
     }
 
-    /// Reads `key=value` lines (a Java properties file's simple form; `#` comments).
+    /// Reads `key=value` lines (a Java properties file's simple form; `#` and `!` comments).
+    /// A line ending in a backslash goes on on the next one, whose leading blanks are
+    /// dropped, as Java reads it: how Kafka's docs write PEM in a config file
+    /// (`ssl.truststore.certificates=-----BEGIN CERTIFICATE----- \`, one line of base64 per
+    /// line). No other escape is read.
     pub fn from_properties(text: &str) -> Result<Self> {
         let mut config = ClientConfig::default();
-        for line in text.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+        let mut logical = String::new();
+        for raw in text.lines() {
+            let line = if logical.is_empty() {
+                raw.trim()
+            } else {
+                raw.trim_start()
+            };
+            let line = line.trim_end();
+            if logical.is_empty()
+                && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
+            {
                 continue;
             }
-            let (key, value) = parse_pair(line)?;
+            let backslashes = line.len() - line.trim_end_matches('\\').len();
+            if backslashes % 2 == 1 {
+                logical.push_str(&line[..line.len() - 1]);
+                continue;
+            }
+            logical.push_str(line);
+            let (key, value) = parse_pair(logical.trim())?;
+            config.insert(key, value);
+            logical.clear();
+        }
+        if !logical.trim().is_empty() {
+            let (key, value) = parse_pair(logical.trim())?;
             config.insert(key, value);
         }
         Ok(config)
@@ -142,14 +178,15 @@ impl ClientConfig {
     /// Logs (once, at WARN) the keys set that none of `known` names, as Java's clients do.
     pub(crate) fn warn_unknown(&self, client: &str, known: &[&str]) {
         for key in self.keys() {
-            if !known.contains(&key) && !COMMON_KEYS.contains(&key) {
+            if !known.contains(&key) && !COMMON_KEYS.contains(&key) && !TLS_KEYS.contains(&key) {
                 tracing::warn!(client, key, "configuration key is not known and is ignored");
             }
         }
     }
 }
 
-/// Keys every client reads (the connection and metadata settings).
+/// Keys every client reads (the connection and metadata settings; the TLS ones are
+/// [`TLS_KEYS`]).
 pub(crate) const COMMON_KEYS: &[&str] = &[
     "bootstrap.servers",
     "client.id",
@@ -214,8 +251,12 @@ pub(crate) struct CommonConfig {
     pub client_id: String,
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
-    /// How every connection authenticates; `None` for `security.protocol=PLAINTEXT`.
+    /// How every connection authenticates; `None` unless `security.protocol` is
+    /// SASL_PLAINTEXT or SASL_SSL.
     pub sasl: Option<SaslSettings>,
+    /// How every connection is encrypted; `None` unless `security.protocol` is SSL or
+    /// SASL_SSL (then SASL, if any, runs inside TLS).
+    pub tls: Option<TlsSettings>,
 }
 
 impl CommonConfig {
@@ -227,6 +268,7 @@ impl CommonConfig {
 
     /// Everything but `bootstrap.servers`, for a connection to an address given apart.
     pub fn without_servers(config: &ClientConfig) -> Result<Self> {
+        let protocol = SecurityProtocol::from_config(config)?;
         Ok(CommonConfig {
             bootstrap_servers: Vec::new(),
             client_id: config.get("client.id").unwrap_or("sluice").to_owned(),
@@ -237,12 +279,66 @@ impl CommonConfig {
                 1,
                 3_600_000,
             )?,
-            sasl: SaslSettings::from_config(config)?,
+            sasl: SaslSettings::from_config(config, protocol)?,
+            tls: TlsSettings::from_config(config, protocol)?,
         })
     }
 }
 
-/// The `sasl.*` keys, which only `security.protocol=SASL_PLAINTEXT` reads.
+/// `security.protocol`: how a client's connections are made. PLAINTEXT by default, as in
+/// Kafka's clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SecurityProtocol {
+    Plaintext,
+    SaslPlaintext,
+    Ssl,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Reads `security.protocol` (any case).
+    pub fn from_config(config: &ClientConfig) -> Result<SecurityProtocol> {
+        let Some(value) = config.get("security.protocol") else {
+            return Ok(SecurityProtocol::Plaintext);
+        };
+        let protocol = value.trim().to_ascii_uppercase();
+        match protocol.as_str() {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
+            _ => Err(config_error(
+                "security.protocol",
+                format!(
+                    "{protocol:?} is not a security protocol: PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL"
+                ),
+            )),
+        }
+    }
+
+    /// Kafka's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn is_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// The `sasl.*` keys, which only SASL_PLAINTEXT and SASL_SSL read.
 const SASL_KEYS: &[&str] = &[
     "sasl.mechanism",
     "sasl.mechanisms",
@@ -251,9 +347,9 @@ const SASL_KEYS: &[&str] = &[
     "sasl.password",
 ];
 
-/// How a client authenticates each connection it opens (`security.protocol=SASL_PLAINTEXT`):
-/// the mechanism and one user's credentials, checked when the client is built so that a
-/// mistake is said then, naming its key, rather than at the first connection.
+/// How a client authenticates each connection it opens (`security.protocol` SASL_PLAINTEXT
+/// or SASL_SSL): the mechanism and one user's credentials, checked when the client is built so
+/// that a mistake is said then, naming its key, rather than at the first connection.
 #[derive(Clone)]
 pub(crate) struct SaslSettings {
     pub mechanism: Mechanism,
@@ -272,49 +368,33 @@ impl fmt::Debug for SaslSettings {
 }
 
 impl SaslSettings {
-    /// Reads `security.protocol` and, for SASL_PLAINTEXT, the mechanism and credentials.
-    /// `None` for PLAINTEXT (the default). SSL and SASL_SSL are refused: the SDK has no TLS,
-    /// and a client asked for it must not talk in the clear instead.
-    pub fn from_config(config: &ClientConfig) -> Result<Option<SaslSettings>> {
-        let protocol = config
-            .get("security.protocol")
-            .map_or_else(|| "PLAINTEXT".to_owned(), |p| p.trim().to_ascii_uppercase());
-        match protocol.as_str() {
-            "PLAINTEXT" => {
-                for key in SASL_KEYS.iter().filter(|key| config.get(key).is_some()) {
-                    tracing::warn!(
-                        key,
-                        "security.protocol is PLAINTEXT: the SASL setting is ignored (set security.protocol=SASL_PLAINTEXT to authenticate)"
-                    );
-                }
-                Ok(None)
+    /// For SASL_PLAINTEXT and SASL_SSL, the mechanism and credentials; `None` (the `sasl.*`
+    /// keys set said to be ignored) for the other protocols.
+    pub fn from_config(
+        config: &ClientConfig,
+        protocol: SecurityProtocol,
+    ) -> Result<Option<SaslSettings>> {
+        if !protocol.is_sasl() {
+            for key in SASL_KEYS.iter().filter(|key| config.get(key).is_some()) {
+                tracing::warn!(
+                    key,
+                    protocol = protocol.name(),
+                    "security.protocol does not authenticate: the SASL setting is ignored (set security.protocol=SASL_PLAINTEXT or SASL_SSL to authenticate)"
+                );
             }
-            "SASL_PLAINTEXT" => {
-                let mechanism = mechanism(config)?;
-                let (key, username, password) = credentials(config)?;
-                // The client checks what it can now (empty or oversized values, a NUL in
-                // PLAIN's): the exchange itself is built afresh per connection.
-                SaslClient::new(mechanism, &username, &password)
-                    .map_err(|error| config_error(key, sasl_reason(&error)))?;
-                Ok(Some(SaslSettings {
-                    mechanism,
-                    username,
-                    password,
-                }))
-            }
-            "SSL" | "SASL_SSL" => Err(config_error(
-                "security.protocol",
-                format!(
-                    "{protocol}: TLS is not implemented in the Sluice SDK yet; use PLAINTEXT or SASL_PLAINTEXT (over a network you trust)"
-                ),
-            )),
-            _ => Err(config_error(
-                "security.protocol",
-                format!(
-                    "{protocol:?} is not a security protocol: PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL"
-                ),
-            )),
+            return Ok(None);
         }
+        let mechanism = mechanism(config)?;
+        let (key, username, password) = credentials(config, protocol)?;
+        // The client checks what it can now (empty or oversized values, a NUL in PLAIN's):
+        // the exchange itself is built afresh per connection.
+        SaslClient::new(mechanism, &username, &password)
+            .map_err(|error| config_error(key, sasl_reason(&error)))?;
+        Ok(Some(SaslSettings {
+            mechanism,
+            username,
+            password,
+        }))
     }
 
     /// A new client side of one exchange, for one connection.
@@ -357,7 +437,10 @@ fn mechanism(config: &ClientConfig) -> Result<Mechanism> {
 /// The user name and password, and the key they came from: `sasl.jaas.config` when set (as
 /// Java's clients read it: `username` and `password` options of its one login module),
 /// otherwise `sasl.username` and `sasl.password` (librdkafka's keys).
-fn credentials(config: &ClientConfig) -> Result<(&'static str, String, String)> {
+fn credentials(
+    config: &ClientConfig,
+    protocol: SecurityProtocol,
+) -> Result<(&'static str, String, String)> {
     const KEY: &str = "sasl.jaas.config";
     if let Some(value) = config.get(KEY) {
         let jaas = parse_jaas(value).map_err(|error| config_error(KEY, sasl_reason(&error)))?;
@@ -381,10 +464,12 @@ fn credentials(config: &ClientConfig) -> Result<(&'static str, String, String)> 
         )),
         _ => Err(config_error(
             KEY,
-            "security.protocol SASL_PLAINTEXT needs credentials: sasl.jaas.config (e.g. \
-             org.apache.kafka.common.security.plain.PlainLoginModule required \
-             username=\"alice\" password=\"...\";) or sasl.username and sasl.password"
-                .into(),
+            format!(
+                "security.protocol {} needs credentials: sasl.jaas.config (e.g. \
+                 org.apache.kafka.common.security.plain.PlainLoginModule required \
+                 username=\"alice\" password=\"...\";) or sasl.username and sasl.password",
+                protocol.name()
+            ),
         )),
     }
 }
@@ -396,6 +481,488 @@ fn sasl_reason(error: &SaslError) -> String {
         SaslError::BadConfig { what } => what.clone(),
         other => other.to_string(),
     }
+}
+
+/// The `ssl.*` keys a client reads (Java's, and librdkafka's for the stores), which only SSL
+/// and SASL_SSL read.
+const TLS_KEYS: &[&str] = &[
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.truststore.password",
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.enabled.protocols",
+    "ssl.protocol",
+    "ssl.cipher.suites",
+    "ssl.ca.location",
+    "ssl.ca.pem",
+    "ssl.certificate.location",
+    "ssl.certificate.pem",
+    "ssl.key.location",
+    "ssl.key.pem",
+];
+
+/// How a client encrypts each connection it opens (`security.protocol` SSL or SASL_SSL):
+/// the rustls config, built once from the stores when the client is built, and the keys the
+/// stores came from, which a refused handshake names so the user knows what to change.
+#[derive(Clone)]
+pub(crate) struct TlsSettings {
+    /// Trusts the truststore's CAs only; presents the client certificate when one is set.
+    pub config: Arc<rustls::ClientConfig>,
+    /// Whether the broker's certificate must name the host connected to
+    /// (`ssl.endpoint.identification.algorithm=https`, the default).
+    pub verify_hostname: bool,
+    /// The key the CA certificates came from (`ssl.truststore.location`, ...).
+    pub truststore_key: &'static str,
+    /// The key the client certificate came from, when one is presented.
+    pub keystore_key: Option<&'static str>,
+}
+
+// The rustls config holds the private key: only where it came from is shown.
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("verify_hostname", &self.verify_hostname)
+            .field("truststore_key", &self.truststore_key)
+            .field("keystore_key", &self.keystore_key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A store and the key (or keys) it was configured with. `renames` map the names the TLS
+/// module gives PEM-in-config values (Java's `ssl.keystore.key`, ...) to the keys the user
+/// wrote, so its errors name what the user set.
+struct ConfiguredStore<T> {
+    key: &'static str,
+    store: T,
+    renames: &'static [(&'static str, &'static str)],
+    /// Whether a Java store file's type key was left unset (Java's default is JKS): a file
+    /// that is not PEM is then explained.
+    type_unset: bool,
+}
+
+impl TlsSettings {
+    /// For SSL and SASL_SSL, the stores loaded into a rustls config; `None` (the `ssl.*` keys
+    /// set said to be ignored) for the other protocols. Refuses, naming the key, what Sluice
+    /// cannot honour (JKS/PKCS12 stores, passwords, encrypted keys, cipher suites, a protocol
+    /// list without TLSv1.2 and TLSv1.3) and a TLS client without a truststore.
+    pub fn from_config(
+        config: &ClientConfig,
+        protocol: SecurityProtocol,
+    ) -> Result<Option<TlsSettings>> {
+        if !protocol.is_tls() {
+            for key in TLS_KEYS
+                .iter()
+                .filter(|key| tls_value(config, key).is_some())
+            {
+                tracing::warn!(
+                    key,
+                    protocol = protocol.name(),
+                    "security.protocol does not encrypt: the TLS setting is ignored (set security.protocol=SSL or SASL_SSL to use TLS)"
+                );
+            }
+            return Ok(None);
+        }
+        refuse_unserved(config)?;
+        let verify_hostname = endpoint_identification(config)?;
+        let truststore = truststore(config, protocol)?;
+        let keystore = keystore(config)?;
+        // The truststore alone first, so that each error names the key it comes from.
+        let checked = client_config(Some(&truststore.store), None, verify_hostname)
+            .map_err(|error| store_error(&truststore, &error))?;
+        let tls_config = match &keystore {
+            None => checked,
+            Some(keystore) => client_config(
+                Some(&truststore.store),
+                Some(&keystore.store),
+                verify_hostname,
+            )
+            .map_err(|error| store_error(keystore, &error))?,
+        };
+        Ok(Some(TlsSettings {
+            config: tls_config,
+            verify_hostname,
+            truststore_key: truststore.key,
+            keystore_key: keystore.map(|keystore| keystore.key),
+        }))
+    }
+}
+
+/// A TLS key's value, trimmed; `None` when unset or empty (as the broker reads its own
+/// `ssl.*` keys). `ssl.endpoint.identification.algorithm`, where empty means something, is
+/// read apart.
+fn tls_value<'a>(config: &'a ClientConfig, key: &str) -> Option<&'a str> {
+    config
+        .get(key)
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+}
+
+/// Refuses the TLS settings Sluice does not honour, rather than connect otherwise than asked.
+fn refuse_unserved(config: &ClientConfig) -> Result<()> {
+    for (key, store) in [
+        ("ssl.truststore.type", "truststore"),
+        ("ssl.keystore.type", "keystore"),
+    ] {
+        if let Some(value) = tls_value(config, key) {
+            if !value.eq_ignore_ascii_case("PEM") {
+                return Err(config_error(
+                    key,
+                    format!(
+                        "{value} {store}s are not read by the Sluice SDK, only PEM: convert it \
+                         (`openssl pkcs12 -in store.p12 -nodes -out store.pem`; a JKS store \
+                         first with `keytool -importkeystore -deststoretype PKCS12`) and set \
+                         {key}=PEM"
+                    ),
+                ));
+            }
+        }
+    }
+    for key in ["ssl.truststore.password", "ssl.keystore.password"] {
+        if tls_value(config, key).is_some() {
+            return Err(config_error(
+                key,
+                "a PEM store has no password (Kafka refuses it too): remove the key".into(),
+            ));
+        }
+    }
+    if tls_value(config, "ssl.key.password").is_some() {
+        return Err(config_error(
+            "ssl.key.password",
+            "encrypted private keys are not supported yet: decrypt the key (`openssl pkcs8 \
+             -topk8 -nocrypt -in <key> -out <plain key>`, kept readable only by its user) and \
+             remove the key"
+                .into(),
+        ));
+    }
+    if let Some(suites) = tls_value(config, "ssl.cipher.suites") {
+        return Err(config_error(
+            "ssl.cipher.suites",
+            format!(
+                "{suites:?}: naming cipher suites is not supported: the SDK offers rustls's \
+                 safe suites only; remove the key"
+            ),
+        ));
+    }
+    if let Some(list) = tls_value(config, "ssl.enabled.protocols") {
+        let names: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !matches!(**n, "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3"))
+        {
+            return Err(config_error(
+                "ssl.enabled.protocols",
+                format!("{unknown:?} is not a TLS protocol: TLSv1.2, TLSv1.3"),
+            ));
+        }
+        // TLSv1 and TLSv1.1 are never offered (stricter than asked); leaving out TLSv1.2 or
+        // TLSv1.3 cannot be honoured, since the SDK offers both.
+        if !(names.contains(&"TLSv1.2") && names.contains(&"TLSv1.3")) {
+            return Err(config_error(
+                "ssl.enabled.protocols",
+                format!(
+                    "{list:?}: the SDK offers TLSv1.2 and TLSv1.3 and cannot leave either out; \
+                     remove the key (or list both)"
+                ),
+            ));
+        }
+    }
+    if let Some(protocol) = tls_value(config, "ssl.protocol") {
+        if !matches!(protocol, "TLSv1.2" | "TLSv1.3" | "TLS") {
+            return Err(config_error(
+                "ssl.protocol",
+                format!(
+                    "{protocol:?}: expected TLSv1.2, TLSv1.3 or TLS (the SDK offers TLSv1.2 and \
+                     TLSv1.3)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `ssl.endpoint.identification.algorithm`: `https` (the default) checks the broker's host
+/// name against its certificate; empty (Java) or `none` (librdkafka) checks the chain only.
+fn endpoint_identification(config: &ClientConfig) -> Result<bool> {
+    const KEY: &str = "ssl.endpoint.identification.algorithm";
+    let Some(value) = config.get(KEY).map(str::trim) else {
+        return Ok(true);
+    };
+    if value.is_empty() || value.eq_ignore_ascii_case("none") {
+        Ok(false)
+    } else if value.eq_ignore_ascii_case("https") {
+        Ok(true)
+    } else {
+        Err(config_error(
+            KEY,
+            format!(
+                "{value:?} is not served: https checks the broker's host name against its \
+                 certificate (the default), empty checks only that a trusted CA signed it"
+            ),
+        ))
+    }
+}
+
+/// The CA certificates that vouch for the brokers: exactly one of `ssl.truststore.location`,
+/// `ssl.truststore.certificates`, or librdkafka's `ssl.ca.location` and `ssl.ca.pem`.
+/// Required: Sluice bundles no public CA certificates.
+fn truststore(
+    config: &ClientConfig,
+    protocol: SecurityProtocol,
+) -> Result<ConfiguredStore<PemSource>> {
+    let type_unset = tls_value(config, "ssl.truststore.type").is_none();
+    let sources = [
+        ("ssl.truststore.location", false),
+        ("ssl.truststore.certificates", true),
+        ("ssl.ca.location", false),
+        ("ssl.ca.pem", true),
+    ];
+    let set: Vec<(&'static str, bool, &str)> = sources
+        .iter()
+        .filter_map(|&(key, inline)| tls_value(config, key).map(|value| (key, inline, value)))
+        .collect();
+    let (key, inline, value) = match set.as_slice() {
+        [] => {
+            return Err(config_error(
+                "ssl.truststore.location",
+                format!(
+                    "security.protocol {} needs the CA certificates that signed the brokers' \
+                     certificates: set ssl.truststore.location (a PEM file, \
+                     ssl.truststore.type=PEM) or ssl.truststore.certificates (PEM text), or \
+                     librdkafka's ssl.ca.location; Sluice bundles no public CA certificates",
+                    protocol.name()
+                ),
+            ));
+        }
+        [one] => *one,
+        several => {
+            let keys: Vec<&str> = several.iter().map(|(key, _, _)| *key).collect();
+            return Err(config_error(
+                keys[0],
+                format!("set one truststore, not {}", keys.join(" and ")),
+            ));
+        }
+    };
+    if key == "ssl.ca.location" && value == "probe" {
+        return Err(config_error(
+            key,
+            "\"probe\" (the system's CA paths) is not served: Sluice bundles and probes no \
+             public CA certificates; name the PEM file of the brokers' CA"
+                .into(),
+        ));
+    }
+    let store = if inline {
+        PemSource::Inline(pem_lines(value))
+    } else {
+        PemSource::File(PathBuf::from(value))
+    };
+    let renames: &'static [(&'static str, &'static str)] = match key {
+        "ssl.ca.pem" => &[("ssl.truststore.certificates", "ssl.ca.pem")],
+        _ => &[],
+    };
+    Ok(ConfiguredStore {
+        key,
+        store,
+        renames,
+        type_unset: type_unset && key == "ssl.truststore.location",
+    })
+}
+
+/// The client certificate and its key, for a listener that asks for one (mutual TLS): at
+/// most one of `ssl.keystore.location` (key and chain in one PEM file),
+/// `ssl.keystore.certificate.chain` with `ssl.keystore.key` (PEM text), librdkafka's
+/// `ssl.certificate.location` with `ssl.key.location` (two PEM files, read here) or
+/// `ssl.certificate.pem` with `ssl.key.pem`.
+fn keystore(config: &ClientConfig) -> Result<Option<ConfiguredStore<KeyStore>>> {
+    let type_unset = tls_value(config, "ssl.keystore.type").is_none();
+    let pair = |certificate: &'static str, key: &'static str| -> Result<Option<(&str, &str)>> {
+        match (tls_value(config, certificate), tls_value(config, key)) {
+            (Some(c), Some(k)) => Ok(Some((c, k))),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(config_error(
+                key,
+                format!("is required with {certificate} (the certificate's private key)"),
+            )),
+            (None, Some(_)) => Err(config_error(
+                certificate,
+                format!("is required with {key} (the certificate chain of the key)"),
+            )),
+        }
+    };
+    let file = tls_value(config, "ssl.keystore.location");
+    let java_inline = pair("ssl.keystore.certificate.chain", "ssl.keystore.key")?;
+    let librdkafka_files = pair("ssl.certificate.location", "ssl.key.location")?;
+    let librdkafka_inline = pair("ssl.certificate.pem", "ssl.key.pem")?;
+    let set: Vec<&str> = [
+        file.map(|_| "ssl.keystore.location"),
+        java_inline.map(|_| "ssl.keystore.certificate.chain and ssl.keystore.key"),
+        librdkafka_files.map(|_| "ssl.certificate.location and ssl.key.location"),
+        librdkafka_inline.map(|_| "ssl.certificate.pem and ssl.key.pem"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if set.len() > 1 {
+        return Err(config_error(
+            set[0],
+            format!("set one client certificate, not {}", set.join(", ")),
+        ));
+    }
+    let configured = |key, store, renames| ConfiguredStore {
+        key,
+        store,
+        renames,
+        type_unset: false,
+    };
+    if let Some(path) = file {
+        return Ok(Some(ConfiguredStore {
+            type_unset,
+            ..configured(
+                "ssl.keystore.location",
+                KeyStore::File(PathBuf::from(path)),
+                &[],
+            )
+        }));
+    }
+    if let Some((certificate_chain, key)) = java_inline {
+        return Ok(Some(configured(
+            "ssl.keystore.certificate.chain and ssl.keystore.key",
+            KeyStore::Inline {
+                certificate_chain: pem_lines(certificate_chain),
+                key: pem_lines(key),
+            },
+            &[],
+        )));
+    }
+    if let Some((certificate, key)) = librdkafka_files {
+        return Ok(Some(configured(
+            "ssl.certificate.location and ssl.key.location",
+            KeyStore::Inline {
+                certificate_chain: read_pem_file("ssl.certificate.location", certificate)?,
+                key: read_pem_file("ssl.key.location", key)?,
+            },
+            &[
+                ("ssl.keystore.certificate.chain", "ssl.certificate.location"),
+                ("ssl.keystore.key", "ssl.key.location"),
+            ],
+        )));
+    }
+    if let Some((certificate, key)) = librdkafka_inline {
+        return Ok(Some(configured(
+            "ssl.certificate.pem and ssl.key.pem",
+            KeyStore::Inline {
+                certificate_chain: pem_lines(certificate),
+                key: pem_lines(key),
+            },
+            &[
+                ("ssl.keystore.certificate.chain", "ssl.certificate.pem"),
+                ("ssl.keystore.key", "ssl.key.pem"),
+            ],
+        )));
+    }
+    Ok(None)
+}
+
+/// Reads one of librdkafka's PEM files (`ssl.certificate.location`, `ssl.key.location`),
+/// bounded by [`PEM_BYTES_MAX`] before and while reading (the file may grow in between).
+fn read_pem_file(key: &'static str, path: &str) -> Result<String> {
+    let refused = |reason: String| config_error(key, reason);
+    let unreadable =
+        |error: std::io::Error| refused(format!("cannot read {path}: {}", io_reason(&error)));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let too_large = |bytes: u64| {
+        refused(format!(
+            "{path} is {bytes} bytes, more than the {PEM_BYTES_MAX} a PEM file may have"
+        ))
+    };
+    let bytes = file.metadata().map_err(unreadable)?.len();
+    if bytes > PEM_BYTES_MAX {
+        return Err(too_large(bytes));
+    }
+    let mut contents = Vec::with_capacity(bytes as usize);
+    file.take(PEM_BYTES_MAX + 1)
+        .read_to_end(&mut contents)
+        .map_err(unreadable)?;
+    if contents.len() as u64 > PEM_BYTES_MAX {
+        return Err(too_large(contents.len() as u64));
+    }
+    String::from_utf8(contents).map_err(|_| refused(format!("{path} is not PEM text")))
+}
+
+/// PEM text given on one line (a properties file's value, or lines joined by `\`
+/// continuations) put back on lines, as Kafka's PEM reader accepts it: each
+/// `-----BEGIN X-----` ... `-----END X-----` block with its base64 re-wrapped, the blanks
+/// within dropped. Text with line breaks, text with PEM headers (an encrypted key's
+/// `Proc-Type`, which the TLS module refuses by name) and oversized text are left as they
+/// are.
+fn pem_lines(text: &str) -> String {
+    const BEGIN: &str = "-----BEGIN ";
+    const DASHES: &str = "-----";
+    if text.contains('\n') || text.contains("Proc-Type:") || text.len() as u64 > PEM_BYTES_MAX {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + text.len() / 32 + 64);
+    let mut rest = text;
+    while let Some(begin) = rest.find(BEGIN) {
+        let after = &rest[begin + BEGIN.len()..];
+        let Some(label_end) = after.find(DASHES) else {
+            break;
+        };
+        let label = &after[..label_end];
+        let end_marker = format!("-----END {label}-----");
+        let body_and_rest = &after[label_end + DASHES.len()..];
+        let Some(body_end) = body_and_rest.find(&end_marker) else {
+            break;
+        };
+        out.push_str(BEGIN);
+        out.push_str(label);
+        out.push_str(DASHES);
+        out.push('\n');
+        let body = body_and_rest[..body_end]
+            .chars()
+            .filter(|c| !c.is_whitespace());
+        for (i, c) in body.enumerate() {
+            if i > 0 && i % 64 == 0 {
+                out.push('\n');
+            }
+            out.push(c);
+        }
+        out.push('\n');
+        out.push_str(&end_marker);
+        out.push('\n');
+        rest = &body_and_rest[body_end + end_marker.len()..];
+    }
+    if out.is_empty() { text.to_owned() } else { out }
+}
+
+/// A store the TLS module could not load, as a configuration error naming the key the user
+/// set, with how to convert a store that is not PEM when its type was left to Java's default.
+fn store_error<T>(store: &ConfiguredStore<T>, error: &TlsError) -> Error {
+    let mut reason = error.to_string();
+    for (module_name, user_key) in store.renames {
+        reason = reason.replace(module_name, user_key);
+    }
+    let not_pem = matches!(
+        error,
+        TlsError::Pem { .. } | TlsError::NoCertificate { .. } | TlsError::NoPrivateKey { .. }
+    );
+    if not_pem && store.type_unset {
+        reason.push_str(
+            "; the SDK reads PEM stores only (Java's clients default to JKS): convert a JKS or \
+             PKCS12 store to PEM and set its type to PEM",
+        );
+    }
+    config_error(store.key, reason)
 }
 
 fn config_error(key: &str, reason: String) -> Error {
@@ -443,15 +1010,20 @@ mod tests {
     const PLAIN_JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
                               username=\"alice\" password=\"alice-secret\";";
 
-    fn sasl(pairs: &[(&str, &str)]) -> Result<Option<SaslSettings>> {
+    fn with(pairs: &[(&str, &str)]) -> ClientConfig {
         let mut config = ClientConfig::new("a:1");
         for (key, value) in pairs {
             config.insert(key, *value);
         }
-        SaslSettings::from_config(&config)
+        config
     }
 
-    fn config_reason(result: Result<Option<SaslSettings>>) -> (String, String) {
+    fn sasl(pairs: &[(&str, &str)]) -> Result<Option<SaslSettings>> {
+        let config = with(pairs);
+        SaslSettings::from_config(&config, SecurityProtocol::from_config(&config)?)
+    }
+
+    fn config_reason<T: fmt::Debug>(result: Result<T>) -> (String, String) {
         match result {
             Err(Error::Config { key, reason }) => (key, reason),
             other => panic!("expected a config error, got {other:?}"),
@@ -459,34 +1031,414 @@ mod tests {
     }
 
     #[test]
-    fn plaintext_is_the_default_and_tls_is_refused_never_downgraded() {
-        assert!(sasl(&[]).expect("plaintext").is_none());
-        assert!(
-            sasl(&[("security.protocol", "plaintext")])
-                .expect("any case")
-                .is_none()
+    fn plaintext_is_the_default_and_every_protocol_is_read_in_any_case() {
+        let protocol =
+            |value: &str| SecurityProtocol::from_config(&with(&[("security.protocol", value)]));
+        assert_eq!(
+            SecurityProtocol::from_config(&with(&[])).expect("default"),
+            SecurityProtocol::Plaintext
         );
-        for protocol in ["SSL", "SASL_SSL", "sasl_ssl"] {
-            let (key, reason) = config_reason(sasl(&[
+        for (value, expected) in [
+            ("plaintext", SecurityProtocol::Plaintext),
+            ("SASL_PLAINTEXT", SecurityProtocol::SaslPlaintext),
+            (" ssl ", SecurityProtocol::Ssl),
+            ("Sasl_Ssl", SecurityProtocol::SaslSsl),
+        ] {
+            assert_eq!(protocol(value).expect(value), expected);
+        }
+        assert!(sasl(&[]).expect("plaintext").is_none());
+        let (key, reason) = config_reason(protocol("KERBEROS"));
+        assert_eq!(key, "security.protocol");
+        assert!(reason.contains("not a security protocol"), "{reason}");
+        // SASL_SSL reads the SASL keys as SASL_PLAINTEXT does; SSL ignores them.
+        let jaas = [
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.jaas.config", PLAIN_JAAS),
+        ];
+        let mut pairs = vec![("security.protocol", "SASL_SSL")];
+        pairs.extend_from_slice(&jaas);
+        assert_eq!(
+            sasl(&pairs).expect("valid").expect("sasl").username,
+            "alice"
+        );
+        pairs[0].1 = "SSL";
+        assert!(sasl(&pairs).expect("valid").is_none());
+        // A TLS protocol is never downgraded: without a truststore the builders refuse it.
+        let config = ClientConfig::new("a:1").set("security.protocol", "SSL");
+        let (key, _) = config_reason(CommonConfig::from_config(&config));
+        assert_eq!(key, "ssl.truststore.location");
+    }
+
+    /// The fixtures of `security::tls` (see its testdata README): `ca.pem` signs
+    /// `client.pem` (alice's key then her certificate).
+    fn fixture(name: &str) -> String {
+        format!(
+            "{}/src/security/tls/testdata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    }
+
+    fn read(name: &str) -> String {
+        std::fs::read_to_string(fixture(name)).expect("fixture")
+    }
+
+    /// alice's key and her certificate, apart.
+    fn client_key_and_certificate() -> (String, String) {
+        let keystore = read("client.pem");
+        let at = keystore
+            .find("-----BEGIN CERTIFICATE-----")
+            .expect("a certificate");
+        (keystore[..at].to_owned(), keystore[at..].to_owned())
+    }
+
+    fn tls(pairs: &[(&str, &str)]) -> Result<Option<TlsSettings>> {
+        let mut all = vec![("security.protocol", "SSL")];
+        all.extend_from_slice(pairs);
+        let config = with(&all);
+        TlsSettings::from_config(&config, SecurityProtocol::from_config(&config)?)
+    }
+
+    fn tls_settings(pairs: &[(&str, &str)]) -> TlsSettings {
+        tls(pairs)
+            .unwrap_or_else(|error| panic!("{pairs:?}: {error}"))
+            .expect("TLS settings for SSL")
+    }
+
+    #[test]
+    fn a_tls_client_needs_a_truststore_and_is_told_which_keys_give_one() {
+        for protocol in ["SSL", "SASL_SSL"] {
+            let config = with(&[
                 ("security.protocol", protocol),
                 ("sasl.mechanism", "PLAIN"),
                 ("sasl.jaas.config", PLAIN_JAAS),
-            ]));
-            assert_eq!(key, "security.protocol");
-            assert!(
-                reason.contains("TLS is not implemented in the Sluice SDK yet"),
-                "{reason}"
-            );
+            ]);
+            let (key, reason) = config_reason(CommonConfig::from_config(&config));
+            assert_eq!(key, "ssl.truststore.location");
+            for words in [
+                protocol,
+                "ssl.truststore.certificates",
+                "ssl.ca.location",
+                "bundles no public CA",
+            ] {
+                assert!(reason.contains(words), "{words}: {reason}");
+            }
         }
-        let (key, reason) = config_reason(sasl(&[("security.protocol", "KERBEROS")]));
-        assert_eq!(key, "security.protocol");
-        assert!(reason.contains("not a security protocol"), "{reason}");
-        // The builders refuse it too.
-        let config = ClientConfig::new("a:1").set("security.protocol", "SSL");
-        assert!(matches!(
-            CommonConfig::from_config(&config),
-            Err(Error::Config { .. })
-        ));
+        // Neither PLAINTEXT nor SASL_PLAINTEXT reads (or loads) the TLS keys.
+        for protocol in ["PLAINTEXT", "SASL_PLAINTEXT"] {
+            let config = with(&[
+                ("security.protocol", protocol),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.jaas.config", PLAIN_JAAS),
+                ("ssl.truststore.location", "/nonexistent/ca.pem"),
+            ]);
+            let common = CommonConfig::from_config(&config).expect(protocol);
+            assert!(common.tls.is_none());
+        }
+    }
+
+    #[test]
+    fn every_truststore_spelling_is_read() {
+        let ca = fixture("ca.pem");
+        let ca_text = read("ca.pem");
+        // Kafka's PEM in a config value on one line, blanks where the line breaks were.
+        let ca_one_line = ca_text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let ca_one_line = ca_one_line.replace("----- ", "-----");
+        for (pairs, key) in [
+            (
+                vec![("ssl.truststore.location", ca.as_str())],
+                "ssl.truststore.location",
+            ),
+            (
+                vec![
+                    ("ssl.truststore.location", ca.as_str()),
+                    ("ssl.truststore.type", "pem"),
+                ],
+                "ssl.truststore.location",
+            ),
+            (
+                vec![("ssl.truststore.certificates", ca_text.as_str())],
+                "ssl.truststore.certificates",
+            ),
+            (
+                vec![("ssl.truststore.certificates", ca_one_line.as_str())],
+                "ssl.truststore.certificates",
+            ),
+            (vec![("ssl.ca.location", ca.as_str())], "ssl.ca.location"),
+            (vec![("ssl.ca.pem", ca_text.as_str())], "ssl.ca.pem"),
+        ] {
+            let settings = tls_settings(&pairs);
+            assert_eq!(settings.truststore_key, key);
+            assert_eq!(settings.keystore_key, None);
+            assert!(settings.verify_hostname);
+            assert!(!settings.config.client_auth_cert_resolver.has_certs());
+        }
+    }
+
+    #[test]
+    fn every_client_certificate_spelling_is_read() {
+        let ca = fixture("ca.pem");
+        let (key, certificate) = client_key_and_certificate();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key_path = dir.path().join("alice.key");
+        let certificate_path = dir.path().join("alice.crt");
+        std::fs::write(&key_path, &key).expect("key");
+        std::fs::write(&certificate_path, &certificate).expect("certificate");
+        let (key_path, certificate_path) = (
+            key_path.to_string_lossy().into_owned(),
+            certificate_path.to_string_lossy().into_owned(),
+        );
+        let keystore = fixture("client.pem");
+        for (pairs, expected) in [
+            (
+                vec![
+                    ("ssl.keystore.location", keystore.as_str()),
+                    ("ssl.keystore.type", "PEM"),
+                ],
+                "ssl.keystore.location",
+            ),
+            (
+                vec![
+                    ("ssl.keystore.certificate.chain", certificate.as_str()),
+                    ("ssl.keystore.key", key.as_str()),
+                ],
+                "ssl.keystore.certificate.chain and ssl.keystore.key",
+            ),
+            (
+                vec![
+                    ("ssl.certificate.location", certificate_path.as_str()),
+                    ("ssl.key.location", key_path.as_str()),
+                ],
+                "ssl.certificate.location and ssl.key.location",
+            ),
+            (
+                vec![
+                    ("ssl.certificate.pem", certificate.as_str()),
+                    ("ssl.key.pem", key.as_str()),
+                ],
+                "ssl.certificate.pem and ssl.key.pem",
+            ),
+        ] {
+            let mut pairs = pairs;
+            pairs.push(("ssl.truststore.location", ca.as_str()));
+            let settings = tls_settings(&pairs);
+            assert_eq!(settings.keystore_key, Some(expected));
+            assert!(settings.config.client_auth_cert_resolver.has_certs());
+        }
+    }
+
+    #[test]
+    fn endpoint_identification_is_https_by_default_and_off_when_empty() {
+        let ca = fixture("ca.pem");
+        let verify = |value: Option<&str>| {
+            let mut pairs = vec![("ssl.truststore.location", ca.as_str())];
+            if let Some(value) = value {
+                pairs.push(("ssl.endpoint.identification.algorithm", value));
+            }
+            tls(&pairs).map(|settings| settings.expect("tls").verify_hostname)
+        };
+        assert!(verify(None).expect("default"));
+        assert!(verify(Some("https")).expect("https"));
+        assert!(verify(Some("HTTPS")).expect("any case"));
+        assert!(!verify(Some("")).expect("Java's empty"));
+        assert!(!verify(Some("none")).expect("librdkafka's none"));
+        let (key, reason) = config_reason(verify(Some("ldaps")));
+        assert_eq!(key, "ssl.endpoint.identification.algorithm");
+        assert!(reason.contains("\"ldaps\" is not served"), "{reason}");
+    }
+
+    #[test]
+    fn what_the_sdk_cannot_honour_is_refused_naming_the_key() {
+        let ca = fixture("ca.pem");
+        let keystore = fixture("client.pem");
+        let (key_pem, certificate_pem) = client_key_and_certificate();
+        // (the settings besides a truststore, the key refused, words of the reason)
+        type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                vec![("ssl.truststore.type", "JKS")],
+                "ssl.truststore.type",
+                "JKS truststores are not read",
+            ),
+            (
+                vec![("ssl.keystore.type", "PKCS12")],
+                "ssl.keystore.type",
+                "PKCS12 keystores are not read",
+            ),
+            (
+                vec![("ssl.truststore.password", "changeit")],
+                "ssl.truststore.password",
+                "a PEM store has no password",
+            ),
+            (
+                vec![("ssl.keystore.password", "changeit")],
+                "ssl.keystore.password",
+                "a PEM store has no password",
+            ),
+            (
+                vec![("ssl.key.password", "secret")],
+                "ssl.key.password",
+                "encrypted private keys are not supported yet",
+            ),
+            (
+                vec![("ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")],
+                "ssl.cipher.suites",
+                "naming cipher suites is not supported",
+            ),
+            (
+                vec![("ssl.enabled.protocols", "TLSv1.3")],
+                "ssl.enabled.protocols",
+                "cannot leave either out",
+            ),
+            (
+                vec![("ssl.enabled.protocols", "TLSv1.2,SSLv3")],
+                "ssl.enabled.protocols",
+                "\"SSLv3\" is not a TLS protocol",
+            ),
+            (
+                vec![("ssl.protocol", "SSLv3")],
+                "ssl.protocol",
+                "expected TLSv1.2, TLSv1.3 or TLS",
+            ),
+            (
+                vec![("ssl.truststore.certificates", "x")],
+                "ssl.truststore.location",
+                "set one truststore, not ssl.truststore.location and ssl.truststore.certificates",
+            ),
+            (
+                vec![
+                    ("ssl.keystore.location", keystore.as_str()),
+                    ("ssl.certificate.pem", certificate_pem.as_str()),
+                    ("ssl.key.pem", key_pem.as_str()),
+                ],
+                "ssl.keystore.location",
+                "set one client certificate",
+            ),
+            (
+                vec![("ssl.keystore.certificate.chain", certificate_pem.as_str())],
+                "ssl.keystore.key",
+                "is required with ssl.keystore.certificate.chain",
+            ),
+            (
+                vec![("ssl.key.location", keystore.as_str())],
+                "ssl.certificate.location",
+                "is required with ssl.key.location",
+            ),
+            (
+                vec![
+                    ("ssl.certificate.location", "/nonexistent/alice.crt"),
+                    ("ssl.key.location", keystore.as_str()),
+                ],
+                "ssl.certificate.location",
+                "cannot read /nonexistent/alice.crt",
+            ),
+        ];
+        for (extra, key, words) in cases {
+            let mut pairs = vec![("ssl.truststore.location", ca.as_str())];
+            pairs.extend_from_slice(&extra);
+            let (refused_key, reason) = config_reason(tls(&pairs));
+            assert_eq!(refused_key, key, "{extra:?}: {reason}");
+            assert!(reason.contains(words), "{extra:?}: {reason}");
+        }
+        // librdkafka's "probe" of the system's CAs: Sluice bundles none.
+        let (key, reason) = config_reason(tls(&[("ssl.ca.location", "probe")]));
+        assert_eq!(key, "ssl.ca.location");
+        assert!(reason.contains("bundles and probes no"), "{reason}");
+        // Java's default store type is JKS: a file that is not PEM says how to convert it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jks = dir.path().join("truststore.jks");
+        std::fs::write(&jks, [0xfe, 0xed, 0xfe, 0xed, 0, 0, 0, 2]).expect("write");
+        let (key, reason) = config_reason(tls(&[(
+            "ssl.truststore.location",
+            jks.to_str().expect("path"),
+        )]));
+        assert_eq!(key, "ssl.truststore.location");
+        assert!(
+            reason.contains("holds no certificate")
+                && reason.contains("Java's clients default to JKS"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_loaded_is_refused_naming_the_key_the_user_set() {
+        let ca = fixture("ca.pem");
+        let (key_pem, certificate_pem) = client_key_and_certificate();
+        // A keystore without a key (the CA's certificate alone): its key, not the truststore.
+        let (key, reason) = config_reason(tls(&[
+            ("ssl.truststore.location", ca.as_str()),
+            ("ssl.keystore.location", ca.as_str()),
+        ]));
+        assert_eq!(key, "ssl.keystore.location");
+        assert!(reason.contains("holds no private key"), "{reason}");
+        // librdkafka's two files, the key file holding only a certificate: said by its key.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certificate = dir.path().join("alice.crt");
+        std::fs::write(&certificate, &certificate_pem).expect("write");
+        let certificate = certificate.to_string_lossy().into_owned();
+        let (key, reason) = config_reason(tls(&[
+            ("ssl.ca.location", ca.as_str()),
+            ("ssl.certificate.location", certificate.as_str()),
+            ("ssl.key.location", certificate.as_str()),
+        ]));
+        assert_eq!(key, "ssl.certificate.location and ssl.key.location");
+        assert!(
+            reason.contains("the ssl.key.location holds no private key")
+                && !reason.contains("ssl.keystore"),
+            "{reason}"
+        );
+        // A truststore without a certificate (a key alone).
+        let (key, reason) = config_reason(tls(&[("ssl.ca.pem", key_pem.as_str())]));
+        assert_eq!(key, "ssl.ca.pem");
+        assert!(
+            reason.contains("the ssl.ca.pem holds no certificate"),
+            "{reason}"
+        );
+        let (key, reason) =
+            config_reason(tls(&[("ssl.truststore.location", "/nonexistent/ca.pem")]));
+        assert_eq!(key, "ssl.truststore.location");
+        assert!(reason.contains("/nonexistent/ca.pem"), "{reason}");
+    }
+
+    #[test]
+    fn pem_on_one_line_is_put_back_on_lines() {
+        let ca = read("ca.pem");
+        let joined = ca.split_whitespace().collect::<Vec<_>>().join(" ");
+        let lines = pem_lines(&joined);
+        use rustls::pki_types::pem::PemObject;
+        let certificates = |text: &str| {
+            rustls::pki_types::CertificateDer::pem_slice_iter(text.as_bytes())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .expect("PEM")
+        };
+        assert_eq!(certificates(&lines), certificates(&ca));
+        assert!(lines.lines().all(|line| line.len() <= 64), "{lines}");
+        // Text with line breaks, or no PEM block, is left as it is.
+        assert_eq!(pem_lines(&ca), ca);
+        assert_eq!(pem_lines("not pem"), "not pem");
+    }
+
+    #[test]
+    fn properties_lines_ending_in_a_backslash_go_on_as_in_java() {
+        let ca = read("ca.pem");
+        // Kafka's docs' layout: the PEM value over several lines, each but the last ending
+        // in a backslash, the next indented.
+        let continued = ca.trim_end().lines().collect::<Vec<_>>().join(" \\\n    ");
+        let text = format!(
+            "security.protocol=SSL\nssl.truststore.certificates={continued}\n# done \\\nclient.id=c\\\\\n"
+        );
+        let config = ClientConfig::from_properties(&text).expect("properties");
+        assert_eq!(config.get("client.id"), Some("c\\\\"));
+        assert!(
+            config.get("ssl.truststore.certificates").is_some_and(
+                |pem| !pem.contains('\n') && pem.ends_with("-----END CERTIFICATE-----")
+            )
+        );
+        let common =
+            CommonConfig::from_config(&config.set("bootstrap.servers", "a:1")).expect("config");
+        assert_eq!(
+            common.tls.expect("tls").truststore_key,
+            "ssl.truststore.certificates"
+        );
     }
 
     #[test]
@@ -609,6 +1561,25 @@ mod tests {
         let shown = format!("{settings:?}");
         assert!(
             shown.contains("alice") && !shown.contains("secret"),
+            "{shown}"
+        );
+        // Private keys given as PEM text, Java's and librdkafka's.
+        let (key, certificate) = client_key_and_certificate();
+        let ca = read("ca.pem");
+        let config = ClientConfig::new("a:1")
+            .set("security.protocol", "SSL")
+            .set("ssl.truststore.certificates", ca.as_str())
+            .set("ssl.keystore.certificate.chain", certificate.as_str())
+            .set("ssl.keystore.key", key.as_str())
+            .set("ssl.key.pem", key.as_str());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+        assert!(shown.contains("BEGIN CERTIFICATE"), "{shown}");
+        let config = config.set("ssl.key.pem", "");
+        let common = CommonConfig::from_config(&config).expect("config");
+        let shown = format!("{common:?}");
+        assert!(
+            !shown.contains("PRIVATE") && shown.contains("ssl.keystore.certificate.chain"),
             "{shown}"
         );
     }

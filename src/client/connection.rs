@@ -3,8 +3,18 @@
 //! is the callers' business). At connect it asks ApiVersions, and each request is then sent at
 //! the highest version both sides speak.
 //!
-//! A client configured for SASL (`security.protocol=SASL_PLAINTEXT`) authenticates right after
-//! ApiVersions, before anything else is sent, as Kafka's `SaslClientAuthenticator` does:
+//! A client configured for TLS (`security.protocol` SSL or SASL_SSL) does the TLS handshake
+//! right after the TCP connect, within the same connect timeout, and everything else goes over
+//! the TLS stream. A handshake the certificates fail (the broker's not signed by a trusted CA
+//! or not for the host connected to, this client's refused by the broker) is a configuration
+//! error naming the key to change ([`Error::Config`], not retriable: a retry would fail the
+//! same way); a handshake cut short by the network is [`Error::Connect`], retried. With
+//! TLS 1.3 the broker judges the client's certificate after the client has finished its
+//! handshake, so its refusal (an alert) arrives at the first read: it fails the connect as well.
+//!
+//! A client configured for SASL (`security.protocol` SASL_PLAINTEXT or SASL_SSL) authenticates
+//! right after ApiVersions, before anything else is sent, as Kafka's `SaslClientAuthenticator`
+//! does:
 //! ```text
 //! ApiVersions
 //! SaslHandshake v1 (mechanism)      UNSUPPORTED_SASL_MECHANISM names the broker's mechanisms
@@ -16,7 +26,9 @@
 //! ([`Error::is_authentication`]).
 //!
 //! Two tasks own the socket: a writer drains a queue of encoded frames (several per write when
-//! they pile up), a reader hands each response to its waiter. Sending is cancel-safe: a frame is
+//! they pile up), a reader hands each response to its waiter. Both are generic over the
+//! stream's halves: a plaintext connection keeps tokio's owned TCP halves (no lock between
+//! them), a TLS one the halves of `tokio::io::split`. Sending is cancel-safe: a frame is
 //! queued whole or not at all. When the socket fails every waiter gets the error and the
 //! connection reports itself closed; callers open a new one.
 
@@ -30,13 +42,16 @@ use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::{DnsName, ServerName};
+use rustls::{AlertDescription, CertificateError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
-use super::config::{ClientConfig, CommonConfig, SaslSettings};
+use super::config::{ClientConfig, CommonConfig, SaslSettings, TlsSettings};
 use super::error::{Error, Result, io_reason};
 use crate::protocol::errors;
 
@@ -52,6 +67,10 @@ const SASL_AUTHENTICATE_ROUNDS_MAX: usize = 4;
 /// (Kafka's clients re-authenticate between 85% and 95% of it; Sluice does not re-authenticate,
 /// it reconnects).
 const SESSION_LIFETIME_USED_PERCENT: u32 = 85;
+/// How long a connect whose first request failed on a TLS stream waits for the reader to
+/// take in what the broker sent before it closed: a TLS 1.3 broker's refusal of the client's
+/// certificate is an alert that may come after the write that found the socket closed.
+const TLS_REFUSAL_WAIT: Duration = Duration::from_millis(500);
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
 
@@ -62,6 +81,9 @@ struct Pending {
     waiters: HashMap<i32, Waiter>,
     /// Why the connection ended, once it has.
     closed: Option<String>,
+    /// The broker's refusal of the TLS handshake, when that ended it: what every waiter gets
+    /// instead of a retriable disconnection.
+    refusal: Option<Error>,
 }
 
 /// A connection to one broker. Cheap to share (`Arc`): every method takes `&self`.
@@ -103,27 +125,37 @@ impl Connection {
     }
 
     /// [`Connection::connect`] with a `client.id` and separate connect and request timeouts.
-    /// Does not authenticate: for a SASL listener use [`Connection::connect_with`].
+    /// Plaintext, and does not authenticate: for a TLS or SASL listener use
+    /// [`Connection::connect_with`].
     pub async fn connect_as(
         addr: &str,
         client_id: &str,
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Result<Connection> {
-        Connection::establish(addr, client_id, connect_timeout, request_timeout, None).await
+        Connection::establish(
+            addr,
+            client_id,
+            connect_timeout,
+            request_timeout,
+            None,
+            None,
+        )
+        .await
     }
 
     /// Connects to `addr` with a client's settings: `client.id`, `request.timeout.ms`,
-    /// `socket.connection.setup.timeout.ms` and security (`security.protocol`, `sasl.*`),
-    /// authenticating when they say so. `bootstrap.servers` is not read. Fails with
-    /// [`Error::Config`] for an invalid setting.
+    /// `socket.connection.setup.timeout.ms` and security (`security.protocol`, `ssl.*`,
+    /// `sasl.*`), encrypting and authenticating when they say so. `bootstrap.servers` is not
+    /// read. Fails with [`Error::Config`] for an invalid setting, and for a TLS handshake the
+    /// certificates fail.
     pub async fn connect_with(addr: &str, config: &ClientConfig) -> Result<Connection> {
         let config = CommonConfig::without_servers(config)?;
         Connection::open(addr, &config, config.request_timeout).await
     }
 
-    /// Connects to `addr` as a client with `config` does (its `client.id`, connect timeout
-    /// and SASL settings), with `request_timeout` for each request.
+    /// Connects to `addr` as a client with `config` does (its `client.id`, connect timeout,
+    /// TLS and SASL settings), with `request_timeout` for each request.
     pub(crate) async fn open(
         addr: &str,
         config: &CommonConfig,
@@ -135,6 +167,7 @@ impl Connection {
             config.connect_timeout,
             request_timeout,
             config.sasl.as_ref(),
+            config.tls.as_ref(),
         )
         .await
     }
@@ -145,28 +178,40 @@ impl Connection {
         connect_timeout: Duration,
         request_timeout: Duration,
         sasl: Option<&SaslSettings>,
+        tls: Option<&TlsSettings>,
     ) -> Result<Connection> {
-        let connect_error = |reason: String| Error::Connect {
-            addr: addr.to_owned(),
-            reason,
+        let what = if tls.is_some() {
+            "no connection and TLS handshake"
+        } else {
+            "no connection"
         };
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+        let stream = tokio::time::timeout(connect_timeout, open_stream(addr, tls))
             .await
-            .map_err(|_| connect_error(format!("no connection within {connect_timeout:?}")))?
-            .map_err(|e| connect_error(io_reason(&e)))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| connect_error(io_reason(&e)))?;
-        let (read, write) = stream.into_split();
+            .map_err(|_| Error::Connect {
+                addr: addr.to_owned(),
+                reason: format!("{what} within {connect_timeout:?}"),
+            })??;
         let pending = Arc::new(Mutex::new(Pending {
             addr: addr.to_owned(),
             ..Pending::default()
         }));
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES);
-        let tasks = [
-            tokio::spawn(write_frames(write, queue, pending.clone())),
-            tokio::spawn(read_responses(read, pending.clone())),
-        ];
+        let tasks = match stream {
+            Stream::Plain(stream) => {
+                let (read, write) = stream.into_split();
+                [
+                    tokio::spawn(write_frames(write, queue, pending.clone())),
+                    tokio::spawn(read_responses(read, pending.clone(), None)),
+                ]
+            }
+            Stream::Tls(stream) => {
+                let (read, write) = tokio::io::split(*stream);
+                [
+                    tokio::spawn(write_frames(write, queue, pending.clone())),
+                    tokio::spawn(read_responses(read, pending.clone(), tls.cloned())),
+                ]
+            }
+        };
         let mut connection = Connection {
             addr: addr.to_owned(),
             client_id: client_id.to_owned(),
@@ -177,7 +222,11 @@ impl Connection {
             session_ends: None,
             tasks,
         };
-        connection.versions = connection.api_versions().await?;
+        connection.versions = match connection.api_versions().await {
+            Ok(versions) => versions,
+            Err(error) if tls.is_some() => return Err(connection.tls_refusal_or(error).await),
+            Err(error) => return Err(error),
+        };
         if let Some(sasl) = sasl {
             connection.authenticate(sasl).await?;
         }
@@ -475,6 +524,19 @@ impl Connection {
         )))
     }
 
+    /// `error`, the failure of the first request on a TLS stream, or the broker's refusal of
+    /// the handshake if that is what ended the stream: the reader is given a moment to take
+    /// in an alert that came after the socket failed for the writer.
+    async fn tls_refusal_or(&mut self, error: Error) -> Error {
+        let reader = &mut self.tasks[1];
+        let _ = tokio::time::timeout(TLS_REFUSAL_WAIT, reader).await;
+        self.pending
+            .lock()
+            .ok()
+            .and_then(|pending| pending.refusal.clone())
+            .unwrap_or(error)
+    }
+
     fn closed_error(&self) -> Error {
         match self.pending.lock() {
             Ok(pending) => self.closed_error_locked(&pending),
@@ -483,6 +545,9 @@ impl Connection {
     }
 
     fn closed_error_locked(&self, pending: &Pending) -> Error {
+        if let Some(refusal) = &pending.refusal {
+            return refusal.clone();
+        }
         Error::Disconnected {
             addr: self.addr.clone(),
             reason: pending
@@ -552,6 +617,160 @@ fn protocol(e: impl std::fmt::Display) -> Error {
     Error::Protocol(e.to_string())
 }
 
+/// A connected socket, before it is split between the writer and the reader.
+enum Stream {
+    Plain(TcpStream),
+    /// Boxed: a TLS stream carries rustls's buffers, a plain one a descriptor.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// Connects to `addr` and, for TLS, does the handshake, the broker's certificate checked
+/// against the host of `addr` (an IP address as one, anything else as a DNS name).
+async fn open_stream(addr: &str, tls: Option<&TlsSettings>) -> Result<Stream> {
+    let connect_error = |reason: String| Error::Connect {
+        addr: addr.to_owned(),
+        reason,
+    };
+    // The name is checked before a socket is opened for it.
+    let server_name = tls.map(|_| server_name(addr)).transpose()?;
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| connect_error(io_reason(&e)))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| connect_error(io_reason(&e)))?;
+    let (Some(tls), Some(server_name)) = (tls, server_name) else {
+        return Ok(Stream::Plain(stream));
+    };
+    match TlsConnector::from(tls.config.clone())
+        .connect(server_name, stream)
+        .await
+    {
+        Ok(stream) => Ok(Stream::Tls(Box::new(stream))),
+        Err(error) => Err(tls_refusal(addr, tls, &error).unwrap_or_else(|| {
+            connect_error(format!(
+                "the TLS handshake failed: {} (is the port a TLS listener, SSL or SASL_SSL?)",
+                io_reason(&error)
+            ))
+        })),
+    }
+}
+
+/// The name the broker's certificate must hold: the host of `host:port` (`[v6]:port` too).
+fn server_name(addr: &str) -> Result<ServerName<'static>> {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(ServerName::IpAddress(ip.into()));
+    }
+    DnsName::try_from(host.to_owned())
+        .map(ServerName::DnsName)
+        .map_err(|_| Error::Config {
+            key: "bootstrap.servers".into(),
+            reason: format!(
+                "{host:?} (of {addr}) is neither a DNS name nor an IP address: a TLS client \
+                 cannot check the broker's certificate against it"
+            ),
+        })
+}
+
+/// The certificate problem a failed TLS exchange with `addr` reports, as a configuration
+/// error naming the key to change; `None` when the failure is not one (the network, a peer
+/// that is not a TLS listener), which callers retry.
+fn tls_refusal(addr: &str, tls: &TlsSettings, error: &std::io::Error) -> Option<Error> {
+    let tls_error = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    let keystore_key = tls.keystore_key.unwrap_or("ssl.keystore.location");
+    let (key, advice) = match tls_error {
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => (
+            "ssl.endpoint.identification.algorithm",
+            "connect by a name the broker's certificate holds (bootstrap.servers, the broker's \
+             advertised.listeners), or set ssl.endpoint.identification.algorithm= (empty) to \
+             check that a trusted CA signed it but not the name"
+                .to_owned(),
+        ),
+        rustls::Error::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        ) => (
+            tls.truststore_key,
+            format!(
+                "the broker's certificate is not signed by a CA in {}: set it to the CA \
+                 certificates that signed the brokers' certificates",
+                tls.truststore_key
+            ),
+        ),
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => (
+            tls.truststore_key,
+            "the broker's certificate cannot be trusted: renew it (or check this machine's \
+             clock)"
+                .to_owned(),
+        ),
+        rustls::Error::AlertReceived(alert) if refuses_client_certificate(*alert) => (
+            keystore_key,
+            match tls.keystore_key {
+                None => "the broker asks for a client certificate (ssl.client.auth) and this \
+                         client has none: set ssl.keystore.location (a PEM file with the key \
+                         and the certificate chain), or ssl.keystore.certificate.chain and \
+                         ssl.keystore.key"
+                    .to_owned(),
+                Some(key) => format!(
+                    "the broker refused the certificate in {key}: it must be signed by a CA \
+                     in the listener's ssl.truststore, valid now, and usable for client \
+                     authentication"
+                ),
+            },
+        ),
+        // What a broker says for a missing certificate in TLS 1.2 (Java's), and for a
+        // handshake it cannot agree to.
+        rustls::Error::AlertReceived(AlertDescription::HandshakeFailure)
+            if tls.keystore_key.is_none() =>
+        {
+            (
+                keystore_key,
+                "the broker may require a client certificate (ssl.client.auth), which this \
+                 client has none of: set ssl.keystore.location (a PEM file with the key and the \
+                 certificate chain); or it shares no TLS version or cipher suite with this \
+                 client (the SDK offers TLSv1.2 and TLSv1.3)"
+                    .to_owned(),
+            )
+        }
+        rustls::Error::AlertReceived(AlertDescription::InternalError) => return None,
+        rustls::Error::AlertReceived(_) | rustls::Error::PeerIncompatible(_) => (
+            "security.protocol",
+            "the broker and this client agree on no TLS version or cipher suite (the SDK \
+             offers TLSv1.2 and TLSv1.3)"
+                .to_owned(),
+        ),
+        _ => return None,
+    };
+    Some(Error::Config {
+        key: key.to_owned(),
+        reason: format!("the TLS handshake with {addr} failed: {tls_error}; {advice}"),
+    })
+}
+
+/// Whether a TLS alert from the broker says it refused this client's certificate (or its
+/// lack of one).
+fn refuses_client_certificate(alert: AlertDescription) -> bool {
+    matches!(
+        alert,
+        AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnsupportedCertificate
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::UnknownCA
+            | AlertDescription::AccessDenied
+    )
+}
+
+/// Ends the connection: every waiter gets the broker's TLS refusal when that ended it, else
+/// a disconnection naming `reason` (the first reason given is kept).
 fn fail_all(pending: &Mutex<Pending>, reason: String) {
     let Ok(mut pending) = pending.lock() else {
         return;
@@ -559,16 +778,19 @@ fn fail_all(pending: &Mutex<Pending>, reason: String) {
     pending.closed.get_or_insert(reason);
     let reason = pending.closed.clone().unwrap_or_default();
     let addr = pending.addr.clone();
+    let refusal = pending.refusal.clone();
     for (_, waiter) in pending.waiters.drain() {
-        let _ = waiter.send(Err(Error::Disconnected {
-            addr: addr.clone(),
-            reason: reason.clone(),
-        }));
+        let _ = waiter.send(Err(refusal.clone().unwrap_or_else(|| {
+            Error::Disconnected {
+                addr: addr.clone(),
+                reason: reason.clone(),
+            }
+        })));
     }
 }
 
-async fn write_frames(
-    mut socket: OwnedWriteHalf,
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut socket: W,
     mut queue: mpsc::Receiver<BytesMut>,
     pending: Arc<Mutex<Pending>>,
 ) {
@@ -582,7 +804,13 @@ async fn write_frames(
                 Err(_) => break,
             }
         }
+        // A TLS stream may keep encrypted bytes in rustls's buffer until flushed; flushing a
+        // TCP half costs nothing.
         if let Err(e) = socket.write_all(&out).await {
+            fail_all(&pending, io_reason(&e));
+            return;
+        }
+        if let Err(e) = socket.flush().await {
             fail_all(&pending, io_reason(&e));
             return;
         }
@@ -590,14 +818,30 @@ async fn write_frames(
     }
 }
 
-async fn read_responses(mut socket: OwnedReadHalf, pending: Arc<Mutex<Pending>>) {
+/// Hands each response to its waiter until the stream ends. `tls` (for a TLS stream) lets a
+/// broker's refusal of the handshake, which TLS 1.3 delivers at the first read, be told
+/// from a lost connection.
+async fn read_responses<R: AsyncRead + Unpin>(
+    mut socket: R,
+    pending: Arc<Mutex<Pending>>,
+    tls: Option<TlsSettings>,
+) {
     let reason = loop {
         let size = match socket.read_i32().await {
             Ok(size) => size,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 break "the broker closed the connection".to_owned();
             }
-            Err(e) => break io_reason(&e),
+            Err(e) => {
+                let refusal = tls.as_ref().and_then(|tls| {
+                    let addr = pending.lock().map(|p| p.addr.clone()).ok()?;
+                    tls_refusal(&addr, tls, &e)
+                });
+                if let (Some(refusal), Ok(mut pending)) = (refusal, pending.lock()) {
+                    pending.refusal = Some(refusal);
+                }
+                break io_reason(&e);
+            }
         };
         if size < 4 || size as usize > RESPONSE_BYTES_MAX {
             break format!("response size {size} is outside 4..={RESPONSE_BYTES_MAX}");
@@ -857,6 +1101,119 @@ pub(crate) mod sasl_broker {
     }
 }
 
+/// A broker on a TLS listener, made with the broker's own server side (`ServerTls`) and the
+/// fixtures of `security::tls` (its testdata README: `server.pem` names localhost and
+/// 127.0.0.1, `other-server.pem` is signed by an unrelated CA, `client.pem` is alice's signed
+/// by `ca.pem`, which the broker trusts). It answers ApiVersions and Metadata (no brokers, no
+/// topics) on each connection whose handshake completed.
+#[cfg(test)]
+pub(crate) mod tls_broker {
+    use std::path::PathBuf;
+
+    use kafka_protocol::messages::MetadataResponse;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::security::tls::ServerTls;
+    pub(crate) use crate::security::tls::settings::{ClientAuth, TlsVersion};
+    use crate::security::tls::settings::{KeyStore, PemSource};
+
+    /// TLS 1.2 and 1.3, the broker's default.
+    pub(crate) const BOTH: &[TlsVersion] = &[TlsVersion::Tls12, TlsVersion::Tls13];
+    /// TLS 1.2 alone: the broker judges the client's certificate within the handshake.
+    pub(crate) const TLS12: &[TlsVersion] = &[TlsVersion::Tls12];
+
+    pub(crate) fn fixture(name: &str) -> String {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/security/tls/testdata")
+            .join(name)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Listens on `host` (any loopback address) with `keystore`, asking for client
+    /// certificates as `client_auth` says. Returns its `host:port`.
+    pub(crate) async fn start(
+        host: &str,
+        keystore: &str,
+        client_auth: ClientAuth,
+        protocols: &[TlsVersion],
+    ) -> String {
+        let server = ServerTls::load(&crate::security::tls::settings::TlsSettings {
+            keystore: KeyStore::File(fixture(keystore).into()),
+            truststore: Some(PemSource::File(fixture("ca.pem").into())),
+            client_auth,
+            protocols: protocols.to_vec(),
+            principal_mapping_rules: "DEFAULT".to_owned(),
+        })
+        .expect("server TLS");
+        let listener = tokio::net::TcpListener::bind((host, 0))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let acceptor = server.acceptor();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(socket).await {
+                        serve(stream).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn serve(mut stream: tokio_rustls::server::TlsStream<TcpStream>) {
+        loop {
+            let Ok(size) = stream.read_i32().await else {
+                return;
+            };
+            let mut body = vec![0; size.clamp(0, 1 << 20) as usize];
+            if stream.read_exact(&mut body).await.is_err() {
+                return;
+            }
+            let mut body = Bytes::from(body);
+            let api_key = ApiKey::try_from(i16::from_be_bytes([body[0], body[1]])).expect("key");
+            let version = i16::from_be_bytes([body[2], body[3]]);
+            let header = RequestHeader::decode(&mut body, api_key.request_header_version(version))
+                .expect("header");
+            let mut out = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(header.correlation_id)
+                .encode(&mut out, api_key.response_header_version(version))
+                .expect("encode");
+            match api_key {
+                ApiKey::ApiVersions => ApiVersionsResponse::default()
+                    .with_api_keys(
+                        [(ApiKey::ApiVersions, 3), (ApiKey::Metadata, 12)]
+                            .iter()
+                            .map(|&(key, max)| {
+                                ApiVersion::default()
+                                    .with_api_key(key as i16)
+                                    .with_min_version(0)
+                                    .with_max_version(max)
+                            })
+                            .collect(),
+                    )
+                    .encode(&mut out, version)
+                    .expect("encode"),
+                ApiKey::Metadata => MetadataResponse::default()
+                    .encode(&mut out, version)
+                    .expect("encode"),
+                _ => return,
+            }
+            let mut frame = (out.len() as i32).to_be_bytes().to_vec();
+            frame.extend_from_slice(&out);
+            if stream.write_all(&frame).await.is_err() || stream.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::MetadataRequest;
@@ -980,5 +1337,182 @@ mod tests {
         assert!(connection.is_closed(), "a session past 85% of its lifetime");
         assert_eq!(session_end(0), None);
         assert_eq!(session_end(-1), None);
+    }
+
+    use tls_broker::{BOTH, ClientAuth, TLS12, fixture};
+
+    /// A client's settings for SSL, trusting the test CA, with `extra`.
+    fn tls_config(extra: &[(&str, &str)]) -> ClientConfig {
+        let mut config = ClientConfig::default()
+            .set("security.protocol", "SSL")
+            .set("ssl.truststore.location", fixture("ca.pem"))
+            .set("socket.connection.setup.timeout.ms", "5000")
+            .set("request.timeout.ms", "5000");
+        for (key, value) in extra {
+            config.insert(key, *value);
+        }
+        config
+    }
+
+    /// The key and reason of a configuration error, asserting it is not retried and came
+    /// fast (the handshake failed; nothing waited out a timeout).
+    fn refusal(error: Error, started: Instant) -> (String, String) {
+        assert!(!error.is_retriable(), "{error:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "said after {:?}",
+            started.elapsed()
+        );
+        match error {
+            Error::Config { key, reason } => (key, reason),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_go_over_tls_to_a_broker_that_checks_the_client_certificate() {
+        for protocols in [BOTH, TLS12] {
+            let addr =
+                tls_broker::start("127.0.0.1", "server.pem", ClientAuth::Required, protocols).await;
+            let keystore = fixture("client.pem");
+            let connection = Connection::connect_with(
+                &addr,
+                &tls_config(&[("ssl.keystore.location", &keystore)]),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("{protocols:?}: {error}"));
+            // Several requests in flight at once, answered in order over the one stream.
+            let request = MetadataRequest::default();
+            let pending = [
+                connection.queue(&request, 12).await.expect("queue"),
+                connection.queue(&request, 12).await.expect("queue"),
+            ];
+            for response in pending {
+                response.wait().await.expect("answered over TLS");
+            }
+            assert!(!connection.is_closed());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broker_signed_by_an_unknown_ca_is_refused_at_once_naming_the_truststore() {
+        let addr = tls_broker::start("127.0.0.1", "other-server.pem", ClientAuth::None, BOTH).await;
+        let started = Instant::now();
+        let error = Connection::connect_with(&addr, &tls_config(&[]))
+            .await
+            .expect_err("an untrusted broker");
+        let (key, reason) = refusal(error, started);
+        assert_eq!(key, "ssl.truststore.location");
+        assert!(
+            reason.contains(&addr) && reason.contains("UnknownIssuer"),
+            "{reason}"
+        );
+        // Not checking the name does not mean not checking the CA.
+        let error = Connection::connect_with(
+            &addr,
+            &tls_config(&[("ssl.endpoint.identification.algorithm", "")]),
+        )
+        .await
+        .expect_err("an untrusted broker");
+        let (key, _) = refusal(error, started);
+        assert_eq!(key, "ssl.truststore.location");
+    }
+
+    #[tokio::test]
+    async fn a_host_the_certificate_does_not_name_is_refused_unless_identification_is_off() {
+        // The certificate names localhost and 127.0.0.1; 127.0.0.2 is loopback too.
+        let addr = tls_broker::start("127.0.0.2", "server.pem", ClientAuth::None, BOTH).await;
+        let started = Instant::now();
+        let error = Connection::connect_with(&addr, &tls_config(&[]))
+            .await
+            .expect_err("a name the certificate does not hold");
+        let (key, reason) = refusal(error, started);
+        assert_eq!(key, "ssl.endpoint.identification.algorithm");
+        assert!(
+            reason.contains("not valid for name") && reason.contains("127.0.0.2"),
+            "{reason}"
+        );
+        let connection = Connection::connect_with(
+            &addr,
+            &tls_config(&[("ssl.endpoint.identification.algorithm", "")]),
+        )
+        .await
+        .expect("the chain alone is checked");
+        connection
+            .send_at_most(&MetadataRequest::default(), 12)
+            .await
+            .expect("answered");
+        // The DNS name the certificate holds is checked as one.
+        let port = addr.rsplit_once(':').expect("port").1;
+        let localhost = tls_broker::start("127.0.0.1", "server.pem", ClientAuth::None, BOTH).await;
+        let localhost = localhost.replacen("127.0.0.1", "localhost", 1);
+        assert_ne!(localhost.rsplit_once(':').expect("port").1, port);
+        Connection::connect_with(&localhost, &tls_config(&[]))
+            .await
+            .expect("localhost is in the certificate");
+    }
+
+    #[tokio::test]
+    async fn a_client_certificate_the_broker_refuses_is_said_at_once_naming_the_keystore() {
+        // TLS 1.3 refuses after the client finished (at the first read), TLS 1.2 within the
+        // handshake: both are said the same way.
+        for protocols in [BOTH, TLS12] {
+            let addr =
+                tls_broker::start("127.0.0.1", "server.pem", ClientAuth::Required, protocols).await;
+            let started = Instant::now();
+            let error = Connection::connect_with(&addr, &tls_config(&[]))
+                .await
+                .expect_err("no client certificate");
+            let (key, reason) = refusal(error, started);
+            assert_eq!(key, "ssl.keystore.location", "{protocols:?}");
+            assert!(
+                reason.contains("asks for a client certificate"),
+                "{protocols:?}: {reason}"
+            );
+            let other = fixture("other-client.pem");
+            let started = Instant::now();
+            let error =
+                Connection::connect_with(&addr, &tls_config(&[("ssl.keystore.location", &other)]))
+                    .await
+                    .expect_err("a certificate from another CA");
+            let (key, reason) = refusal(error, started);
+            assert_eq!(key, "ssl.keystore.location", "{protocols:?}");
+            assert!(
+                reason.contains("refused the certificate in ssl.keystore.location"),
+                "{protocols:?}: {reason}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tls_client_at_a_plaintext_port_is_a_retriable_connect_error() {
+        let addr = silent_broker::start().await;
+        let config = tls_config(&[("socket.connection.setup.timeout.ms", "300")]);
+        let error = Connection::connect_with(&addr, &config)
+            .await
+            .expect_err("a plaintext port");
+        assert!(
+            matches!(&error, Error::Connect { reason, .. } if reason.contains("TLS handshake")),
+            "{error:?}"
+        );
+        assert!(error.is_retriable());
+    }
+
+    #[test]
+    fn the_server_name_is_the_host_an_ip_address_as_one() {
+        let name = |addr: &str| server_name(addr).map(|name| name.to_str().into_owned());
+        assert_eq!(name("127.0.0.1:9093").expect("ip"), "127.0.0.1");
+        assert!(matches!(
+            server_name("[::1]:9093").expect("v6"),
+            ServerName::IpAddress(_)
+        ));
+        assert!(matches!(
+            server_name("broker-1.example.com:9093").expect("dns"),
+            ServerName::DnsName(_)
+        ));
+        assert!(matches!(
+            server_name("bad_host!:9093"),
+            Err(Error::Config { .. })
+        ));
     }
 }
