@@ -10,6 +10,7 @@ pub mod fuzz;
 pub mod groups;
 pub mod habits;
 pub mod perf;
+pub mod perf_authorizer;
 pub mod perf_client;
 pub mod perf_kafka;
 pub mod perf_quorum;

@@ -50,6 +50,9 @@ pub enum Target {
     /// Fetch a topic from offset 0 to its high watermark with raw fetches (records counted,
     /// not decoded); records/s, MB/s.
     ConsumeBatches(super::perf_kafka::ConsumeArgs),
+    /// Kafka's authorizer decision over many ACLs (`--acls`, default 10,000): per-request
+    /// authorization cost beside a hash-map lookup per decision, and the index rebuild.
+    Authorizer(super::perf_authorizer::AuthorizerArgs),
     /// The raw limits other benchmarks compare with, as `name value` lines: disk write
     /// bandwidth (pwrite + fdatasync) in DIR and TCP loopback copy bandwidth.
     Raw {
@@ -137,6 +140,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Log(args) => perf_log(&args),
+        Target::Authorizer(args) => super::perf_authorizer::run(args),
         Target::Produce(args) => super::perf_client::produce(args),
         Target::Consume(args) => super::perf_client::consume(args),
         Target::ProduceBatches(args) => super::perf_kafka::produce(args),
