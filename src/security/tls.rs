@@ -23,10 +23,10 @@
 //! default ambiguous (which rustls answers with a panic).
 
 mod client;
-pub mod settings;
 mod dn;
 mod principal;
 mod server;
+pub mod settings;
 
 pub use client::client_config;
 pub use dn::subject_dn;

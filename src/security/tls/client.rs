@@ -9,8 +9,8 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-use super::{TlsError, load_keystore, load_truststore, provider, truststore_origin};
 use super::settings::{KeyStore, PemSource};
+use super::{TlsError, load_keystore, load_truststore, provider, truststore_origin};
 
 /// A client config that trusts the truststore's CAs (required: Sluice bundles no public CA
 /// certificates), presents the keystore's certificate when one is given (mutual TLS), and

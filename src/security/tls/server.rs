@@ -21,11 +21,11 @@ use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use rustls::version::{TLS12, TLS13};
 
+use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 use super::{
     PrincipalMapper, TlsError, load_keystore, load_truststore, provider, subject_dn,
     truststore_origin,
 };
-use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 
 /// A TLS listener's server config, reloadable while the listener runs.
 pub struct ServerTls {

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, ProtocolVersion, ServerConfig, ServerConnection};
 
-use super::*;
 use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
+use super::*;
 
 const ALICE: &str = "CN=alice,OU=eng,O=acme,C=US";
 
