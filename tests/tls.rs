@@ -94,7 +94,7 @@ fn make_certificate(dir: &Path, ca: &str, name: &str, subject: &str, extensions:
     );
 }
 
-/// The server's keystore: its key and certificate in one PEM file.
+/// A keystore: `name`'s key and certificate in one PEM file.
 fn keystore(dir: &Path, name: &str) -> PathBuf {
     let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
     let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
@@ -158,12 +158,12 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
         "/C=US/O=acme/OU=eng/CN=alice",
         "extendedKeyUsage=clientAuth\n",
     );
-    let keystore = keystore(dir, "server");
+    let server_keystore = keystore(dir, "server");
     let ca = dir.join("ca.pem");
     let node = SingleNode::start_with_listeners(
         &["SSL", "SASL_SSL"],
         &[
-            &format!("ssl.keystore.location={}", keystore.display()),
+            &format!("ssl.keystore.location={}", server_keystore.display()),
             "ssl.keystore.type=PEM",
             &format!("ssl.truststore.location={}", ca.display()),
             "listener.name.ssl.ssl.client.auth=required",
@@ -268,12 +268,46 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     );
     assert_eq!(read.lines().count(), 3, "{read}");
 
+    // The CLI over mTLS, idle long enough for its broker probe (every 5 s without records):
+    // the probe connects as the command does, so it finds the broker answering.
+    let alice_keystore = keystore(dir, "alice");
+    let command_config = dir.join("alice.properties");
+    std::fs::write(
+        &command_config,
+        format!(
+            "security.protocol=SSL\nssl.truststore.location={}\nssl.keystore.location={}\n",
+            ca.display(),
+            alice_keystore.display()
+        ),
+    )
+    .expect("command config");
+    let consumed = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "consume",
+            "--bootstrap-server",
+            &ssl,
+            "--command-config",
+            &command_config.to_string_lossy(),
+            "--topic",
+            "tls-orders",
+            "--timeout-ms",
+            "7000",
+        ])
+        .output()
+        .expect("sluice consume");
+    let stderr = String::from_utf8_lossy(&consumed.stderr);
+    assert!(consumed.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("no broker"),
+        "the idle consumer's probe did not reach the TLS listener: {stderr}"
+    );
+
     // A replaced certificate is served to new connections, without a restart.
     let port = node.listener_port("SSL");
     assert!(served_subject(port, &ca).contains("CN = localhost"));
     make_certificate(dir, "ca", "renewed", "/CN=renewed", SERVER_EXTENSIONS);
     let renewed = keystore_contents(dir, "renewed");
-    std::fs::write(&keystore, renewed).expect("replace keystore");
+    std::fs::write(&server_keystore, renewed).expect("replace keystore");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !served_subject(port, &ca).contains("CN = renewed") {
         assert!(

@@ -227,6 +227,9 @@ pub fn watch_stalls(progress: Arc<Progress>, servers: Servers) -> StallWatch {
 pub struct BrokerProbe {
     bootstrap: String,
     client_id: String,
+    /// The command's client settings: a TLS or SASL listener is probed as the command
+    /// connects to it (`None` when they do not parse: the command says so itself).
+    config: Option<ClientConfig>,
     connection: Option<Connection>,
 }
 
@@ -243,6 +246,7 @@ impl BrokerProbe {
         BrokerProbe {
             bootstrap: servers.bootstrap_server.clone(),
             client_id,
+            config: servers.config().ok(),
             connection: None,
         }
     }
@@ -292,7 +296,20 @@ impl BrokerProbe {
         let bound = PROBE_WAIT * 2;
         let mut last = None;
         for addr in parse_servers(&self.bootstrap) {
-            match Connection::connect_as(&addr, &self.client_id, bound, bound).await {
+            let connected = match &self.config {
+                Some(config) => {
+                    tokio::time::timeout(bound, Connection::connect_with(&addr, config))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(Error::Connect {
+                                addr: addr.clone(),
+                                reason: format!("no answer within {} ms", bound.as_millis()),
+                            })
+                        })
+                }
+                None => Connection::connect_as(&addr, &self.client_id, bound, bound).await,
+            };
+            match connected {
                 Ok(connection) => {
                     self.connection = Some(connection);
                     return Ok(());
