@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,97 +19,8 @@ use sluice::client::{
 };
 use sluice::security::sasl::Mechanism;
 use support::SingleNode;
+use support::certs::{keystore, make_ca, make_certificate};
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (scripts/test installs it)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A CA named `name`: `<name>.pem` and `<name>.key`.
-fn make_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "3650",
-            "-subj",
-            &format!("/CN=Sluice test {name}"),
-        ],
-    );
-}
-
-/// A certificate `<name>.pem` (key `<name>.key`) for `subject`, signed by `ca`, with the
-/// extensions in `extensions`.
-fn make_certificate(dir: &Path, ca: &str, name: &str, subject: &str, extensions: &str) {
-    std::fs::write(dir.join(format!("{name}.ext")), extensions).expect("extensions");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            subject,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "3650",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
-
-/// A PEM keystore: the key and the certificate in one file.
-fn keystore(dir: &Path, name: &str) -> PathBuf {
-    let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
-    let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
-    let path = dir.join(format!("{name}-keystore.pem"));
-    std::fs::write(&path, format!("{key}{certificate}")).expect("keystore");
-    path
-}
-
-/// The broker's certificate names 127.0.0.1 only, so `localhost` is a name it does not hold.
 const SERVER_EXTENSIONS: &str = "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
 
 /// How fast a refused handshake must be said (a retry loop would take request.timeout.ms or

@@ -8,100 +8,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::certs::{keystore, keystore_contents, make_ca, make_certificate};
 use support::{SingleNode, run_client};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (scripts/test installs it)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A CA named `name`: `<name>.pem` and `<name>.key`.
-fn make_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "3650",
-            "-subj",
-            &format!("/CN=Sluice test {name}"),
-        ],
-    );
-}
-
-/// A certificate `<name>.pem` (key `<name>.key`) for `subject`, signed by `ca`, with the
-/// extensions in `extensions`.
-fn make_certificate(dir: &Path, ca: &str, name: &str, subject: &str, extensions: &str) {
-    std::fs::write(dir.join(format!("{name}.ext")), extensions).expect("extensions");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            subject,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "3650",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
-
-/// A keystore: `name`'s key and certificate in one PEM file.
-fn keystore(dir: &Path, name: &str) -> PathBuf {
-    let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
-    let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
-    let path = dir.join(format!("{name}-keystore.pem"));
-    std::fs::write(&path, format!("{key}{certificate}")).expect("keystore");
-    path
-}
 
 const SERVER_EXTENSIONS: &str =
     "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
@@ -319,10 +231,4 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     }
     assert!(node.logs().contains("TLS certificates reloaded"));
     suite(&["mtls-roundtrip", &ssl, &certs_dir, "tls-after-reload"]);
-}
-
-fn keystore_contents(dir: &Path, name: &str) -> String {
-    let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).expect("key");
-    let certificate = std::fs::read_to_string(dir.join(format!("{name}.pem"))).expect("cert");
-    format!("{key}{certificate}")
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod raw;
 
 use std::io::{Read, Write};
