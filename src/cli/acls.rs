@@ -21,7 +21,6 @@
 //! The connection flags may come before the subcommand (`sluice acls --bootstrap-server H:P
 //! list`).
 
-use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::{Context, bail};
@@ -34,7 +33,7 @@ use sluice::security::acl::{
     ResourceType, WILDCARD, supported_operations,
 };
 
-use super::common::{BROKER_WAIT_MS, Connect, Format, Servers, block_on};
+use super::common::{Common, Format, block_on};
 
 #[derive(Args)]
 pub struct AclsArgs {
@@ -147,39 +146,6 @@ pub struct Roles {
     /// need it).
     #[arg(long, requires = "producer")]
     idempotent: bool,
-}
-
-/// The connection flags and output format, accepted before or after the subcommand.
-#[derive(Args)]
-pub struct Common {
-    /// Brokers to start from: host:port, comma-separated; each is tried in turn.
-    #[arg(
-        long,
-        alias = "broker-list",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap_server: String,
-    /// A properties file of client settings (Kafka's names, e.g. the admin's SASL login).
-    #[arg(long, alias = "admin.config", global = true)]
-    command_config: Option<PathBuf>,
-    /// How long to wait for a broker to answer before giving up (exit 3), in milliseconds.
-    #[arg(long = "timeout-ms", default_value_t = BROKER_WAIT_MS, global = true)]
-    broker_timeout_ms: u64,
-    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
-    output: Format,
-}
-
-impl Common {
-    fn connect(&self) -> Connect {
-        Connect {
-            servers: Servers {
-                bootstrap_server: self.bootstrap_server.clone(),
-                command_config: self.command_config.clone(),
-            },
-            broker_timeout_ms: self.broker_timeout_ms,
-        }
-    }
 }
 
 /// `Type:name`, as Kafka parses a principal.

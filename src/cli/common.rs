@@ -467,3 +467,37 @@ pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect()
 }
+
+/// The connection flags and output format of an admin command (`users`, `acls`,
+/// `transactions`), accepted before or after its subcommand.
+#[derive(Args)]
+pub struct Common {
+    /// Brokers to start from: host:port, comma-separated; each is tried in turn.
+    #[arg(
+        long,
+        alias = "broker-list",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
+    pub bootstrap_server: String,
+    /// A properties file of client settings (Kafka's names, e.g. the admin's SASL login).
+    #[arg(long, alias = "admin.config", global = true)]
+    pub command_config: Option<PathBuf>,
+    /// How long to wait for a broker to answer before giving up (exit 3), in milliseconds.
+    #[arg(long = "timeout-ms", default_value_t = BROKER_WAIT_MS, global = true)]
+    pub broker_timeout_ms: u64,
+    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
+    pub output: Format,
+}
+
+impl Common {
+    pub fn connect(&self) -> Connect {
+        Connect {
+            servers: Servers {
+                bootstrap_server: self.bootstrap_server.clone(),
+                command_config: self.command_config.clone(),
+            },
+            broker_timeout_ms: self.broker_timeout_ms,
+        }
+    }
+}

@@ -7,7 +7,6 @@
 //! The connection flags may come before the subcommand, as kafka-transactions.sh takes them
 //! (`sluice transactions --bootstrap-server H:P list`).
 
-use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -17,7 +16,7 @@ use sluice::client::{
     AbortTransactionSpec, Admin, ListTransactionsFilters, ProducerState, TopicPartition,
 };
 
-use super::common::{BROKER_WAIT_MS, Connect, Format, Servers, block_on, one_of, print_table};
+use super::common::{Common, Format, block_on, one_of, print_table};
 
 #[derive(Args)]
 pub struct TransactionsArgs {
@@ -138,39 +137,6 @@ impl PartitionArgs {
             one_of(self.topic.clone(), self.topic_flag.clone()),
             self.partition.or(self.partition_flag).unwrap_or_default(),
         )
-    }
-}
-
-/// The connection flags and output format, accepted before or after the subcommand.
-#[derive(Args)]
-pub struct Common {
-    /// Brokers to start from: host:port, comma-separated; each is tried in turn.
-    #[arg(
-        long,
-        alias = "broker-list",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap_server: String,
-    /// A properties file of client settings (Kafka's names).
-    #[arg(long, alias = "admin.config", global = true)]
-    command_config: Option<PathBuf>,
-    /// How long to wait for a broker to answer before giving up (exit 3), in milliseconds.
-    #[arg(long = "timeout-ms", default_value_t = BROKER_WAIT_MS, global = true)]
-    broker_timeout_ms: u64,
-    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
-    output: Format,
-}
-
-impl Common {
-    fn connect(&self) -> Connect {
-        Connect {
-            servers: Servers {
-                bootstrap_server: self.bootstrap_server.clone(),
-                command_config: self.command_config.clone(),
-            },
-            broker_timeout_ms: self.broker_timeout_ms,
-        }
     }
 }
 

@@ -22,7 +22,7 @@ use sluice::security::sasl::{
     Mechanism, PASSWORD_BYTES_MAX, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
 };
 
-use super::common::{BROKER_WAIT_MS, Connect, Format, Servers, block_on, print_table};
+use super::common::{Common, Format, block_on, print_table};
 
 #[derive(Args)]
 pub struct UsersArgs {
@@ -90,39 +90,6 @@ pub struct PasswordArgs {
     /// A file whose first line is the password.
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
-}
-
-/// The connection flags and output format, accepted before or after the subcommand.
-#[derive(Args)]
-pub struct Common {
-    /// Brokers to start from: host:port, comma-separated; each is tried in turn.
-    #[arg(
-        long,
-        alias = "broker-list",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap_server: String,
-    /// A properties file of client settings (Kafka's names, e.g. the admin's SASL login).
-    #[arg(long, alias = "admin.config", global = true)]
-    command_config: Option<PathBuf>,
-    /// How long to wait for a broker to answer before giving up (exit 3), in milliseconds.
-    #[arg(long = "timeout-ms", default_value_t = BROKER_WAIT_MS, global = true)]
-    broker_timeout_ms: u64,
-    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
-    output: Format,
-}
-
-impl Common {
-    fn connect(&self) -> Connect {
-        Connect {
-            servers: Servers {
-                bootstrap_server: self.bootstrap_server.clone(),
-                command_config: self.command_config.clone(),
-            },
-            broker_timeout_ms: self.broker_timeout_ms,
-        }
-    }
 }
 
 /// A SCRAM mechanism by Kafka's name, in any case (`scram-sha-256` too).
