@@ -46,6 +46,8 @@ pub mod group;
 #[cfg(feature = "broker")]
 pub mod handler;
 #[cfg(feature = "broker")]
+pub mod inter_broker;
+#[cfg(feature = "broker")]
 pub mod lazy_alloc;
 #[cfg(feature = "broker")]
 pub mod log;

@@ -9,10 +9,10 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tonic::transport::Endpoint;
 use tonic::{Code, Request, Response, Status};
 
 use crate::network::MESSAGE_BYTES_MAX;
+use crate::transport::Peer;
 
 pub mod proto {
     tonic::include_proto!("sluice.controller");
@@ -23,9 +23,10 @@ use proto::{ControllerCall, ControllerReply};
 
 pub type CallFuture<'a> = Pin<Box<dyn Future<Output = Vec<u8>> + Send + 'a>>;
 
-/// Answers controller calls; installed by the node on its quorum member.
+/// Answers controller calls; installed by the node on its quorum member. `peer` is who
+/// called (its TLS certificate on an SSL quorum listener), for the handler to authorize.
 pub trait CallHandler: Send + Sync + 'static {
-    fn handle(&self, payload: Vec<u8>) -> CallFuture<'_>;
+    fn handle(&self, peer: Peer, payload: Vec<u8>) -> CallFuture<'_>;
 }
 
 /// Where the server finds the handler; empty until the node installs one.
@@ -61,7 +62,8 @@ impl proto::controller_server::Controller for ControllerService {
                 "this node's controller is not running yet",
             ));
         };
-        let payload = handler.handle(request.into_inner().payload).await;
+        let peer = Peer::of(&request);
+        let payload = handler.handle(peer, request.into_inner().payload).await;
         Ok(Response::new(ControllerReply { payload }))
     }
 }
@@ -125,11 +127,7 @@ pub async fn call(addr: &str, payload: Vec<u8>, timeout: Duration) -> Result<Vec
         addr: addr.to_owned(),
         reason,
     };
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .connect()
+    let channel = crate::transport::connect(addr, timeout, Some(timeout))
         .await
         .map_err(|e| unreachable(io_cause(&e).unwrap_or_else(|| e.to_string())))?;
     let mut client = ControllerClient::new(channel)

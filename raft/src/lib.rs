@@ -20,6 +20,7 @@ pub mod network;
 pub mod quorum;
 pub mod records;
 pub mod store;
+pub mod transport;
 pub mod types;
 
 /// The Raft library, for callers that need its membership and metrics types.

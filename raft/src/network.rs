@@ -20,9 +20,10 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::transport::{Peer, RaftGate};
 use crate::types::{NodeId, NodeInfo, TypeConfig};
 
 pub mod proto {
@@ -66,16 +67,33 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
-/// Serves openraft's RPCs for the local node.
+/// Serves openraft's RPCs for the local node, to the peers its gate admits.
 pub struct RaftService {
     raft: openraft::Raft<TypeConfig>,
+    gate: GateSlot,
 }
 
+/// The node's decision on who may send Raft RPCs; empty (everyone on this listener) until
+/// the node installs it.
+pub type GateSlot = Arc<std::sync::RwLock<Option<RaftGate>>>;
+
 impl RaftService {
-    pub fn new(raft: openraft::Raft<TypeConfig>) -> proto::raft_server::RaftServer<RaftService> {
-        proto::raft_server::RaftServer::new(RaftService { raft })
+    pub fn new(
+        raft: openraft::Raft<TypeConfig>,
+        gate: GateSlot,
+    ) -> proto::raft_server::RaftServer<RaftService> {
+        proto::raft_server::RaftServer::new(RaftService { raft, gate })
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX)
+    }
+
+    /// Refuses the RPC of a peer the gate does not admit (PERMISSION_DENIED, with why).
+    fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let gate = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match gate {
+            Some(gate) => gate(&Peer::of(request)).map_err(Status::permission_denied),
+            None => Ok(()),
+        }
     }
 }
 
@@ -91,12 +109,14 @@ impl proto::raft_server::Raft for RaftService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
+        self.admit(&request)?;
         let rpc: AppendEntriesRequest<TypeConfig> =
             decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
         reply(&self.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.admit(&request)?;
         let rpc: VoteRequest<NodeId> =
             decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
         reply(&self.raft.vote(rpc).await)
@@ -106,6 +126,7 @@ impl proto::raft_server::Raft for RaftService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
+        self.admit(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> =
             decode(&request.into_inner().payload).map_err(Status::invalid_argument)?;
         reply(&self.raft.install_snapshot(rpc).await)
@@ -191,11 +212,7 @@ impl GrpcNetwork {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{}", self.addr))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
+        let channel = crate::transport::connect(&self.addr, CONNECT_TIMEOUT, None).await?;
         let client = RaftClient::new(channel)
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::calls::{CallHandler, ControllerService, HandlerSlot};
 use crate::image::MetadataImage;
-use crate::network::{GrpcNetworkFactory, RaftService, SNAPSHOT_CHUNK_BYTES};
+use crate::network::{GateSlot, GrpcNetworkFactory, RaftService, SNAPSHOT_CHUNK_BYTES};
 use crate::records::{MetadataRecord, MetadataRequest, MetadataResponse};
 use crate::store::{self, StateMachine};
 use crate::types::{NodeId, NodeInfo, TypeConfig};
@@ -44,6 +44,9 @@ pub struct QuorumConfig {
     pub logs_kept_after_snapshot: u64,
     /// Purges wait until at least this many entries can go at once.
     pub purge_batch_entries: u64,
+    /// Mutual TLS on the listener and in calls to the other members (an SSL controller
+    /// listener); `None`: plain TCP.
+    pub tls: Option<crate::transport::QuorumTls>,
 }
 
 impl QuorumConfig {
@@ -64,6 +67,7 @@ impl QuorumConfig {
             snapshot_after_entries: 10_000,
             logs_kept_after_snapshot: 1_000,
             purge_batch_entries: 256,
+            tls: None,
         }
     }
 }
@@ -105,6 +109,7 @@ pub struct Quorum {
     /// The listener's stop signal and task, taken by the first shutdown.
     server: std::sync::Mutex<Option<(oneshot::Sender<()>, JoinHandle<()>)>>,
     call_handler: HandlerSlot,
+    raft_gate: GateSlot,
 }
 
 impl Quorum {
@@ -182,23 +187,41 @@ impl Quorum {
             }
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let service = RaftService::new(raft.clone());
+        let raft_gate: GateSlot = Arc::default();
+        let service = RaftService::new(raft.clone(), Arc::clone(&raft_gate));
         let call_handler: HandlerSlot = Arc::default();
         let controller_service = ControllerService::new(Arc::clone(&call_handler));
-        let server = tokio::spawn(async move {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let result = tonic::transport::Server::builder()
-                .add_service(service)
-                .add_service(controller_service)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
+        let router = tonic::transport::Server::builder()
+            .add_service(service)
+            .add_service(controller_service);
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let server = match config.tls.clone() {
+            None => tokio::spawn(async move {
+                let incoming =
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+                if let Err(error) = router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+                {
+                    tracing::error!(%error, "raft gRPC server failed");
+                }
+            }),
+            Some(tls) => {
+                // This process's calls to quorum listeners go over TLS too.
+                crate::transport::set_client_tls(Some(Arc::clone(&tls.client)));
+                tokio::spawn(async move {
+                    let incoming = crate::transport::tls_incoming(listener, tls);
+                    if let Err(error) = router
+                        .serve_with_incoming_shutdown(incoming, shutdown)
+                        .await
+                    {
+                        tracing::error!(%error, "raft gRPC server failed");
+                    }
                 })
-                .await;
-            if let Err(error) = result {
-                tracing::error!(%error, "raft gRPC server failed");
             }
-        });
+        };
         let quorum = Quorum {
             node_id: config.node_id,
             raft,
@@ -206,6 +229,7 @@ impl Quorum {
             listen,
             server: std::sync::Mutex::new(Some((stop, server))),
             call_handler,
+            raft_gate,
         };
         if config.voters.contains_key(&config.node_id) {
             quorum.bootstrap(config.voters.clone()).await?;
@@ -229,6 +253,12 @@ impl Quorum {
             }
             Err(RaftError::Fatal(e)) => Err(QuorumError::Fatal(e.to_string())),
         }
+    }
+
+    /// Installs who may send Raft RPCs to this member (until then, anyone who reaches the
+    /// listener: over TLS, only holders of a certificate the truststore vouches for).
+    pub fn set_raft_gate(&self, gate: crate::transport::RaftGate) {
+        *self.raft_gate.write().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     }
 
     /// Installs the handler of controller calls arriving on this member's listener.

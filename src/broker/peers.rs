@@ -10,20 +10,21 @@ use std::time::Duration;
 use sluice_raft::image::MetadataImage;
 
 use crate::client::Connection;
+use crate::inter_broker::InterBrokerClient;
 use crate::protocol::errors::KafkaError;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Peers {
-    /// The listener brokers reach each other on.
-    listener_name: String,
+    /// How brokers reach each other (the inter-broker listener, as its clients).
+    inter_broker: InterBrokerClient,
     connections: Mutex<HashMap<i32, Arc<Connection>>>,
 }
 
 impl Peers {
-    pub fn new(listener_name: String) -> Peers {
+    pub fn new(inter_broker: InterBrokerClient) -> Peers {
         Peers {
-            listener_name,
+            inter_broker,
             connections: Mutex::new(HashMap::new()),
         }
     }
@@ -53,11 +54,13 @@ impl Peers {
                 b.registration
                     .endpoints
                     .iter()
-                    .find(|e| e.name == self.listener_name)
+                    .find(|e| e.name == self.inter_broker.listener_name())
             })
             .ok_or(KafkaError::BrokerNotAvailable)?;
         let addr = format!("{}:{}", endpoint.host, endpoint.port);
-        let connection = Connection::connect(&addr, CONNECT_TIMEOUT)
+        let connection = self
+            .inter_broker
+            .connect(&addr, CONNECT_TIMEOUT)
             .await
             .map(Arc::new)
             .map_err(|error| {

@@ -3,10 +3,12 @@
 //! `--bootstrap-controller HOST:PORT` is any node's internal (CONTROLLER) listener, as with
 //! Kafka's `kafka-metadata-quorum --bootstrap-controller`; the call is followed to the leader.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Subcommand;
+use sluice::client::ClientConfig;
 use sluice::controller::service::{ControllerRequest, ControllerResponse, call_at};
 use sluice::protocol::errors;
 
@@ -18,6 +20,10 @@ pub enum ClusterCommand {
         /// Any node's internal (CONTROLLER) listener (the quorum's own view, with learners).
         #[arg(long, conflicts_with = "bootstrap_server")]
         bootstrap_controller: Option<String>,
+        /// With --bootstrap-controller: a properties file saying how to reach an SSL quorum
+        /// listener (security.protocol=SSL, ssl.truststore.location, ssl.keystore.location).
+        #[arg(long, requires = "bootstrap_controller")]
+        command_config: Option<PathBuf>,
         /// Brokers' Kafka listeners, comma-separated, each tried in turn (DescribeQuorum and
         /// DescribeCluster, as Kafka's tools). The default when neither flag is given:
         /// 127.0.0.1:9092.
@@ -38,6 +44,10 @@ pub enum ClusterCommand {
         bootstrap_controller: String,
         #[arg(long)]
         node_id: u64,
+        /// How to reach an SSL quorum listener (security.protocol=SSL, ssl.truststore.location,
+        /// ssl.keystore.location: a certificate whose principal may ALTER the cluster).
+        #[arg(long)]
+        command_config: Option<PathBuf>,
     },
     /// Makes a voter a learner (it keeps following the metadata log).
     RemoveVoter {
@@ -45,10 +55,33 @@ pub enum ClusterCommand {
         bootstrap_controller: String,
         #[arg(long)]
         node_id: u64,
+        /// How to reach an SSL quorum listener (security.protocol=SSL, ssl.truststore.location,
+        /// ssl.keystore.location: a certificate whose principal may ALTER the cluster).
+        #[arg(long)]
+        command_config: Option<PathBuf>,
     },
 }
 
+/// Sets how this process reaches quorum listeners, from `--command-config`.
+fn quorum_tls(command_config: Option<&PathBuf>) -> anyhow::Result<()> {
+    let Some(path) = command_config else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --command-config {}", path.display()))?;
+    let tls = ClientConfig::from_properties(&text)?.quorum_tls()?;
+    sluice_raft::transport::set_client_tls(tls);
+    Ok(())
+}
+
 pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
+    match &command {
+        ClusterCommand::Status { command_config, .. }
+        | ClusterCommand::AddVoter { command_config, .. }
+        | ClusterCommand::RemoveVoter { command_config, .. } => {
+            quorum_tls(command_config.as_ref())?
+        }
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -69,6 +102,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             ClusterCommand::AddVoter {
                 bootstrap_controller,
                 node_id,
+                ..
             } => (
                 bootstrap_controller,
                 ControllerRequest::AddVoter { node_id: *node_id },
@@ -76,6 +110,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             ClusterCommand::RemoveVoter {
                 bootstrap_controller,
                 node_id,
+                ..
             } => (
                 bootstrap_controller,
                 ControllerRequest::RemoveVoter { node_id: *node_id },

@@ -63,6 +63,25 @@ fn is_secret(key: &str) -> bool {
 }
 
 impl ClientConfig {
+    /// How to reach a quorum (CONTROLLER) listener with these settings, as
+    /// `kafka-metadata-quorum --command-config` does: `Some` TLS client config (the
+    /// truststore's CAs, the keystore's certificate) when `security.protocol` is SSL, `None`
+    /// for PLAINTEXT. The quorum listener serves no SASL: SASL protocols are refused.
+    pub fn quorum_tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>> {
+        let protocol = SecurityProtocol::from_config(self)?;
+        if protocol.is_sasl() {
+            return Err(config_error(
+                "security.protocol",
+                format!(
+                    "{} is not served by a quorum (CONTROLLER) listener: it is PLAINTEXT or \
+                     SSL with client certificates (set ssl.keystore.location too)",
+                    protocol.name()
+                ),
+            ));
+        }
+        Ok(TlsSettings::from_config(self, protocol)?.map(|tls| tls.config))
+    }
+
     /// A configuration with `bootstrap.servers` set: one or more `host:port`, comma-separated.
     pub fn new(bootstrap_servers: &str) -> Self {
         ClientConfig::default().set("bootstrap.servers", bootstrap_servers)

@@ -79,6 +79,8 @@ pub use admin_users::{
 };
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClusterMetadata, PartitionMetadata, TopicMetadata};
+#[cfg(feature = "broker")]
+pub(crate) use config::CommonConfig;
 pub use config::{ClientConfig, parse_pairs, parse_servers};
 pub use connection::{Connection, PendingResponse};
 pub use consumer::{

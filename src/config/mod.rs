@@ -886,7 +886,7 @@ mod tests {
             (
                 "security.inter.broker.protocol",
                 "SSL",
-                "PLAINTEXT listener for now",
+                "no listener of this broker is SSL",
             ),
         ] {
             let error = load_with(&[(key, value)]).unwrap_err();

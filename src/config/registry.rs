@@ -396,14 +396,30 @@ pub const KEYS: &[Key] = &[
         Kind::Text,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         "NAME:PROTOCOL of each listener: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (the \
-         controller listener is PLAINTEXT unless the map names it, and must be)",
+         controller listener is PLAINTEXT unless the map names it, or SSL with client \
+         certificates required)",
     ),
     broker(
         "inter.broker.listener.name",
         Kind::Text,
         "",
-        "the listener followers fetch on and brokers call each other on (default: the first \
+        "the listener followers fetch on and brokers call each other on, as its clients (TLS \
+         with its stores, SASL with its JAAS username and password; default: the first \
          PLAINTEXT listener)",
+    ),
+    broker(
+        "security.inter.broker.protocol",
+        Kind::Text,
+        "",
+        "the inter-broker listener by protocol: the listener named after it (Kafka's older \
+         form of inter.broker.listener.name; both set must agree)",
+    ),
+    broker(
+        "sasl.mechanism.inter.broker.protocol",
+        Kind::Text,
+        "",
+        "the SASL mechanism brokers log in to each other with (default: the inter-broker \
+         listener's one mechanism)",
     ),
     broker(
         "sasl.enabled.mechanisms",
@@ -993,16 +1009,10 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     refused("sasl.server.callback.handler.class", &[""], NO_SASL_CLASSES),
     refused("sasl.client.callback.handler.class", &[""], NO_SASL_CLASSES),
     refused(
-        "sasl.mechanism.inter.broker.protocol",
-        &[],
-        "brokers do not authenticate to each other yet: inter.broker.listener.name names a \
-         PLAINTEXT listener",
-    ),
-    refused(
         "sasl.jaas.config",
         &[""],
-        "a broker reads its SASL users from listener.name.<listener>.<mechanism>.sasl.jaas.config \
-         (as Kafka's brokers do); brokers do not authenticate to each other yet",
+        "a broker reads its SASL users and its own inter-broker login from \
+         listener.name.<listener>.<mechanism>.sasl.jaas.config (as Kafka's brokers do)",
     ),
     refused(
         "listener.name.",
@@ -1010,11 +1020,6 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "this per-listener setting is not implemented: Sluice serves \
          listener.name.<listener>.sasl.enabled.mechanisms and \
          listener.name.<listener>.<mechanism>.sasl.jaas.config",
-    ),
-    refused(
-        "security.inter.broker.protocol",
-        &["PLAINTEXT"],
-        "brokers talk to each other on a PLAINTEXT listener for now (inter.broker.listener.name)",
     ),
     refused("principal.builder.class", &[""], NO_SASL),
     refused(
@@ -1537,12 +1542,9 @@ mod tests {
         assert!(error.reason.contains("accepted: 0"), "{error}");
         let error = validate_topic("no.such.topic.key", "1").unwrap_err();
         assert_eq!(error.reason, "unknown topic config");
-        // Every accepted value of a refused broker key is case-blind, as Kafka's enums are.
-        let properties: BTreeMap<String, String> = [(
-            "security.inter.broker.protocol".to_owned(),
-            "plaintext".to_owned(),
-        )]
-        .into();
+        // A refused broker key's "off" value is accepted.
+        let properties: BTreeMap<String, String> =
+            [("principal.builder.class".to_owned(), String::new())].into();
         assert_eq!(check_unserved_keys(&properties), Ok(vec![]));
     }
 

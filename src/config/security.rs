@@ -9,8 +9,11 @@
 //! (`listener.name.<listener>.ssl.*`) or for all; `config::tls` holds what they say.
 //!
 //! What Sluice does not serve stops the node here, never a listener that says more than it
-//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI and OAUTHBEARER, SASL or TLS between
-//! brokers, settings that would have no effect on the listener they name.
+//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI and OAUTHBEARER, settings that would have
+//! no effect on the listener they name.
+//!
+//! Brokers connect to each other's inter-broker listener as its clients: TLS with the
+//! listener's stores, SASL with the broker's own login (`InterBrokerLogin`).
 
 use std::collections::BTreeMap;
 
@@ -96,6 +99,11 @@ pub struct SecurityConfig {
     pub listeners: BTreeMap<String, ListenerSecurity>,
     /// `inter.broker.listener.name`: followers fetch and brokers call each other on it.
     pub inter_broker_listener: String,
+    /// How this broker connects to that listener of the others, as their client (brokers).
+    pub inter_broker_login: Option<InterBrokerLogin>,
+    /// The quorum listener's TLS (`CONTROLLER:SSL`, client certificates required); `None`:
+    /// PLAINTEXT.
+    pub controller_tls: Option<TlsSettings>,
     /// `sasl.server.max.receive.size`: the largest frame read before a client authenticated.
     pub sasl_server_max_receive_size: usize,
     /// `authorizer.class.name` (Kafka's StandardAuthorizer) with `super.users` and
@@ -144,6 +152,25 @@ pub fn parse(
     broker: bool,
 ) -> Result<SecurityConfig, ConfigError> {
     let protocols = protocol_map(properties, listeners, controller_listener_name)?;
+    let controller_tls = match protocols.get(controller_listener_name) {
+        None | Some(SecurityProtocol::Plaintext) => None,
+        Some(SecurityProtocol::Ssl) => Some(controller_tls(properties, controller_listener_name)?),
+        Some(other) => {
+            return Err(ConfigError::new(
+                "listener.security.protocol.map",
+                properties
+                    .get("listener.security.protocol.map")
+                    .map_or("", String::as_str),
+                format!(
+                    "the quorum's listener {controller_listener_name} is {}: it serves \
+                     PLAINTEXT (a trusted network) or SSL with client certificates (every \
+                     member, broker and CLI proves itself with a certificate); SASL is not \
+                     served there",
+                    other.name()
+                ),
+            ));
+        }
+    };
     let mut secured = BTreeMap::new();
     for listener in listeners
         .iter()
@@ -163,6 +190,7 @@ pub fn parse(
     }
     // TLS settings on a node without a TLS listener would have no effect.
     if !secured.values().any(|s| s.protocol.is_tls())
+        && controller_tls.is_none()
         && let Some(key) = TLS_KEYS.iter().find(|k| properties.contains_key(**k))
     {
         return Err(ConfigError::new(
@@ -182,7 +210,11 @@ pub fn parse(
         let listener = listener.to_ascii_uppercase();
         let protocol = secured
             .get(&listener)
-            .map(|s: &ListenerSecurity| s.protocol);
+            .map(|s: &ListenerSecurity| s.protocol)
+            .or_else(|| {
+                (listener == controller_listener_name && controller_tls.is_some())
+                    .then_some(SecurityProtocol::Ssl)
+            });
         if setting == "max.connection.creation.rate" {
             if protocol.is_none() {
                 return Err(ConfigError::new(
@@ -219,23 +251,100 @@ pub fn parse(
             ));
         }
     }
-    if protocols
-        .get(controller_listener_name)
-        .is_some_and(|p| *p != SecurityProtocol::Plaintext)
-    {
+    let inter_broker_listener = inter_broker_listener(
+        properties,
+        listeners,
+        controller_listener_name,
+        &secured,
+        broker,
+    )?;
+    let inter_broker_login = match secured.get(&inter_broker_listener) {
+        Some(security) if broker => Some(inter_broker_login(
+            properties,
+            &inter_broker_listener,
+            security,
+        )?),
+        _ => None,
+    };
+    let size_key = "sasl.server.max.receive.size";
+    let sasl_server_max_receive_size = match properties.get(size_key) {
+        Some(text) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ConfigError::new(size_key, text, "expected a positive byte count"))?,
+        None => 524_288,
+    };
+    Ok(SecurityConfig {
+        listeners: secured,
+        inter_broker_listener,
+        inter_broker_login,
+        controller_tls,
+        sasl_server_max_receive_size,
+        authorizer: parse_authorizer(properties)?,
+    })
+}
+
+/// The quorum listener's TLS (`listener.name.<controller>.ssl.*` over `ssl.*`): the listener
+/// must require client certificates, since Raft RPCs, brokers' controller calls and the CLI's
+/// voter changes all arrive there; members connect to each other with the same keystore and
+/// truststore.
+fn controller_tls(
+    properties: &BTreeMap<String, String>,
+    listener: &str,
+) -> Result<TlsSettings, ConfigError> {
+    let tls = tls_listener(properties, listener)?;
+    if tls.client_auth != ClientAuth::Required {
+        let key = format!(
+            "listener.name.{}.ssl.client.auth",
+            listener.to_ascii_lowercase()
+        );
         return Err(ConfigError::new(
-            "listener.security.protocol.map",
-            properties
-                .get("listener.security.protocol.map")
-                .map_or("", String::as_str),
+            &key,
+            "",
             format!(
-                "the quorum's listener {controller_listener_name} is PLAINTEXT (its gRPC has no \
-                 TLS or SASL yet): map it to PLAINTEXT and keep it on a trusted network"
+                "the quorum's listener {listener} is SSL and must require client certificates: \
+                 set {key}=required (with ssl.truststore.location, the CA of the nodes' and \
+                 admins' certificates)"
             ),
         ));
     }
+    Ok(tls)
+}
+
+/// The listener brokers talk to each other on: `inter.broker.listener.name`, or the listener
+/// named after `security.inter.broker.protocol` (Kafka's older key; a listener with that
+/// protocol when none is named after it); unset, the first PLAINTEXT listener (Kafka's default
+/// protocol), else the first listener. Both keys set must agree.
+fn inter_broker_listener(
+    properties: &BTreeMap<String, String>,
+    listeners: &[Listener],
+    controller_listener_name: &str,
+    secured: &BTreeMap<String, ListenerSecurity>,
+    broker: bool,
+) -> Result<String, ConfigError> {
     let key = "inter.broker.listener.name";
-    let inter_broker_listener = match properties.get(key) {
+    let protocol_key = "security.inter.broker.protocol";
+    let clients = || {
+        listeners
+            .iter()
+            .filter(|l| l.name != controller_listener_name)
+    };
+    let by_protocol = match properties.get(protocol_key) {
+        None => None,
+        Some(text) => Some(SecurityProtocol::from_name(text).ok_or_else(|| {
+            ConfigError::new(
+                protocol_key,
+                text,
+                format!(
+                    "not a security protocol (Kafka's are {})",
+                    SecurityProtocol::ALL.map(SecurityProtocol::name).join(", ")
+                ),
+            )
+        })?),
+    };
+    let name = match properties.get(key) {
         Some(name) => {
             let name = name.trim().to_ascii_uppercase();
             if broker && !secured.contains_key(&name) {
@@ -250,50 +359,223 @@ pub fn parse(
             }
             name
         }
-        // Kafka's default is the listener named after security.inter.broker.protocol
-        // (PLAINTEXT); here the first PLAINTEXT listener, so that a broker with a SASL
-        // listener and a plain one works without the key.
-        None => listeners
-            .iter()
-            .filter(|l| l.name != controller_listener_name)
-            .find(|l| secured.get(&l.name).map(|s| s.protocol) == Some(SecurityProtocol::Plaintext))
-            .or_else(|| {
-                listeners
-                    .iter()
-                    .find(|l| l.name != controller_listener_name)
-            })
-            .map_or_else(String::new, |l| l.name.clone()),
+        None => match by_protocol {
+            Some(protocol) => {
+                let named = clients().find(|l| l.name == protocol.name());
+                let found = named.or_else(|| {
+                    clients().find(|l| secured.get(&l.name).map(|s| s.protocol) == Some(protocol))
+                });
+                match found {
+                    Some(listener) => listener.name.clone(),
+                    None if !broker => String::new(),
+                    None => {
+                        return Err(ConfigError::new(
+                            protocol_key,
+                            protocol.name(),
+                            format!(
+                                "no listener of this broker is {}: add one to listeners, or \
+                                 name the inter-broker listener in {key}",
+                                protocol.name()
+                            ),
+                        ));
+                    }
+                }
+            }
+            None => clients()
+                .find(|l| {
+                    secured.get(&l.name).map(|s| s.protocol) == Some(SecurityProtocol::Plaintext)
+                })
+                .or_else(|| clients().next())
+                .map_or_else(String::new, |l| l.name.clone()),
+        },
     };
     if broker
-        && let Some(security) = secured.get(&inter_broker_listener)
-        && security.protocol != SecurityProtocol::Plaintext
+        && let Some(protocol) = by_protocol
+        && let Some(security) = secured.get(&name)
+        && security.protocol != protocol
     {
         return Err(ConfigError::new(
-            key,
-            &inter_broker_listener,
+            protocol_key,
+            protocol.name(),
             format!(
-                "brokers do not authenticate to each other yet: the inter-broker listener is \
-                 {} here; add a PLAINTEXT listener on a trusted network and name it in {key}",
+                "the inter-broker listener {name} ({key}) is {}: remove {protocol_key} (Kafka \
+                 refuses both keys set)",
                 security.protocol.name()
             ),
         ));
     }
-    let size_key = "sasl.server.max.receive.size";
-    let sasl_server_max_receive_size = match properties.get(size_key) {
-        Some(text) => text
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| ConfigError::new(size_key, text, "expected a positive byte count"))?,
-        None => 524_288,
-    };
-    Ok(SecurityConfig {
-        listeners: secured,
-        inter_broker_listener,
-        sasl_server_max_receive_size,
-        authorizer: parse_authorizer(properties)?,
+    Ok(name)
+}
+
+/// How this broker logs in to the other brokers' inter-broker listener, as their client: the
+/// listener's name and the Kafka client keys that say how (`security.protocol`, `ssl.*`,
+/// `sasl.*`), which the broker's connections are opened with (`crate::inter_broker`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerLogin {
+    pub listener_name: String,
+    client_properties: BTreeMap<String, String>,
+}
+
+impl InterBrokerLogin {
+    /// The client keys (a password among them).
+    pub fn client_properties(&self) -> &BTreeMap<String, String> {
+        &self.client_properties
+    }
+}
+
+// The password and keys stay out of logs: only which keys are set is shown.
+impl std::fmt::Debug for InterBrokerLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerLogin")
+            .field("listener_name", &self.listener_name)
+            .field("keys", &self.client_properties.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The client side of the inter-broker listener, as Kafka's brokers derive it: TLS with the
+/// listener's own truststore (to verify the other brokers) and keystore (presented when they
+/// ask), `ssl.endpoint.identification.algorithm` (Kafka's default https: the certificate must
+/// name the host advertised); SASL with `sasl.mechanism.inter.broker.protocol` (default: the
+/// listener's one mechanism, when it enables one; Kafka's GSSAPI otherwise, refused) and the
+/// `username` and `password` of the listener's JAAS config for that mechanism.
+fn inter_broker_login(
+    properties: &BTreeMap<String, String>,
+    listener: &str,
+    security: &ListenerSecurity,
+) -> Result<InterBrokerLogin, ConfigError> {
+    let prefix = format!("listener.name.{}.", listener.to_ascii_lowercase());
+    let mut client = BTreeMap::new();
+    client.insert(
+        "security.protocol".to_owned(),
+        security.protocol.name().to_owned(),
+    );
+    if let Some(tls) = &security.tls {
+        match &tls.keystore {
+            KeyStore::File(path) => {
+                client.insert(
+                    "ssl.keystore.location".to_owned(),
+                    path.display().to_string(),
+                );
+            }
+            KeyStore::Inline {
+                certificate_chain,
+                key,
+            } => {
+                client.insert(
+                    "ssl.keystore.certificate.chain".to_owned(),
+                    certificate_chain.clone(),
+                );
+                client.insert("ssl.keystore.key".to_owned(), key.clone());
+            }
+        }
+        match &tls.truststore {
+            Some(PemSource::File(path)) => {
+                client.insert(
+                    "ssl.truststore.location".to_owned(),
+                    path.display().to_string(),
+                );
+            }
+            Some(PemSource::Inline(pem)) => {
+                client.insert("ssl.truststore.certificates".to_owned(), pem.clone());
+            }
+            None => {
+                return Err(ConfigError::new(
+                    "inter.broker.listener.name",
+                    listener,
+                    format!(
+                        "brokers connect to each other on {listener} over TLS and check the \
+                         other brokers' certificates against its truststore, which is unset: \
+                         set {prefix}ssl.truststore.location (the CA that signed the brokers' \
+                         certificates)"
+                    ),
+                ));
+            }
+        }
+        let algorithm = "ssl.endpoint.identification.algorithm";
+        if let Some(value) = properties
+            .get(&format!("{prefix}{algorithm}"))
+            .or_else(|| properties.get(algorithm))
+        {
+            client.insert(algorithm.to_owned(), value.trim().to_owned());
+        }
+    }
+    if security.protocol.is_sasl() {
+        let key = "sasl.mechanism.inter.broker.protocol";
+        let mechanism = match properties.get(key) {
+            Some(name) => {
+                let name = name.trim();
+                Mechanism::from_name(&name.to_ascii_uppercase())
+                    .filter(|m| security.mechanisms.contains(m))
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            key,
+                            name,
+                            format!(
+                                "not a mechanism the inter-broker listener {listener} enables \
+                                 ({})",
+                                mechanism_names(&security.mechanisms)
+                            ),
+                        )
+                    })?
+            }
+            None => match security.mechanisms.as_slice() {
+                [only] => *only,
+                _ => {
+                    return Err(ConfigError::new(
+                        key,
+                        "",
+                        format!(
+                            "the inter-broker listener {listener} enables {}: name the one \
+                             brokers log in to each other with (Kafka's default, GSSAPI, is \
+                             not served)",
+                            mechanism_names(&security.mechanisms)
+                        ),
+                    ));
+                }
+            },
+        };
+        let jaas_key = format!(
+            "{prefix}{}.sasl.jaas.config",
+            mechanism.name().to_ascii_lowercase()
+        );
+        let example = match mechanism {
+            Mechanism::Plain => "org.apache.kafka.common.security.plain.PlainLoginModule",
+            _ => "org.apache.kafka.common.security.scram.ScramLoginModule",
+        };
+        let missing = || {
+            ConfigError::new(
+                &jaas_key,
+                "(hidden)",
+                format!(
+                    "brokers log in to each other on {listener} with {mechanism}: set the \
+                     broker's own username and password there ({example} required \
+                     username=\"admin\" password=\"...\";)"
+                ),
+            )
+        };
+        let jaas = properties.get(&jaas_key).ok_or_else(missing)?;
+        let parsed = sasl::parse_jaas(jaas)
+            .map_err(|error| ConfigError::new(&jaas_key, "(hidden)", error.to_string()))?;
+        let (Some(username), Some(password)) = (parsed.username(), parsed.password()) else {
+            return Err(missing());
+        };
+        client.insert("sasl.mechanism".to_owned(), mechanism.name().to_owned());
+        client.insert("sasl.username".to_owned(), username.to_owned());
+        client.insert("sasl.password".to_owned(), password.to_owned());
+    }
+    Ok(InterBrokerLogin {
+        listener_name: listener.to_owned(),
+        client_properties: client,
     })
+}
+
+fn mechanism_names(mechanisms: &[Mechanism]) -> String {
+    mechanisms
+        .iter()
+        .map(|m| m.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Kafka's KRaft authorizer, whose ACLs live in the metadata quorum.
@@ -785,6 +1067,149 @@ mod tests {
     }
 
     #[test]
+    fn brokers_connect_to_each_other_as_clients_of_the_inter_broker_listener() {
+        let text = "SASL_SSL://localhost:9094,CONTROLLER://127.0.0.1:9093";
+        let all = listeners(text);
+        let broker_jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                           username=\"admin\" password=\"admin-secret\" \
+                           user_admin=\"admin-secret\";";
+        let scram_jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required \
+                          username=\"broker\" password=\"broker-secret\";";
+        let base = [
+            ("listeners", text),
+            ("ssl.keystore.location", "/etc/sluice/broker.pem"),
+            ("ssl.truststore.location", "/etc/sluice/ca.pem"),
+            (
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms",
+                "PLAIN,SCRAM-SHA-512",
+            ),
+            ("listener.name.sasl_ssl.plain.sasl.jaas.config", broker_jaas),
+            (
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config",
+                scram_jaas,
+            ),
+        ];
+        let parsed = |extra: &[(&str, &str)]| {
+            let mut props = properties(&base);
+            props.extend(properties(extra));
+            parse(&props, &all, "CONTROLLER", true)
+        };
+        // Two mechanisms: which one brokers use must be said (Kafka's default is GSSAPI).
+        let error = parsed(&[]).expect_err("two mechanisms");
+        assert!(error.to_string().contains("name the one"), "{error}");
+        assert_eq!(error.key, "sasl.mechanism.inter.broker.protocol");
+        let error = parsed(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256")])
+            .expect_err("not enabled");
+        assert!(
+            error.to_string().contains("PLAIN, SCRAM-SHA-512"),
+            "{error}"
+        );
+        let config = parsed(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512")])
+            .expect("SCRAM login");
+        let login = config.inter_broker_login.expect("a broker has a login");
+        assert_eq!(login.listener_name, "SASL_SSL");
+        let client = login.client_properties();
+        assert_eq!(client["security.protocol"], "SASL_SSL");
+        assert_eq!(client["sasl.mechanism"], "SCRAM-SHA-512");
+        assert_eq!(client["sasl.username"], "broker");
+        assert_eq!(client["sasl.password"], "broker-secret");
+        assert_eq!(client["ssl.truststore.location"], "/etc/sluice/ca.pem");
+        assert_eq!(client["ssl.keystore.location"], "/etc/sluice/broker.pem");
+        assert!(!client.contains_key("ssl.endpoint.identification.algorithm"));
+        // The password never reaches a log.
+        let shown = format!("{login:?}");
+        assert!(!shown.contains("broker-secret"), "{shown}");
+        let config = parsed(&[
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            ("ssl.endpoint.identification.algorithm", ""),
+            ("security.inter.broker.protocol", "sasl_ssl"),
+        ])
+        .expect("PLAIN login");
+        let login = config.inter_broker_login.expect("login");
+        assert_eq!(login.client_properties()["sasl.username"], "admin");
+        assert_eq!(
+            login.client_properties()["ssl.endpoint.identification.algorithm"],
+            ""
+        );
+        // Without a truststore a broker could not verify the others.
+        let mut props = properties(&base);
+        props.remove("ssl.truststore.location");
+        props.insert(
+            "sasl.mechanism.inter.broker.protocol".into(),
+            "PLAIN".into(),
+        );
+        let error = parse(&props, &all, "CONTROLLER", true).expect_err("no truststore");
+        assert!(error.to_string().contains("its truststore"), "{error}");
+        // security.inter.broker.protocol picks the listener by protocol; it must agree with
+        // inter.broker.listener.name.
+        let two =
+            "PLAINTEXT://127.0.0.1:9092,SASL_SSL://localhost:9094,CONTROLLER://127.0.0.1:9093";
+        let mut props = properties(&base);
+        props.insert("listeners".into(), two.into());
+        props.insert(
+            "sasl.mechanism.inter.broker.protocol".into(),
+            "PLAIN".into(),
+        );
+        props.insert("security.inter.broker.protocol".into(), "SASL_SSL".into());
+        let config = parse(&props, &listeners(two), "CONTROLLER", true).expect("by protocol");
+        assert_eq!(config.inter_broker_listener, "SASL_SSL");
+        props.insert("inter.broker.listener.name".into(), "PLAINTEXT".into());
+        let error = parse(&props, &listeners(two), "CONTROLLER", true).expect_err("disagree");
+        assert!(error.to_string().contains("is PLAINTEXT"), "{error}");
+        props.remove("inter.broker.listener.name");
+        let config = parse(&props, &listeners(two), "CONTROLLER", true).expect("agree");
+        assert_eq!(config.inter_broker_listener, "SASL_SSL");
+        // A PLAINTEXT inter-broker listener: plain connections, no credentials.
+        props.remove("security.inter.broker.protocol");
+        let config = parse(&props, &listeners(two), "CONTROLLER", true).expect("plaintext");
+        let login = config.inter_broker_login.expect("login");
+        assert_eq!(login.listener_name, "PLAINTEXT");
+        assert_eq!(
+            login.client_properties().keys().collect::<Vec<_>>(),
+            ["security.protocol"]
+        );
+    }
+
+    #[test]
+    fn the_quorum_listener_is_plaintext_or_mutual_tls() {
+        let text = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";
+        let all = listeners(text);
+        let parsed = |pairs: &[(&str, &str)]| {
+            let mut props = properties(pairs);
+            props.insert("listeners".into(), text.into());
+            parse(&props, &all, "CONTROLLER", true)
+        };
+        let tls = [
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            ),
+            ("ssl.keystore.location", "/etc/sluice/node.pem"),
+            ("ssl.truststore.location", "/etc/sluice/ca.pem"),
+        ];
+        let error = parsed(&tls).expect_err("client certificates not required");
+        assert!(
+            error
+                .to_string()
+                .contains("must require client certificates")
+        );
+        assert_eq!(error.key, "listener.name.controller.ssl.client.auth");
+        let mut required = tls.to_vec();
+        required.push(("listener.name.controller.ssl.client.auth", "required"));
+        let config = parsed(&required).expect("mutual TLS");
+        let controller = config.controller_tls.clone().expect("controller TLS");
+        assert_eq!(controller.client_auth, ClientAuth::Required);
+        assert!(config.listener("PLAINTEXT").tls.is_none());
+        let error = parsed(&[(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
+        )])
+        .expect_err("SASL on the quorum");
+        assert!(error.to_string().contains("SASL is not served"), "{error}");
+        assert!(parsed(&[]).expect("plaintext").controller_tls.is_none());
+    }
+
+    #[test]
     fn what_sluice_does_not_serve_stops_the_node() {
         let text = "SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093";
         let all = listeners(text);
@@ -801,13 +1226,13 @@ mod tests {
             "OAUTHBEARER is not implemented",
         );
         refused(&[("sasl.enabled.mechanisms", "PLAIN")], "names no users");
-        // The only listener is SASL: brokers would have to authenticate to each other.
+        // The only listener is SASL: brokers log in to each other, and need their own login.
         refused(
             &[
                 ("sasl.enabled.mechanisms", "PLAIN"),
                 ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
             ],
-            "brokers do not authenticate to each other yet",
+            "set the broker's own username and password there",
         );
         // SASL settings of a PLAINTEXT listener would do nothing.
         let plain = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";

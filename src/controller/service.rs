@@ -111,6 +111,22 @@ pub enum ControllerRequest {
     DeleteAcls(Vec<super::AclFilterRecord>),
 }
 
+impl ControllerRequest {
+    /// The operation on the cluster a caller needs for this call, as Kafka's controllers
+    /// authorize them: voter changes ALTER, the quorum's status DESCRIBE, and what brokers
+    /// send (for requests their listeners authorized) CLUSTER_ACTION.
+    pub fn cluster_operation(&self) -> crate::security::acl::Operation {
+        use crate::security::acl::Operation;
+        match self {
+            ControllerRequest::AddVoter { .. } | ControllerRequest::RemoveVoter { .. } => {
+                Operation::Alter
+            }
+            ControllerRequest::DescribeQuorum => Operation::Describe,
+            _ => Operation::ClusterAction,
+        }
+    }
+}
+
 /// What `sluice cluster status` shows: the quorum as its leader sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuorumDescription {
@@ -294,7 +310,16 @@ pub struct ControllerService {
     /// round, which `suspected` wakes.
     suspects: Mutex<HashSet<BrokerId>>,
     suspected: tokio::sync::Notify,
+    /// Who may make which call (the node's quorum access); unset: everyone.
+    caller_check: std::sync::OnceLock<CallerCheck>,
 }
+
+/// Whether a caller may do an operation on the cluster; why not, for the caller.
+pub type CallerCheck = Arc<
+    dyn Fn(&sluice_raft::transport::Peer, crate::security::acl::Operation) -> Result<(), String>
+        + Send
+        + Sync,
+>;
 
 #[derive(Default)]
 struct Sessions {
@@ -318,7 +343,13 @@ impl ControllerService {
             probe_after: Mutex::new(None),
             suspects: Mutex::new(HashSet::new()),
             suspected: tokio::sync::Notify::new(),
+            caller_check: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Installs who may make which call (once; later calls are ignored).
+    pub fn set_caller_check(&self, check: CallerCheck) {
+        let _ = self.caller_check.set(check);
     }
 
     /// Turns on probing: a broker that missed its heartbeat for `after` has its listeners
@@ -1019,10 +1050,21 @@ pub(crate) async fn refuses_connection(
 }
 
 impl CallHandler for ControllerService {
-    fn handle(&self, payload: Vec<u8>) -> CallFuture<'_> {
+    fn handle(&self, peer: sluice_raft::transport::Peer, payload: Vec<u8>) -> CallFuture<'_> {
         Box::pin(async move {
             let response = match bincode::deserialize::<ControllerRequest>(&payload) {
-                Ok(request) => self.handle_request(request).await,
+                Ok(request) => {
+                    let allowed = match self.caller_check.get() {
+                        Some(check) => check(&peer, request.cluster_operation()),
+                        None => Ok(()),
+                    };
+                    match allowed {
+                        Ok(()) => self.handle_request(request).await,
+                        Err(message) => {
+                            ApiError::new(KafkaError::ClusterAuthorizationFailed, message).into()
+                        }
+                    }
+                }
                 Err(error) => ApiError::new(
                     KafkaError::InvalidRequest,
                     format!("undecodable controller request: {error}"),

@@ -6,6 +6,7 @@
 
 mod http;
 mod lifecycle;
+mod quorum_access;
 
 use http::serve_http;
 use lifecycle::{broker_lifecycle, controlled_shutdown};
@@ -155,7 +156,44 @@ impl Node {
         quorum_config.election_timeout_min_ms = (election_ms / 2).max(5);
         quorum_config.election_timeout_max_ms = election_ms.max(10);
         quorum_config.heartbeat_interval_ms = (election_ms / 5).max(5);
+        // An SSL quorum listener: mutual TLS between members, brokers and the CLI.
+        let controller_tls = match &config.security.controller_tls {
+            Some(settings) => {
+                let name = &config.controller_listener_name;
+                let tls = Arc::new(load_listener_tls(name, settings)?);
+                let verify_hostname = endpoint_identification(&config.properties, name);
+                let client = crate::security::tls::client_config(
+                    settings.truststore.as_ref(),
+                    Some(&settings.keystore),
+                    verify_hostname,
+                )
+                .map_err(|e| NodeError::Config(format!("TLS listener {name}: {e}")))?;
+                let served = Arc::clone(&tls);
+                quorum_config.tls = Some(sluice_raft::transport::QuorumTls {
+                    server: Arc::new(move || served.server.server_config()),
+                    client,
+                });
+                Some(tls)
+            }
+            None => None,
+        };
         let quorum = Arc::new(Quorum::start(quorum_config).await?);
+        let metrics = Arc::new(Metrics::default());
+        // Who may use the quorum listener (Raft RPCs, controller calls, voter changes).
+        let quorum_access = Arc::new(quorum_access::QuorumAccess::new(
+            controller_tls.as_ref().map(|tls| tls.principals.clone()),
+            crate::broker::authorizer::Authorizer::new(
+                config.security.authorizer.clone(),
+                crate::controller::client::ImageWatch::new(Arc::clone(&quorum)),
+                Arc::clone(&metrics),
+            ),
+        ));
+        if controller_tls.is_some() {
+            let access = Arc::clone(&quorum_access);
+            quorum.set_raft_gate(Arc::new(move |peer| {
+                access.check(peer, crate::security::acl::Operation::ClusterAction)
+            }));
+        }
         let defaults = Defaults {
             partitions: config.num_partitions,
             replication_factor: config.default_replication_factor,
@@ -169,12 +207,24 @@ impl Node {
         controller.probe_silent_brokers(
             Duration::from_millis(config.broker_heartbeat_interval_ms) + Duration::from_millis(250),
         );
+        {
+            let access = Arc::clone(&quorum_access);
+            controller.set_caller_check(Arc::new(move |peer, operation| {
+                access.check(peer, operation)
+            }));
+        }
         quorum.set_call_handler(controller.clone());
         let mut tasks = vec![
             tokio::spawn(Arc::clone(&controller).run_session_timer()),
             tokio::spawn(Arc::clone(&controller).run_liveness_watch()),
             tokio::spawn(Arc::clone(&controller).run_reassignments()),
         ];
+        if let Some(tls) = &controller_tls {
+            tasks.push(tokio::spawn(reload_certificates(
+                config.controller_listener_name.clone(),
+                Arc::clone(tls),
+            )));
+        }
         if config.auto_leader_rebalance_enable {
             let settings = crate::controller::service::LeaderRebalance {
                 interval: Duration::from_secs(config.leader_imbalance_check_interval_seconds),
@@ -201,7 +251,6 @@ impl Node {
             config.properties.clone(),
             Arc::clone(&broker_epoch),
         ));
-        let metrics = Arc::new(Metrics::default());
         let readiness = Arc::new(Readiness::default());
         if config.roles.broker {
             tasks.push(tokio::spawn(Arc::clone(&readiness).follow(
@@ -217,13 +266,25 @@ impl Node {
             tasks.push(tokio::spawn(
                 Arc::clone(&replicas).follow_images(quorum.images()),
             ));
-            // Followers fetch and brokers call each other on the inter-broker listener.
-            let client_listener = config.security.inter_broker_listener.clone();
+            // Followers fetch and brokers call each other on the inter-broker listener, as
+            // its clients.
+            let inter_broker = match &config.security.inter_broker_login {
+                Some(login) => crate::inter_broker::InterBrokerClient::new(
+                    login,
+                    &format!("broker-{broker_id}"),
+                )
+                .map_err(NodeError::Config)?,
+                None => {
+                    return Err(NodeError::Config(
+                        "a broker needs a Kafka listener to talk to the other brokers on".into(),
+                    ));
+                }
+            };
             tasks.push(tokio::spawn(crate::replica::fetcher::run(
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
                 crate::replica::fetcher::FetcherSettings {
-                    listener_name: client_listener.clone(),
+                    inter_broker: inter_broker.clone(),
                     fetch_max_bytes: config.replica_fetch_max_bytes,
                     response_max_bytes: config.replica_fetch_response_max_bytes,
                     wait_max_ms: config.replica_fetch_wait_max_ms,
@@ -284,7 +345,7 @@ impl Node {
                 images.clone(),
                 controller.clone(),
                 Arc::clone(&producer_ids),
-                client_listener.clone(),
+                inter_broker.clone(),
             );
             tasks.extend(transactions.start());
             warn_about_the_anonymous_principal(&config);
@@ -298,7 +359,7 @@ impl Node {
                 fetch_sessions: FetchSessionCache::default(),
                 groups: groups.clone(),
                 transactions,
-                peers: crate::broker::peers::Peers::new(client_listener.clone()),
+                peers: crate::broker::peers::Peers::new(inter_broker.clone()),
                 controller,
                 authorizer: crate::broker::authorizer::Authorizer::new(
                     config.security.authorizer.clone(),
@@ -471,35 +532,80 @@ impl Node {
     }
 }
 
-/// With an authorizer, the brokers call each other on the PLAINTEXT inter-broker listener as
-/// `User:ANONYMOUS`, as every client of a PLAINTEXT listener is: said once at start, since a
-/// mistake either stops replication or opens the cluster.
+/// With an authorizer, says once at start who brokers are to each other, since a mistake
+/// either stops replication or opens the cluster: on a PLAINTEXT (or SSL without client
+/// certificates) listener every client is `User:ANONYMOUS`, brokers included; on a SASL
+/// listener a broker is its login's user, which needs CLUSTER_ACTION (super.users, or an ACL).
 fn warn_about_the_anonymous_principal(config: &ServerConfig) {
     let Some(authorizer) = &config.security.authorizer else {
         return;
     };
-    let plaintext: Vec<&str> = config
+    let anonymous = crate::server::session::ANONYMOUS;
+    let unauthenticated: Vec<&str> = config
         .security
         .listeners
         .iter()
-        .filter(|(_, security)| !security.protocol.is_sasl())
+        .filter(|(_, security)| {
+            !security.protocol.is_sasl()
+                && security
+                    .tls
+                    .as_ref()
+                    .is_none_or(|tls| tls.client_auth == crate::config::tls::ClientAuth::None)
+        })
         .map(|(name, _)| name.as_str())
         .collect();
-    let anonymous = crate::server::session::ANONYMOUS;
-    if authorizer.super_users.contains(anonymous) {
+    if authorizer.super_users.contains(anonymous) && !unauthenticated.is_empty() {
         tracing::warn!(
-            listeners = ?plaintext,
-            "{anonymous} is a super user: every client of these PLAINTEXT listeners may do \
-             everything; keep them on a private network"
-        );
-    } else {
-        tracing::warn!(
-            inter_broker_listener = %config.security.inter_broker_listener,
-            "brokers fetch from each other as {anonymous} on the PLAINTEXT inter-broker \
-             listener: grant it CLUSTER_ACTION on the cluster (an ACL, or super.users), or \
-             replication and transaction markers are refused"
+            listeners = ?unauthenticated,
+            "{anonymous} is a super user: every client of these listeners, which do not \
+             authenticate, may do everything; keep them on a private network"
         );
     }
+    let listener = &config.security.inter_broker_listener;
+    let login_user = config
+        .security
+        .inter_broker_login
+        .as_ref()
+        .and_then(|login| login.client_properties().get("sasl.username"));
+    match login_user {
+        Some(user) => {
+            let principal = format!("User:{user}");
+            if !authorizer.super_users.contains(principal.as_str()) {
+                tracing::warn!(
+                    inter_broker_listener = %listener,
+                    %principal,
+                    "brokers log in to each other as {principal}: grant it CLUSTER_ACTION on \
+                     the cluster (an ACL, or super.users), or replication and transaction \
+                     markers are refused"
+                );
+            }
+        }
+        None if unauthenticated.contains(&listener.as_str())
+            && !authorizer.super_users.contains(anonymous) =>
+        {
+            tracing::warn!(
+                inter_broker_listener = %listener,
+                "brokers fetch from each other as {anonymous} on the inter-broker listener, \
+                 which does not authenticate: grant it CLUSTER_ACTION on the cluster (an ACL, \
+                 or super.users), or replication and transaction markers are refused"
+            );
+        }
+        None => {}
+    }
+}
+
+/// Whether a TLS client checks the name in the server's certificate, from
+/// `ssl.endpoint.identification.algorithm` (the listener's own, else the node's): Kafka's
+/// default `https` checks it; empty does not.
+fn endpoint_identification(properties: &BTreeMap<String, String>, listener: &str) -> bool {
+    let key = "ssl.endpoint.identification.algorithm";
+    properties
+        .get(&format!(
+            "listener.name.{}.{key}",
+            listener.to_ascii_lowercase()
+        ))
+        .or_else(|| properties.get(key))
+        .is_none_or(|value| !value.trim().is_empty())
 }
 
 /// A TLS listener's certificates and principal rules, loaded at start: a bad file stops the

@@ -25,13 +25,14 @@ use sluice_raft::records::BrokerId;
 
 use super::{Partition, ReplicaManager};
 use crate::client::Connection;
+use crate::inter_broker::InterBrokerClient;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
 #[derive(Debug, Clone)]
 pub struct FetcherSettings {
-    /// The listener whose endpoints followers connect to (the inter-broker listener).
-    pub listener_name: String,
+    /// How followers connect to their leaders (the inter-broker listener, as its clients).
+    pub inter_broker: InterBrokerClient,
     /// `replica.fetch.max.bytes`: per partition.
     pub fetch_max_bytes: i32,
     /// `replica.fetch.response.max.bytes`
@@ -156,11 +157,16 @@ async fn fetch_from(
         let conn = match connection.as_mut() {
             Some(conn) => conn,
             None => {
-                let Some(addr) = leader_address(&quorum, leader, &settings.listener_name) else {
+                let listener = settings.inter_broker.listener_name();
+                let Some(addr) = leader_address(&quorum, leader, listener) else {
                     tokio::time::sleep(backoff).await;
                     continue;
                 };
-                match Connection::connect(&addr, Duration::from_secs(30)).await {
+                match settings
+                    .inter_broker
+                    .connect(&addr, Duration::from_secs(30))
+                    .await
+                {
                     Ok(conn) => connection.insert(conn),
                     Err(error) => {
                         replicas.leader_lost(leader);

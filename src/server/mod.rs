@@ -355,6 +355,16 @@ async fn serve_connection(
         )
         .await;
     };
+    // A connection that never sends a byte is no failed handshake: the controller's liveness
+    // watch holds one to every broker listener, and sends nothing. It is closed quietly.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1..)) => {}
+        Ok(_) | Err(_) => {
+            tracing::debug!(%peer, "TLS listener: connection closed before any byte");
+            return Ok(());
+        }
+    }
     let accepted =
         tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.server.acceptor().accept(stream))
             .await

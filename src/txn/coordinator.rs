@@ -16,6 +16,7 @@ use super::{ProducerIdManager, TxnConfig};
 use crate::controller::client::{ControllerClient, ImageWatch};
 use crate::coordinator::host::{Host, InternalTopic};
 use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock};
+use crate::inter_broker::InterBrokerClient;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{ApiError, KafkaError};
 use crate::replica::ReplicaManager;
@@ -39,8 +40,8 @@ pub struct TxnCoordinator {
     host: Arc<Host<TxnShard>>,
     producer_ids: Arc<ProducerIdManager>,
     controller: ControllerClient,
-    /// The listener other brokers serve WriteTxnMarkers on (the inter-broker listener).
-    listener_name: String,
+    /// How markers reach the other brokers (the inter-broker listener, as its clients).
+    inter_broker: InterBrokerClient,
     jobs: mpsc::UnboundedSender<MarkerJob>,
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<MarkerJob>>>,
 }
@@ -52,7 +53,7 @@ impl TxnCoordinator {
         images: ImageWatch,
         controller: ControllerClient,
         producer_ids: Arc<ProducerIdManager>,
-        listener_name: String,
+        inter_broker: InterBrokerClient,
     ) -> Arc<TxnCoordinator> {
         let config = Arc::new(config);
         let runtime = Runtime::new(
@@ -111,7 +112,7 @@ impl TxnCoordinator {
             host,
             producer_ids,
             controller,
-            listener_name,
+            inter_broker,
             jobs,
             jobs_rx: Mutex::new(Some(jobs_rx)),
         })
@@ -129,7 +130,7 @@ impl TxnCoordinator {
             tasks.push(super::markers::start(
                 Arc::downgrade(self),
                 jobs,
-                self.listener_name.clone(),
+                self.inter_broker.clone(),
             ));
         }
         tasks

@@ -25,6 +25,7 @@ use super::coordinator::TxnCoordinator;
 use super::shard::MarkerJob;
 use super::state::TxnResult;
 use crate::client::Connection;
+use crate::inter_broker::InterBrokerClient;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 
@@ -74,15 +75,15 @@ enum Event {
 pub fn start(
     coordinator: Weak<TxnCoordinator>,
     jobs: mpsc::UnboundedReceiver<MarkerJob>,
-    listener_name: String,
+    inter_broker: InterBrokerClient,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(dispatch(coordinator, jobs, listener_name))
+    tokio::spawn(dispatch(coordinator, jobs, inter_broker))
 }
 
 async fn dispatch(
     coordinator: Weak<TxnCoordinator>,
     mut jobs: mpsc::UnboundedReceiver<MarkerJob>,
-    listener_name: String,
+    inter_broker: InterBrokerClient,
 ) {
     let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
     let mut tracked: HashMap<u64, Tracked> = HashMap::new();
@@ -222,7 +223,7 @@ async fn dispatch(
                 tokio::spawn(send_to(
                     Arc::downgrade(&coordinator),
                     leader,
-                    listener_name.clone(),
+                    inter_broker.clone(),
                     rx,
                     events_tx.clone(),
                 ));
@@ -257,7 +258,7 @@ fn unit_of(job: u64, t: &Tracked, partition: TopicPartition) -> Unit {
 async fn send_to(
     coordinator: Weak<TxnCoordinator>,
     broker: i32,
-    listener_name: String,
+    inter_broker: InterBrokerClient,
     mut units: mpsc::UnboundedReceiver<Unit>,
     events: mpsc::UnboundedSender<Event>,
 ) {
@@ -272,14 +273,7 @@ async fn send_to(
         }
         let outcome = match coordinator.upgrade() {
             Some(coordinator) => {
-                send_batch(
-                    &coordinator,
-                    broker,
-                    &listener_name,
-                    &mut connection,
-                    &batch,
-                )
-                .await
+                send_batch(&coordinator, broker, &inter_broker, &mut connection, &batch).await
             }
             None => return,
         };
@@ -309,7 +303,7 @@ type MarkerKey = (i64, i16, bool, i32);
 async fn send_batch(
     coordinator: &TxnCoordinator,
     broker: i32,
-    listener_name: &str,
+    inter_broker: &InterBrokerClient,
     connection: &mut Option<Connection>,
     batch: &[Unit],
 ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
@@ -317,9 +311,10 @@ async fn send_batch(
         Some(conn) if !conn.is_closed() => conn,
         _ => {
             let addr = coordinator
-                .broker_address(broker, listener_name)
+                .broker_address(broker, inter_broker.listener_name())
                 .ok_or(KafkaError::BrokerNotAvailable)?;
-            let conn = Connection::connect(&addr, Duration::from_secs(10))
+            let conn = inter_broker
+                .connect(&addr, Duration::from_secs(10))
                 .await
                 .map_err(|error| {
                     tracing::debug!(broker, %error, "cannot reach a broker for transaction markers");

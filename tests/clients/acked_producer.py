@@ -10,6 +10,10 @@ import sys
 
 from confluent_kafka import Producer
 
+from client_env import with_client_config
+
+(Producer,) = with_client_config(Producer)
+
 BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
 
 

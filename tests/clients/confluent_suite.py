@@ -13,6 +13,10 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
                                    ConfigResource, ConfigSource, NewPartitions,
                                    NewTopic)
 
+from client_env import with_client_config
+
+Producer, Consumer, AdminClient = with_client_config(Producer, Consumer, AdminClient)
+
 BOOTSTRAP = sys.argv[1]
 CASE = sys.argv[2]
 

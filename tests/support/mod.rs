@@ -359,6 +359,9 @@ pub struct Cluster {
     pub nodes: Vec<ClusterNode>,
     /// The storage fault hook is armed on every node (`start_with_write_faults`).
     write_faults: bool,
+    /// The Kafka clients' settings (librdkafka keys, as JSON) the Python suites and the acked
+    /// producer add to their own, in `SLUICE_CLIENT_CONFIG`: a secured cluster's credentials.
+    pub client_config: Option<String>,
 }
 
 pub struct ClusterNode {
@@ -386,6 +389,22 @@ impl Cluster {
     /// then makes writes to the logs it names fail with an I/O error.
     pub fn start_with_write_faults(count: u64, voters: u64, overrides: &[&str]) -> Cluster {
         Cluster::start_armed(count, voters, overrides, true)
+    }
+
+    /// `count` voters whose Kafka listener is named `listener` (its protocol and security in
+    /// `overrides`); the Python clients connect with `client_config` (librdkafka keys, JSON).
+    pub fn start_secured(
+        count: u64,
+        listener: &str,
+        overrides: &[&str],
+        client_config: &str,
+    ) -> Cluster {
+        let mut all = vec![format!("@listener={listener}")];
+        all.extend(overrides.iter().map(|o| o.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let mut cluster = Cluster::start_armed(count, count, &all, false);
+        cluster.client_config = Some(client_config.to_owned());
+        cluster
     }
 
     /// From now on, writes on node `index` to the logs of `topic_partitions` (`topic-N`) fail.
@@ -462,9 +481,14 @@ impl Cluster {
             .join(",");
         // The nodes share the machine's CPUs: their threads float (thread.affinity=false), as
         // the three-node example configs say.
+        // A secured cluster names its Kafka listener (`@listener=NAME`, from start_secured).
+        let listener = overrides
+            .iter()
+            .find_map(|o| o.strip_prefix("@listener="))
+            .unwrap_or("PLAINTEXT");
         for node in &nodes {
             let mut text = format!(
-                "node.id={}\nlisteners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}\n\
+                "node.id={}\nlisteners={listener}://127.0.0.1:{},CONTROLLER://127.0.0.1:{}\n\
                  controller.quorum.voters={voters}\nhttp.listener=127.0.0.1:{}\nlog.dirs={}\n\
                  controller.quorum.election.timeout.ms=500\nbroker.session.timeout.ms=3000\n\
                  broker.heartbeat.interval.ms=300\nreplica.fetch.backoff.ms=100\n\
@@ -478,7 +502,7 @@ impl Cluster {
             if node.id > voter_count {
                 text.push_str("process.roles=broker\n");
             }
-            for o in overrides {
+            for o in overrides.iter().filter(|o| !o.starts_with('@')) {
                 text.push_str(o);
                 text.push('\n');
             }
@@ -488,6 +512,7 @@ impl Cluster {
             dir,
             nodes,
             write_faults,
+            client_config: None,
         };
         for index in 0..cluster.nodes.len() {
             cluster.start_node(index);
@@ -634,9 +659,12 @@ pub fn suite_on_cluster(cluster: &Cluster, script: &str, case: &str, extra: &[&s
     let bootstrap = cluster.bootstrap();
     let mut args = vec![script, bootstrap.as_str(), case];
     args.extend_from_slice(extra);
-    let output = Command::new("python3")
-        .args(&args)
-        .current_dir(clients_dir())
+    let mut command = Command::new("python3");
+    command.args(&args).current_dir(clients_dir());
+    if let Some(config) = &cluster.client_config {
+        command.env("SLUICE_CLIENT_CONFIG", config);
+    }
+    let output = command
         .output()
         .unwrap_or_else(|e| panic!("running python3: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -662,8 +690,25 @@ pub struct AckedProducer {
 
 impl AckedProducer {
     pub fn start(bootstrap: &str, topic: &str) -> AckedProducer {
+        AckedProducer::start_with(bootstrap, topic, None)
+    }
+
+    /// On `cluster`, with its clients' settings.
+    pub fn start_on(cluster: &Cluster, topic: &str) -> AckedProducer {
+        AckedProducer::start_with(
+            &cluster.bootstrap(),
+            topic,
+            cluster.client_config.as_deref(),
+        )
+    }
+
+    pub fn start_with(bootstrap: &str, topic: &str, client_config: Option<&str>) -> AckedProducer {
         use std::io::BufRead;
-        let mut child = Command::new("python3")
+        let mut command = Command::new("python3");
+        if let Some(config) = client_config {
+            command.env("SLUICE_CLIENT_CONFIG", config);
+        }
+        let mut child = command
             .args(["acked_producer.py", bootstrap, topic])
             .current_dir(clients_dir())
             .stdout(Stdio::piped())
