@@ -8,16 +8,20 @@
 //! TLS listeners (SSL, SASL_SSL) take Kafka's `ssl.*` keys, per listener
 //! (`listener.name.<listener>.ssl.*`) or for all; `config::tls` holds what they say.
 //!
+//! OAUTHBEARER listeners take Kafka's validator settings; `config::oauthbearer` reads them.
+//!
 //! What Sluice does not serve stops the node here, never a listener that says more than it
-//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI and OAUTHBEARER, SASL or TLS between
-//! brokers, settings that would have no effect on the listener they name.
+//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI, SASL or TLS between brokers, settings
+//! that would have no effect on the listener they name.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::Listener;
 use super::registry::ConfigError;
 use super::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 use crate::security::acl::AuthorizerConfig;
+use crate::security::oauth::BearerValidator;
 use crate::security::sasl::{self, Mechanism};
 
 /// Kafka's security protocols.
@@ -76,6 +80,8 @@ pub struct ListenerSecurity {
     pub tls: Option<TlsSettings>,
     /// `connections.max.reauth.ms` (SASL listeners; 0: sessions never expire).
     pub connections_max_reauth_ms: u64,
+    /// OAUTHBEARER's validator, when the listener enables it (shared by its connections).
+    pub oauthbearer: Option<Arc<BearerValidator>>,
 }
 
 impl ListenerSecurity {
@@ -86,6 +92,7 @@ impl ListenerSecurity {
             plain_users: BTreeMap::new(),
             tls: None,
             connections_max_reauth_ms: 0,
+            oauthbearer: None,
         }
     }
 }
@@ -126,6 +133,7 @@ pub fn is_served_listener_key(key: &str) -> bool {
         || setting == "connections.max.reauth.ms"
         || setting == "max.connection.creation.rate"
         || TLS_KEYS.contains(&setting)
+        || super::oauthbearer::is_served_listener_setting(setting)
     {
         return true;
     }
@@ -173,6 +181,7 @@ pub fn parse(
              remove the key",
         ));
     }
+    super::oauthbearer::check_keys_apply(properties, &secured)?;
     // SASL or TLS settings of a listener that does not use them would have no effect:
     // refused, so that nobody believes such a listener authenticates or encrypts.
     for key in properties.keys().filter(|k| is_served_listener_key(k)) {
@@ -657,7 +666,7 @@ fn sasl_listener(
                 text,
                 format!(
                     "SASL mechanism {name} is not implemented (listener {listener}): Sluice \
-                     serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512"
+                     serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER"
                 ),
             )
         })?;
@@ -707,12 +716,19 @@ fn sasl_listener(
             ));
         }
     }
+    let oauthbearer = if mechanisms.contains(&Mechanism::OAuthBearer) {
+        let validator = super::oauthbearer::listener_validator(properties, listener)?;
+        Some(Arc::new(validator))
+    } else {
+        None
+    };
     Ok(ListenerSecurity {
         protocol: SecurityProtocol::SaslPlaintext,
         mechanisms,
         plain_users,
         tls: None,
         connections_max_reauth_ms: reauth_ms(properties, listener)?,
+        oauthbearer,
     })
 }
 
@@ -798,7 +814,7 @@ mod tests {
         refused(&[], "GSSAPI is not implemented");
         refused(
             &[("sasl.enabled.mechanisms", "OAUTHBEARER")],
-            "OAUTHBEARER is not implemented",
+            "has no JAAS config",
         );
         refused(&[("sasl.enabled.mechanisms", "PLAIN")], "names no users");
         // The only listener is SASL: brokers would have to authenticate to each other.
