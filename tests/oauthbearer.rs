@@ -54,7 +54,10 @@ fn unsecured_token(sub: &str, exp: u64) -> String {
     format!(
         "{}.{}.",
         part(r#"{"alg":"none"}"#),
-        part(&format!(r#"{{"sub":"{sub}","iat":{},"exp":{exp}}}"#, now_s()))
+        part(&format!(
+            r#"{{"sub":"{sub}","iat":{},"exp":{exp}}}"#,
+            now_s()
+        ))
     )
 }
 
@@ -104,7 +107,10 @@ fn assert_refused(port: u16, token: &str) {
         "{challenge:?}"
     );
     let failed = authenticate(&mut client, b"\x01");
-    assert_eq!(failed.error_code, 58, "SASL_AUTHENTICATION_FAILED: {failed:?}");
+    assert_eq!(
+        failed.error_code, 58,
+        "SASL_AUTHENTICATION_FAILED: {failed:?}"
+    );
     assert_eq!(
         failed.error_message.as_deref(),
         Some(r#"{"status":"invalid_token"}"#)
@@ -243,7 +249,8 @@ enum Signer {
 impl Signer {
     /// The test-only RSA key of `src/security/oauth/testdata` (ring cannot make RSA keys).
     fn rsa() -> Signer {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/security/oauth/testdata/rsa-2048.pem");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/security/oauth/testdata/rsa-2048.pem");
         let pem = std::fs::read_to_string(path).expect("RSA test key");
         let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
         let der = STANDARD.decode(body).expect("base64");
@@ -289,8 +296,13 @@ impl Signer {
         let signature = match self {
             Signer::Rsa(key) => {
                 let mut out = vec![0; key.public().modulus_len()];
-                key.sign(&signature::RSA_PKCS1_SHA256, &rng, input.as_bytes(), &mut out)
-                    .expect("sign");
+                key.sign(
+                    &signature::RSA_PKCS1_SHA256,
+                    &rng,
+                    input.as_bytes(),
+                    &mut out,
+                )
+                .expect("sign");
                 out
             }
             Signer::Ec(key) => key
@@ -356,7 +368,10 @@ fn signed_tokens_are_checked_against_the_jwks_file() {
     let good = rsa.sign("rsa-1", &claims("alice", "kafka", exp));
     let (header, rest) = good.split_once('.').expect("jws");
     let (_, signature) = rest.split_once('.').expect("jws");
-    let forged = format!("{header}.{}.{signature}", part(&claims("admin", "kafka", exp)));
+    let forged = format!(
+        "{header}.{}.{signature}",
+        part(&claims("admin", "kafka", exp))
+    );
     let forged_file = write("forged", &forged);
     let expired = rsa.sign("rsa-1", &claims("alice", "kafka", now_s() - 120));
     let expired_file = write("expired", &expired);

@@ -459,9 +459,7 @@ impl SaslSettings {
     /// or read now).
     pub fn client(&self) -> std::result::Result<SaslClient, SaslError> {
         match &self.secret {
-            Secret::Password(password) => {
-                SaslClient::new(self.mechanism, &self.username, password)
-            }
+            Secret::Password(password) => SaslClient::new(self.mechanism, &self.username, password),
             Secret::Bearer(BearerSource::Unsecured(login)) => {
                 SaslClient::oauthbearer(&login.token(unix_ms()), login.extensions())
             }
@@ -475,7 +473,9 @@ impl SaslSettings {
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// A token file's content, trimmed, bounded before it is read whole.
@@ -489,7 +489,9 @@ fn read_token(path: &std::path::Path) -> std::result::Result<String, SaslError> 
         .read_to_string(&mut text)
         .map_err(|error| bad(error.to_string()))?;
     if text.len() > OAUTHBEARER_TOKEN_BYTES_MAX {
-        return Err(bad(format!("more than {OAUTHBEARER_TOKEN_BYTES_MAX} bytes")));
+        return Err(bad(format!(
+            "more than {OAUTHBEARER_TOKEN_BYTES_MAX} bytes"
+        )));
     }
     let token = text.trim();
     if token.is_empty() {
@@ -592,7 +594,9 @@ fn bearer_settings(config: &ClientConfig) -> Result<SaslSettings> {
     }
     if let Some(text) = config.get("sasl.oauthbearer.config") {
         const KEY: &str = "sasl.oauthbearer.config";
-        let enabled = config.get("enable.sasl.oauthbearer.unsecure.jwt").map(str::trim);
+        let enabled = config
+            .get("enable.sasl.oauthbearer.unsecure.jwt")
+            .map(str::trim);
         if !enabled.is_some_and(|e| e.eq_ignore_ascii_case("true")) {
             return Err(config_error(
                 KEY,
@@ -643,7 +647,9 @@ fn bearer_settings(config: &ClientConfig) -> Result<SaslSettings> {
 /// The file of a `file:` URL (`file:///path`, `file:/path`, host `localhost`).
 fn token_file_path(url: &str) -> std::result::Result<PathBuf, String> {
     let Some((scheme, rest)) = url.split_once(':') else {
-        return Err(format!("{url:?} is not a URL: expected file:///path/to/token"));
+        return Err(format!(
+            "{url:?} is not a URL: expected file:///path/to/token"
+        ));
     };
     if !scheme.eq_ignore_ascii_case("file") {
         return Err(format!(
@@ -1741,10 +1747,16 @@ mod tests {
         .expect("sasl");
         assert_eq!(settings.mechanism, Mechanism::OAuthBearer);
         assert_eq!(settings.username, "alice");
-        assert!(matches!(settings.bearer(), Some(BearerSource::Unsecured(_))));
+        assert!(matches!(
+            settings.bearer(),
+            Some(BearerSource::Unsecured(_))
+        ));
         let mut client = settings.client().expect("a client");
         let first = String::from_utf8(client.first_message()).unwrap();
-        assert!(first.starts_with("n,,\x01auth=Bearer eyJhbGciOiJub25lIn0."), "{first:?}");
+        assert!(
+            first.starts_with("n,,\x01auth=Bearer eyJhbGciOiJub25lIn0."),
+            "{first:?}"
+        );
         // librdkafka's, which needs its switch.
         let settings = bearer(&[
             ("sasl.oauthbearer.config", "principal=bob"),
@@ -1755,7 +1767,10 @@ mod tests {
         assert_eq!(settings.username, "bob");
         let (key, reason) = config_reason(bearer(&[("sasl.oauthbearer.config", "principal=bob")]));
         assert_eq!(key, "sasl.oauthbearer.config");
-        assert!(reason.contains("enable.sasl.oauthbearer.unsecure.jwt=true"), "{reason}");
+        assert!(
+            reason.contains("enable.sasl.oauthbearer.unsecure.jwt=true"),
+            "{reason}"
+        );
         // Kafka's token file, read per connection.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
@@ -1788,7 +1803,10 @@ mod tests {
                 "no HTTP client",
             ),
             (
-                vec![("sasl.oauthbearer.token.endpoint.url", "file:///no/such/token")],
+                vec![(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "file:///no/such/token",
+                )],
                 "sasl.oauthbearer.token.endpoint.url",
                 "No such file",
             ),

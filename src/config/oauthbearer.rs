@@ -107,7 +107,9 @@ pub fn listener_validator(
         ));
     }
     let handler_key = format!("{prefix}{HANDLER_SETTING}");
-    let handler = properties.get(&handler_key).map_or("", |class| class.trim());
+    let handler = properties
+        .get(&handler_key)
+        .map_or("", |class| class.trim());
     let settings = match handler {
         "" | UNSECURED_VALIDATOR_CLASS => ValidatorSettings::Unsecured(
             UnsecuredSettings::from_jaas_options(&parsed.options)
@@ -176,8 +178,8 @@ fn jwks_settings(
         .filter(|audience| !audience.is_empty())
         .map(str::to_owned)
         .collect();
-    let expected_issuer = Some(text("sasl.oauthbearer.expected.issuer", ""))
-        .filter(|issuer| !issuer.is_empty());
+    let expected_issuer =
+        Some(text("sasl.oauthbearer.expected.issuer", "")).filter(|issuer| !issuer.is_empty());
     let clock_skew_seconds = match get(properties, listener, "sasl.oauthbearer.clock.skew.seconds")
     {
         None => 30,
@@ -195,7 +197,11 @@ fn jwks_settings(
         if let Some((key, value)) = get(properties, listener, setting)
             && value.parse::<i64>().ok().is_none_or(|ms| ms < 0)
         {
-            return Err(ConfigError::new(&key, &value, "expected milliseconds (0 or more)"));
+            return Err(ConfigError::new(
+                &key,
+                &value,
+                "expected milliseconds (0 or more)",
+            ));
         }
     }
     Ok(JwksSettings {
@@ -214,7 +220,9 @@ fn jwks_settings(
 fn jwks_path(key: &str, url: &str) -> Result<PathBuf, ConfigError> {
     let refused = |reason: String| ConfigError::new(key, url, reason);
     let Some((scheme, rest)) = url.split_once(':') else {
-        return Err(refused("not a URL: expected file:///path/to/jwks.json".into()));
+        return Err(refused(
+            "not a URL: expected file:///path/to/jwks.json".into(),
+        ));
     };
     match scheme.to_ascii_lowercase().as_str() {
         "file" => {}
@@ -278,8 +286,8 @@ pub fn check_keys_apply(
             let Some((listener, setting)) = rest.split_once('.') else {
                 continue;
             };
-            let is_oauthbearer = setting.starts_with("oauthbearer.")
-                || setting.starts_with("sasl.oauthbearer.");
+            let is_oauthbearer =
+                setting.starts_with("oauthbearer.") || setting.starts_with("sasl.oauthbearer.");
             if !is_oauthbearer {
                 continue;
             }
@@ -302,9 +310,14 @@ pub fn check_keys_apply(
                     ),
                 ));
             }
-            let jwks_key = JWKS_KEYS.contains(&setting.strip_prefix("oauthbearer.").unwrap_or(setting));
+            let jwks_key =
+                JWKS_KEYS.contains(&setting.strip_prefix("oauthbearer.").unwrap_or(setting));
             if jwks_key && !uses_jwks(security) {
-                return Err(ConfigError::new(key, "(hidden)", unsecured_reason(&listener)));
+                return Err(ConfigError::new(
+                    key,
+                    "(hidden)",
+                    unsecured_reason(&listener),
+                ));
             }
         } else if JWKS_KEYS.contains(&key.as_str()) && !secured.values().any(uses_jwks) {
             let reason = match secured
@@ -388,7 +401,10 @@ mod tests {
         // Naming Kafka's default class is the same.
         let config = config(&[(JAAS_KEY, MODULE), (HANDLER_KEY, UNSECURED_VALIDATOR_CLASS)])
             .expect("explicit");
-        assert!(matches!(validator(&config), ValidatorSettings::Unsecured(_)));
+        assert!(matches!(
+            validator(&config),
+            ValidatorSettings::Unsecured(_)
+        ));
         assert_eq!(
             config.listener("SASL_PLAINTEXT").mechanisms,
             [Mechanism::OAuthBearer]
@@ -400,7 +416,10 @@ mod tests {
         let config = config(&[
             (JAAS_KEY, MODULE),
             (HANDLER_KEY, JWKS_VALIDATOR_CLASS),
-            ("sasl.oauthbearer.jwks.endpoint.url", "file:///etc/global.json"),
+            (
+                "sasl.oauthbearer.jwks.endpoint.url",
+                "file:///etc/global.json",
+            ),
             (
                 "listener.name.sasl_plaintext.oauthbearer.sasl.oauthbearer.jwks.endpoint.url",
                 "file:///etc/sluice/jwks.json",
@@ -451,7 +470,10 @@ mod tests {
         let jwks = [
             (JAAS_KEY, MODULE),
             (HANDLER_KEY, JWKS_VALIDATOR_CLASS),
-            ("sasl.oauthbearer.jwks.endpoint.url", "file:///etc/jwks.json"),
+            (
+                "sasl.oauthbearer.jwks.endpoint.url",
+                "file:///etc/jwks.json",
+            ),
         ];
         let with = |extra: &[(&'static str, &'static str)]| {
             let mut all = jwks.to_vec();
@@ -506,7 +528,10 @@ mod tests {
         );
         // JWKS settings the unsecured validator would ignore, as Kafka's does silently.
         refused(
-            &[(JAAS_KEY, MODULE), ("sasl.oauthbearer.expected.audience", "kafka")],
+            &[
+                (JAAS_KEY, MODULE),
+                ("sasl.oauthbearer.expected.audience", "kafka"),
+            ],
             "sasl.oauthbearer.expected.audience",
             "unsecured validator",
         );
@@ -533,7 +558,10 @@ mod tests {
     #[test]
     fn oauthbearer_settings_of_a_listener_without_it_are_refused() {
         let error = config(&[
-            ("listener.name.sasl_plaintext.sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+                "PLAIN",
+            ),
             (
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config",
                 "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b\";",
@@ -542,14 +570,23 @@ mod tests {
         ])
         .expect_err("OAUTHBEARER is not enabled");
         assert_eq!(error.key, JAAS_KEY);
-        assert!(error.reason.contains("does not enable OAUTHBEARER"), "{error}");
+        assert!(
+            error.reason.contains("does not enable OAUTHBEARER"),
+            "{error}"
+        );
         let error = config(&[
-            ("listener.name.sasl_plaintext.sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+                "PLAIN",
+            ),
             (
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config",
                 "org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b\";",
             ),
-            ("sasl.oauthbearer.jwks.endpoint.url", "file:///etc/jwks.json"),
+            (
+                "sasl.oauthbearer.jwks.endpoint.url",
+                "file:///etc/jwks.json",
+            ),
         ])
         .expect_err("no listener uses it");
         assert!(error.reason.contains("no listener of this node"), "{error}");

@@ -349,7 +349,10 @@ impl Node {
                 // does not start), or the warning that unsecured tokens are taken.
                 if let Some(validator) = &security.oauthbearer {
                     validator.start(&listener_config.name).map_err(|e| {
-                        NodeError::Config(format!("OAUTHBEARER listener {}: {e}", listener_config.name))
+                        NodeError::Config(format!(
+                            "OAUTHBEARER listener {}: {e}",
+                            listener_config.name
+                        ))
                     })?;
                 }
                 let tls = match &security.tls {

@@ -203,7 +203,11 @@ pub trait CredentialStore {
     /// OAUTHBEARER: the token's principal and expiry if the listener's validator accepts
     /// `token` at `now_ms` (UNIX milliseconds). A store without a validator refuses every
     /// token.
-    fn validate_bearer_token(&self, token: &str, now_ms: u64) -> Result<BearerToken, TokenRejection> {
+    fn validate_bearer_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+    ) -> Result<BearerToken, TokenRejection> {
         let _ = (token, now_ms);
         Err(TokenRejection::invalid_token(
             "no OAUTHBEARER validator is configured".into(),

@@ -29,8 +29,7 @@ use crate::controller::sasl_mechanism;
 use crate::metrics::Metrics;
 use crate::protocol::errors::KafkaError;
 use crate::security::sasl::{
-    BearerToken, CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential,
-    TokenRejection,
+    BearerToken, CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential, TokenRejection,
 };
 use sluice_raft::image::MetadataImage;
 
@@ -189,7 +188,9 @@ impl Session {
         };
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
         match server.step(token, &credentials, now_ms) {
             Ok(Exchange::Continue(challenge)) => {
                 self.authentication = waiting(server);
@@ -375,7 +376,11 @@ struct Credentials<'a> {
 }
 
 impl CredentialStore for Credentials<'_> {
-    fn validate_bearer_token(&self, token: &str, now_ms: u64) -> Result<BearerToken, TokenRejection> {
+    fn validate_bearer_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+    ) -> Result<BearerToken, TokenRejection> {
         match &self.listener.oauthbearer {
             Some(validator) => validator.validate(token, now_ms),
             None => Err(TokenRejection::invalid_token(
@@ -417,7 +422,10 @@ mod tests {
         assert_eq!(session_lifetime_ms(None, None, now), None);
         assert_eq!(session_lifetime_ms(Some(60_000), None, now), Some(60_000));
         // connections.max.reauth.ms unset: the token alone bounds the session (Kafka).
-        assert_eq!(session_lifetime_ms(None, Some(now + 3_000), now), Some(3_000));
+        assert_eq!(
+            session_lifetime_ms(None, Some(now + 3_000), now),
+            Some(3_000)
+        );
         assert_eq!(
             session_lifetime_ms(Some(60_000), Some(now + 3_000), now),
             Some(3_000)

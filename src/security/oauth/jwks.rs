@@ -104,9 +104,15 @@ impl Curve {
 #[derive(Clone, PartialEq, Eq)]
 enum KeyMaterial {
     /// Big-endian modulus and exponent, leading zeros removed.
-    Rsa { n: Vec<u8>, e: Vec<u8> },
+    Rsa {
+        n: Vec<u8>,
+        e: Vec<u8>,
+    },
     /// The uncompressed point, `04 || x || y`.
-    Ec { curve: Curve, point: Vec<u8> },
+    Ec {
+        curve: Curve,
+        point: Vec<u8>,
+    },
     Ed25519(Vec<u8>),
 }
 
@@ -152,10 +158,7 @@ impl KeySet {
             .and_then(Value::as_array)
             .ok_or("no \"keys\" array")?;
         if entries.len() > JWKS_KEYS_MAX {
-            return Err(format!(
-                "{} keys, more than {JWKS_KEYS_MAX}",
-                entries.len()
-            ));
+            return Err(format!("{} keys, more than {JWKS_KEYS_MAX}", entries.len()));
         }
         let mut keys = Vec::new();
         let mut skipped = Vec::new();
@@ -290,9 +293,12 @@ impl Algorithm {
     fn fits(self, key: &KeyMaterial) -> bool {
         match (self, key) {
             (Algorithm::Rsa(_), KeyMaterial::Rsa { .. }) => true,
-            (Algorithm::Ecdsa(_, curve), KeyMaterial::Ec { curve: key_curve, .. }) => {
-                curve == *key_curve
-            }
+            (
+                Algorithm::Ecdsa(_, curve),
+                KeyMaterial::Ec {
+                    curve: key_curve, ..
+                },
+            ) => curve == *key_curve,
             (Algorithm::Ed25519, KeyMaterial::Ed25519(_)) => true,
             _ => false,
         }
@@ -401,9 +407,11 @@ fn check_claims(
     now_ms: u64,
 ) -> Result<BearerToken, String> {
     // jose4j reads a NumericDate as whole seconds.
-    let date_ms = |name: &str| -> Result<Option<i64>, String> {
-        Ok(jwt::seconds(claims, name)?.map(|seconds| (seconds.trunc() as i64).saturating_mul(1000)))
-    };
+    let date_ms =
+        |name: &str| -> Result<Option<i64>, String> {
+            Ok(jwt::seconds(claims, name)?
+                .map(|seconds| (seconds.trunc() as i64).saturating_mul(1000)))
+        };
     let expires_at_ms = date_ms("exp")?.ok_or("no Expiration Time (exp) claim present")?;
     let issued_at_ms = date_ms("iat")?.ok_or("no Issued At (iat) claim present")?;
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
@@ -829,13 +837,19 @@ pub(crate) mod tests {
             );
             // Without a kid, the keys that fit the algorithm are tried.
             let token = signer.sign(alg, None, &claims(""));
-            assert!(validate_signed(&token, &settings(), &set, NOW).is_ok(), "{alg}");
+            assert!(
+                validate_signed(&token, &settings(), &set, NOW).is_ok(),
+                "{alg}"
+            );
         }
         // The RSA key verifies RS384, RS512 and PS256 too.
         let (_, rsa) = &signers[0];
         for alg in ["RS384", "RS512", "PS256"] {
             let token = rsa.sign(alg, Some("RS256"), &claims(""));
-            assert!(validate_signed(&token, &settings(), &set, NOW).is_ok(), "{alg}");
+            assert!(
+                validate_signed(&token, &settings(), &set, NOW).is_ok(),
+                "{alg}"
+            );
         }
     }
 
@@ -849,11 +863,17 @@ pub(crate) mod tests {
         let (input, signature) = token.rsplit_once('.').unwrap();
         let (header, _) = input.split_once('.').unwrap();
         let forged = format!("{header}.{}.{signature}", part(&claims(r#","admin":true"#)));
-        refused(validate_signed(&forged, &settings(), &set, NOW), "does not verify");
+        refused(
+            validate_signed(&forged, &settings(), &set, NOW),
+            "does not verify",
+        );
         // A signature by another key under a kid of the set.
         let other = ec_signer("P-256");
         let token = other.sign("ES256", Some("e"), &claims(""));
-        refused(validate_signed(&token, &settings(), &set, NOW), "does not verify");
+        refused(
+            validate_signed(&token, &settings(), &set, NOW),
+            "does not verify",
+        );
         // A kid the set lacks: worth a re-read.
         let token = other.sign("ES256", Some("new"), &claims(""));
         assert!(matches!(
@@ -868,7 +888,10 @@ pub(crate) mod tests {
         ));
         // alg none, HMAC and a crit header.
         let unsigned = format!("{}.{}.", part(r#"{"alg":"none"}"#), part(&claims("")));
-        refused(validate_signed(&unsigned, &settings(), &set, NOW), "alg none");
+        refused(
+            validate_signed(&unsigned, &settings(), &set, NOW),
+            "alg none",
+        );
         let hmac = format!("{}.{}.c2ln", part(r#"{"alg":"HS256"}"#), part(&claims("")));
         refused(validate_signed(&hmac, &settings(), &set, NOW), "not served");
         let crit = format!(
@@ -907,7 +930,10 @@ pub(crate) mod tests {
         );
         assert!(validate_signed(&ok, &s, &set, NOW).is_ok());
         check(
-            format!(r#"{{"sub":"a","iss":"https://issuer","aud":"kafka","exp":{}}}"#, NOW_S + 9),
+            format!(
+                r#"{{"sub":"a","iss":"https://issuer","aud":"kafka","exp":{}}}"#,
+                NOW_S + 9
+            ),
             &s,
             "no Issued At",
         );
@@ -950,8 +976,16 @@ pub(crate) mod tests {
             &claims("").replace(r#""aud":["kafka","other"],"#, ""),
         );
         assert!(validate_signed(&token, &open, &set, NOW).is_ok());
-        check(claims("").replace(r#""sub":"alice""#, r#""sub":" ""#), &s, "non-blank");
-        check(claims("").replace(r#""sub":"alice""#, r#""sub":5"#), &s, "extract");
+        check(
+            claims("").replace(r#""sub":"alice""#, r#""sub":" ""#),
+            &s,
+            "non-blank",
+        );
+        check(
+            claims("").replace(r#""sub":"alice""#, r#""sub":5"#),
+            &s,
+            "extract",
+        );
         check(claims(r#","scope":["a","a"]"#), &s, "duplicates");
         // Another subject claim.
         let azp = JwksSettings {
@@ -988,16 +1022,16 @@ pub(crate) mod tests {
                 jwks(&[r#"{"kty":"oct","k":"c2VjcmV0"}"#.into()]),
                 "symmetric",
             ),
-            (
-                jwks(&vec![ec.jwk("e"); JWKS_KEYS_MAX + 1]),
-                "more than",
-            ),
+            (jwks(&vec![ec.jwk("e"); JWKS_KEYS_MAX + 1]), "more than"),
             (
                 jwks(&[r#"{"kty":"RSA","n":"AQAB","e":"AQAB"}"#.into()]),
                 "outside 2048..=8192",
             ),
             (
-                jwks(&[format!(r#"{{"kty":"RSA","n":"{}","e":"AQAB"}}"#, "A".repeat(5000))]),
+                jwks(&[format!(
+                    r#"{{"kty":"RSA","n":"{}","e":"AQAB"}}"#,
+                    "A".repeat(5000)
+                )]),
                 "too long",
             ),
         ] {
@@ -1018,18 +1052,26 @@ pub(crate) mod tests {
         assert_eq!(file.keys(start).unwrap().len(), 1, "read on first use");
         // Rotated: the new key is found after a miss, once the interval has passed.
         std::fs::write(&path, jwks(&[first.jwk("one"), second.jwk("two")])).unwrap();
-        assert!(file.refresh_after_miss(start).is_none(), "within the interval");
+        assert!(
+            file.refresh_after_miss(start).is_none(),
+            "within the interval"
+        );
         let later = start + JWKS_MISS_RELOAD_INTERVAL;
         assert_eq!(file.refresh_after_miss(later).expect("reloaded").len(), 2);
         // Unchanged: nothing read.
-        assert!(file.refresh_after_miss(later + JWKS_CHECK_INTERVAL).is_none());
+        assert!(
+            file.refresh_after_miss(later + JWKS_CHECK_INTERVAL)
+                .is_none()
+        );
         // A broken file keeps the old keys; the periodic check sees a change.
         std::fs::write(&path, "{broken").unwrap();
         let much_later = later + 3 * JWKS_CHECK_INTERVAL;
         assert_eq!(file.keys(much_later).unwrap().len(), 2);
         std::fs::write(&path, jwks(&[second.jwk("two")])).unwrap();
         assert_eq!(
-            file.keys(much_later + 2 * JWKS_CHECK_INTERVAL).unwrap().len(),
+            file.keys(much_later + 2 * JWKS_CHECK_INTERVAL)
+                .unwrap()
+                .len(),
             1
         );
         // Loading at start fails on a missing or oversized file.

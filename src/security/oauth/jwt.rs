@@ -79,7 +79,10 @@ fn json_object(part: &str, what: &str) -> Result<Map<String, Value>, String> {
 }
 
 /// A claim or header parameter that must be a string when present.
-pub(crate) fn string<'a>(map: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, String> {
+pub(crate) fn string<'a>(
+    map: &'a Map<String, Value>,
+    name: &str,
+) -> Result<Option<&'a str>, String> {
     match map.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),
@@ -134,14 +137,21 @@ pub(crate) mod tests {
 
     #[test]
     fn a_compact_serialization_splits_into_its_three_parts() {
-        let token = format!("{}.{}.sig", part(r#"{"alg":"none"}"#), part(r#"{"sub":"a"}"#));
+        let token = format!(
+            "{}.{}.sig",
+            part(r#"{"alg":"none"}"#),
+            part(r#"{"sub":"a"}"#)
+        );
         let jws = parse(&token).expect("valid");
         assert_eq!(jws.header["alg"], "none");
         assert_eq!(jws.claims["sub"], "a");
         assert_eq!(jws.signature_text, "sig");
         assert_eq!(jws.signing_input, &token[..token.len() - 4]);
         // Padding and the standard alphabet are read as Kafka reads them.
-        assert_eq!(decode_base64url("-_8=").unwrap(), decode_base64url("+/8").unwrap());
+        assert_eq!(
+            decode_base64url("-_8=").unwrap(),
+            decode_base64url("+/8").unwrap()
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! - `jwks`: the key set (parsing, ring verification), the signed-token checks, and the
 //!   watched file.
 
-mod jwt;
 pub mod jwks;
+mod jwt;
 pub mod unsecured;
 
 use std::fmt;
@@ -30,8 +30,7 @@ pub use unsecured::UnsecuredSettings;
 use crate::security::sasl::{BearerToken, TokenRejection};
 
 /// Kafka's default OAUTHBEARER server callback handler (unsigned tokens).
-pub const UNSECURED_VALIDATOR_CLASS: &str =
-    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler";
+pub const UNSECURED_VALIDATOR_CLASS: &str = "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler";
 /// Kafka's JWKS-checking server callback handler (KIP-768), as Kafka 3.4+ names it.
 pub const JWKS_VALIDATOR_CLASS: &str =
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler";

@@ -315,7 +315,10 @@ mod tests {
             ("unsecuredValidatorRequiredScope", "read write"),
             ("unsecuredValidatorScopeClaimName", "roles"),
             ("unsecuredValidatorPrincipalClaimName", "azp"),
-            ("unsecuredLoginStringClaim_sub", "broker: its own login, left alone"),
+            (
+                "unsecuredLoginStringClaim_sub",
+                "broker: its own login, left alone",
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -352,8 +355,11 @@ mod tests {
             let error = UnsecuredSettings::from_jaas_options(&options).expect_err(value);
             assert!(error.contains(key), "{error}");
         }
-        let options: BTreeMap<String, String> =
-            [("unsecuredValidatorAllowableClockSkewMs".to_owned(), " 250 ".to_owned())].into();
+        let options: BTreeMap<String, String> = [(
+            "unsecuredValidatorAllowableClockSkewMs".to_owned(),
+            " 250 ".to_owned(),
+        )]
+        .into();
         assert_eq!(
             UnsecuredSettings::from_jaas_options(&options)
                 .unwrap()

@@ -46,9 +46,13 @@ enum ClientState {
     Initial,
     AwaitOutcome,
     AwaitServerFirst,
-    AwaitServerFinal { server_signature: Vec<u8> },
+    AwaitServerFinal {
+        server_signature: Vec<u8>,
+    },
     /// OAUTHBEARER: the server refused the token with this error challenge.
-    Refused { challenge: String },
+    Refused {
+        challenge: String,
+    },
     Complete,
     Failed,
 }

@@ -78,9 +78,9 @@ pub fn parse_client_initial_response(
         return Err(malformed("a byte outside ASCII"));
     }
     let text = std::str::from_utf8(message).map_err(|_| malformed("not UTF-8"))?;
-    let rest = text.strip_prefix("n,").ok_or_else(|| {
-        malformed("the gs2 header is not \"n,\" (channel binding is not served)")
-    })?;
+    let rest = text
+        .strip_prefix("n,")
+        .ok_or_else(|| malformed("the gs2 header is not \"n,\" (channel binding is not served)"))?;
     let (authorization_id, rest) = match rest.strip_prefix("a=") {
         Some(after) => {
             let end = after
@@ -132,7 +132,11 @@ pub fn parse_client_initial_response(
     let (scheme, token) = auth
         .split_once(' ')
         .ok_or_else(|| malformed("invalid 'auth' format: no space after the scheme"))?;
-    if scheme.is_empty() || !scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+    if scheme.is_empty()
+        || !scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
         return Err(malformed("invalid 'auth' format: the scheme is not a word"));
     }
     if !scheme.eq_ignore_ascii_case("bearer") {
@@ -391,9 +395,8 @@ impl UnsecuredLogin {
                 },
             }
         }
-        let principal = principal.ok_or_else(|| {
-            bad_config("no principal=<name>: the token would name nobody".into())
-        })?;
+        let principal = principal
+            .ok_or_else(|| bad_config("no principal=<name>: the token would name nobody".into()))?;
         let mut claims = BTreeMap::new();
         claims.insert(principal_claim, Claim::String(principal.clone()));
         if let Some(scope) = scope {
@@ -529,25 +532,25 @@ mod tests {
         for message in [
             "",
             "n,,",
-            "n,,\x01auth=Bearer abc\x01",          // truncated: no final kvsep
-            "n,,auth=Bearer abc\x01\x01",          // no kvsep after the gs2 header
-            "n,,\x01auth=Bearer abc",              // no kvsep at all
-            "n,,\x01\x01",                         // no auth
-            "n,,\x01traceId=1\x01\x01",            // no auth, an extension only
-            "n,,\x01auth=Basic abc\x01\x01",       // another scheme
-            "n,,\x01auth=Bearer\x01\x01",          // no token
-            "n,,\x01auth=Bearer a b\x01\x01",      // a space in the token
-            "n,,\x01auth=Bearer a\"b\x01\x01",     // a character outside the token's set
+            "n,,\x01auth=Bearer abc\x01",    // truncated: no final kvsep
+            "n,,auth=Bearer abc\x01\x01",    // no kvsep after the gs2 header
+            "n,,\x01auth=Bearer abc",        // no kvsep at all
+            "n,,\x01\x01",                   // no auth
+            "n,,\x01traceId=1\x01\x01",      // no auth, an extension only
+            "n,,\x01auth=Basic abc\x01\x01", // another scheme
+            "n,,\x01auth=Bearer\x01\x01",    // no token
+            "n,,\x01auth=Bearer a b\x01\x01", // a space in the token
+            "n,,\x01auth=Bearer a\"b\x01\x01", // a character outside the token's set
             "n,,\x01auth=Bearer a\x01auth=Bearer b\x01\x01", // auth twice
             "n,,\x01auth=Bearer a\x01k=1\x01k=2\x01\x01", // an extension twice
             "n,,\x01auth=Bearer a\x01k1=1\x01\x01", // an extension name with a digit
-            "n,,\x01auth=Bearer a\x01k=\x01\x01",  // an empty extension value
+            "n,,\x01auth=Bearer a\x01k=\x01\x01", // an empty extension value
             "n,,\x01auth=Bearer a\x01noequals\x01\x01",
-            "y,,\x01auth=Bearer a\x01\x01",        // channel binding
+            "y,,\x01auth=Bearer a\x01\x01", // channel binding
             "p=tls-unique,,\x01auth=Bearer a\x01\x01",
             "n,a=al=ice,\x01auth=Bearer a\x01\x01", // a bad saslname escape
             "n,a=,\x01auth=Bearer a\x01\x01",
-            "n,a=alice\x01auth=Bearer a\x01\x01",  // the authzid not ended by ','
+            "n,a=alice\x01auth=Bearer a\x01\x01", // the authzid not ended by ','
             "n,,\x01auth=Bearer a\x01k=caf\u{e9}\x01\x01", // not ASCII
         ] {
             let result = parse(message);
@@ -681,9 +684,8 @@ mod tests {
             claims,
             r#"{"exp":6.000,"iat":1.000,"scope":["read","write"],"sub":"alice"}"#
         );
-        let login =
-            UnsecuredLogin::from_librdkafka_config("principal=svc principalClaimName=azp")
-                .expect("azp");
+        let login = UnsecuredLogin::from_librdkafka_config("principal=svc principalClaimName=azp")
+            .expect("azp");
         assert!(decode_claims(&login.token(0)).contains(r#""azp":"svc""#));
         for (text, needle) in [
             ("", "no principal"),

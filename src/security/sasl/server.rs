@@ -440,7 +440,8 @@ mod tests {
         make_final: impl FnOnce(&str) -> String,
     ) -> (SaslServer, Result<Exchange, SaslError>) {
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let server_first = continue_bytes(server.step(client_first.as_bytes(), store, NOW).unwrap());
+        let server_first =
+            continue_bytes(server.step(client_first.as_bytes(), store, NOW).unwrap());
         let server_first = String::from_utf8(server_first).unwrap();
         let client_final = make_final(&server_first);
         let result = server.step(client_final.as_bytes(), store, NOW);
@@ -455,7 +456,9 @@ mod tests {
         let server_first = server.step(client_first.as_bytes(), &store, NOW).unwrap();
         assert_eq!(server_first, Exchange::Continue(RFC_SERVER_FIRST.into()));
         assert!(!server.is_complete());
-        let done = server.step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW).unwrap();
+        let done = server
+            .step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW)
+            .unwrap();
         assert_eq!(
             done,
             Exchange::Done {
@@ -479,8 +482,7 @@ mod tests {
                 let client_final = client.step(&server_first).unwrap().unwrap();
                 let Exchange::Done {
                     response, username, ..
-                } =
-                    server.step(&client_final, &store, NOW).unwrap()
+                } = server.step(&client_final, &store, NOW).unwrap()
                 else {
                     panic!("server did not complete");
                 };
@@ -565,9 +567,15 @@ mod tests {
         let store = Users::rfc_7677();
         let mut server = SaslServer::with_server_nonce(Mechanism::ScramSha256, RFC_SERVER_NONCE);
         server
-            .step(format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(), &store, NOW)
+            .step(
+                format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(),
+                &store,
+                NOW,
+            )
             .unwrap();
-        server.step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW).unwrap();
+        server
+            .step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW)
+            .unwrap();
         // Replaying the final message to a completed server is refused and leaves it complete.
         let replay = server.step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW);
         assert!(
@@ -578,7 +586,11 @@ mod tests {
 
         let mut failed = SaslServer::new(Mechanism::ScramSha256);
         assert!(failed.step(b"garbage", &store, NOW).is_err());
-        let retry = failed.step(format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(), &store, NOW);
+        let retry = failed.step(
+            format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(),
+            &store,
+            NOW,
+        );
         assert!(
             matches!(retry, Err(SaslError::OutOfOrder { .. })),
             "{retry:?}"
@@ -721,7 +733,9 @@ mod tests {
         assert!(matches!(result, Ok(Exchange::Continue(_))), "{result:?}");
 
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let error = server.step(b"n,a=admin,n=user,r=abc", &store, NOW).unwrap_err();
+        let error = server
+            .step(b"n,a=admin,n=user,r=abc", &store, NOW)
+            .unwrap_err();
         assert_eq!(
             error.response_message(Mechanism::ScramSha256),
             "Authentication failed: Client requested an authorization id that is different \
@@ -835,7 +849,9 @@ mod tests {
     #[test]
     fn oauthbearer_accepts_a_valid_token_with_its_expiry() {
         let mut server = SaslServer::new(Mechanism::OAuthBearer);
-        let done = server.step(&bearer_message("", "good"), &Bearer, NOW).unwrap();
+        let done = server
+            .step(&bearer_message("", "good"), &Bearer, NOW)
+            .unwrap();
         assert_eq!(
             done,
             Exchange::Done {
@@ -869,10 +885,15 @@ mod tests {
     fn a_refused_token_gets_the_error_challenge_then_fails_with_it() {
         for (token, challenge) in [
             ("stale", r#"{"status":"invalid_token"}"#),
-            ("narrow", r#"{"status":"insufficient_scope", "scope":"[write]"}"#),
+            (
+                "narrow",
+                r#"{"status":"insufficient_scope", "scope":"[write]"}"#,
+            ),
         ] {
             let mut server = SaslServer::new(Mechanism::OAuthBearer);
-            let answer = server.step(&bearer_message("", token), &Bearer, NOW).unwrap();
+            let answer = server
+                .step(&bearer_message("", token), &Bearer, NOW)
+                .unwrap();
             assert_eq!(answer, Exchange::Continue(challenge.as_bytes().to_vec()));
             assert!(!server.is_complete());
             let error = server.step(&[KVSEP], &Bearer, NOW).unwrap_err();
@@ -882,12 +903,17 @@ mod tests {
             assert!(format!("{error:?}").contains("reason"), "{error:?}");
             // Single use.
             let again = server.step(&bearer_message("", "good"), &Bearer, NOW);
-            assert!(matches!(again, Err(SaslError::OutOfOrder { .. })), "{again:?}");
+            assert!(
+                matches!(again, Err(SaslError::OutOfOrder { .. })),
+                "{again:?}"
+            );
         }
         // Anything but %x01 after the challenge fails the exchange as malformed (a second
         // token in the same exchange is not taken).
         let mut server = SaslServer::new(Mechanism::OAuthBearer);
-        server.step(&bearer_message("", "stale"), &Bearer, NOW).unwrap();
+        server
+            .step(&bearer_message("", "stale"), &Bearer, NOW)
+            .unwrap();
         let error = server
             .step(&bearer_message("", "good"), &Bearer, NOW)
             .unwrap_err();
@@ -898,7 +924,9 @@ mod tests {
     #[test]
     fn oauthbearer_malformed_messages_and_stores_without_a_validator_are_refused() {
         let mut server = SaslServer::new(Mechanism::OAuthBearer);
-        let error = server.step(b"n,,auth=Bearer good", &Bearer, NOW).unwrap_err();
+        let error = server
+            .step(b"n,,auth=Bearer good", &Bearer, NOW)
+            .unwrap_err();
         assert_eq!(
             error.response_message(Mechanism::OAuthBearer),
             "Authentication failed during authentication due to invalid credentials with SASL \
@@ -907,7 +935,9 @@ mod tests {
         // The PLAIN/SCRAM store has no validator: every token gets the challenge.
         let store = Users::rfc_7677();
         let mut server = SaslServer::new(Mechanism::OAuthBearer);
-        let answer = server.step(&bearer_message("", "good"), &store, NOW).unwrap();
+        let answer = server
+            .step(&bearer_message("", "good"), &store, NOW)
+            .unwrap();
         assert_eq!(
             answer,
             Exchange::Continue(br#"{"status":"invalid_token"}"#.to_vec())
