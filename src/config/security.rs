@@ -120,8 +120,9 @@ impl SecurityConfig {
     }
 }
 
-/// Whether `key` is a per-listener key Sluice serves: `listener.name.<l>.sasl.enabled.mechanisms`
-/// or `listener.name.<l>.<mechanism>.sasl.jaas.config`.
+/// Whether `key` is a per-listener key Sluice serves: `listener.name.<l>.sasl.enabled.mechanisms`,
+/// `listener.name.<l>.<mechanism>.sasl.jaas.config`, the listener's TLS keys and its
+/// OAUTHBEARER validator settings (`config::oauthbearer`).
 pub fn is_served_listener_key(key: &str) -> bool {
     let Some(rest) = key.strip_prefix("listener.name.") else {
         return false;
