@@ -1,9 +1,9 @@
 //! SASL/OAUTHBEARER against real `sluice server` processes, configured as Kafka is:
 //!
 //! - a listener with Kafka's default (unsecured) validator: the broker warns once at start;
-//!   confluent-kafka logs in with librdkafka's built-in unsecured token, produces and
-//!   consumes, and keeps producing across sessions its 3 s tokens bound (KIP-368, with
-//!   `connections.max.reauth.ms` unset); the SDK's Admin logs in with Kafka's unsecured login
+//!   confluent-kafka and kcat log in with librdkafka's built-in unsecured token, produce and
+//!   consume, and confluent-kafka keeps producing across sessions its 3 s tokens bound
+//!   (KIP-368, with `connections.max.reauth.ms` unset); the SDK's Admin logs in with Kafka's unsecured login
 //!   options; a refused token gets RFC 7628's error challenge, then SASL_AUTHENTICATION_FAILED
 //!   with it, and a session past its token's expiry is closed.
 //! - a listener with Kafka's `OAuthBearerValidatorCallbackHandler` and a JWKS file: tokens
@@ -206,6 +206,45 @@ fn unsecured_tokens_log_in_third_party_clients_and_bound_their_sessions() {
         .gauge("sluice_sasl_reauthentications_total")
         .unwrap_or(0);
     assert!(renewed >= 1, "no session was renewed ({renewed})");
+
+    // kcat (Debian's librdkafka 2.0) with librdkafka's unsecured token.
+    let oauth = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanisms=OAUTHBEARER",
+        "-X",
+        "enable.sasl.oauthbearer.unsecure.jwt=true",
+        "-X",
+        "sasl.oauthbearer.config=principal=carol",
+    ];
+    let mut produce = vec!["-b", bootstrap.as_str(), "-t", "oauth-kcat", "-P"];
+    produce.extend_from_slice(&oauth);
+    let mut child = std::process::Command::new("kcat")
+        .args(&produce)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("kcat (scripts/test installs it)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"one\ntwo\nthree\n").expect("write");
+    }
+    assert!(child.wait().expect("kcat").success(), "kcat produce failed");
+    let mut consume = vec![
+        "-b",
+        bootstrap.as_str(),
+        "-t",
+        "oauth-kcat",
+        "-C",
+        "-e",
+        "-o",
+        "beginning",
+    ];
+    consume.extend_from_slice(&oauth);
+    let read = run_client(&node, "kcat", &consume);
+    assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two", "three"]);
+
     let logs = node.logs();
     assert!(
         logs.contains("SASL authentication failed") && logs.contains("Expiration Time"),
