@@ -129,7 +129,8 @@ impl Session {
             {
                 return Err(format!(
                     "a {api_key:?} request after the SASL session expired \
-                     (connections.max.reauth.ms) without re-authentication"
+                     (connections.max.reauth.ms, or its OAUTHBEARER token expired) without \
+                     re-authentication"
                 ));
             }
             // KIP-368: an authenticated client renews a session that ends on the same
