@@ -427,6 +427,7 @@ static SASL_SECURITY: std::sync::LazyLock<Arc<ListenerSecurity>> = std::sync::La
         plain_users: [("alice".to_owned(), "alice-secret".to_owned())].into(),
         tls: None,
         connections_max_reauth_ms: 0,
+        oauthbearer: None,
     })
 });
 

@@ -147,13 +147,13 @@ impl fmt::Debug for UserScramCredentialAlteration {
     }
 }
 
-/// Kafka's wire code of a SCRAM mechanism (`ScramMechanism.type()`); `None` for PLAIN, which
-/// has no stored credential.
+/// Kafka's wire code of a SCRAM mechanism (`ScramMechanism.type()`); `None` for PLAIN and
+/// OAUTHBEARER, which have no stored credential.
 pub(crate) fn scram_mechanism_code(mechanism: Mechanism) -> Option<i8> {
     match mechanism {
         Mechanism::ScramSha256 => Some(1),
         Mechanism::ScramSha512 => Some(2),
-        Mechanism::Plain => None,
+        Mechanism::Plain | Mechanism::OAuthBearer => None,
     }
 }
 
@@ -445,6 +445,7 @@ mod tests {
         assert_eq!(scram_mechanism_code(Mechanism::ScramSha256), Some(1));
         assert_eq!(scram_mechanism_code(Mechanism::ScramSha512), Some(2));
         assert_eq!(scram_mechanism_code(Mechanism::Plain), None);
+        assert_eq!(scram_mechanism_code(Mechanism::OAuthBearer), None);
         for mechanism in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
             let code = scram_mechanism_code(mechanism).unwrap();
             assert_eq!(scram_mechanism_of_code(code), Some(mechanism));

@@ -4,9 +4,10 @@
 //! keys the client does not know are logged once and otherwise ignored, as Java does.
 //!
 //! Security uses Kafka's keys too: `security.protocol` (PLAINTEXT, SASL_PLAINTEXT, SSL or
-//! SASL_SSL); for SASL `sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and the
-//! credentials in `sasl.jaas.config` as Java's clients take them, or in
-//! `sasl.username`/`sasl.password` as librdkafka's do ([`SaslSettings`]); for TLS the PEM
+//! SASL_SSL); for SASL `sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) and
+//! the credentials in `sasl.jaas.config` as Java's clients take them, or in
+//! `sasl.username`/`sasl.password` as librdkafka's do, and OAUTHBEARER's token sources
+//! ([`SaslSettings`], [`BearerSource`]); for TLS the PEM
 //! stores and `ssl.endpoint.identification.algorithm` ([`TlsSettings`]). Every TLS setting is
 //! read, and its files loaded, when the client is built, so a wrong path or a store Sluice
 //! cannot read is said then, naming its key, never at the first connection.
@@ -20,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::{Error, Result, io_reason};
-use crate::security::sasl::{Mechanism, SaslClient, SaslError, parse_jaas};
+use crate::security::sasl::{
+    Mechanism, OAUTHBEARER_TOKEN_BYTES_MAX, SaslClient, SaslError, UnsecuredLogin, parse_jaas,
+};
 use crate::security::tls::settings::{KeyStore, PemSource};
 use crate::security::tls::{PEM_BYTES_MAX, TlsError, client_config};
 
@@ -221,6 +224,11 @@ pub(crate) const COMMON_KEYS: &[&str] = &[
     "sasl.jaas.config",
     "sasl.username",
     "sasl.password",
+    "sasl.oauthbearer.config",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.login.callback.handler.class",
+    "sasl.oauthbearer.method",
 ];
 
 /// `a:1, b:2,,c:3` -> `["a:1", "b:2", "c:3"]`.
@@ -364,6 +372,11 @@ const SASL_KEYS: &[&str] = &[
     "sasl.jaas.config",
     "sasl.username",
     "sasl.password",
+    "sasl.oauthbearer.config",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.login.callback.handler.class",
+    "sasl.oauthbearer.method",
 ];
 
 /// How a client authenticates each connection it opens (`security.protocol` SASL_PLAINTEXT
@@ -372,8 +385,31 @@ const SASL_KEYS: &[&str] = &[
 #[derive(Clone)]
 pub(crate) struct SaslSettings {
     pub mechanism: Mechanism,
+    /// Who the client logs in as, for messages: the user, or what the token names.
     pub username: String,
-    password: String,
+    secret: Secret,
+}
+
+/// What proves the client's identity.
+#[derive(Clone)]
+enum Secret {
+    Password(String),
+    Bearer(BearerSource),
+}
+
+/// Where an OAUTHBEARER client's token comes from, read for each connection so a long-lived
+/// client never sends a token that has expired since it started.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum BearerSource {
+    /// An unsecured token made for each connection (Kafka's `unsecuredLogin*` JAAS options,
+    /// or librdkafka's `sasl.oauthbearer.config` with `enable.sasl.oauthbearer.unsecure.jwt`):
+    /// for brokers that accept unsecured tokens, i.e. tests.
+    Unsecured(UnsecuredLogin),
+    /// A token read from a file (Kafka's `sasl.oauthbearer.token.endpoint.url=file:///...`,
+    /// its `FileTokenRetriever`): something else (a sidecar, a cron job) fetches tokens from
+    /// the identity provider and writes them there; the SDK has no HTTP client. librdkafka
+    /// has no such key.
+    File(PathBuf),
 }
 
 // The password stays out of logs.
@@ -404,6 +440,10 @@ impl SaslSettings {
             return Ok(None);
         }
         let mechanism = mechanism(config)?;
+        if mechanism == Mechanism::OAuthBearer {
+            return bearer_settings(config).map(Some);
+        }
+        refuse_oauthbearer_keys(config, mechanism)?;
         let (key, username, password) = credentials(config, protocol)?;
         // The client checks what it can now (empty or oversized values, a NUL in PLAIN's):
         // the exchange itself is built afresh per connection.
@@ -412,13 +452,259 @@ impl SaslSettings {
         Ok(Some(SaslSettings {
             mechanism,
             username,
-            password,
+            secret: Secret::Password(password),
         }))
     }
 
-    /// A new client side of one exchange, for one connection.
+    /// The password (PLAIN and SCRAM).
+    #[cfg(test)]
+    fn password(&self) -> Option<&str> {
+        match &self.secret {
+            Secret::Password(password) => Some(password),
+            Secret::Bearer(_) => None,
+        }
+    }
+
+    /// The token source (OAUTHBEARER).
+    #[cfg(test)]
+    fn bearer(&self) -> Option<&BearerSource> {
+        match &self.secret {
+            Secret::Password(_) => None,
+            Secret::Bearer(source) => Some(source),
+        }
+    }
+
+    /// A new client side of one exchange, for one connection (OAUTHBEARER: with a token made
+    /// or read now).
     pub fn client(&self) -> std::result::Result<SaslClient, SaslError> {
-        SaslClient::new(self.mechanism, &self.username, &self.password)
+        match &self.secret {
+            Secret::Password(password) => SaslClient::new(self.mechanism, &self.username, password),
+            Secret::Bearer(BearerSource::Unsecured(login)) => {
+                SaslClient::oauthbearer(&login.token(unix_ms()), login.extensions())
+            }
+            Secret::Bearer(BearerSource::File(path)) => {
+                SaslClient::oauthbearer(&read_token(path)?, &[])
+            }
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// A token file's content, trimmed, bounded before it is read whole.
+fn read_token(path: &std::path::Path) -> std::result::Result<String, SaslError> {
+    let bad = |what: String| SaslError::BadConfig {
+        what: format!("OAUTHBEARER token file {}: {what}", path.display()),
+    };
+    let file = std::fs::File::open(path).map_err(|error| bad(error.to_string()))?;
+    let mut text = String::new();
+    file.take(OAUTHBEARER_TOKEN_BYTES_MAX as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| bad(error.to_string()))?;
+    if text.len() > OAUTHBEARER_TOKEN_BYTES_MAX {
+        return Err(bad(format!(
+            "more than {OAUTHBEARER_TOKEN_BYTES_MAX} bytes"
+        )));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(bad("empty".into()));
+    }
+    Ok(token.to_owned())
+}
+
+/// Kafka's login callback handler that reads `sasl.oauthbearer.token.endpoint.url` (3.4+),
+/// and its 3.1-3.3 name.
+const LOGIN_CALLBACK_HANDLERS: [&str; 2] = [
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+];
+
+/// OAUTHBEARER's token source: exactly one of Kafka's token file
+/// (`sasl.oauthbearer.token.endpoint.url=file:...`), Kafka's unsecured login (`sasl.jaas.config`
+/// with `unsecuredLogin*` options) or librdkafka's (`sasl.oauthbearer.config`). What would
+/// fetch a token over HTTP (an `https://` endpoint, librdkafka's `sasl.oauthbearer.method=oidc`,
+/// the client credentials) is refused: the SDK has no HTTP client.
+fn bearer_settings(config: &ClientConfig) -> Result<SaslSettings> {
+    for key in config.keys() {
+        let served = [
+            "sasl.oauthbearer.config",
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.oauthbearer.method",
+            "sasl.login.callback.handler.class",
+        ];
+        if key.starts_with("sasl.oauthbearer.") && !served.contains(&key) {
+            return Err(config_error(
+                key,
+                "is not served by the Sluice SDK, which has no HTTP client to fetch tokens with: \
+                 give the token in a file (sasl.oauthbearer.token.endpoint.url=file:///path), or \
+                 an unsecured one for tests"
+                    .into(),
+            ));
+        }
+    }
+    if let Some(method) = config.get("sasl.oauthbearer.method")
+        && !method.trim().eq_ignore_ascii_case("default")
+    {
+        return Err(config_error(
+            "sasl.oauthbearer.method",
+            format!(
+                "{method:?} is not served: the SDK has no HTTP client for OIDC; write the token \
+                 to a file and set sasl.oauthbearer.token.endpoint.url=file:///path"
+            ),
+        ));
+    }
+    let mut sources = Vec::new();
+    if let Some(url) = config.get("sasl.oauthbearer.token.endpoint.url") {
+        const KEY: &str = "sasl.oauthbearer.token.endpoint.url";
+        if let Some(handler) = config.get("sasl.login.callback.handler.class")
+            && !LOGIN_CALLBACK_HANDLERS.contains(&handler.trim())
+        {
+            return Err(config_error(
+                "sasl.login.callback.handler.class",
+                format!(
+                    "{handler:?}: the SDK loads no Java classes; its token file is read as \
+                     Kafka's {} reads it",
+                    LOGIN_CALLBACK_HANDLERS[0]
+                ),
+            ));
+        }
+        let path = token_file_path(url.trim()).map_err(|reason| config_error(KEY, reason))?;
+        read_token(&path).map_err(|error| config_error(KEY, sasl_reason(&error)))?;
+        let username = format!("the token in {}", path.display());
+        sources.push((KEY, username, BearerSource::File(path)));
+    } else if let Some(handler) = config.get("sasl.login.callback.handler.class") {
+        return Err(config_error(
+            "sasl.login.callback.handler.class",
+            format!(
+                "{handler:?} without sasl.oauthbearer.token.endpoint.url: the SDK reads a token \
+                 from the file that key names"
+            ),
+        ));
+    }
+    if let Some(value) = config.get("sasl.jaas.config") {
+        const KEY: &str = "sasl.jaas.config";
+        let jaas = parse_jaas(value).map_err(|error| config_error(KEY, sasl_reason(&error)))?;
+        if !jaas.login_module.ends_with("OAuthBearerLoginModule") {
+            return Err(config_error(
+                KEY,
+                format!(
+                    "login module {} is not OAUTHBEARER's \
+                     (org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule)",
+                    jaas.login_module
+                ),
+            ));
+        }
+        // With a token file the JAAS config only names the login module (its other options
+        // are the identity provider's, for an HTTP login the SDK does not make).
+        let unsecured = jaas.options.keys().any(|k| k.starts_with("unsecuredLogin"));
+        if unsecured || sources.is_empty() {
+            let login = UnsecuredLogin::from_jaas_options(&jaas.options)
+                .map_err(|error| config_error(KEY, sasl_reason(&error)))?;
+            let username = login.principal().to_owned();
+            sources.push((KEY, username, BearerSource::Unsecured(login)));
+        }
+    }
+    if let Some(text) = config.get("sasl.oauthbearer.config") {
+        const KEY: &str = "sasl.oauthbearer.config";
+        let enabled = config
+            .get("enable.sasl.oauthbearer.unsecure.jwt")
+            .map(str::trim);
+        if !enabled.is_some_and(|e| e.eq_ignore_ascii_case("true")) {
+            return Err(config_error(
+                KEY,
+                "makes an unsecured token only with enable.sasl.oauthbearer.unsecure.jwt=true, \
+                 as in librdkafka (unsecured tokens are for tests)"
+                    .into(),
+            ));
+        }
+        let login = UnsecuredLogin::from_librdkafka_config(text)
+            .map_err(|error| config_error(KEY, sasl_reason(&error)))?;
+        let username = login.principal().to_owned();
+        sources.push((KEY, username, BearerSource::Unsecured(login)));
+    }
+    match sources.len() {
+        0 => Err(config_error(
+            "sasl.mechanism",
+            "OAUTHBEARER needs a token: sasl.oauthbearer.token.endpoint.url=file:///path (a \
+             token the identity provider issued), or for tests an unsecured one \
+             (sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule \
+             required unsecuredLoginStringClaim_sub=\"alice\"; or sasl.oauthbearer.config=principal=alice \
+             with enable.sasl.oauthbearer.unsecure.jwt=true)"
+                .into(),
+        )),
+        1 => {
+            let (key, username, source) = sources.remove(0);
+            let settings = SaslSettings {
+                mechanism: Mechanism::OAuthBearer,
+                username,
+                secret: Secret::Bearer(source),
+            };
+            // The first token made now, so a token or extension that could not be sent is
+            // said when the client is built.
+            settings
+                .client()
+                .map_err(|error| config_error(key, sasl_reason(&error)))?;
+            Ok(settings)
+        }
+        _ => Err(config_error(
+            sources[1].0,
+            format!(
+                "{} gives the OAUTHBEARER token already: set one token source",
+                sources[0].0
+            ),
+        )),
+    }
+}
+
+/// The file of a `file:` URL (`file:///path`, `file:/path`, host `localhost`).
+fn token_file_path(url: &str) -> std::result::Result<PathBuf, String> {
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Err(format!(
+            "{url:?} is not a URL: expected file:///path/to/token"
+        ));
+    };
+    if !scheme.eq_ignore_ascii_case("file") {
+        return Err(format!(
+            "{url:?}: the SDK has no HTTP client to fetch tokens with; have something else \
+             fetch them into a file and set file:///path/to/token"
+        ));
+    }
+    let path = match rest.strip_prefix("//") {
+        Some(after) => {
+            let (host, path) = after.split_at(after.find('/').unwrap_or(after.len()));
+            if !host.is_empty() && !host.eq_ignore_ascii_case("localhost") {
+                return Err(format!("{url:?} names a file on another host"));
+            }
+            path
+        }
+        None => rest,
+    };
+    if path.is_empty() {
+        return Err(format!("{url:?} names no file"));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// OAUTHBEARER's keys with another mechanism would do nothing: refused.
+fn refuse_oauthbearer_keys(config: &ClientConfig, mechanism: Mechanism) -> Result<()> {
+    let stray = config.keys().find(|key| {
+        key.starts_with("sasl.oauthbearer.")
+            || *key == "enable.sasl.oauthbearer.unsecure.jwt"
+            || *key == "sasl.login.callback.handler.class"
+    });
+    match stray {
+        Some(key) => Err(config_error(
+            key,
+            format!("is an OAUTHBEARER setting and sasl.mechanism is {mechanism}"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -439,7 +725,7 @@ fn mechanism(config: &ClientConfig) -> Result<Mechanism> {
         (None, None) => {
             return Err(config_error(
                 "sasl.mechanism",
-                "is unset, and Kafka's default GSSAPI (Kerberos) is not supported by the Sluice SDK; set it to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into(),
+                "is unset, and Kafka's default GSSAPI (Kerberos) is not supported by the Sluice SDK; set it to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER".into(),
             ));
         }
     };
@@ -447,7 +733,7 @@ fn mechanism(config: &ClientConfig) -> Result<Mechanism> {
         config_error(
             key,
             format!(
-                "{name:?} is not supported by the Sluice SDK: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                "{name:?} is not supported by the Sluice SDK: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
             ),
         )
     })
@@ -1461,6 +1747,139 @@ mod tests {
     }
 
     #[test]
+    fn oauthbearer_takes_one_token_source_of_kafka_or_librdkafka() {
+        let bearer = |pairs: &[(&str, &str)]| {
+            let mut all = vec![
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+            ];
+            all.extend_from_slice(pairs);
+            sasl(&all)
+        };
+        // Kafka's unsecured login.
+        let settings = bearer(&[(
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+             unsecuredLoginStringClaim_sub=\"alice\";",
+        )])
+        .expect("valid")
+        .expect("sasl");
+        assert_eq!(settings.mechanism, Mechanism::OAuthBearer);
+        assert_eq!(settings.username, "alice");
+        assert!(matches!(
+            settings.bearer(),
+            Some(BearerSource::Unsecured(_))
+        ));
+        let mut client = settings.client().expect("a client");
+        let first = String::from_utf8(client.first_message()).unwrap();
+        assert!(
+            first.starts_with("n,,\x01auth=Bearer eyJhbGciOiJub25lIn0."),
+            "{first:?}"
+        );
+        // librdkafka's, which needs its switch.
+        let settings = bearer(&[
+            ("sasl.oauthbearer.config", "principal=bob"),
+            ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+        ])
+        .expect("valid")
+        .expect("sasl");
+        assert_eq!(settings.username, "bob");
+        let (key, reason) = config_reason(bearer(&[("sasl.oauthbearer.config", "principal=bob")]));
+        assert_eq!(key, "sasl.oauthbearer.config");
+        assert!(
+            reason.contains("enable.sasl.oauthbearer.unsecure.jwt=true"),
+            "{reason}"
+        );
+        // Kafka's token file, read per connection.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjIn0.c2ln\n").unwrap();
+        let url = format!("file://{}", path.display());
+        let settings = bearer(&[
+            ("sasl.oauthbearer.token.endpoint.url", &url),
+            (
+                "sasl.login.callback.handler.class",
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+            ),
+            (
+                "sasl.jaas.config",
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+                 clientId=\"ignored\";",
+            ),
+        ])
+        .expect("valid")
+        .expect("sasl");
+        assert_eq!(settings.bearer(), Some(&BearerSource::File(path.clone())));
+        std::fs::write(&path, "rotated.token.sig").unwrap();
+        let first = settings.client().expect("client").first_message();
+        assert_eq!(first, b"n,,\x01auth=Bearer rotated.token.sig\x01\x01");
+
+        for (pairs, needle_key, needle) in [
+            (vec![], "sasl.mechanism", "OAUTHBEARER needs a token"),
+            (
+                vec![("sasl.oauthbearer.token.endpoint.url", "https://idp/token")],
+                "sasl.oauthbearer.token.endpoint.url",
+                "no HTTP client",
+            ),
+            (
+                vec![(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "file:///no/such/token",
+                )],
+                "sasl.oauthbearer.token.endpoint.url",
+                "No such file",
+            ),
+            (
+                vec![("sasl.oauthbearer.client.id", "svc")],
+                "sasl.oauthbearer.client.id",
+                "not served",
+            ),
+            (
+                vec![("sasl.oauthbearer.method", "oidc")],
+                "sasl.oauthbearer.method",
+                "no HTTP client",
+            ),
+            (
+                vec![
+                    ("sasl.oauthbearer.token.endpoint.url", url.as_str()),
+                    ("sasl.oauthbearer.config", "principal=bob"),
+                    ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+                ],
+                "sasl.oauthbearer.config",
+                "set one token source",
+            ),
+            (
+                vec![(
+                    "sasl.jaas.config",
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                     username=\"a\" password=\"b\";",
+                )],
+                "sasl.jaas.config",
+                "not OAUTHBEARER's",
+            ),
+            (
+                vec![("sasl.login.callback.handler.class", "com.example.Handler")],
+                "sasl.login.callback.handler.class",
+                "without sasl.oauthbearer.token.endpoint.url",
+            ),
+        ] {
+            let (key, reason) = config_reason(bearer(&pairs));
+            assert_eq!(key, needle_key, "{reason}");
+            assert!(reason.contains(needle), "{needle}: {reason}");
+        }
+        // OAUTHBEARER's keys with another mechanism would do nothing.
+        let (key, reason) = config_reason(sasl(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "a"),
+            ("sasl.password", "b"),
+            ("sasl.oauthbearer.config", "principal=a"),
+        ]));
+        assert_eq!(key, "sasl.oauthbearer.config");
+        assert!(reason.contains("sasl.mechanism is PLAIN"), "{reason}");
+    }
+
+    #[test]
     fn sasl_reads_java_jaas_or_librdkafka_credentials_and_jaas_wins() {
         let settings = sasl(&[
             ("security.protocol", "SASL_PLAINTEXT"),
@@ -1473,7 +1892,7 @@ mod tests {
         .expect("sasl");
         assert_eq!(settings.mechanism, Mechanism::Plain);
         assert_eq!(settings.username, "alice");
-        assert_eq!(settings.password, "alice-secret");
+        assert_eq!(settings.password(), Some("alice-secret"));
 
         let settings = sasl(&[
             ("security.protocol", "SASL_PLAINTEXT"),
@@ -1485,8 +1904,8 @@ mod tests {
         .expect("sasl");
         assert_eq!(settings.mechanism, Mechanism::ScramSha512);
         assert_eq!(
-            (settings.username.as_str(), settings.password.as_str()),
-            ("bob", "bob-secret")
+            (settings.username.as_str(), settings.password()),
+            ("bob", Some("bob-secret"))
         );
 
         let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required \
@@ -1499,7 +1918,7 @@ mod tests {
         .expect("valid")
         .expect("sasl");
         assert_eq!(settings.mechanism, Mechanism::ScramSha256);
-        assert_eq!(settings.password, "c='3");
+        assert_eq!(settings.password(), Some("c='3"));
         let client = settings.client().expect("a client");
         assert_eq!(client.mechanism(), Mechanism::ScramSha256);
     }

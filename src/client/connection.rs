@@ -937,7 +937,8 @@ pub(crate) mod silent_broker {
 }
 
 /// A broker on a SASL listener, authenticating with Sluice's own server side of the
-/// mechanisms (user `alice`, password `alice-secret`, for PLAIN and both SCRAMs): it answers
+/// mechanisms (user `alice`, password `alice-secret`, for PLAIN and both SCRAMs; for
+/// OAUTHBEARER any token whose claims name `alice`, unchecked otherwise): it answers
 /// ApiVersions, SaslHandshake and SaslAuthenticate, closes after a refusal or at any other
 /// request before authentication as Kafka's does, and answers Metadata (no brokers, no
 /// topics) once authenticated. Counts the connections it accepted.
@@ -953,10 +954,17 @@ pub(crate) mod sasl_broker {
 
     use super::*;
     use crate::security::sasl::{
-        CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential,
+        BearerToken, CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential,
+        TokenRejection,
     };
 
     struct Users;
+
+    fn unix_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64)
+    }
 
     impl CredentialStore for Users {
         fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
@@ -972,6 +980,32 @@ pub(crate) mod sasl_broker {
                 ScramCredential::derive(mechanism, b"alice-secret", b"alice-salt", 4096)
                     .expect("credential")
             })
+        }
+
+        /// A token whose claims (its second part) name `alice` as `sub`, for a minute.
+        fn validate_bearer_token(
+            &self,
+            token: &str,
+            now_ms: u64,
+        ) -> std::result::Result<BearerToken, TokenRejection> {
+            use base64::Engine;
+            let claims = token
+                .split('.')
+                .nth(1)
+                .and_then(|part| {
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(part)
+                        .ok()
+                })
+                .unwrap_or_default();
+            if String::from_utf8_lossy(&claims).contains(r#""sub":"alice""#) {
+                Ok(BearerToken {
+                    principal: "alice".into(),
+                    expires_at_ms: now_ms + 60_000,
+                })
+            } else {
+                Err(TokenRejection::invalid_token("not alice".into()))
+            }
         }
     }
 
@@ -1067,7 +1101,7 @@ pub(crate) mod sasl_broker {
                         return;
                     };
                     let mut response = SaslAuthenticateResponse::default();
-                    match exchange.step(&request.auth_bytes, &Users) {
+                    match exchange.step(&request.auth_bytes, &Users, unix_ms()) {
                         Ok(Exchange::Continue(challenge)) => response.auth_bytes = challenge.into(),
                         Ok(Exchange::Done { response: last, .. }) => {
                             response.auth_bytes = last.into();
@@ -1249,12 +1283,24 @@ mod tests {
     use crate::security::sasl::Mechanism;
 
     fn sasl_config(mechanism: &str, password: &str) -> ClientConfig {
-        ClientConfig::default()
+        let config = ClientConfig::default()
             .set("security.protocol", "SASL_PLAINTEXT")
             .set("sasl.mechanism", mechanism)
+            .set("request.timeout.ms", "5000");
+        if mechanism == "OAUTHBEARER" {
+            // librdkafka's unsecured token, naming `password` (alice's is accepted).
+            let principal = if password == "alice-secret" {
+                "alice"
+            } else {
+                password
+            };
+            return config
+                .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
+                .set("sasl.oauthbearer.config", format!("principal={principal}"));
+        }
+        config
             .set("sasl.username", "alice")
             .set("sasl.password", password)
-            .set("request.timeout.ms", "5000")
     }
 
     #[tokio::test]
@@ -1296,6 +1342,18 @@ mod tests {
             .expect_err("a wrong password");
         assert_eq!(error.code(), Some(errors::SASL_AUTHENTICATION_FAILED));
         assert!(error.to_string().contains("SCRAM-SHA-256"), "{error}");
+        // A refused token: the error challenge is acknowledged and the broker's failure
+        // carries it.
+        let error = Connection::connect_with(&addr, &sasl_config("OAUTHBEARER", "mallory"))
+            .await
+            .expect_err("a token naming mallory");
+        assert_eq!(error.code(), Some(errors::SASL_AUTHENTICATION_FAILED));
+        assert!(
+            error.to_string().contains(&format!(
+                "SASL OAUTHBEARER authentication as mallory to {addr}: {{\"status\":\"invalid_token\"}}"
+            )),
+            "{error}"
+        );
         // Without SASL the listener answers ApiVersions, then closes at the first request:
         // a lost connection, which is all a client can tell.
         let plaintext = Connection::connect_with(&addr, &ClientConfig::default())

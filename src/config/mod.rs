@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
+pub mod oauthbearer;
 pub mod registry;
 pub mod security;
 pub mod tls;

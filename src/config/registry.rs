@@ -425,8 +425,67 @@ pub const KEYS: &[Key] = &[
         "sasl.enabled.mechanisms",
         Kind::Text,
         "GSSAPI",
-        "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, \
-         GSSAPI, is refused)",
+        "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER \
+         (Kafka's default, GSSAPI, is refused)",
+    ),
+    broker(
+        "sasl.oauthbearer.jwks.endpoint.url",
+        Kind::Text,
+        "",
+        "OAUTHBEARER with Kafka's OAuthBearerValidatorCallbackHandler: the JWKS signed tokens \
+         are checked against, a file: URL (https:// is refused: no HTTP client), re-read when \
+         the file changes",
+    ),
+    broker(
+        "sasl.oauthbearer.expected.audience",
+        Kind::Text,
+        "",
+        "OAUTHBEARER (JWKS validator): comma-separated audiences, one of which a token's aud \
+         must hold; unset, a token with an aud is refused (as Kafka's jose4j refuses it)",
+    ),
+    broker(
+        "sasl.oauthbearer.expected.issuer",
+        Kind::Text,
+        "",
+        "OAUTHBEARER (JWKS validator): the iss a token must carry (unset: any)",
+    ),
+    broker(
+        "sasl.oauthbearer.sub.claim.name",
+        Kind::Text,
+        "sub",
+        "OAUTHBEARER (JWKS validator): the claim naming the principal (User:<value>)",
+    ),
+    broker(
+        "sasl.oauthbearer.scope.claim.name",
+        Kind::Text,
+        "scope",
+        "OAUTHBEARER (JWKS validator): the claim holding the token's scope",
+    ),
+    broker(
+        "sasl.oauthbearer.clock.skew.seconds",
+        int(0, I32_MAX),
+        "30",
+        "OAUTHBEARER (JWKS validator): how far a token's exp and nbf may be off the broker's \
+         clock",
+    ),
+    broker(
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        long(0),
+        "3600000",
+        "Kafka's refresh period of an https:// JWKS; a file: JWKS (the only kind served) is \
+         re-read when it changes instead, as Kafka reads it only once",
+    ),
+    broker(
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+        long(0),
+        "100",
+        "Kafka's retry backoff for an https:// JWKS; no effect on a file: JWKS",
+    ),
+    broker(
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        long(0),
+        "10000",
+        "Kafka's longest retry backoff for an https:// JWKS; no effect on a file: JWKS",
     ),
     broker(
         "ssl.keystore.type",
@@ -996,8 +1055,11 @@ const NO_SASL: &str = "not implemented yet: clients authenticate with SASL PLAIN
                        are known by their user name";
 const NO_GSSAPI: &str = "GSSAPI (Kerberos) is not implemented: Sluice serves SASL PLAIN, \
                          SCRAM-SHA-256 and SCRAM-SHA-512";
-const NO_OAUTHBEARER: &str = "OAUTHBEARER is not implemented yet: Sluice serves SASL PLAIN, \
-                              SCRAM-SHA-256 and SCRAM-SHA-512";
+const NO_OAUTHBEARER: &str = "this OAUTHBEARER setting is a client's (a broker's own login, \
+                              for brokers authenticating to each other, which they do not yet): \
+                              a broker serves sasl.oauthbearer.jwks.endpoint.url, \
+                              expected.audience, expected.issuer, sub.claim.name, \
+                              scope.claim.name and clock.skew.seconds";
 const NO_SASL_CLASSES: &str = "Sluice loads no Java classes: its SASL mechanisms are built in";
 
 /// Kafka's broker keys that Sluice knows and does not implement (security first).
@@ -1006,7 +1068,13 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     refused("sasl.kerberos.", &[], NO_GSSAPI),
     refused("sasl.oauthbearer.", &[], NO_OAUTHBEARER),
     refused("sasl.login.", &[], NO_SASL_CLASSES),
-    refused("sasl.server.callback.handler.class", &[""], NO_SASL_CLASSES),
+    refused(
+        "sasl.server.callback.handler.class",
+        &[""],
+        "Sluice loads no Java classes: its SASL mechanisms are built in; OAUTHBEARER's \
+         validator is chosen per listener with \
+         listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class",
+    ),
     refused("sasl.client.callback.handler.class", &[""], NO_SASL_CLASSES),
     refused(
         "sasl.jaas.config",
@@ -1018,8 +1086,11 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "listener.name.",
         &[],
         "this per-listener setting is not implemented: Sluice serves \
-         listener.name.<listener>.sasl.enabled.mechanisms and \
-         listener.name.<listener>.<mechanism>.sasl.jaas.config",
+         listener.name.<listener>.sasl.enabled.mechanisms, \
+         listener.name.<listener>.<mechanism>.sasl.jaas.config, the listener's ssl.* keys and \
+         its OAUTHBEARER validator settings \
+         (listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class, \
+         [listener.name.<listener>.[oauthbearer.]]sasl.oauthbearer.*)",
     ),
     refused("principal.builder.class", &[""], NO_SASL),
     refused(

@@ -8,19 +8,23 @@
 //! TLS listeners (SSL, SASL_SSL) take Kafka's `ssl.*` keys, per listener
 //! (`listener.name.<listener>.ssl.*`) or for all; `config::tls` holds what they say.
 //!
+//! OAUTHBEARER listeners take Kafka's validator settings; `config::oauthbearer` reads them.
+//!
 //! What Sluice does not serve stops the node here, never a listener that says more than it
-//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI and OAUTHBEARER, settings that would have
-//! no effect on the listener they name.
+//! does: JKS/PKCS12 stores, encrypted keys, GSSAPI, settings that would have no effect on the
+//! listener they name.
 //!
 //! Brokers connect to each other's inter-broker listener as its clients: TLS with the
 //! listener's stores, SASL with the broker's own login (`InterBrokerLogin`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::Listener;
 use super::registry::ConfigError;
 use super::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
 use crate::security::acl::AuthorizerConfig;
+use crate::security::oauth::BearerValidator;
 use crate::security::sasl::{self, Mechanism};
 
 /// Kafka's security protocols.
@@ -79,6 +83,8 @@ pub struct ListenerSecurity {
     pub tls: Option<TlsSettings>,
     /// `connections.max.reauth.ms` (SASL listeners; 0: sessions never expire).
     pub connections_max_reauth_ms: u64,
+    /// OAUTHBEARER's validator, when the listener enables it (shared by its connections).
+    pub oauthbearer: Option<Arc<BearerValidator>>,
 }
 
 impl ListenerSecurity {
@@ -89,6 +95,7 @@ impl ListenerSecurity {
             plain_users: BTreeMap::new(),
             tls: None,
             connections_max_reauth_ms: 0,
+            oauthbearer: None,
         }
     }
 }
@@ -121,8 +128,9 @@ impl SecurityConfig {
     }
 }
 
-/// Whether `key` is a per-listener key Sluice serves: `listener.name.<l>.sasl.enabled.mechanisms`
-/// or `listener.name.<l>.<mechanism>.sasl.jaas.config`.
+/// Whether `key` is a per-listener key Sluice serves: `listener.name.<l>.sasl.enabled.mechanisms`,
+/// `listener.name.<l>.<mechanism>.sasl.jaas.config`, the listener's TLS keys and its
+/// OAUTHBEARER validator settings (`config::oauthbearer`).
 pub fn is_served_listener_key(key: &str) -> bool {
     let Some(rest) = key.strip_prefix("listener.name.") else {
         return false;
@@ -134,6 +142,7 @@ pub fn is_served_listener_key(key: &str) -> bool {
         || setting == "connections.max.reauth.ms"
         || setting == "max.connection.creation.rate"
         || TLS_KEYS.contains(&setting)
+        || super::oauthbearer::is_served_listener_setting(setting)
     {
         return true;
     }
@@ -201,6 +210,7 @@ pub fn parse(
              remove the key",
         ));
     }
+    super::oauthbearer::check_keys_apply(properties, &secured)?;
     // SASL or TLS settings of a listener that does not use them would have no effect:
     // refused, so that nobody believes such a listener authenticates or encrypts.
     for key in properties.keys().filter(|k| is_served_listener_key(k)) {
@@ -539,6 +549,27 @@ fn inter_broker_login(
             "{prefix}{}.sasl.jaas.config",
             mechanism.name().to_ascii_lowercase()
         );
+        if mechanism == Mechanism::OAuthBearer {
+            // The broker's own token is Kafka's unsecured login of the listener's JAAS config
+            // (unsecuredLoginStringClaim_sub), which the client side builds and checks.
+            let jaas = properties.get(&jaas_key).ok_or_else(|| {
+                ConfigError::new(
+                    &jaas_key,
+                    "",
+                    format!(
+                        "brokers log in to each other on {listener} with OAUTHBEARER: set the \
+                         broker's own unsecured login there \
+                         (unsecuredLoginStringClaim_sub=\"admin\")"
+                    ),
+                )
+            })?;
+            client.insert("sasl.mechanism".to_owned(), mechanism.name().to_owned());
+            client.insert("sasl.jaas.config".to_owned(), jaas.clone());
+            return Ok(InterBrokerLogin {
+                listener_name: listener.to_owned(),
+                client_properties: client,
+            });
+        }
         let example = match mechanism {
             Mechanism::Plain => "org.apache.kafka.common.security.plain.PlainLoginModule",
             _ => "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -939,7 +970,7 @@ fn sasl_listener(
                 text,
                 format!(
                     "SASL mechanism {name} is not implemented (listener {listener}): Sluice \
-                     serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512"
+                     serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER"
                 ),
             )
         })?;
@@ -989,12 +1020,19 @@ fn sasl_listener(
             ));
         }
     }
+    let oauthbearer = if mechanisms.contains(&Mechanism::OAuthBearer) {
+        let validator = super::oauthbearer::listener_validator(properties, listener)?;
+        Some(Arc::new(validator))
+    } else {
+        None
+    };
     Ok(ListenerSecurity {
         protocol: SecurityProtocol::SaslPlaintext,
         mechanisms,
         plain_users,
         tls: None,
         connections_max_reauth_ms: reauth_ms(properties, listener)?,
+        oauthbearer,
     })
 }
 
@@ -1223,7 +1261,7 @@ mod tests {
         refused(&[], "GSSAPI is not implemented");
         refused(
             &[("sasl.enabled.mechanisms", "OAUTHBEARER")],
-            "OAUTHBEARER is not implemented",
+            "has no JAAS config",
         );
         refused(&[("sasl.enabled.mechanisms", "PLAIN")], "names no users");
         // The only listener is SASL: brokers log in to each other, and need their own login.

@@ -406,6 +406,16 @@ impl Node {
                     .map(Arc::new);
             for (listener_config, listener) in bound {
                 let security = Arc::new(config.security.listener(&listener_config.name));
+                // OAUTHBEARER: the JWKS read now (a listener that would refuse every token
+                // does not start), or the warning that unsecured tokens are taken.
+                if let Some(validator) = &security.oauthbearer {
+                    validator.start(&listener_config.name).map_err(|e| {
+                        NodeError::Config(format!(
+                            "OAUTHBEARER listener {}: {e}",
+                            listener_config.name
+                        ))
+                    })?;
+                }
                 let tls = match &security.tls {
                     None => None,
                     Some(tls) => Some(Arc::new(load_listener_tls(&listener_config.name, tls)?)),

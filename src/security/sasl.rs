@@ -10,6 +10,11 @@
 //!   `ScramFormatter` and `ScramMessages`): [`ScramCredential`], [`salted_password`], the
 //!   saslname escaping and the parsing of each of the four messages.
 //! - `plain`: PLAIN's single message (RFC 4616) and its check (Kafka's `PlainSaslServer`).
+//! - `oauthbearer`: OAUTHBEARER's client message (RFC 7628, Kafka's
+//!   `OAuthBearerClientInitialResponse`), the error challenge a refused token gets, and the
+//!   unsecured tokens a client makes for tests (Kafka's `OAuthBearerUnsecuredLoginCallbackHandler`,
+//!   librdkafka's `sasl.oauthbearer.config`). Tokens are validated by the broker's
+//!   [`CredentialStore`] (`security::oauth`).
 //! - `server`: [`SaslServer`], one authentication exchange on the broker's side.
 //! - `client`: [`SaslClient`], the same exchange on the client's side.
 //! - `jaas`: Kafka's `sasl.jaas.config` values ([`parse_jaas`]), where PLAIN's users and a
@@ -20,17 +25,25 @@
 //! username or password; an authorization id that is not the username): its
 //! `SaslAuthenticationException`s. Every other failure (an unknown SCRAM user, a wrong proof, a
 //! malformed message) is answered with one sentence naming the mechanism, because a detail
-//! such as "unknown user" would tell a prober which users exist. [`SaslError::response_message`]
-//! is that rule in one place; the error's `Debug` keeps the detail for the broker's log.
+//! such as "unknown user" would tell a prober which users exist. OAUTHBEARER is the third
+//! exception, as in Kafka: a refused token is answered with RFC 7628's error challenge
+//! (`{"status":"invalid_token"}`), and that JSON is the message of the failure that follows.
+//! [`SaslError::response_message`] is that rule in one place; the error's `Debug` keeps the
+//! detail for the broker's log.
 
 mod client;
 mod jaas;
+mod oauthbearer;
 mod plain;
 mod scram;
 mod server;
 
 pub use client::SaslClient;
 pub use jaas::{JaasConfig, parse_jaas};
+pub use oauthbearer::{
+    ClientInitialResponse, KVSEP, OAUTHBEARER_TOKEN_BYTES_MAX, UnsecuredLogin, check_extension,
+    parse_client_initial_response,
+};
 pub use scram::{ScramCredential, salted_password};
 pub use server::SaslServer;
 
@@ -70,14 +83,18 @@ pub enum Mechanism {
     ScramSha256,
     /// SCRAM with SHA-512, as Kafka defines it by analogy with RFC 7677.
     ScramSha512,
+    /// RFC 7628: an OAuth 2 bearer token (a JWT), checked by the broker's validator
+    /// (KIP-255, KIP-768); the token's expiry bounds the session.
+    OAuthBearer,
 }
 
 impl Mechanism {
     /// Every mechanism, in the order Kafka lists them.
-    pub const ALL: [Mechanism; 3] = [
+    pub const ALL: [Mechanism; 4] = [
         Mechanism::Plain,
         Mechanism::ScramSha256,
         Mechanism::ScramSha512,
+        Mechanism::OAuthBearer,
     ];
 
     /// The mechanism's name on the wire and in configuration.
@@ -86,6 +103,7 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -125,6 +143,11 @@ pub enum SaslError {
         mechanism: Mechanism,
         reason: String,
     },
+    /// OAUTHBEARER: the token was refused, the client was sent the error challenge and
+    /// acknowledged it (RFC 7628's `%x01`). `challenge` (the JSON, e.g.
+    /// `{"status":"invalid_token"}`) is what Kafka tells the client; `reason` is for the log.
+    #[error("{challenge}")]
+    InvalidToken { challenge: String, reason: String },
     /// A message did not follow the mechanism's grammar or exceeded a bound.
     #[error("malformed {mechanism} message: {what}")]
     Malformed { mechanism: Mechanism, what: String },
@@ -161,6 +184,7 @@ impl SaslError {
     pub fn response_message(&self, mechanism: Mechanism) -> String {
         match self {
             SaslError::AuthenticationFailed { message } => message.clone(),
+            SaslError::InvalidToken { challenge, .. } => challenge.clone(),
             _ => format!(
                 "Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
             ),
@@ -169,13 +193,76 @@ impl SaslError {
 }
 
 /// Where a [`SaslServer`] looks credentials up. The broker implements it over its
-/// configuration (PLAIN's `user_<name>` JAAS options) and the metadata image (SCRAM
-/// credentials, from `UserScramCredentialRecord`s).
+/// configuration (PLAIN's `user_<name>` JAAS options, the listener's OAUTHBEARER validator)
+/// and the metadata image (SCRAM credentials, from `UserScramCredentialRecord`s).
 pub trait CredentialStore {
     /// The PLAIN password of `username`, if the user exists.
     fn plain_password(&self, username: &str) -> Option<Vec<u8>>;
     /// The stored SCRAM credential of `username` for `mechanism`, if there is one.
     fn scram_credential(&self, mechanism: Mechanism, username: &str) -> Option<ScramCredential>;
+    /// OAUTHBEARER: the token's principal and expiry if the listener's validator accepts
+    /// `token` at `now_ms` (UNIX milliseconds). A store without a validator refuses every
+    /// token.
+    fn validate_bearer_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+    ) -> Result<BearerToken, TokenRejection> {
+        let _ = (token, now_ms);
+        Err(TokenRejection::invalid_token(
+            "no OAUTHBEARER validator is configured".into(),
+        ))
+    }
+}
+
+/// A bearer token a validator accepted (Kafka's `OAuthBearerToken`, what Sluice uses of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BearerToken {
+    /// The principal's name (the `sub` claim, or the one configured): `User:<principal>`.
+    pub principal: String,
+    /// The token's `exp`, in UNIX milliseconds: the session ends there at the latest.
+    pub expires_at_ms: u64,
+}
+
+/// Why a validator refused a token: RFC 7628's error status (`invalid_token`, or
+/// `insufficient_scope` with the scope that was required) for the client, the reason for the
+/// broker's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRejection {
+    pub status: &'static str,
+    /// `insufficient_scope`: the required scope, as Kafka writes it (`[a, b]`).
+    pub scope: Option<String>,
+    pub reason: String,
+}
+
+impl TokenRejection {
+    pub fn invalid_token(reason: String) -> TokenRejection {
+        TokenRejection {
+            status: "invalid_token",
+            scope: None,
+            reason,
+        }
+    }
+
+    pub fn insufficient_scope(scope: String, reason: String) -> TokenRejection {
+        TokenRejection {
+            status: "insufficient_scope",
+            scope: Some(scope),
+            reason,
+        }
+    }
+
+    /// The error challenge the server sends (RFC 7628 section 3.2.2), worded as Kafka's
+    /// `OAuthBearerSaslServer.jsonErrorResponse` words it: `{"status":"invalid_token"}`, with
+    /// `, "scope":"..."` when a scope was missing.
+    pub fn challenge(&self) -> String {
+        let mut json = format!("{{\"status\":{}", oauthbearer::json_string(self.status));
+        if let Some(scope) = &self.scope {
+            json.push_str(&format!(", \"scope\":{}", oauthbearer::json_string(scope)));
+        }
+        json.push('}');
+        json
+    }
 }
 
 /// What a [`SaslServer`] step produced. The bytes go in SaslAuthenticate's `auth_bytes`.
@@ -183,9 +270,15 @@ pub trait CredentialStore {
 pub enum Exchange {
     /// Send `0` and wait for the client's next message.
     Continue(Vec<u8>),
-    /// Authenticated as `username`: send `response` (empty for PLAIN, SCRAM's server-final
-    /// message) and the session's principal is `User:<username>`.
-    Done { response: Vec<u8>, username: String },
+    /// Authenticated as `username`: send `response` (empty for PLAIN and OAUTHBEARER, SCRAM's
+    /// server-final message) and the session's principal is `User:<username>`.
+    /// `expires_at_ms` (UNIX milliseconds): when the credential expires (an OAUTHBEARER
+    /// token's `exp`), which bounds the session as Kafka's `SaslServerAuthenticator` bounds it.
+    Done {
+        response: Vec<u8>,
+        username: String,
+        expires_at_ms: Option<u64>,
+    },
 }
 
 /// `len` bytes from the operating system's random source, for salts and nonces.
@@ -225,6 +318,12 @@ mod tests {
         assert_eq!(Mechanism::from_name("plain"), None);
         assert_eq!(Mechanism::from_name("SCRAM-SHA-1"), None);
         assert_eq!(Mechanism::from_name("GSSAPI"), None);
+        assert_eq!(Mechanism::from_name("oauthbearer"), None);
+        assert_eq!(
+            Mechanism::from_name("OAUTHBEARER"),
+            Some(Mechanism::OAuthBearer)
+        );
+        assert!(!Mechanism::OAuthBearer.is_scram());
         assert!(!Mechanism::Plain.is_scram());
         assert!(Mechanism::ScramSha256.is_scram());
         assert!(Mechanism::ScramSha512.is_scram());
@@ -252,6 +351,19 @@ mod tests {
             what: "no nonce".into(),
         };
         assert_eq!(malformed.response_message(Mechanism::ScramSha256), generic);
+        // OAUTHBEARER's refused token: the client is told the error challenge, as in Kafka.
+        let refused = SaslError::InvalidToken {
+            challenge: TokenRejection::invalid_token("expired".into()).challenge(),
+            reason: "expired".into(),
+        };
+        assert_eq!(
+            refused.response_message(Mechanism::OAuthBearer),
+            r#"{"status":"invalid_token"}"#
+        );
+        assert_eq!(
+            TokenRejection::insufficient_scope("[write]".into(), "no write".into()).challenge(),
+            r#"{"status":"insufficient_scope", "scope":"[write]"}"#
+        );
     }
 
     #[test]

@@ -6,15 +6,17 @@
 //! SASL_AUTHENTICATION_FAILED and then closed. Until authenticated, frames are bounded by
 //! `sasl.server.max.receive.size`, not `socket.request.max.bytes`.
 //!
-//! With `connections.max.reauth.ms` (KIP-368) a session lasts that long: the client renews it
-//! on the same connection (SaslHandshake v1 and SaslAuthenticate, same principal and mechanism)
+//! With `connections.max.reauth.ms` (KIP-368) a session lasts that long, and an OAUTHBEARER
+//! session no longer than its token (Kafka's `SaslServerAuthenticator`: the lifetime is the
+//! shorter of the two, the token's alone when the key is unset): the client renews it on the
+//! same connection (SaslHandshake v1 and SaslAuthenticate, same principal and mechanism)
 //! while the old session goes on serving; past its end any other request closes the
 //! connection. Otherwise SaslHandshake and SaslAuthenticate of an authenticated client, or on
 //! a PLAINTEXT listener, reach their handlers, which answer ILLEGAL_SASL_STATE as Kafka's do.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
@@ -26,7 +28,9 @@ use crate::config::security::ListenerSecurity;
 use crate::controller::sasl_mechanism;
 use crate::metrics::Metrics;
 use crate::protocol::errors::KafkaError;
-use crate::security::sasl::{CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential};
+use crate::security::sasl::{
+    BearerToken, CredentialStore, Exchange, Mechanism, SaslServer, ScramCredential, TokenRejection,
+};
 use sluice_raft::image::MetadataImage;
 
 /// The principal of a client that did not authenticate (PLAINTEXT listeners).
@@ -54,9 +58,12 @@ pub struct Session {
     authentication: Authentication,
     /// The mechanism the client authenticated with (re-authentication must use it again).
     mechanism: Option<Mechanism>,
-    /// `connections.max.reauth.ms`: when the authenticated session ends; past it, a request
-    /// other than a re-authentication closes the connection (KIP-368).
+    /// When the authenticated session ends (`connections.max.reauth.ms`, an OAUTHBEARER
+    /// token's expiry); past it, a request other than a re-authentication closes the
+    /// connection (KIP-368). A session that ends can be renewed.
     expires_at: Option<Instant>,
+    /// The lifetime given the client in SaslAuthenticate (0: no end).
+    session_lifetime_ms: u64,
     /// A re-authentication under way: the session it renews, still serving until it expires.
     renewing: bool,
 }
@@ -74,6 +81,7 @@ impl Session {
             authentication,
             mechanism: None,
             expires_at: None,
+            session_lifetime_ms: 0,
             renewing: false,
         }
     }
@@ -121,11 +129,13 @@ impl Session {
             {
                 return Err(format!(
                     "a {api_key:?} request after the SASL session expired \
-                     (connections.max.reauth.ms) without re-authentication"
+                     (connections.max.reauth.ms, or its OAUTHBEARER token expired) without \
+                     re-authentication"
                 ));
             }
-            // KIP-368: an authenticated client renews its session on the same connection.
-            let renewal = self.reauth_ms().is_some()
+            // KIP-368: an authenticated client renews a session that ends on the same
+            // connection.
+            let renewal = self.expires_at.is_some()
                 && (matches!(self.authentication, Authentication::Authenticated) || self.renewing);
             return Ok(sasl && renewal);
         }
@@ -177,12 +187,21 @@ impl Session {
             listener: &self.security,
             image,
         };
-        match server.step(token, &credentials) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
+        match server.step(token, &credentials, now_ms) {
             Ok(Exchange::Continue(challenge)) => {
                 self.authentication = waiting(server);
                 Step::Continue(challenge)
             }
-            Ok(Exchange::Done { response, username }) => {
+            Ok(Exchange::Done {
+                response,
+                username,
+                expires_at_ms,
+            }) => {
                 let principal: Arc<str> = Arc::from(format!("User:{username}"));
                 let mechanism = server.mechanism();
                 if self.renewing
@@ -213,9 +232,9 @@ impl Session {
                 self.mechanism = Some(mechanism);
                 self.authentication = Authentication::Authenticated;
                 self.renewing = false;
-                self.expires_at = self
-                    .reauth_ms()
-                    .map(|ms| Instant::now() + Duration::from_millis(ms));
+                let lifetime_ms = session_lifetime_ms(self.reauth_ms(), expires_at_ms, now_ms);
+                self.expires_at = lifetime_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                self.session_lifetime_ms = lifetime_ms.unwrap_or(0);
                 Step::Done(response)
             }
             Err(error) => {
@@ -243,9 +262,9 @@ impl Session {
             .collect();
         let mut response = SaslHandshakeResponse::default().with_mechanisms(enabled);
         // KIP-368: an authenticated client (v1 handshakes only: v0's raw tokens cannot share
-        // the connection with requests) starts renewing its session.
+        // the connection with requests) starts renewing a session that ends.
         if matches!(self.authentication, Authentication::Authenticated)
-            && self.reauth_ms().is_some()
+            && self.expires_at.is_some()
             && version >= 1
         {
             self.renewing = true;
@@ -313,7 +332,8 @@ impl Session {
             Step::Done(token) => {
                 response.auth_bytes = token.into();
                 // v1+: how long the session lasts, so the client renews it in time.
-                response.session_lifetime_ms = self.reauth_ms().map_or(0, |ms| ms as i64);
+                response.session_lifetime_ms =
+                    i64::try_from(self.session_lifetime_ms).unwrap_or(i64::MAX);
                 (response, false)
             }
             Step::Failed(message) => {
@@ -322,6 +342,22 @@ impl Session {
                 (response, true)
             }
         }
+    }
+}
+
+/// How long a session lasts, as Kafka's `SaslServerAuthenticator` computes it: the shorter of
+/// `connections.max.reauth.ms` and the credential's remaining life (an OAUTHBEARER token's
+/// `exp`), either alone when the other is absent, none when both are. A credential already
+/// expired (within the validator's clock skew) gives a session of 0 ms: over at once.
+fn session_lifetime_ms(
+    reauth_ms: Option<u64>,
+    credential_expires_at_ms: Option<u64>,
+    now_ms: u64,
+) -> Option<u64> {
+    let credential_ms = credential_expires_at_ms.map(|expires| expires.saturating_sub(now_ms));
+    match (reauth_ms, credential_ms) {
+        (Some(reauth), Some(credential)) => Some(reauth.min(credential)),
+        (reauth, credential) => reauth.or(credential),
     }
 }
 
@@ -341,6 +377,19 @@ struct Credentials<'a> {
 }
 
 impl CredentialStore for Credentials<'_> {
+    fn validate_bearer_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+    ) -> Result<BearerToken, TokenRejection> {
+        match &self.listener.oauthbearer {
+            Some(validator) => validator.validate(token, now_ms),
+            None => Err(TokenRejection::invalid_token(
+                "the listener has no OAUTHBEARER validator".into(),
+            )),
+        }
+    }
+
     fn plain_password(&self, username: &str) -> Option<Vec<u8>> {
         self.listener
             .plain_users
@@ -361,5 +410,32 @@ impl CredentialStore for Credentials<'_> {
             server_key: credential.server_key.clone(),
             iterations: credential.iterations,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_lifetime_ms;
+
+    #[test]
+    fn a_session_lasts_the_shorter_of_reauth_and_the_token() {
+        let now = 1_000_000;
+        assert_eq!(session_lifetime_ms(None, None, now), None);
+        assert_eq!(session_lifetime_ms(Some(60_000), None, now), Some(60_000));
+        // connections.max.reauth.ms unset: the token alone bounds the session (Kafka).
+        assert_eq!(
+            session_lifetime_ms(None, Some(now + 3_000), now),
+            Some(3_000)
+        );
+        assert_eq!(
+            session_lifetime_ms(Some(60_000), Some(now + 3_000), now),
+            Some(3_000)
+        );
+        assert_eq!(
+            session_lifetime_ms(Some(2_000), Some(now + 3_000), now),
+            Some(2_000)
+        );
+        // Expired within the clock skew: over at once.
+        assert_eq!(session_lifetime_ms(None, Some(now - 5), now), Some(0));
     }
 }

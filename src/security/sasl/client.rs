@@ -9,8 +9,8 @@ use super::scram::{
     salted_password,
 };
 use super::{
-    Mechanism, PASSWORD_BYTES_MAX, SASL_MESSAGE_BYTES_MAX, SCRAM_ITERATIONS_MAX,
-    SCRAM_ITERATIONS_MIN, SaslError, USERNAME_BYTES_MAX, constant_time_eq, plain,
+    KVSEP, Mechanism, PASSWORD_BYTES_MAX, SASL_MESSAGE_BYTES_MAX, SCRAM_ITERATIONS_MAX,
+    SCRAM_ITERATIONS_MIN, SaslError, USERNAME_BYTES_MAX, constant_time_eq, oauthbearer, plain,
 };
 
 /// How many random bytes make the client's nonce (32 characters of base64).
@@ -35,6 +35,9 @@ pub struct SaslClient {
 /// PLAIN  Initial --first_message--> AwaitOutcome --empty answer--> Complete
 /// SCRAM  Initial --first_message--> AwaitServerFirst --server-first--> AwaitServerFinal
 ///                --server-final with the expected signature--> Complete
+/// OAUTHBEARER  Initial --first_message--> AwaitOutcome --empty answer--> Complete
+///              AwaitOutcome --error challenge, answered %x01--> Refused
+///              (the broker's SASL_AUTHENTICATION_FAILED comes next; any answer is an error)
 /// any step that returns an error --> Failed
 /// Complete and Failed are final: a step there is an error and changes nothing.
 /// ```
@@ -43,7 +46,13 @@ enum ClientState {
     Initial,
     AwaitOutcome,
     AwaitServerFirst,
-    AwaitServerFinal { server_signature: Vec<u8> },
+    AwaitServerFinal {
+        server_signature: Vec<u8>,
+    },
+    /// OAUTHBEARER: the server refused the token with this error challenge.
+    Refused {
+        challenge: String,
+    },
     Complete,
     Failed,
 }
@@ -59,6 +68,30 @@ impl fmt::Debug for SaslClient {
 }
 
 impl SaslClient {
+    /// An OAUTHBEARER client that sends `token` with the SASL `extensions`. The token is
+    /// checked against Kafka's grammar and bound, the extensions against RFC 7628's.
+    pub fn oauthbearer(token: &str, extensions: &[(String, String)]) -> Result<Self, SaslError> {
+        let message = oauthbearer::format_client_initial_response(token, extensions);
+        // The message is checked as the server will parse it: a token or an extension that
+        // does not fit is said here, before anything is sent.
+        oauthbearer::parse_client_initial_response(&message).map_err(|error| {
+            SaslError::BadConfig {
+                what: match error {
+                    SaslError::Malformed { what, .. } => format!("OAUTHBEARER token: {what}"),
+                    other => other.to_string(),
+                },
+            }
+        })?;
+        Ok(SaslClient {
+            mechanism: Mechanism::OAuthBearer,
+            password: String::new(),
+            first_message: message,
+            client_nonce: String::new(),
+            client_first_bare: String::new(),
+            state: ClientState::Initial,
+        })
+    }
+
     /// A client that authenticates `username` with `password`. Refuses an empty or oversized
     /// user name or password, and a NUL in PLAIN's (it separates PLAIN's fields).
     pub fn new(mechanism: Mechanism, username: &str, password: &str) -> Result<Self, SaslError> {
@@ -89,6 +122,9 @@ impl SaslClient {
         client_nonce: String,
     ) -> Result<Self, SaslError> {
         let bad = |what: String| Err(SaslError::BadConfig { what });
+        if mechanism == Mechanism::OAuthBearer {
+            return bad("OAUTHBEARER sends a token, not a user name and password".into());
+        }
         if username.is_empty() || username.len() > USERNAME_BYTES_MAX {
             return bad(format!(
                 "user name of {} bytes, expected 1 to {USERNAME_BYTES_MAX}",
@@ -131,8 +167,8 @@ impl SaslClient {
         self.mechanism
     }
 
-    /// The first SaslAuthenticate `auth_bytes`: PLAIN's only message or SCRAM's client-first.
-    /// The same bytes if asked again.
+    /// The first SaslAuthenticate `auth_bytes`: PLAIN's or OAUTHBEARER's only message or
+    /// SCRAM's client-first. The same bytes if asked again.
     pub fn first_message(&mut self) -> Vec<u8> {
         if matches!(self.state, ClientState::Initial) {
             self.state = if self.mechanism.is_scram() {
@@ -194,8 +230,14 @@ impl SaslClient {
         let text = std::str::from_utf8(server_message)
             .map_err(|_| malformed("server message is not UTF-8".into()))?;
         match state {
-            // Kafka's broker answers a successful PLAIN exchange with empty bytes.
+            // Kafka's broker answers a successful PLAIN or OAUTHBEARER exchange with empty
+            // bytes.
             ClientState::AwaitOutcome if text.is_empty() => Ok((ClientState::Complete, None)),
+            // OAUTHBEARER's error challenge: acknowledged, and the broker's failure follows.
+            ClientState::AwaitOutcome if mechanism == Mechanism::OAuthBearer => {
+                let challenge = text.to_owned();
+                Ok((ClientState::Refused { challenge }, Some(vec![KVSEP])))
+            }
             ClientState::AwaitOutcome => Err(malformed(
                 "PLAIN server answered with bytes, expected none".into(),
             )),
@@ -215,6 +257,14 @@ impl SaslClient {
                 }
                 Ok((ClientState::Complete, None))
             }
+            // The broker must fail the exchange after the challenge: an answer without an
+            // error is no authentication.
+            ClientState::Refused { challenge } => Err(SaslError::ServerError {
+                mechanism,
+                message: format!(
+                    "the broker refused the token ({challenge}) and then answered without an error"
+                ),
+            }),
             ClientState::Initial | ClientState::Complete | ClientState::Failed => {
                 Err(SaslError::OutOfOrder {
                     what: "the exchange is not awaiting a server message",
@@ -418,5 +468,48 @@ mod tests {
         let client = SaslClient::new(Mechanism::Plain, "alice", "hunter2").unwrap();
         let shown = format!("{client:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn oauthbearer_sends_its_token_and_acknowledges_an_error_challenge() {
+        let extensions = vec![("traceId".to_owned(), "7".to_owned())];
+        let mut client = SaslClient::oauthbearer("a.b.", &extensions).expect("valid");
+        assert_eq!(
+            client.first_message(),
+            b"n,,\x01auth=Bearer a.b.\x01traceId=7\x01\x01"
+        );
+        assert_eq!(client.step(b"").unwrap(), None);
+        assert!(client.is_complete());
+
+        let mut client = SaslClient::oauthbearer("a.b.", &[]).expect("valid");
+        client.first_message();
+        let ack = client.step(br#"{"status":"invalid_token"}"#).unwrap();
+        assert_eq!(ack, Some(vec![KVSEP]));
+        assert!(!client.is_complete());
+        // The broker must fail now; an answer without an error is not a login.
+        let error = client.step(b"").unwrap_err();
+        assert!(error.to_string().contains("invalid_token"), "{error}");
+        assert!(!client.is_complete());
+    }
+
+    #[test]
+    fn oauthbearer_refuses_tokens_and_extensions_it_could_not_send() {
+        for (token, extensions) in [
+            ("", vec![]),
+            ("has space", vec![]),
+            ("a\x01b", vec![]),
+            ("ok", vec![("auth".to_owned(), "x".to_owned())]),
+            ("ok", vec![("n1".to_owned(), "x".to_owned())]),
+        ] {
+            let result = SaslClient::oauthbearer(token, &extensions);
+            assert!(
+                matches!(result, Err(SaslError::BadConfig { .. })),
+                "{token:?} {extensions:?}: {result:?}"
+            );
+        }
+        assert!(matches!(
+            SaslClient::new(Mechanism::OAuthBearer, "alice", "pw"),
+            Err(SaslError::BadConfig { .. })
+        ));
     }
 }

@@ -161,8 +161,8 @@ impl ScramHash {
         match mechanism {
             Mechanism::ScramSha256 => Ok(ScramHash::Sha256),
             Mechanism::ScramSha512 => Ok(ScramHash::Sha512),
-            Mechanism::Plain => Err(SaslError::BadConfig {
-                what: "PLAIN is not a SCRAM mechanism".into(),
+            Mechanism::Plain | Mechanism::OAuthBearer => Err(SaslError::BadConfig {
+                what: format!("{mechanism} is not a SCRAM mechanism"),
             }),
         }
     }

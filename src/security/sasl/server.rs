@@ -5,8 +5,8 @@ use super::scram::{
     self, ClientFirst, ScramHash, format_server_first, parse_client_final, parse_client_first,
 };
 use super::{
-    CredentialStore, Exchange, Mechanism, SASL_MESSAGE_BYTES_MAX, SCRAM_ITERATIONS_MIN, SaslError,
-    ScramCredential, plain,
+    CredentialStore, Exchange, KVSEP, Mechanism, SASL_MESSAGE_BYTES_MAX, SCRAM_ITERATIONS_MIN,
+    SaslError, ScramCredential, oauthbearer, plain,
 };
 
 /// The server side of one SASL exchange. Single use: once it completed or failed, every further
@@ -21,8 +21,10 @@ pub struct SaslServer {
 
 /// Where the exchange stands. The transitions, all made by [`SaslServer::step`]:
 /// ```text
-/// PLAIN  Start --client message, password right------------------------> Complete
-/// SCRAM  Start --client-first, user known--> AwaitClientFinal --proof right--> Complete
+/// PLAIN        Start --client message, password right------------------> Complete
+/// SCRAM        Start --client-first, user known--> AwaitClientFinal --proof right--> Complete
+/// OAUTHBEARER  Start --token valid-------------------------------------> Complete
+///              Start --token refused: error challenge--> AwaitKvsep --%x01--> Failed
 /// any step that returns an error ---------------------------------------> Failed
 /// Complete and Failed are final: a step there is an error and changes nothing.
 /// ```
@@ -30,8 +32,18 @@ pub struct SaslServer {
 enum ServerState {
     Start,
     AwaitClientFinal(Box<ScramPending>),
+    /// OAUTHBEARER refused the token and sent the error challenge: the client's `%x01`
+    /// ends the exchange with that challenge as the failure's message (RFC 7628 3.2.3).
+    AwaitKvsep(Box<RefusedToken>),
     Complete,
     Failed,
+}
+
+/// An OAUTHBEARER token refused at the first step, remembered until the client acknowledges.
+#[derive(Debug)]
+struct RefusedToken {
+    challenge: String,
+    reason: String,
 }
 
 /// What SCRAM's server remembers between its two steps.
@@ -78,13 +90,16 @@ impl SaslServer {
         matches!(self.state, ServerState::Complete)
     }
 
-    /// Takes the client's next message (SaslAuthenticate's `auth_bytes`) and answers it. An
-    /// error ends the exchange: the broker answers SaslAuthenticate with
-    /// SASL_AUTHENTICATION_FAILED and [`SaslError::response_message`], then closes.
+    /// Takes the client's next message (SaslAuthenticate's `auth_bytes`) and answers it.
+    /// `now_ms` (UNIX milliseconds) is when, for the mechanisms whose credentials expire
+    /// (OAUTHBEARER's tokens). An error ends the exchange: the broker answers
+    /// SaslAuthenticate with SASL_AUTHENTICATION_FAILED and [`SaslError::response_message`],
+    /// then closes.
     pub fn step(
         &mut self,
         message: &[u8],
         store: &dyn CredentialStore,
+        now_ms: u64,
     ) -> Result<Exchange, SaslError> {
         match self.state {
             ServerState::Complete => {
@@ -97,11 +112,11 @@ impl SaslServer {
                     what: "the exchange failed (a SaslServer is single use)",
                 });
             }
-            ServerState::Start | ServerState::AwaitClientFinal(_) => {}
+            ServerState::Start | ServerState::AwaitClientFinal(_) | ServerState::AwaitKvsep(_) => {}
         }
         // Failed until the step succeeds, so an error anywhere below ends the exchange.
         let state = std::mem::replace(&mut self.state, ServerState::Failed);
-        let (next, exchange) = self.advance(state, message, store)?;
+        let (next, exchange) = self.advance(state, message, store, now_ms)?;
         self.state = next;
         Ok(exchange)
     }
@@ -111,6 +126,7 @@ impl SaslServer {
         state: ServerState,
         message: &[u8],
         store: &dyn CredentialStore,
+        now_ms: u64,
     ) -> Result<(ServerState, Exchange), SaslError> {
         if message.len() > SASL_MESSAGE_BYTES_MAX {
             return Err(SaslError::Malformed {
@@ -127,8 +143,22 @@ impl SaslServer {
                 let done = Exchange::Done {
                     response: Vec::new(),
                     username,
+                    expires_at_ms: None,
                 };
                 Ok((ServerState::Complete, done))
+            }
+            (ServerState::Start, Mechanism::OAuthBearer) => self.bearer(message, store, now_ms),
+            (ServerState::AwaitKvsep(refused), _) => {
+                if message != [KVSEP] {
+                    return Err(SaslError::Malformed {
+                        mechanism: self.mechanism,
+                        what: "expected %x01 after the error challenge".into(),
+                    });
+                }
+                Err(SaslError::InvalidToken {
+                    challenge: refused.challenge,
+                    reason: refused.reason,
+                })
             }
             (ServerState::Start, mechanism) => {
                 let pending = self.client_first(mechanism, self.text(message)?, store)?;
@@ -144,6 +174,51 @@ impl SaslServer {
                 what: "the exchange has ended",
             }),
         }
+    }
+
+    /// OAUTHBEARER's one step: the client's message parsed, its token validated by the
+    /// listener's validator (in `store`). A refused token is answered with the error
+    /// challenge, as Kafka's `OAuthBearerSaslServer` answers it; an authorization id must be
+    /// the token's principal.
+    fn bearer(
+        &self,
+        message: &[u8],
+        store: &dyn CredentialStore,
+        now_ms: u64,
+    ) -> Result<(ServerState, Exchange), SaslError> {
+        let response = oauthbearer::parse_client_initial_response(message)?;
+        let token = match store.validate_bearer_token(response.token, now_ms) {
+            Ok(token) => token,
+            Err(rejection) => {
+                let challenge = rejection.challenge();
+                let bytes = challenge.clone().into_bytes();
+                let refused = RefusedToken {
+                    challenge,
+                    reason: rejection.reason,
+                };
+                return Ok((
+                    ServerState::AwaitKvsep(Box::new(refused)),
+                    Exchange::Continue(bytes),
+                ));
+            }
+        };
+        if let Some(authorization_id) = response.authorization_id
+            && authorization_id != token.principal
+        {
+            return Err(SaslError::AuthenticationFailed {
+                message: format!(
+                    "Authentication failed: Client requested an authorization id ({authorization_id}) \
+                     that is different from the token's principal name ({})",
+                    token.principal
+                ),
+            });
+        }
+        let done = Exchange::Done {
+            response: Vec::new(),
+            username: token.principal,
+            expires_at_ms: Some(token.expires_at_ms),
+        };
+        Ok((ServerState::Complete, done))
     }
 
     fn text<'a>(&self, message: &'a [u8]) -> Result<&'a str, SaslError> {
@@ -240,6 +315,7 @@ impl SaslServer {
         Ok(Exchange::Done {
             response: format!("v={}", scram::encode_base64(&server_signature)).into_bytes(),
             username: pending.username.clone(),
+            expires_at_ms: None,
         })
     }
 }
@@ -269,6 +345,9 @@ mod tests {
 
     use super::*;
     use crate::security::sasl::SaslClient;
+
+    /// The UNIX time the exchanges of these tests happen at.
+    const NOW: u64 = 1_700_000_000_000;
 
     const RFC_CLIENT_NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
     const RFC_SERVER_NONCE: &str = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
@@ -361,10 +440,11 @@ mod tests {
         make_final: impl FnOnce(&str) -> String,
     ) -> (SaslServer, Result<Exchange, SaslError>) {
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let server_first = continue_bytes(server.step(client_first.as_bytes(), store).unwrap());
+        let server_first =
+            continue_bytes(server.step(client_first.as_bytes(), store, NOW).unwrap());
         let server_first = String::from_utf8(server_first).unwrap();
         let client_final = make_final(&server_first);
-        let result = server.step(client_final.as_bytes(), store);
+        let result = server.step(client_final.as_bytes(), store, NOW);
         (server, result)
     }
 
@@ -373,15 +453,18 @@ mod tests {
         let store = Users::rfc_7677();
         let mut server = SaslServer::with_server_nonce(Mechanism::ScramSha256, RFC_SERVER_NONCE);
         let client_first = format!("n,,n=user,r={RFC_CLIENT_NONCE}");
-        let server_first = server.step(client_first.as_bytes(), &store).unwrap();
+        let server_first = server.step(client_first.as_bytes(), &store, NOW).unwrap();
         assert_eq!(server_first, Exchange::Continue(RFC_SERVER_FIRST.into()));
         assert!(!server.is_complete());
-        let done = server.step(RFC_CLIENT_FINAL.as_bytes(), &store).unwrap();
+        let done = server
+            .step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW)
+            .unwrap();
         assert_eq!(
             done,
             Exchange::Done {
                 response: RFC_SERVER_FINAL.into(),
-                username: "user".into()
+                username: "user".into(),
+                expires_at_ms: None,
             }
         );
         assert!(server.is_complete());
@@ -395,10 +478,11 @@ mod tests {
                 let mut client = SaslClient::new(mechanism, user, password).unwrap();
                 let mut server = SaslServer::new(mechanism);
                 let server_first =
-                    continue_bytes(server.step(&client.first_message(), &store).unwrap());
+                    continue_bytes(server.step(&client.first_message(), &store, NOW).unwrap());
                 let client_final = client.step(&server_first).unwrap().unwrap();
-                let Exchange::Done { response, username } =
-                    server.step(&client_final, &store).unwrap()
+                let Exchange::Done {
+                    response, username, ..
+                } = server.step(&client_final, &store, NOW).unwrap()
                 else {
                     panic!("server did not complete");
                 };
@@ -414,12 +498,13 @@ mod tests {
         let store = Users::with(&[("alice", "alice-secret")]);
         let mut client = SaslClient::new(Mechanism::Plain, "alice", "alice-secret").unwrap();
         let mut server = SaslServer::new(Mechanism::Plain);
-        let done = server.step(&client.first_message(), &store).unwrap();
+        let done = server.step(&client.first_message(), &store, NOW).unwrap();
         assert_eq!(
             done,
             Exchange::Done {
                 response: Vec::new(),
-                username: "alice".into()
+                username: "alice".into(),
+                expires_at_ms: None,
             }
         );
         assert_eq!(client.step(&[]).unwrap(), None);
@@ -430,7 +515,7 @@ mod tests {
     fn plain_wrong_password_is_told_as_kafka_tells_it() {
         let store = Users::with(&[("alice", "alice-secret")]);
         let mut server = SaslServer::new(Mechanism::Plain);
-        let error = server.step(b"\0alice\0nope", &store).unwrap_err();
+        let error = server.step(b"\0alice\0nope", &store, NOW).unwrap_err();
         assert_eq!(
             error.response_message(Mechanism::Plain),
             "Authentication failed: Invalid username or password"
@@ -445,9 +530,9 @@ mod tests {
             let mut client = SaslClient::new(mechanism, "alice", "not-the-secret").unwrap();
             let mut server = SaslServer::new(mechanism);
             let server_first =
-                continue_bytes(server.step(&client.first_message(), &store).unwrap());
+                continue_bytes(server.step(&client.first_message(), &store, NOW).unwrap());
             let client_final = client.step(&server_first).unwrap().unwrap();
-            let error = server.step(&client_final, &store).unwrap_err();
+            let error = server.step(&client_final, &store, NOW).unwrap_err();
             assert!(
                 matches!(error, SaslError::InvalidCredentials { .. }),
                 "{error:?}"
@@ -467,13 +552,13 @@ mod tests {
     fn unknown_user_fails_at_client_first() {
         let store = Users::with(&[("alice", "alice-secret")]);
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let result = server.step(b"n,,n=mallory,r=abcdef", &store);
+        let result = server.step(b"n,,n=mallory,r=abcdef", &store, NOW);
         assert!(is_invalid_credentials(&result), "{result:?}");
         // A PLAIN-only user has no SCRAM credential either.
         let mut plain_only = Users::default();
         plain_only.plain.insert("carol".into(), b"pw".to_vec());
         let mut server = SaslServer::new(Mechanism::ScramSha512);
-        let result = server.step(b"n,,n=carol,r=abcdef", &plain_only);
+        let result = server.step(b"n,,n=carol,r=abcdef", &plain_only, NOW);
         assert!(is_invalid_credentials(&result), "{result:?}");
     }
 
@@ -482,11 +567,17 @@ mod tests {
         let store = Users::rfc_7677();
         let mut server = SaslServer::with_server_nonce(Mechanism::ScramSha256, RFC_SERVER_NONCE);
         server
-            .step(format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(), &store)
+            .step(
+                format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(),
+                &store,
+                NOW,
+            )
             .unwrap();
-        server.step(RFC_CLIENT_FINAL.as_bytes(), &store).unwrap();
+        server
+            .step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW)
+            .unwrap();
         // Replaying the final message to a completed server is refused and leaves it complete.
-        let replay = server.step(RFC_CLIENT_FINAL.as_bytes(), &store);
+        let replay = server.step(RFC_CLIENT_FINAL.as_bytes(), &store, NOW);
         assert!(
             matches!(replay, Err(SaslError::OutOfOrder { .. })),
             "{replay:?}"
@@ -494,8 +585,12 @@ mod tests {
         assert!(server.is_complete());
 
         let mut failed = SaslServer::new(Mechanism::ScramSha256);
-        assert!(failed.step(b"garbage", &store).is_err());
-        let retry = failed.step(format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(), &store);
+        assert!(failed.step(b"garbage", &store, NOW).is_err());
+        let retry = failed.step(
+            format!("n,,n=user,r={RFC_CLIENT_NONCE}").as_bytes(),
+            &store,
+            NOW,
+        );
         assert!(
             matches!(retry, Err(SaslError::OutOfOrder { .. })),
             "{retry:?}"
@@ -622,7 +717,7 @@ mod tests {
 
         for refused in ["y,,n=user,r=abc", "p=tls-exporter,,n=user,r=abc"] {
             let mut server = SaslServer::new(Mechanism::ScramSha256);
-            let result = server.step(refused.as_bytes(), &store);
+            let result = server.step(refused.as_bytes(), &store, NOW);
             assert!(
                 matches!(result, Err(SaslError::Unsupported { .. })),
                 "{result:?}"
@@ -634,11 +729,13 @@ mod tests {
     fn an_authzid_equal_to_the_user_is_served_and_another_is_refused() {
         let store = Users::rfc_7677();
         let mut server = SaslServer::with_server_nonce(Mechanism::ScramSha256, RFC_SERVER_NONCE);
-        let result = server.step(b"n,a=user,n=user,r=abc", &store);
+        let result = server.step(b"n,a=user,n=user,r=abc", &store, NOW);
         assert!(matches!(result, Ok(Exchange::Continue(_))), "{result:?}");
 
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let error = server.step(b"n,a=admin,n=user,r=abc", &store).unwrap_err();
+        let error = server
+            .step(b"n,a=admin,n=user,r=abc", &store, NOW)
+            .unwrap_err();
         assert_eq!(
             error.response_message(Mechanism::ScramSha256),
             "Authentication failed: Client requested an authorization id that is different \
@@ -650,7 +747,7 @@ mod tests {
     fn delegation_tokens_are_refused_as_unsupported() {
         let store = Users::rfc_7677();
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let result = server.step(b"n,,n=user,r=abc,tokenauth=true", &store);
+        let result = server.step(b"n,,n=user,r=abc,tokenauth=true", &store, NOW);
         assert!(
             matches!(result, Err(SaslError::Unsupported { .. })),
             "{result:?}"
@@ -675,7 +772,7 @@ mod tests {
         .chain(oversized)
         {
             let mut server = SaslServer::new(Mechanism::ScramSha256);
-            let result = server.step(message.as_bytes(), &store);
+            let result = server.step(message.as_bytes(), &store, NOW);
             assert!(
                 matches!(result, Err(SaslError::Malformed { .. })),
                 "{:?} gave {result:?}",
@@ -685,7 +782,7 @@ mod tests {
         let mut server = SaslServer::new(Mechanism::Plain);
         let huge = vec![b'a'; SASL_MESSAGE_BYTES_MAX + 1];
         assert!(matches!(
-            server.step(&huge, &store),
+            server.step(&huge, &store, NOW),
             Err(SaslError::Malformed { .. })
         ));
     }
@@ -700,7 +797,7 @@ mod tests {
             .scram
             .insert((Mechanism::ScramSha256, "old".into()), credential);
         let mut server = SaslServer::new(Mechanism::ScramSha256);
-        let result = server.step(b"n,,n=old,r=abc", &store);
+        let result = server.step(b"n,,n=old,r=abc", &store, NOW);
         assert!(is_invalid_credentials(&result), "{result:?}");
     }
 
@@ -708,7 +805,142 @@ mod tests {
     fn escaped_user_names_are_looked_up_unescaped() {
         let store = Users::with(&[("a,b=c", "pw")]);
         let mut server = SaslServer::new(Mechanism::ScramSha512);
-        let result = server.step(b"n,,n=a=2Cb=3Dc,r=abc", &store);
+        let result = server.step(b"n,,n=a=2Cb=3Dc,r=abc", &store, NOW);
         assert!(matches!(result, Ok(Exchange::Continue(_))), "{result:?}");
+    }
+
+    /// A validator that accepts the token `good` (alice's, for a minute) and refuses the rest.
+    struct Bearer;
+
+    impl CredentialStore for Bearer {
+        fn plain_password(&self, _: &str) -> Option<Vec<u8>> {
+            None
+        }
+        fn scram_credential(&self, _: Mechanism, _: &str) -> Option<ScramCredential> {
+            None
+        }
+        fn validate_bearer_token(
+            &self,
+            token: &str,
+            now_ms: u64,
+        ) -> Result<crate::security::sasl::BearerToken, crate::security::sasl::TokenRejection>
+        {
+            assert_eq!(now_ms, NOW, "the server passes its caller's time on");
+            match token {
+                "good" => Ok(crate::security::sasl::BearerToken {
+                    principal: "alice".into(),
+                    expires_at_ms: NOW + 60_000,
+                }),
+                "narrow" => Err(crate::security::sasl::TokenRejection::insufficient_scope(
+                    "[write]".into(),
+                    "no write scope".into(),
+                )),
+                _ => Err(crate::security::sasl::TokenRejection::invalid_token(
+                    "expired".into(),
+                )),
+            }
+        }
+    }
+
+    fn bearer_message(authzid: &str, token: &str) -> Vec<u8> {
+        format!("n,{authzid},\x01auth=Bearer {token}\x01traceId=1\x01\x01").into_bytes()
+    }
+
+    #[test]
+    fn oauthbearer_accepts_a_valid_token_with_its_expiry() {
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        let done = server
+            .step(&bearer_message("", "good"), &Bearer, NOW)
+            .unwrap();
+        assert_eq!(
+            done,
+            Exchange::Done {
+                response: Vec::new(),
+                username: "alice".into(),
+                expires_at_ms: Some(NOW + 60_000),
+            }
+        );
+        assert!(server.is_complete());
+        // An authorization id naming the token's principal is served.
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        let done = server.step(&bearer_message("a=alice", "good"), &Bearer, NOW);
+        assert!(matches!(done, Ok(Exchange::Done { .. })), "{done:?}");
+    }
+
+    #[test]
+    fn oauthbearer_refuses_another_authorization_id_as_kafka_words_it() {
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        let error = server
+            .step(&bearer_message("a=admin", "good"), &Bearer, NOW)
+            .unwrap_err();
+        assert_eq!(
+            error.response_message(Mechanism::OAuthBearer),
+            "Authentication failed: Client requested an authorization id (admin) that is \
+             different from the token's principal name (alice)"
+        );
+        assert!(!server.is_complete());
+    }
+
+    #[test]
+    fn a_refused_token_gets_the_error_challenge_then_fails_with_it() {
+        for (token, challenge) in [
+            ("stale", r#"{"status":"invalid_token"}"#),
+            (
+                "narrow",
+                r#"{"status":"insufficient_scope", "scope":"[write]"}"#,
+            ),
+        ] {
+            let mut server = SaslServer::new(Mechanism::OAuthBearer);
+            let answer = server
+                .step(&bearer_message("", token), &Bearer, NOW)
+                .unwrap();
+            assert_eq!(answer, Exchange::Continue(challenge.as_bytes().to_vec()));
+            assert!(!server.is_complete());
+            let error = server.step(&[KVSEP], &Bearer, NOW).unwrap_err();
+            assert!(matches!(error, SaslError::InvalidToken { .. }), "{error:?}");
+            assert_eq!(error.response_message(Mechanism::OAuthBearer), challenge);
+            // The log keeps the validator's reason.
+            assert!(format!("{error:?}").contains("reason"), "{error:?}");
+            // Single use.
+            let again = server.step(&bearer_message("", "good"), &Bearer, NOW);
+            assert!(
+                matches!(again, Err(SaslError::OutOfOrder { .. })),
+                "{again:?}"
+            );
+        }
+        // Anything but %x01 after the challenge fails the exchange as malformed (a second
+        // token in the same exchange is not taken).
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        server
+            .step(&bearer_message("", "stale"), &Bearer, NOW)
+            .unwrap();
+        let error = server
+            .step(&bearer_message("", "good"), &Bearer, NOW)
+            .unwrap_err();
+        assert!(matches!(error, SaslError::Malformed { .. }), "{error:?}");
+        assert!(!server.is_complete());
+    }
+
+    #[test]
+    fn oauthbearer_malformed_messages_and_stores_without_a_validator_are_refused() {
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        let error = server
+            .step(b"n,,auth=Bearer good", &Bearer, NOW)
+            .unwrap_err();
+        assert_eq!(
+            error.response_message(Mechanism::OAuthBearer),
+            "Authentication failed during authentication due to invalid credentials with SASL \
+             mechanism OAUTHBEARER"
+        );
+        // The PLAIN/SCRAM store has no validator: every token gets the challenge.
+        let store = Users::rfc_7677();
+        let mut server = SaslServer::new(Mechanism::OAuthBearer);
+        let answer = server
+            .step(&bearer_message("", "good"), &store, NOW)
+            .unwrap();
+        assert_eq!(
+            answer,
+            Exchange::Continue(br#"{"status":"invalid_token"}"#.to_vec())
+        );
     }
 }
