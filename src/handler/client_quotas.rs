@@ -59,7 +59,9 @@ pub fn describe(
         })
         .collect();
     match describe_quotas(&broker.image(), &components, request.strict) {
-        Ok(entries) => DescribeClientQuotasResponse::default().with_entries(Some(entries)),
+        Ok(entries) => DescribeClientQuotasResponse::default()
+            .with_error_message(None)
+            .with_entries(Some(entries)),
         Err(error) => DescribeClientQuotasResponse::default()
             .with_error_code(error.error.code())
             .with_error_message(Some(str_bytes(error.message)))
