@@ -394,7 +394,7 @@ mod tests {
             ),
         ];
         for (alteration, message) in cases {
-            let (results, records) = alter_client_quotas(&image, &[alteration.clone()]);
+            let (results, records) = alter_client_quotas(&image, std::slice::from_ref(&alteration));
             assert_eq!(results[0].0, invalid, "{alteration:?}");
             assert!(
                 results[0].1.contains(message),

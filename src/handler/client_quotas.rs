@@ -29,6 +29,9 @@ pub const ALTER_VERSIONS: (i16, i16) = (0, 1);
 
 const ALTER_WAIT: Duration = Duration::from_secs(30);
 
+/// A quota key and the value to set, or `None` to remove it.
+type QuotaOp = (String, Option<f64>);
+
 const CLUSTER_DENIED: &str = "Cluster authorization failed.";
 
 /// DescribeClientQuotas' match types.
@@ -252,7 +255,7 @@ pub async fn alter(
     };
     if !request.validate_only {
         // What this node must have applied before it answers: each entry that succeeded.
-        let changed: Vec<(ClientQuotaEntity, &[(String, Option<f64>)])> = alterations
+        let changed: Vec<(ClientQuotaEntity, &[QuotaOp])> = alterations
             .iter()
             .zip(&results)
             .filter(|(_, (code, _))| *code == errors::NONE)
