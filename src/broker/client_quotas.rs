@@ -31,7 +31,10 @@
 //! # Bounds
 //! A measured entity is forgotten once idle for the whole sample span (its samples would all
 //! be obsolete): the map holds only clients that sent something quota'd in the last
-//! `quota.window.num` windows. Metrics are per quota type, never per client.
+//! `quota.window.num` windows, and at most `MEASURED_ENTITIES_MAX` of them. Past that (a
+//! client cycling through client ids under a default client-id quota), new ones share one
+//! rate per quota type, so they are throttled together rather than each let through.
+//! Metrics are per quota type, never per client.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -125,12 +128,17 @@ impl<'a> QuotaClient<'a> {
     }
 }
 
-/// Who shares a measured rate (Kafka's quota metric tags): a user, a client id or both.
+/// The most users and clients measured at once (see "Bounds").
+const MEASURED_ENTITIES_MAX: usize = 100_000;
+
+/// Who shares a measured rate (Kafka's quota metric tags): a user, a client id or both; or,
+/// past `MEASURED_ENTITIES_MAX`, every entity not measured yet (`overflow`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SensorKey {
     quota: QuotaType,
     user: Option<String>,
     client_id: Option<String>,
+    overflow: bool,
 }
 
 /// The quota that applies to `client` for `key`, by KIP-55's precedence: who shares its
@@ -169,6 +177,7 @@ fn resolve(
                     quota,
                     user: by_user.then(|| client.user.to_owned()),
                     client_id: by_client.then(|| client.client_id.to_owned()),
+                    overflow: false,
                 },
                 limit,
             ))
@@ -282,6 +291,7 @@ impl Rate {
 /// The measured rates of the clients quotas apply to.
 pub struct ClientQuotaManager {
     windows: QuotaWindows,
+    entities_max: usize,
     started: Instant,
     rates: Mutex<Rates>,
     metrics: Arc<Metrics>,
@@ -302,6 +312,7 @@ impl ClientQuotaManager {
         );
         ClientQuotaManager {
             windows,
+            entities_max: MEASURED_ENTITIES_MAX,
             started: Instant::now(),
             rates: Mutex::new(Rates::default()),
             metrics,
@@ -331,6 +342,18 @@ impl ClientQuotaManager {
         let now_ms = self.now_ms();
         let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
         self.sweep(&mut rates, now_ms);
+        let sensor = if rates.by_sensor.len() >= self.entities_max
+            && !rates.by_sensor.contains_key(&sensor)
+        {
+            SensorKey {
+                quota,
+                user: None,
+                client_id: None,
+                overflow: true,
+            }
+        } else {
+            sensor
+        };
         let rate = rates.by_sensor.entry(sensor).or_default();
         rate.record(self.windows, value, now_ms);
         let mut throttle_ms = rate.throttle_ms(self.windows, limit, now_ms);
@@ -355,7 +378,19 @@ impl ClientQuotaManager {
         };
         let now_ms = self.now_ms();
         let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rate) = rates.by_sensor.get_mut(&sensor) {
+        let overflow = SensorKey {
+            quota,
+            user: None,
+            client_id: None,
+            overflow: true,
+        };
+        let rates = &mut rates.by_sensor;
+        let sensor = if rates.contains_key(&sensor) {
+            sensor
+        } else {
+            overflow
+        };
+        if let Some(rate) = rates.get_mut(&sensor) {
             rate.record(self.windows, -value, now_ms);
         }
     }
@@ -579,6 +614,31 @@ mod tests {
             manager.max_value_in_window(&ClientQuotas::new(), QuotaType::Produce, a),
             None
         );
+        // Past the bound, clients not measured yet share one rate.
+        let mut bounded = ClientQuotaManager::new(WINDOWS, Arc::new(Metrics::default()));
+        bounded.entities_max = 2;
+        let per_client = quotas(&[(entity(None, Some(None)), "producer_byte_rate", 1000.0)]);
+        // c1 and c2 are measured on their own; c3 is the first to share the overflow rate.
+        for id in ["c1", "c2", "c3"] {
+            let client = QuotaClient::new("User:x", Some(id));
+            assert_eq!(
+                bounded.record(&per_client, QuotaType::Produce, client, 6000.0),
+                Duration::ZERO,
+                "{id}"
+            );
+        }
+        let fourth = QuotaClient::new("User:x", Some("c4"));
+        assert!(
+            bounded.record(&per_client, QuotaType::Produce, fourth, 6000.0) > Duration::ZERO,
+            "c4 shares c3's rate: 12 000 bytes against 10 000 a window"
+        );
+        let first = QuotaClient::new("User:x", Some("c1"));
+        assert_eq!(
+            bounded.record(&per_client, QuotaType::Produce, first, 1000.0),
+            Duration::ZERO,
+            "a client measured before keeps its own rate"
+        );
+        assert_eq!(bounded.rates.lock().expect("rates").by_sensor.len(), 3);
         // The request quota waits at most one window.
         let held = quotas(&[(entity(None, Some(None)), "request_percentage", 1.0)]);
         assert_eq!(
