@@ -415,9 +415,11 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
         session.is_authenticated(),
     ));
     let read_authenticated = Arc::clone(&authenticated);
-    // Until when the connection is muted: its client went over a client quota. The reader
-    // takes no frame off the socket meanwhile, and the processor answers none.
-    let muted: Arc<std::sync::Mutex<Option<tokio::time::Instant>>> = Arc::default();
+    // Until when the connection is muted (milliseconds from `opened`, 0: never): its client
+    // went over a client quota. The reader takes no frame off the socket meanwhile, and the
+    // processor answers none.
+    let opened = tokio::time::Instant::now();
+    let muted = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let read_muted = Arc::clone(&muted);
     let mut mute_stop = stop.clone();
     let (request_bytes_max, sasl_request_bytes_max) = (
@@ -434,8 +436,9 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
     // tasks goes to the waking worker's LIFO slot and wakes no one.
     let reader: tokio::task::JoinHandle<Result<(), String>> = tokio::spawn(async move {
         loop {
-            let muted_until = *read_muted.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(until) = muted_until.filter(|u| *u > tokio::time::Instant::now()) {
+            let muted_ms = read_muted.load(Ordering::Acquire);
+            let until = opened + Duration::from_millis(muted_ms);
+            if muted_ms > 0 && until > tokio::time::Instant::now() {
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return Ok(()),
                     _ = queue.closed() => return Ok(()),
@@ -497,7 +500,8 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
                         // KIP-219: muted after the response; still busy, so the idle limit
                         // does not close it meanwhile. A shutdown ends the mute.
                         let until = tokio::time::Instant::now() + mute;
-                        *muted.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+                        let until_ms = until.duration_since(opened).as_millis() as u64;
+                        muted.store(until_ms.max(1), Ordering::Release);
                         tokio::select! {
                             _ = mute_stop.wait_for(|s| *s) => {}
                             () = tokio::time::sleep_until(until) => {}
