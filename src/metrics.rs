@@ -45,6 +45,13 @@ pub struct Metrics {
     pub authorizations_allowed: AtomicU64,
     pub authorizations_denied: AtomicU64,
     pub acls: AtomicI64,
+    /// Client quotas (`broker::client_quotas`), by quota type (produce, fetch, request):
+    /// responses throttled, the milliseconds they were told to wait (and their connections
+    /// muted), and the users or clients measured now. Never per client: client ids are the
+    /// clients' to choose, and a label each would grow without bound.
+    pub client_quota_throttled: [AtomicU64; 3],
+    pub client_quota_throttle_ms: [AtomicU64; 3],
+    pub client_quota_sensors: [AtomicI64; 3],
     /// Record bytes appended by producers.
     pub bytes_in: AtomicU64,
     /// Record bytes served to consumers and followers.
@@ -70,6 +77,9 @@ impl Default for Metrics {
             authorizations_allowed: AtomicU64::new(0),
             authorizations_denied: AtomicU64::new(0),
             acls: AtomicI64::new(0),
+            client_quota_throttled: Default::default(),
+            client_quota_throttle_ms: Default::default(),
+            client_quota_sensors: Default::default(),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             messages_in: AtomicU64::new(0),
@@ -236,6 +246,37 @@ impl Metrics {
             "# HELP sluice_acls ACLs the authorizer holds (from the metadata quorum).\n# TYPE sluice_acls gauge\nsluice_acls {}",
             self.acls.load(Ordering::Relaxed)
         );
+        for (name, kind, help, values) in [
+            (
+                "sluice_client_quota_throttled_total",
+                "counter",
+                "Responses throttled by a client quota (the connection muted), by quota type.",
+                self.client_quota_throttled
+                    .each_ref()
+                    .map(|v| v.load(Ordering::Relaxed) as i64),
+            ),
+            (
+                "sluice_client_quota_throttle_ms_total",
+                "counter",
+                "Milliseconds clients were told to wait by client quotas, by quota type.",
+                self.client_quota_throttle_ms
+                    .each_ref()
+                    .map(|v| v.load(Ordering::Relaxed) as i64),
+            ),
+            (
+                "sluice_client_quota_entities",
+                "gauge",
+                "Users or clients whose rate is measured against a client quota, by quota type.",
+                self.client_quota_sensors
+                    .each_ref()
+                    .map(|v| v.load(Ordering::Relaxed)),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (quota, value) in ["produce", "fetch", "request"].into_iter().zip(values) {
+                let _ = writeln!(out, "{name}{{quota=\"{quota}\"}} {value}");
+            }
+        }
         let _ = writeln!(
             out,
             "# HELP sluice_connections Open Kafka connections.\n# TYPE sluice_connections gauge\nsluice_connections {}",

@@ -784,6 +784,35 @@ fn a_user_without_acls_is_refused_by_every_api_and_sees_no_names() {
     assert_eq!(answer.filter_results[0].error_code, CLUSTER_DENIED);
     checked(ApiKey::DeleteAcls);
 
+    // Client quotas: DESCRIBE_CONFIGS and ALTER_CONFIGS on the cluster.
+    let answer: DescribeClientQuotasResponse = mallory.call(
+        ApiKey::DescribeClientQuotas,
+        1,
+        &DescribeClientQuotasRequest::default(),
+    );
+    assert_eq!(answer.error_code, CLUSTER_DENIED);
+    assert!(answer.entries.is_none_or(|e| e.is_empty()));
+    checked(ApiKey::DescribeClientQuotas);
+    let answer: AlterClientQuotasResponse = mallory.call(
+        ApiKey::AlterClientQuotas,
+        1,
+        &AlterClientQuotasRequest::default().with_entries(vec![
+            alter_client_quotas_request::EntryData::default()
+                .with_entity(vec![
+                    alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("user"))
+                        .with_entity_name(Some(s("mallory"))),
+                ])
+                .with_ops(vec![
+                    alter_client_quotas_request::OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_remove(true),
+                ]),
+        ]),
+    );
+    assert_eq!(answer.entries[0].error_code, CLUSTER_DENIED);
+    checked(ApiKey::AlterClientQuotas);
+
     assert!(
         unchecked.is_empty(),
         "APIs advertised but not walked by this test (add their case): {unchecked:?}"

@@ -10,13 +10,17 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::records::{
-    AclRecord, BrokerId, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER, PartitionChange,
-    PartitionRecord, RECORD_VERSION, Reassignment, RecordEnvelope, RegisterBroker,
-    ScramCredentialRecord, ScramMechanism, Uuid,
+    AclRecord, BrokerId, ClientQuotaEntity, ConfigMap, ConfigResource, MetadataRecord, NO_LEADER,
+    PartitionChange, PartitionRecord, QuotaEntityName, QuotaValue, RECORD_VERSION, Reassignment,
+    RecordEnvelope, RegisterBroker, ScramCredentialRecord, ScramMechanism, Uuid,
 };
 
 /// SCRAM credentials by user, then mechanism.
 pub type ScramCredentials = BTreeMap<String, BTreeMap<ScramMechanism, ScramCredentialRecord>>;
+
+/// Client quotas by entity, then quota key (`producer_byte_rate`, ...). An entity without
+/// quotas is not kept.
+pub type ClientQuotas = BTreeMap<ClientQuotaEntity, BTreeMap<String, QuotaValue>>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -62,11 +66,23 @@ pub struct MetadataImage {
     /// ACLs by the id of the record that created them (shared between images until one
     /// changes them: a reader may rebuild its index only when the `Arc` is another).
     pub acls: Arc<BTreeMap<Uuid, AclRecord>>,
+    /// Client quotas (shared between images until one changes them: a broker's quota
+    /// lookups are skipped while it holds none).
+    pub client_quotas: Arc<ClientQuotas>,
     /// Partition replicas per broker: derived from `topics`, kept up to date by replay so
     /// placement never counts every partition.
     #[serde(skip)]
     replica_counts: BTreeMap<BrokerId, u32>,
 }
+
+/// The image as snapshot format 4 held it (before client quotas): format 3's fields, then the
+/// SCRAM credentials and the ACLs.
+#[derive(Deserialize)]
+struct MetadataImageV4(
+    MetadataImageV3,
+    Arc<ScramCredentials>,
+    Arc<BTreeMap<Uuid, AclRecord>>,
+);
 
 /// The image as snapshot format 3 held it (before SCRAM credentials and ACLs): format 2's
 /// fields, then the broker capacities.
@@ -183,6 +199,16 @@ impl MetadataImage {
                     bincode::deserialize(bytes).map_err(corrupt)?;
                 Ok(image.recount())
             }
+            4 => {
+                let (_, MetadataImageV4(v3, scram_credentials, acls)): (u16, MetadataImageV4) =
+                    bincode::deserialize(bytes).map_err(corrupt)?;
+                let MetadataImageV3(MetadataImageV2(old, reassignments), capacities) = v3;
+                let mut image = old.upgrade(reassignments);
+                image.broker_partitions_max = capacities;
+                image.scram_credentials = scram_credentials;
+                image.acls = acls;
+                Ok(image)
+            }
             3 => {
                 let (_, MetadataImageV3(MetadataImageV2(old, reassignments), capacities)): (
                     u16,
@@ -207,9 +233,9 @@ impl MetadataImage {
     }
 }
 
-/// 2: the image holds reassignments; 3: broker capacities; 4: SCRAM credentials and ACLs
-/// (formats 1 to 3 are still read).
-const SNAPSHOT_FORMAT_VERSION: u16 = 4;
+/// 2: the image holds reassignments; 3: broker capacities; 4: SCRAM credentials and ACLs;
+/// 5: client quotas (formats 1 to 4 are still read).
+const SNAPSHOT_FORMAT_VERSION: u16 = 5;
 
 /// Why a record could not be replayed. Replay is deterministic, so every node refuses the
 /// same records; the controller validates before proposing, so this signals a bug or a
@@ -418,6 +444,9 @@ impl MetadataDelta {
                     }
                 }
             }
+            MetadataRecord::ClientQuota { entity, key, value } => {
+                replay_client_quota(image, entity, key, *value)?
+            }
         }
         Ok(())
     }
@@ -480,6 +509,52 @@ fn replay_scram_credential(
             }
             if users.get(user).is_some_and(BTreeMap::is_empty) {
                 users.remove(user);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A client quota set or removed. The controller proposes only what Kafka's
+/// `ClientQuotaControlManager` accepts; replay checks what would make the image unusable.
+fn replay_client_quota(
+    image: &mut MetadataImage,
+    entity: &ClientQuotaEntity,
+    key: &str,
+    value: Option<QuotaValue>,
+) -> Result<(), ReplayError> {
+    let named_empty = entity
+        .parts()
+        .any(|(_, name)| matches!(name, QuotaEntityName::Named(n) if n.is_empty()));
+    let ip_mixed = entity.ip.is_some() && (entity.user.is_some() || entity.client_id.is_some());
+    if entity.parts().next().is_none() || named_empty || ip_mixed || key.is_empty() {
+        return Err(ReplayError::Invalid(format!(
+            "client quota {key:?} of {entity}"
+        )));
+    }
+    let quotas = Arc::make_mut(&mut image.client_quotas);
+    match value {
+        Some(value) => {
+            if !(value.0.is_finite() && value.0 > 0.0) {
+                return Err(ReplayError::Invalid(format!(
+                    "client quota {key}={} of {entity}",
+                    value.0
+                )));
+            }
+            quotas
+                .entry(entity.clone())
+                .or_default()
+                .insert(key.to_owned(), value);
+        }
+        None => {
+            let removed = quotas.get_mut(entity).and_then(|keys| keys.remove(key));
+            if removed.is_none() {
+                return Err(ReplayError::Invalid(format!(
+                    "{entity} has no client quota {key}"
+                )));
+            }
+            if quotas.get(entity).is_some_and(BTreeMap::is_empty) {
+                quotas.remove(entity);
             }
         }
     }
@@ -1002,5 +1077,154 @@ mod tests {
         );
         assert!(last.acls.is_empty());
         assert_eq!(next.acls.len(), 1, "the earlier image is untouched");
+    }
+
+    fn quota(entity: &ClientQuotaEntity, key: &str, value: Option<f64>) -> MetadataRecord {
+        MetadataRecord::ClientQuota {
+            entity: entity.clone(),
+            key: key.into(),
+            value: value.map(QuotaValue),
+        }
+    }
+
+    #[test]
+    fn client_quotas_replay_share_and_round_trip() {
+        let alice = ClientQuotaEntity {
+            user: Some(QuotaEntityName::Named("alice".into())),
+            ..Default::default()
+        };
+        let default_client = ClientQuotaEntity {
+            client_id: Some(QuotaEntityName::Default),
+            ..Default::default()
+        };
+        let base = MetadataImage::default();
+        let mut delta = MetadataDelta::new(&base);
+        delta
+            .replay(&quota(&alice, "producer_byte_rate", Some(1024.0)))
+            .expect("set");
+        delta
+            .replay(&quota(&alice, "consumer_byte_rate", Some(2048.0)))
+            .expect("second key");
+        delta
+            .replay(&quota(&alice, "producer_byte_rate", Some(4096.0)))
+            .expect("replaced");
+        delta
+            .replay(&quota(&default_client, "request_percentage", Some(50.0)))
+            .expect("default client id");
+        let image = delta.apply(1);
+        assert_eq!(
+            image.client_quotas[&alice]["producer_byte_rate"],
+            QuotaValue(4096.0)
+        );
+        assert_eq!(image.client_quotas.len(), 2);
+        assert!(base.client_quotas.is_empty());
+        assert_eq!(
+            MetadataImage::decode(&image.encode()).expect("decode"),
+            image
+        );
+
+        // Shared until changed.
+        let mut delta = MetadataDelta::new(&image);
+        delta.replay(&broker(1, 1)).expect("broker");
+        let next = delta.apply(2);
+        assert!(Arc::ptr_eq(&next.client_quotas, &image.client_quotas));
+
+        // Refused: no entity, an empty name, ip with a user, a value that is not a rate, the
+        // removal of nothing.
+        let mut delta = MetadataDelta::new(&next);
+        let empty_name = ClientQuotaEntity {
+            user: Some(QuotaEntityName::Named(String::new())),
+            ..Default::default()
+        };
+        let ip_and_user = ClientQuotaEntity {
+            ip: Some(QuotaEntityName::Default),
+            ..alice.clone()
+        };
+        for bad in [
+            quota(
+                &ClientQuotaEntity::default(),
+                "producer_byte_rate",
+                Some(1.0),
+            ),
+            quota(&empty_name, "producer_byte_rate", Some(1.0)),
+            quota(&ip_and_user, "connection_creation_rate", Some(1.0)),
+            quota(&alice, "producer_byte_rate", Some(-1.0)),
+            quota(&alice, "producer_byte_rate", Some(f64::NAN)),
+            quota(&default_client, "producer_byte_rate", None),
+        ] {
+            assert!(
+                matches!(delta.replay(&bad), Err(ReplayError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+        delta
+            .replay(&quota(&alice, "producer_byte_rate", None))
+            .expect("remove");
+        delta
+            .replay(&quota(&alice, "consumer_byte_rate", None))
+            .expect("remove the last");
+        let last = delta.apply(3);
+        assert_eq!(
+            last.client_quotas.keys().collect::<Vec<_>>(),
+            [&default_client],
+            "an entity without quotas is gone"
+        );
+        assert_eq!(
+            next.client_quotas.len(),
+            2,
+            "the earlier image is untouched"
+        );
+    }
+
+    #[test]
+    fn snapshots_of_format_4_decode_without_client_quotas() {
+        let mut delta = MetadataDelta::new(&MetadataImage::default());
+        delta.replay(&broker(1, 1)).expect("broker");
+        delta
+            .replay(&MetadataRecord::Acl {
+                id: Uuid(3),
+                acl: Some(AclRecord {
+                    resource_type: 2,
+                    resource_name: "orders".into(),
+                    pattern_type: 3,
+                    principal: "User:alice".into(),
+                    host: "*".into(),
+                    operation: 3,
+                    permission_type: 3,
+                }),
+            })
+            .expect("acl");
+        delta
+            .replay(&MetadataRecord::UserScramCredential {
+                user: "alice".into(),
+                mechanism: ScramMechanism::ScramSha256,
+                credential: Some(ScramCredentialRecord {
+                    salt: vec![1],
+                    stored_key: vec![2],
+                    server_key: vec![3],
+                    iterations: 4096,
+                }),
+            })
+            .expect("credential");
+        let image = delta.apply(7);
+        // Format 4: format 5 without the client quotas at its end.
+        let v4 = bincode::serialize(&(
+            4u16,
+            image.index,
+            &image.brokers,
+            &image.topics,
+            &image.topic_ids_by_name,
+            &image.configs,
+            image.next_producer_id,
+            &image.reassignments,
+            &image.broker_partitions_max,
+            &image.scram_credentials,
+            &image.acls,
+        ))
+        .expect("encode v4");
+        let decoded = MetadataImage::decode(&v4).expect("decode v4");
+        assert_eq!(decoded, image);
+        assert!(decoded.client_quotas.is_empty());
+        assert_eq!(decoded.acls.len(), 1);
     }
 }

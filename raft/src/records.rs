@@ -139,7 +139,95 @@ pub enum MetadataRecord {
         id: Uuid,
         acl: Option<AclRecord>,
     },
+    /// One quota of a client quota entity is set (`Some`) or removed (`None`): Kafka's
+    /// ClientQuotaRecord (`remove` is the `None`).
+    ClientQuota {
+        entity: ClientQuotaEntity,
+        key: String,
+        value: Option<QuotaValue>,
+    },
 }
+
+/// One part of a client quota entity: a name, or the default (Kafka's null entity name),
+/// which applies to every user (or client id) without a quota of its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum QuotaEntityName {
+    Default,
+    Named(String),
+}
+
+impl QuotaEntityName {
+    /// Kafka's wire form: the name, or null for the default.
+    pub fn as_option(&self) -> Option<&str> {
+        match self {
+            QuotaEntityName::Default => None,
+            QuotaEntityName::Named(name) => Some(name),
+        }
+    }
+
+    pub fn from_option(name: Option<&str>) -> QuotaEntityName {
+        match name {
+            None => QuotaEntityName::Default,
+            Some(name) => QuotaEntityName::Named(name.to_owned()),
+        }
+    }
+}
+
+/// Whom a client quota applies to (Kafka's ClientQuotaEntity, KIP-257): a user, a client id,
+/// a user's client id, or an IP address (connection creation rate), each part named or the
+/// default. The broker validates the combination before it is proposed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+pub struct ClientQuotaEntity {
+    pub user: Option<QuotaEntityName>,
+    pub client_id: Option<QuotaEntityName>,
+    pub ip: Option<QuotaEntityName>,
+}
+
+impl ClientQuotaEntity {
+    /// Its parts as Kafka's (entity type, entity name) pairs, in Kafka's type names.
+    pub fn parts(&self) -> impl Iterator<Item = (&'static str, &QuotaEntityName)> {
+        [
+            ("user", self.user.as_ref()),
+            ("client-id", self.client_id.as_ref()),
+            ("ip", self.ip.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(entity_type, name)| name.map(|name| (entity_type, name)))
+    }
+}
+
+impl std::fmt::Display for ClientQuotaEntity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (entity_type, name) in self.parts() {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            match name {
+                QuotaEntityName::Default => write!(f, "default {entity_type}")?,
+                QuotaEntityName::Named(name) => write!(f, "{entity_type} '{name}'")?,
+            }
+        }
+        if first {
+            f.write_str("no entity")?;
+        }
+        Ok(())
+    }
+}
+
+/// A quota's value (Kafka stores every quota as a double). Compared by its bits, so a record
+/// or an image holding one is `Eq`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct QuotaValue(pub f64);
+
+impl PartialEq for QuotaValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for QuotaValue {}
 
 /// The SCRAM mechanisms a credential is stored for (Kafka's `ScramMechanism`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! The broker's shared context: what every request is served with (the metadata image and
-//! waits for it, the controller, the replica manager, producer ids, fetch sessions, metrics).
+//! waits for it, the controller, the replica manager, producer ids, fetch sessions, client
+//! quotas, metrics).
 //! Handlers (`handler/`) and the node import it from here. Coordinators (`txn/`, `group/`)
 //! do not: they get a `ControllerClient` and an `ImageWatch` (`controller::client`), so
 //! imports go one way, broker -> coordinators.
@@ -9,6 +10,7 @@
 //! removed (unload).
 
 pub mod authorizer;
+pub mod client_quotas;
 mod fetch_sessions;
 pub mod peers;
 pub mod readiness;
@@ -58,6 +60,8 @@ pub struct Broker {
     pub readiness: Arc<readiness::Readiness>,
     /// What each request may do (`authorizer.class.name`, the quorum's ACLs).
     pub authorizer: authorizer::Authorizer,
+    /// The rates of clients that client quotas apply to.
+    pub client_quotas: client_quotas::ClientQuotaManager,
 }
 
 impl Broker {

@@ -99,6 +99,8 @@ pub struct ServerConfig {
     /// (`listener.name.<l>.max.connection.creation.rate`).
     pub max_connection_creation_rate: u64,
     pub listener_connection_creation_rates: BTreeMap<String, u64>,
+    /// `quota.window.num` and `quota.window.size.seconds`: how client quotas measure rates.
+    pub quota_windows: crate::broker::client_quotas::QuotaWindows,
     /// `queued.max.requests`: requests read ahead per connection.
     pub queued_max_requests: usize,
     /// `thread.affinity`: connections served by network threads pinned one per CPU
@@ -471,6 +473,10 @@ impl ServerConfig {
             },
             max_connection_creation_rate: unsigned("max.connection.creation.rate")?,
             listener_connection_creation_rates: listener_creation_rates(properties)?,
+            quota_windows: crate::broker::client_quotas::QuotaWindows {
+                samples: unsigned("quota.window.num")? as u32,
+                window_ms: unsigned("quota.window.size.seconds")? * 1000,
+            },
             queued_max_requests: unsigned("queued.max.requests")? as usize,
             thread_affinity: boolean("thread.affinity")?,
             connections_max_idle_ms: unsigned("connections.max.idle.ms")?,

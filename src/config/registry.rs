@@ -713,6 +713,19 @@ pub const KEYS: &[Key] = &[
          listener.name.<listener>.max.connection.creation.rate); more wait their turn",
     ),
     broker(
+        "quota.window.num",
+        int(1, 1000),
+        "11",
+        "samples a client quota's rate is measured over (the current one and the whole ones \
+         before it)",
+    ),
+    broker(
+        "quota.window.size.seconds",
+        int(1, 3600),
+        "1",
+        "the length of one client quota sample",
+    ),
+    broker(
         "thread.affinity",
         Kind::Bool,
         "true",
@@ -1171,13 +1184,11 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
         "remote.log.storage.system.enable",
         "tiered storage is not implemented: segments stay on local disks",
     ),
-    no_effect(
-        "quota.window.num",
-        "client quotas are not implemented yet: no client is throttled",
-    ),
-    no_effect(
+    refused(
         "client.quota.callback.class",
-        "client quotas are not implemented yet: no client is throttled",
+        &[""],
+        "client quotas follow Kafka's default callback (KIP-55's precedence); a Java callback \
+         class cannot be loaded",
     ),
 ];
 

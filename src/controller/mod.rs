@@ -17,10 +17,12 @@
 //! - `reassignment`: AlterPartitionReassignments and their completion;
 //! - `configs`: IncrementalAlterConfigs and topic config validation;
 //! - `producer_ids`: producer id blocks;
-//! - `security`: SCRAM credentials and ACLs.
+//! - `security`: SCRAM credentials and ACLs;
+//! - `client_quotas`: client quotas (AlterClientQuotas).
 
 mod brokers;
 pub mod client;
+pub mod client_quotas;
 mod configs;
 mod elections;
 mod isr;

@@ -109,6 +109,11 @@ pub enum ControllerRequest {
     CreateAcls(Vec<sluice_raft::records::AclRecord>),
     /// DeleteAcls.
     DeleteAcls(Vec<super::AclFilterRecord>),
+    /// AlterClientQuotas; with `validate_only` decided but not committed.
+    AlterClientQuotas {
+        alterations: Vec<super::client_quotas::QuotaAlteration>,
+        validate_only: bool,
+    },
 }
 
 impl ControllerRequest {
@@ -195,6 +200,8 @@ pub enum ControllerResponse {
     AclsCreated(Vec<super::AclCreation>),
     /// DeleteAcls results, the removals committed.
     AclsDeleted(Vec<super::AclDeletion>),
+    /// AlterClientQuotas results, one per entry, the changes committed (unless validate_only).
+    ClientQuotasAltered(Vec<super::client_quotas::QuotaAlterationResult>),
 }
 
 /// A controller's errors on the wire between brokers: the one place they are encoded and decoded.
@@ -247,6 +254,7 @@ impl ControllerResponse {
             ControllerResponse::Named(_) => "results by name".to_owned(),
             ControllerResponse::AclsCreated(_) => "ACL creation results".to_owned(),
             ControllerResponse::AclsDeleted(_) => "ACL deletion results".to_owned(),
+            ControllerResponse::ClientQuotasAltered(_) => "client quota results".to_owned(),
         }
     }
 }
@@ -651,6 +659,20 @@ impl ControllerService {
                     Err(refused) => refused,
                 };
             }
+            ControllerRequest::AlterClientQuotas {
+                alterations,
+                validate_only,
+            } => {
+                let (results, records) =
+                    super::client_quotas::alter_client_quotas(&image, alterations);
+                if *validate_only {
+                    return ControllerResponse::ClientQuotasAltered(results);
+                }
+                return match commit(&quorum, records).await {
+                    Ok(()) => ControllerResponse::ClientQuotasAltered(results),
+                    Err(refused) => refused,
+                };
+            }
             _ => {}
         }
         if let ControllerRequest::ElectLeaders {
@@ -817,6 +839,7 @@ impl ControllerService {
             | ControllerRequest::AlterScramCredentials { .. }
             | ControllerRequest::CreateAcls(_)
             | ControllerRequest::DeleteAcls(_)
+            | ControllerRequest::AlterClientQuotas { .. }
             | ControllerRequest::DescribeQuorum => unreachable!("answered above"),
             ControllerRequest::AddLearner { node_id, addr } => {
                 let known = metrics

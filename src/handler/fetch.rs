@@ -24,6 +24,7 @@ use uuid::Uuid as KafkaUuid;
 
 use super::{RequestContext, our_uuid};
 use crate::broker::Broker;
+use crate::broker::client_quotas::{QuotaClient, QuotaType};
 use crate::broker::{Reported, Wanted};
 use crate::file_slice::FileSlice;
 use crate::log::LogError;
@@ -137,8 +138,20 @@ pub async fn handle(
         tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
     // Kafka reads `max_bytes` as given from Fetch v3 on (we serve v4+): 0 still brings one
-    // batch, by the min-one-message rule.
-    let max_bytes = request.max_bytes.max(0) as usize;
+    // batch, by the min-one-message rule. A consumer under a consumer_byte_rate quota reads
+    // at most what the quota allows in a window (Kafka's `getMaxValueInQuotaWindow`).
+    let client = QuotaClient::new(&context.principal, context.client_id.as_deref());
+    let quota_bytes = (replica_id < 0)
+        .then(|| {
+            broker
+                .client_quotas
+                .max_value_in_window(&image.client_quotas, QuotaType::Fetch, client)
+        })
+        .flatten();
+    let max_bytes = match quota_bytes {
+        Some(allowed) => (request.max_bytes.max(0) as usize).min(allowed as usize),
+        None => request.max_bytes.max(0) as usize,
+    };
     let denied = unreadable_topics(context, &wanted, replica_id);
     // Into the purgatory only when the first read falls short: woken by the named partitions
     // only. Registered before the next read, so no change in between goes unseen.
@@ -155,6 +168,24 @@ pub async fn handle(
         );
         let done = bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline;
         if done {
+            if replica_id < 0 {
+                let throttle = broker.client_quotas.record(
+                    &image.client_quotas,
+                    QuotaType::Fetch,
+                    client,
+                    bytes as f64,
+                );
+                if !throttle.is_zero() {
+                    // Kafka's throttled fetch: nothing returned nor counted, the wait said.
+                    broker.client_quotas.unrecord(
+                        &image.client_quotas,
+                        QuotaType::Fetch,
+                        client,
+                        bytes as f64,
+                    );
+                    return throttled(broker, &mode, session_id, throttle);
+                }
+            }
             broker
                 .metrics
                 .bytes_out
@@ -175,6 +206,37 @@ pub async fn handle(
             }
             None => delayed = Some(watch(broker, &wanted, deadline)),
         }
+    }
+}
+
+/// A fetch over its client's consumer_byte_rate quota: no partitions, the time to wait
+/// (Kafka's `getThrottledResponse`). An incremental session keeps what it last reported, so
+/// the next fetch brings what this one left; a session this fetch would have created is not
+/// kept (the client starts one again).
+fn throttled(broker: &Broker, mode: &Mode, session_id: i32, throttle: Duration) -> FetchAnswer {
+    let session_id = match mode {
+        Mode::New => {
+            broker.fetch_sessions.close(session_id);
+            0
+        }
+        Mode::Incremental(id) => {
+            // The client takes the next epoch from any answer without an error.
+            broker.fetch_sessions.answered(
+                *id,
+                true,
+                std::iter::empty(),
+                std::iter::empty(),
+                Instant::now(),
+            );
+            *id
+        }
+        Mode::Sessionless => 0,
+    };
+    FetchAnswer {
+        throttle_time_ms: i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX),
+        error_code: errors::NONE,
+        session_id,
+        ..FetchAnswer::default()
     }
 }
 
@@ -487,6 +549,7 @@ fn respond(
         }
     }
     FetchAnswer {
+        throttle_time_ms: 0,
         error_code: errors::NONE,
         session_id,
         topics,

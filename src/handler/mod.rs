@@ -13,6 +13,7 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
+mod client_quotas;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
 mod create_partitions;
@@ -47,6 +48,7 @@ mod partition_reassignments;
 mod produce;
 mod sasl;
 mod sync_group;
+mod throttle;
 mod txn_offset_commit;
 mod txn_partitions;
 mod user_scram_credentials;
@@ -224,6 +226,10 @@ apis! {
         |b, c, r| message(ResponseKind::DescribeAcls(acls::describe(b, c, r)));
     DeleteAcls acls::DELETE_VERSIONS, meta =>
         |b, c, r| message(ResponseKind::DeleteAcls(acls::delete(b, c, r).await));
+    DescribeClientQuotas client_quotas::DESCRIBE_VERSIONS, meta => |b, c, r| message(
+        ResponseKind::DescribeClientQuotas(client_quotas::describe(b, c, r)));
+    AlterClientQuotas client_quotas::ALTER_VERSIONS, meta => |b, c, r| message(
+        ResponseKind::AlterClientQuotas(client_quotas::alter(b, c, r).await));
 }
 
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -247,6 +253,8 @@ pub struct RequestContext {
     pub access: crate::broker::authorizer::Access,
     pub peer: SocketAddr,
     pub received: Instant,
+    /// The request's size (without its length prefix): what `producer_byte_rate` counts.
+    pub request_bytes: usize,
 }
 
 /// A registered broker's endpoint on the named listener (the one a request came in on).
@@ -375,12 +383,14 @@ fn is_open_to_all(api_key: ApiKey) -> bool {
     )
 }
 
-/// Answers a decoded request; `None` when no response is due (Produce with acks=0).
+/// Answers a decoded request; `None` when no response is due (Produce with acks=0). With
+/// the answer, how long its client must wait under its client quotas (zero within them): the
+/// answer says so in `throttle_time_ms`, and the connection reads nothing more for as long.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     context: &RequestContext,
     request: RequestKind,
-) -> Option<Answer> {
+) -> (Option<Answer>, Duration) {
     if waits_for_readiness(context.api_key) && broker.readiness.holds_requests() {
         // Right after a start: the cluster does not count this broker until it is registered,
         // unfenced and caught up, so a CreateTopics would find no broker to place replicas on
@@ -397,7 +407,10 @@ pub async fn dispatch(
             .wait_applied(index, REPLICAS_APPLY_WAIT)
             .await;
     }
-    let answer = serve(broker, context, request).await;
+    let charge = throttle::QuotaCharge::of(&request, context.api_version);
+    let served = std::pin::pin!(serve(broker, context, request));
+    let (mut answer, on_thread) = throttle::OnThread::new(served).await;
+    let wait = throttle::charge(broker, context, charge, on_thread, &mut answer);
     if context.access.is_enforced()
         && !context.access.was_consulted()
         && !is_open_to_all(context.api_key)
@@ -407,7 +420,7 @@ pub async fn dispatch(
         tracing::error!(api = ?context.api_key, "a request was answered without asking the authorizer");
     }
     tracing::trace!(api = ?context.api_key, version = context.api_version, peer = %context.peer, client_id = ?context.client_id, elapsed_us = context.received.elapsed().as_micros() as u64, "request answered");
-    answer
+    (answer, wait)
 }
 
 #[cfg(test)]

@@ -370,6 +370,10 @@ impl Node {
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
                 readiness: Arc::clone(&readiness),
+                client_quotas: crate::broker::client_quotas::ClientQuotaManager::new(
+                    config.quota_windows,
+                    Arc::clone(&metrics),
+                ),
             });
             let network_threads = if config.thread_affinity {
                 match NetworkThreads::start() {

@@ -40,6 +40,8 @@ pub struct FetchTopicAnswer {
 
 #[derive(Debug, Default)]
 pub struct FetchAnswer {
+    /// KIP-219: how long the client is to wait before its next fetch (a client quota).
+    pub throttle_time_ms: i32,
     pub error_code: i16,
     pub session_id: i32,
     pub topics: Vec<FetchTopicAnswer>,
@@ -103,7 +105,7 @@ pub fn encode(
         .with_correlation_id(correlation_id)
         .encode(&mut out, ApiKey::Fetch.response_header_version(version))
         .map_err(|e| encode_error(e.to_string()))?;
-    out.put_i32(0); // throttle_time_ms
+    out.put_i32(answer.throttle_time_ms);
     if version >= 7 {
         out.put_i16(answer.error_code);
         out.put_i32(answer.session_id);
@@ -265,6 +267,7 @@ mod tests {
                 Vec::new()
             };
             let answer = FetchAnswer {
+                throttle_time_ms: 1234,
                 node_endpoints: node_endpoints.clone(),
                 error_code: 0,
                 session_id: if version >= 7 { 42 } else { 0 },
@@ -290,6 +293,7 @@ mod tests {
             assert_eq!(ours.len(), total);
 
             let mut expected_response = FetchResponse::default()
+                .with_throttle_time_ms(answer.throttle_time_ms)
                 .with_session_id(answer.session_id)
                 .with_error_code(answer.error_code)
                 .with_node_endpoints(node_endpoints);

@@ -11,6 +11,11 @@
 //! stream are then served the same way, segment ranges read into bounded buffers instead of
 //! sent with sendfile.
 //!
+//! A client over one of its client quotas (`broker::client_quotas`) is answered at once, the
+//! response saying how long to wait (`throttle_time_ms`), and its connection is then muted
+//! for that long (KIP-219): the processor answers nothing and the reader takes nothing more
+//! off the socket.
+//!
 //! With `thread.affinity` each connection is served by one network thread, pinned to a CPU,
 //! for its whole life (`network`); without it, by the node's runtime.
 //!
@@ -420,6 +425,13 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
         session.is_authenticated(),
     ));
     let read_authenticated = Arc::clone(&authenticated);
+    // Until when the connection is muted (milliseconds from `opened`, 0: never): its client
+    // went over a client quota. The reader takes no frame off the socket meanwhile, and the
+    // processor answers none.
+    let opened = tokio::time::Instant::now();
+    let muted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read_muted = Arc::clone(&muted);
+    let mut mute_stop = stop.clone();
     let (request_bytes_max, sasl_request_bytes_max) = (
         settings.request_bytes_max,
         settings
@@ -434,6 +446,15 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
     // tasks goes to the waking worker's LIFO slot and wakes no one.
     let reader: tokio::task::JoinHandle<Result<(), String>> = tokio::spawn(async move {
         loop {
+            let muted_ms = read_muted.load(Ordering::Acquire);
+            let until = opened + Duration::from_millis(muted_ms);
+            if muted_ms > 0 && until > tokio::time::Instant::now() {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                    _ = queue.closed() => return Ok(()),
+                    () = tokio::time::sleep_until(until) => {}
+                }
+            }
             let next = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
                 _ = queue.closed() => return Ok(()),
@@ -477,6 +498,27 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
                     }
                 }
                 Ok(Processed::NoAnswer) => Ok(()),
+                Ok(Processed::AnswerThenMute(parts, mute)) => {
+                    let written = match parts {
+                        Some(parts) => writer
+                            .write_parts(parts)
+                            .await
+                            .map_err(|e| format!("write: {e}")),
+                        None => Ok(()),
+                    };
+                    if written.is_ok() {
+                        // KIP-219: muted after the response; still busy, so the idle limit
+                        // does not close it meanwhile. A shutdown ends the mute.
+                        let until = tokio::time::Instant::now() + mute;
+                        let until_ms = until.duration_since(opened).as_millis() as u64;
+                        muted.store(until_ms.max(1), Ordering::Release);
+                        tokio::select! {
+                            _ = mute_stop.wait_for(|s| *s) => {}
+                            () = tokio::time::sleep_until(until) => {}
+                        }
+                    }
+                    written
+                }
                 Err(error) => Err(error.to_string()),
             };
             busy.store(false, Ordering::Relaxed);
@@ -548,6 +590,10 @@ pub enum Processed {
     NoAnswer,
     /// Answer, then close (a failed SASL authentication), for this reason.
     AnswerThenClose(Vec<Part>, String),
+    /// Answer (or nothing, for acks=0), then read nothing more from the connection for this
+    /// long: its client went over a client quota (KIP-219 mutes the channel after the
+    /// response, which says how long in `throttle_time_ms`).
+    AnswerThenMute(Option<Vec<Part>>, Duration),
 }
 
 /// Answers one frame (a request without its size prefix), as a connection does: header and
@@ -572,6 +618,7 @@ pub async fn process_frame(
         out.extend_from_slice(&token);
         return Ok(Processed::Answer(vec![Part::Bytes(out.freeze())]));
     }
+    let request_bytes = frame.bytes.len();
     let mut bytes = frame.bytes;
     let start = protocol::peek_start(&bytes)?;
     let api_key =
@@ -630,6 +677,7 @@ pub async fn process_frame(
         });
     }
     let context = RequestContext {
+        request_bytes,
         api_key,
         api_version: header.request_api_version,
         client_id: header.client_id.as_ref().map(|c| c.to_string()),
@@ -641,7 +689,7 @@ pub async fn process_frame(
         peer,
         received: frame.received,
     };
-    let answer = handler::dispatch(broker, &context, request).await;
+    let (answer, mute) = handler::dispatch(broker, &context, request).await;
     let version = header.request_api_version;
     let encoded = match answer {
         Some(Answer::Message(response)) => {
@@ -663,7 +711,11 @@ pub async fn process_frame(
             broker
                 .metrics
                 .record_request(api_key, frame.received.elapsed(), 0);
-            return Ok(Processed::NoAnswer);
+            return Ok(if mute.is_zero() {
+                Processed::NoAnswer
+            } else {
+                Processed::AnswerThenMute(None, mute)
+            });
         }
     }
     .inspect_err(|error| {
@@ -674,7 +726,11 @@ pub async fn process_frame(
     broker
         .metrics
         .record_request(api_key, frame.received.elapsed(), encoded.1);
-    Ok(Processed::Answer(encoded.0))
+    Ok(if mute.is_zero() {
+        Processed::Answer(encoded.0)
+    } else {
+        Processed::AnswerThenMute(Some(encoded.0), mute)
+    })
 }
 
 /// Writes a response's parts: bytes with `write_all`, file slices with `sendfile` (page cache
