@@ -205,7 +205,7 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async move {
         args.connect.wait_for_broker().await?;
         // Created with --partitions if missing; refused if it has fewer; leaders known.
-        super::perf_kafka::partition_leaders(&args.connect.servers.bootstrap_server, &args.topic, args.partitions)
+        super::perf_kafka::partition_leaders(&args.connect.config()?, &args.topic, args.partitions)
             .await?;
         let producer = Producer::new(config)?;
         // Kafka's tool sends random uppercase letters; the same here, one payload reused.

@@ -4,6 +4,7 @@
 //! records. Prints records/s, MB/s and request latency percentiles.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -42,6 +43,10 @@ pub struct ProduceArgs {
     /// Concurrent connections, each producing its share of partitions.
     #[arg(long, default_value_t = 4)]
     connections: usize,
+    /// Client settings (Kafka's keys: security.protocol, ssl.*, sasl.*), to measure a TLS or
+    /// SASL listener.
+    #[arg(long)]
+    command_config: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -58,6 +63,30 @@ pub struct ConsumeArgs {
     /// Bytes per partition in a response (`max.partition.fetch.bytes`, Kafka's default).
     #[arg(long, default_value_t = 1 << 20)]
     partition_max_bytes: i32,
+    /// Client settings (Kafka's keys: security.protocol, ssl.*, sasl.*), to measure a TLS or
+    /// SASL listener.
+    #[arg(long)]
+    command_config: Option<PathBuf>,
+}
+
+/// The client settings of a benchmark: `--command-config`'s keys, the bootstrap server and
+/// the benchmark's client id.
+fn client_config(
+    bootstrap: &str,
+    command_config: Option<&PathBuf>,
+) -> anyhow::Result<ClientConfig> {
+    let mut config = match command_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --command-config {}", path.display()))?;
+            ClientConfig::from_properties(&text)?
+        }
+        None => ClientConfig::default(),
+    };
+    config.insert("bootstrap.servers", bootstrap);
+    config.insert("client.id", "sluice-perf");
+    config.insert("request.timeout.ms", "30000");
+    Ok(config)
 }
 
 fn topic_name(topic: &str) -> TopicName {
@@ -93,8 +122,8 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
         let started = Instant::now();
         let mut tasks = Vec::new();
-        let leaders =
-            partition_leaders(&args.bootstrap_server, &args.topic, args.partitions).await?;
+        let config = client_config(&args.bootstrap_server, args.command_config.as_ref())?;
+        let leaders = partition_leaders(&config, &args.topic, args.partitions).await?;
         let mut assignments: Vec<(String, Vec<i32>)> = Vec::new();
         for connection_index in 0..args.connections.max(1) {
             // Each connection its share of partitions; with fewer partitions than
@@ -121,8 +150,9 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             let records = Arc::clone(&records);
             let topic = args.topic.clone();
             let (acks, per_batch) = (args.acks, args.batch_records as u64);
+            let config = config.clone();
             tasks.push(tokio::spawn(async move {
-                let connection = Connection::connect(&server, Duration::from_secs(30)).await?;
+                let connection = Connection::connect_with(&server, &config).await?;
                 let mut latencies = Vec::new();
                 while Instant::now() < deadline {
                     let request = ProduceRequest::default()
@@ -185,11 +215,11 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
 /// `partitions` partitions (the cluster's default replication factor); one with fewer
 /// partitions than asked is refused, saying how to get more.
 pub async fn partition_leaders(
-    bootstrap: &str,
+    config: &ClientConfig,
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<BTreeMap<i32, String>> {
-    let admin = Admin::new(ClientConfig::new(bootstrap).set("client.id", "sluice-perf"))?;
+    let admin = Admin::new(config.clone())?;
     let topics = [topic.to_owned()];
     let metadata = admin.metadata(Some(&topics)).await?;
     let exists = metadata
@@ -253,8 +283,8 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let connection =
-            Connection::connect(&args.bootstrap_server, Duration::from_secs(30)).await?;
+        let config = client_config(&args.bootstrap_server, args.command_config.as_ref())?;
+        let connection = Connection::connect_with(&args.bootstrap_server, &config).await?;
         let mut offsets: Vec<i64> = vec![0; args.partitions.max(0) as usize];
         let mut ends: Vec<i64> = vec![i64::MAX; offsets.len()];
         let (mut bytes, mut records) = (0u64, 0u64);
@@ -400,7 +430,8 @@ pub fn idle_consumers(args: IdleConsumersArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         let needed = args.consumers as i32 + 1;
-        let leaders = partition_leaders(&args.bootstrap_server, &args.topic, needed).await?;
+        let config = client_config(&args.bootstrap_server, None)?;
+        let leaders = partition_leaders(&config, &args.topic, needed).await?;
         let server = leaders
             .get(&0)
             .cloned()
