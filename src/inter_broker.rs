@@ -41,15 +41,6 @@ impl InterBrokerClient {
         })
     }
 
-    /// A PLAINTEXT client of `listener_name`, for tests.
-    #[cfg(test)]
-    pub fn plaintext(listener_name: &str) -> InterBrokerClient {
-        InterBrokerClient {
-            listener_name: listener_name.to_owned(),
-            config: ClientConfig::new(""),
-        }
-    }
-
     /// The listener whose endpoints the other brokers are reached on.
     pub fn listener_name(&self) -> &str {
         &self.listener_name

@@ -4,26 +4,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::raw::{Client, idempotent_batch};
-use support::{AckedProducer, Cluster, clients_dir, confluent_cluster};
-
-/// (partition, leader, isr) of each partition of `topic`.
-fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
-    confluent_cluster(cluster, "leaders", &[topic])
-        .lines()
-        .filter_map(|l| {
-            let fields: Vec<i32> = l
-                .split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            (fields.len() >= 2).then(|| (fields[0], fields[1], fields[2..].to_vec()))
-        })
-        .collect()
-}
+use support::{
+    AckedProducer, Cluster, assert_acked_stored_once_in_order, clients_dir, confluent_cluster,
+    leaders,
+};
 
 /// Waits (at most 30 s) until partition `partition` of `topic` has a leader and ISR that
 /// `wanted(leader, isr)` accepts.
@@ -63,49 +51,6 @@ fn replicated_under_load(cluster: &Cluster, topic: &str, acked: usize) -> AckedP
         producer.count() >= acked
     });
     producer
-}
-
-/// Every acknowledged record is stored exactly once, in order within its partition; returns
-/// the number stored.
-fn assert_acked_stored_once_in_order(cluster: &Cluster, topic: &str, acked: &[String]) -> usize {
-    let dumped = confluent_cluster(cluster, "dump", &[topic, "2"]);
-    let stored: Vec<u64> = dumped
-        .lines()
-        .filter_map(|l| l.strip_prefix('r'))
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    for i in &stored {
-        *counts.entry(*i).or_default() += 1;
-    }
-    let missing: Vec<&String> = acked
-        .iter()
-        .filter(|a| {
-            a.strip_prefix('r')
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_none_or(|n| !counts.contains_key(&n))
-        })
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} acknowledged records lost, e.g. {:?}",
-        missing.len(),
-        &missing[..missing.len().min(5)]
-    );
-    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
-    assert!(twice.is_empty(), "records stored twice: {twice:?}");
-    for partition in 0..2 {
-        let in_partition: Vec<u64> = stored
-            .iter()
-            .copied()
-            .filter(|i| i % 2 == partition)
-            .collect();
-        assert!(
-            in_partition.windows(2).all(|w| w[0] < w[1]),
-            "partition {partition} is out of order"
-        );
-    }
-    stored.len()
 }
 
 #[test]

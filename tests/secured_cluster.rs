@@ -11,43 +11,16 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::certs::{keystore, make_ca, make_certificate};
-use support::{AckedProducer, Cluster, confluent_cluster};
+use support::{
+    AckedProducer, Cluster, assert_acked_stored_once_in_order, confluent_cluster, leaders, sluice,
+};
 
 const BROKER_EXTENSIONS: &str =
     "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n";
-
-fn sluice(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("sluice");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "sluice {args:?}: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
-/// (partition, leader, isr) of each partition of `topic`.
-fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
-    confluent_cluster(cluster, "leaders", &[topic])
-        .lines()
-        .filter_map(|l| {
-            let fields: Vec<i32> = l
-                .split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            (fields.len() >= 2).then(|| (fields[0], fields[1], fields[2..].to_vec()))
-        })
-        .collect()
-}
 
 /// librdkafka's settings for a SASL_SSL client of the cluster.
 fn client_config(ca: &str, mechanism: &str, user: &str, password: &str) -> String {
@@ -242,40 +215,10 @@ fn a_sasl_ssl_cluster_replicates_and_fails_over_without_loss() {
     assert_ne!(leaders(&cluster, "secured")[0].1, leader, "a dead leader");
 
     // Every acknowledged record is stored once, in order, read back by the admin.
-    let dumped = confluent_cluster(&cluster, "dump", &["secured", "2"]);
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    let stored: Vec<u64> = dumped
-        .lines()
-        .filter_map(|l| l.strip_prefix('r')?.parse().ok())
-        .collect();
-    for i in &stored {
-        *counts.entry(*i).or_default() += 1;
-    }
-    let lost: Vec<&String> = acked
-        .iter()
-        .filter(|a| {
-            a.strip_prefix('r')
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_none_or(|n| !counts.contains_key(&n))
-        })
-        .collect();
-    assert!(lost.is_empty(), "{} acknowledged records lost", lost.len());
-    assert!(counts.values().all(|n| *n == 1), "a record stored twice");
-    for partition in 0..2 {
-        let in_partition: Vec<u64> = stored
-            .iter()
-            .copied()
-            .filter(|i| i % 2 == partition)
-            .collect();
-        assert!(
-            in_partition.windows(2).all(|w| w[0] < w[1]),
-            "partition {partition} is out of order"
-        );
-    }
+    let stored = assert_acked_stored_once_in_order(&cluster, "secured", &acked);
     println!(
-        "{} acknowledged over SASL_SSL ({at_kill} before the kill), {} stored, none lost",
-        acked.len(),
-        stored.len()
+        "{} acknowledged over SASL_SSL ({at_kill} before the kill), {stored} stored, none lost",
+        acked.len()
     );
 
     // The killed broker comes back over TLS and SASL, catches up and rejoins every ISR.

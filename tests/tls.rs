@@ -13,24 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::certs::{keystore, keystore_contents, make_ca, make_certificate};
-use support::{SingleNode, run_client};
+use support::{SingleNode, run_client, sluice};
 
 const SERVER_EXTENSIONS: &str =
     "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
-
-fn sluice(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("sluice");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "sluice {args:?}: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 /// The subject of the certificate a TLS listener serves now, as openssl prints it.
 fn served_subject(port: u16, ca: &Path) -> String {

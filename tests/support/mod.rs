@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod raw;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -780,4 +781,80 @@ pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receive
         }
     });
     received
+}
+
+/// Runs the `sluice` CLI; its stdout, after checking it succeeded.
+pub fn sluice(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("sluice");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "sluice {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// (partition, leader, isr) of each partition of `topic`.
+pub fn leaders(cluster: &Cluster, topic: &str) -> Vec<(i32, i32, Vec<i32>)> {
+    confluent_cluster(cluster, "leaders", &[topic])
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<i32> = l
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            (fields.len() >= 2).then(|| (fields[0], fields[1], fields[2..].to_vec()))
+        })
+        .collect()
+}
+
+/// Every acknowledged record is stored exactly once, in order within its partition; returns
+/// the number stored.
+pub fn assert_acked_stored_once_in_order(
+    cluster: &Cluster,
+    topic: &str,
+    acked: &[String],
+) -> usize {
+    let dumped = confluent_cluster(cluster, "dump", &[topic, "2"]);
+    let stored: Vec<u64> = dumped
+        .lines()
+        .filter_map(|l| l.strip_prefix('r'))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for i in &stored {
+        *counts.entry(*i).or_default() += 1;
+    }
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|a| {
+            a.strip_prefix('r')
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_none_or(|n| !counts.contains_key(&n))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged records lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "records stored twice: {twice:?}");
+    for partition in 0..2 {
+        let in_partition: Vec<u64> = stored
+            .iter()
+            .copied()
+            .filter(|i| i % 2 == partition)
+            .collect();
+        assert!(
+            in_partition.windows(2).all(|w| w[0] < w[1]),
+            "partition {partition} is out of order"
+        );
+    }
+    stored.len()
 }
