@@ -73,6 +73,13 @@ enum Command {
         /// key=value, applied after the file (repeatable), like Kafka's --override.
         #[arg(long = "override", value_parser = parse_override)]
         overrides: Vec<(String, String)>,
+        /// A SCRAM credential created when this node starts for the first time, unless it
+        /// exists (repeatable), as kafka-storage.sh format --add-scram:
+        /// 'SCRAM-SHA-512=[name=admin,password=admin-secret]'. For clusters whose listeners
+        /// take only SCRAM, where nobody could log in to create the first user.
+        #[arg(long = "add-scram", value_name = "MECHANISM=[name=USER,password=PASSWORD]",
+              value_parser = sluice::node::scram_bootstrap::BootstrapCredential::parse)]
+        add_scram: Vec<sluice::node::scram_bootstrap::BootstrapCredential>,
     },
     /// Random and mutated requests through the request path of an in-process single-node
     /// broker: crashes, slow inputs, peak memory.
@@ -176,7 +183,11 @@ fn run() -> anyhow::Result<()> {
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),
         Command::Fuzz(args) => cli::fuzz::run(args),
-        Command::Server { config, overrides } => server(config.as_deref(), &overrides),
+        Command::Server {
+            config,
+            overrides,
+            add_scram,
+        } => server(config.as_deref(), &overrides, add_scram),
     }
 }
 
@@ -187,7 +198,11 @@ fn parse_override(text: &str) -> Result<(String, String), String> {
     Ok((key.trim().to_owned(), value.trim().to_owned()))
 }
 
-fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> anyhow::Result<()> {
+fn server(
+    path: Option<&std::path::Path>,
+    overrides: &[(String, String)],
+    add_scram: Vec<sluice::node::scram_bootstrap::BootstrapCredential>,
+) -> anyhow::Result<()> {
     let (config, unknown) = sluice::config::ServerConfig::load(path, overrides)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     for key in unknown {
@@ -197,7 +212,7 @@ fn server(path: Option<&std::path::Path>, overrides: &[(String, String)]) -> any
     bound_index_mappings();
     let runtime = server_runtime()?;
     runtime.block_on(async move {
-        let node = sluice::node::Node::start(config).await?;
+        let node = sluice::node::Node::start_with_scram_bootstrap(config, add_scram).await?;
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

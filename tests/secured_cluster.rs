@@ -230,3 +230,98 @@ fn a_sasl_ssl_cluster_replicates_and_fails_over_without_loss() {
             && c.gauge_sum("sluice_under_replicated_partitions") == 0
     });
 }
+
+/// A cluster whose listener takes SCRAM-SHA-512 only, brokers included, could not be entered
+/// without a first user: `sluice server --add-scram` (Kafka's `format --add-scram`) creates it
+/// on the nodes' first start. Brokers then log in to each other with it, the admin creates
+/// topics and users with it, and a later start with the same flag leaves it alone.
+#[test]
+fn a_scram_only_cluster_is_entered_with_add_scram_credentials() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    let dir = certs.path();
+    make_ca(dir, "ca");
+    make_certificate(dir, "ca", "broker", "/CN=broker", BROKER_EXTENSIONS);
+    let broker_keystore = keystore(dir, "broker");
+    let ca = dir.join("ca.pem").to_string_lossy().into_owned();
+    let jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required \
+                username=\"admin\" password=\"admin-secret\";";
+    let mut cluster = Cluster::start_secured(
+        3,
+        "SASL_SSL",
+        &[
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+            &format!("ssl.keystore.location={}", broker_keystore.display()),
+            &format!("ssl.truststore.location={ca}"),
+            "listener.name.controller.ssl.client.auth=required",
+            "listener.name.controller.ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/,DEFAULT",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            &format!("listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}"),
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin;User:broker;User:ops",
+            "@arg=--add-scram",
+            "@arg=SCRAM-SHA-512=[name=admin,password=admin-secret]",
+            "@arg=--add-scram",
+            "@arg=SCRAM-SHA-512=[name=ops,password=ops-secret]",
+        ],
+        &client_config(&ca, "SCRAM-SHA-512", "ops", "ops-secret"),
+    );
+    cluster.wait_until(
+        "the --add-scram credential committed",
+        Duration::from_secs(30),
+        |c| c.logs().contains("outcome=created"),
+    );
+
+    // ops logs in with its credential; brokers replicate to each other logging in as admin.
+    confluent_cluster(&cluster, "create-assigned", &["scram-only", "1,2,3/2,3,1"]);
+    cluster.wait_until("full ISRs over SCRAM", Duration::from_secs(60), |c| {
+        leaders(c, "scram-only")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    let producer = AckedProducer::start_on(&cluster, "scram-only");
+    cluster.wait_until(
+        "1,000 acknowledged records",
+        Duration::from_secs(60),
+        |_| producer.count() >= 1_000,
+    );
+    let (acked, _) = producer.stop();
+    assert_acked_stored_once_in_order(&cluster, "scram-only", &acked);
+
+    // ops changes its password; a restart with the same --add-scram keeps the new one.
+    let ops_config = dir.join("ops.properties");
+    std::fs::write(
+        &ops_config,
+        format!(
+            "security.protocol=SASL_SSL\nssl.truststore.location={ca}\n\
+             sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=org.apache.kafka.common.security.\
+             scram.ScramLoginModule required username=\"ops\" password=\"ops-secret\";\n"
+        ),
+    )
+    .expect("ops config");
+    let bootstrap = cluster.bootstrap();
+    sluice(&[
+        "users",
+        "create",
+        "ops",
+        "--password",
+        "ops-rotated",
+        "--mechanism",
+        "SCRAM-SHA-512",
+        "--bootstrap-server",
+        &bootstrap,
+        "--command-config",
+        &ops_config.to_string_lossy(),
+    ]);
+    // (`leaders` asks with the cluster's client config: from now on ops's new password, which
+    // a reset to the --add-scram one would refuse.)
+    cluster.client_config = Some(client_config(&ca, "SCRAM-SHA-512", "ops", "ops-rotated"));
+    cluster.kill9(2);
+    cluster.start_node(2);
+    cluster.wait_for_gauge_everywhere("sluice_brokers_unfenced", 3);
+    cluster.wait_until("node 3 back in every ISR", Duration::from_secs(60), |c| {
+        c.logs().contains("--add-scram applies to a new node only")
+            && leaders(c, "scram-only")
+                .iter()
+                .all(|(_, _, isr)| isr.len() == 3)
+    });
+}

@@ -218,3 +218,152 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     assert!(node.logs().contains("TLS certificates reloaded"));
     suite(&["mtls-roundtrip", &ssl, &certs_dir, "tls-after-reload"]);
 }
+
+/// `name`'s key encrypted as PKCS#8 with `password` (`<name>-encrypted.key`), as
+/// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it; returns its path.
+fn encrypt_key(dir: &Path, name: &str, password: &str) -> std::path::PathBuf {
+    let encrypted = dir.join(format!("{name}-encrypted.key"));
+    let status = Command::new("openssl")
+        .args(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in"])
+        .arg(dir.join(format!("{name}.key")))
+        .arg("-out")
+        .arg(&encrypted)
+        .args(["-passout", &format!("pass:{password}")])
+        .status()
+        .expect("openssl (scripts/test installs it)");
+    assert!(status.success(), "openssl pkcs8");
+    encrypted
+}
+
+#[test]
+fn encrypted_private_keys_are_read_with_ssl_key_password() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    let dir = certs.path();
+    make_ca(dir, "ca");
+    make_certificate(dir, "ca", "server", "/CN=localhost", SERVER_EXTENSIONS);
+    make_certificate(
+        dir,
+        "ca",
+        "alice",
+        "/C=US/O=acme/OU=eng/CN=alice",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    // The broker's keystore: its encrypted key, then its certificate.
+    let server_key = encrypt_key(dir, "server", "server-secret");
+    let server_keystore = dir.join("server-encrypted-keystore.pem");
+    let certificate = std::fs::read_to_string(dir.join("server.pem")).expect("certificate");
+    let key = std::fs::read_to_string(&server_key).expect("key");
+    std::fs::write(&server_keystore, format!("{key}{certificate}")).expect("keystore");
+    let ca = dir.join("ca.pem");
+    let settings = [
+        format!("ssl.keystore.location={}", server_keystore.display()),
+        format!("ssl.truststore.location={}", ca.display()),
+        "ssl.client.auth=required".to_owned(),
+    ];
+
+    // A wrong password: the broker refuses to start, naming the key and the cause.
+    let (kafka, ssl, quorum) = (
+        support::free_port(),
+        support::free_port(),
+        support::free_port(),
+    );
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(["server", "--override"]).arg(format!(
+        "listeners=PLAINTEXT://127.0.0.1:{kafka},SSL://127.0.0.1:{ssl},CONTROLLER://127.0.0.1:{quorum}"
+    ));
+    for setting in settings.iter().map(String::as_str).chain([
+        "ssl.key.password=not-the-password",
+        &format!("http.listener=127.0.0.1:{}", support::free_port()),
+        &format!("log.dirs={}", data.path().display()),
+    ]) {
+        command.arg("--override").arg(setting);
+    }
+    let output = command.output().expect("sluice server");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "started with a wrong key password"
+    );
+    assert!(
+        stderr.contains("cannot decrypt the private key") && stderr.contains("ssl.key.password"),
+        "{stderr}"
+    );
+
+    let mut overrides: Vec<&str> = settings.iter().map(String::as_str).collect();
+    overrides.extend([
+        "ssl.key.password=server-secret",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS;User:CN=alice,OU=eng,O=acme,C=US",
+    ]);
+    let node = SingleNode::start_with_listeners(&["SSL"], &overrides);
+    let ssl = format!("127.0.0.1:{}", node.listener_port("SSL"));
+
+    // confluent-kafka presents alice's certificate with her encrypted key.
+    let alice_key = encrypt_key(dir, "alice", "alice-secret");
+    run_client(
+        &node,
+        "python3",
+        &[
+            "tls_suite.py",
+            "mtls-encrypted-key",
+            &ssl,
+            &dir.to_string_lossy(),
+            "tls-encrypted",
+            &alice_key.to_string_lossy(),
+            "alice-secret",
+        ],
+    );
+
+    // The CLI (the SDK) reads it back with a keystore whose key is encrypted.
+    let alice_keystore = dir.join("alice-encrypted-keystore.pem");
+    let certificate = std::fs::read_to_string(dir.join("alice.pem")).expect("certificate");
+    let key = std::fs::read_to_string(&alice_key).expect("key");
+    std::fs::write(&alice_keystore, format!("{key}{certificate}")).expect("keystore");
+    let command_config = dir.join("alice.properties");
+    let write_config = |password: &str| {
+        std::fs::write(
+            &command_config,
+            format!(
+                "security.protocol=SSL\nssl.truststore.location={}\nssl.keystore.location={}\n\
+                 ssl.key.password={password}\n",
+                ca.display(),
+                alice_keystore.display()
+            ),
+        )
+        .expect("command config");
+    };
+    let consume = || {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["consume", "--bootstrap-server", &ssl, "--command-config"])
+            .arg(&command_config)
+            .args([
+                "--topic",
+                "tls-encrypted",
+                "--from-beginning",
+                "--max-messages",
+                "10",
+            ])
+            .args(["--timeout-ms", "10000"])
+            .output()
+            .expect("sluice consume")
+    };
+    write_config("alice-secret");
+    let consumed = consume();
+    let stdout = String::from_utf8_lossy(&consumed.stdout);
+    assert!(
+        consumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&consumed.stderr)
+    );
+    assert_eq!(stdout.lines().count(), 10, "{stdout}");
+    // A wrong password is said once, naming the key, before any connection.
+    write_config("wrong");
+    let refused = consume();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("ssl.key.password") && stderr.contains("wrong password"),
+        "{stderr}"
+    );
+}

@@ -855,7 +855,7 @@ struct ConfiguredStore<T> {
 impl TlsSettings {
     /// For SSL and SASL_SSL, the stores loaded into a rustls config; `None` (the `ssl.*` keys
     /// set said to be ignored) for the other protocols. Refuses, naming the key, what Sluice
-    /// cannot honour (JKS/PKCS12 stores, passwords, encrypted keys, cipher suites, a protocol
+    /// cannot honour (JKS/PKCS12 stores, store passwords, cipher suites, a protocol
     /// list without TLSv1.2 and TLSv1.3) and a TLS client without a truststore.
     pub fn from_config(
         config: &ClientConfig,
@@ -936,15 +936,6 @@ fn refuse_unserved(config: &ClientConfig) -> Result<()> {
                 "a PEM store has no password (Kafka refuses it too): remove the key".into(),
             ));
         }
-    }
-    if tls_value(config, "ssl.key.password").is_some() {
-        return Err(config_error(
-            "ssl.key.password",
-            "encrypted private keys are not supported yet: decrypt the key (`openssl pkcs8 \
-             -topk8 -nocrypt -in <key> -out <plain key>`, kept readable only by its user) and \
-             remove the key"
-                .into(),
-        ));
     }
     if let Some(suites) = tls_value(config, "ssl.cipher.suites") {
         return Err(config_error(
@@ -1087,8 +1078,27 @@ fn truststore(
 /// most one of `ssl.keystore.location` (key and chain in one PEM file),
 /// `ssl.keystore.certificate.chain` with `ssl.keystore.key` (PEM text), librdkafka's
 /// `ssl.certificate.location` with `ssl.key.location` (two PEM files, read here) or
-/// `ssl.certificate.pem` with `ssl.key.pem`.
+/// `ssl.certificate.pem` with `ssl.key.pem`; `ssl.key.password` decrypts an encrypted PKCS#8
+/// key (Java's and librdkafka's key both).
 fn keystore(config: &ClientConfig) -> Result<Option<ConfiguredStore<KeyStore>>> {
+    let password = tls_value(config, "ssl.key.password").map(str::to_owned);
+    match (keystore_pem(config)?, password) {
+        (None, Some(_)) => Err(config_error(
+            "ssl.key.password",
+            "is set but no client certificate is: set ssl.keystore.location (or \
+             ssl.certificate.location and ssl.key.location) with the encrypted key, or remove \
+             ssl.key.password"
+                .into(),
+        )),
+        (store, password) => Ok(store.map(|configured| ConfiguredStore {
+            store: configured.store.with_key_password(password),
+            ..configured
+        })),
+    }
+}
+
+/// The client certificate's store as configured, before `ssl.key.password` is applied.
+fn keystore_pem(config: &ClientConfig) -> Result<Option<ConfiguredStore<KeyStore>>> {
     let type_unset = tls_value(config, "ssl.keystore.type").is_none();
     let pair = |certificate: &'static str, key: &'static str| -> Result<Option<(&str, &str)>> {
         match (tls_value(config, certificate), tls_value(config, key)) {
@@ -1132,30 +1142,23 @@ fn keystore(config: &ClientConfig) -> Result<Option<ConfiguredStore<KeyStore>>> 
     if let Some(path) = file {
         return Ok(Some(ConfiguredStore {
             type_unset,
-            ..configured(
-                "ssl.keystore.location",
-                KeyStore::File(PathBuf::from(path)),
-                &[],
-            )
+            ..configured("ssl.keystore.location", KeyStore::file(path), &[])
         }));
     }
     if let Some((certificate_chain, key)) = java_inline {
         return Ok(Some(configured(
             "ssl.keystore.certificate.chain and ssl.keystore.key",
-            KeyStore::Inline {
-                certificate_chain: pem_lines(certificate_chain),
-                key: pem_lines(key),
-            },
+            KeyStore::inline(pem_lines(certificate_chain), pem_lines(key)),
             &[],
         )));
     }
     if let Some((certificate, key)) = librdkafka_files {
         return Ok(Some(configured(
             "ssl.certificate.location and ssl.key.location",
-            KeyStore::Inline {
-                certificate_chain: read_pem_file("ssl.certificate.location", certificate)?,
-                key: read_pem_file("ssl.key.location", key)?,
-            },
+            KeyStore::inline(
+                read_pem_file("ssl.certificate.location", certificate)?,
+                read_pem_file("ssl.key.location", key)?,
+            ),
             &[
                 ("ssl.keystore.certificate.chain", "ssl.certificate.location"),
                 ("ssl.keystore.key", "ssl.key.location"),
@@ -1165,10 +1168,7 @@ fn keystore(config: &ClientConfig) -> Result<Option<ConfiguredStore<KeyStore>>> 
     if let Some((certificate, key)) = librdkafka_inline {
         return Ok(Some(configured(
             "ssl.certificate.pem and ssl.key.pem",
-            KeyStore::Inline {
-                certificate_chain: pem_lines(certificate),
-                key: pem_lines(key),
-            },
+            KeyStore::inline(pem_lines(certificate), pem_lines(key)),
             &[
                 ("ssl.keystore.certificate.chain", "ssl.certificate.pem"),
                 ("ssl.keystore.key", "ssl.key.pem"),
@@ -1582,7 +1582,7 @@ mod tests {
             (
                 vec![("ssl.key.password", "secret")],
                 "ssl.key.password",
-                "encrypted private keys are not supported yet",
+                "is set but no client certificate is",
             ),
             (
                 vec![("ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")],

@@ -1175,7 +1175,7 @@ pub(crate) mod tls_broker {
         protocols: &[TlsVersion],
     ) -> String {
         let server = ServerTls::load(&crate::security::tls::settings::TlsSettings {
-            keystore: KeyStore::File(fixture(keystore).into()),
+            keystore: KeyStore::file(fixture(keystore)),
             truststore: Some(PemSource::File(fixture("ca.pem").into())),
             client_auth,
             protocols: protocols.to_vec(),

@@ -506,12 +506,12 @@ pub const KEYS: &[Key] = &[
     ),
     secret(
         "ssl.keystore.key",
-        "the listener's private key as PEM in the config (unencrypted)",
+        "the listener's private key as PEM in the config (encrypted with ssl.key.password, or not)",
     ),
     secret(
         "ssl.key.password",
-        "the password of an encrypted private key: encrypted keys are refused for now (decrypt \
-         with openssl pkcs8 -nocrypt)",
+        "the password of the keystore's encrypted PKCS#8 private key (PBES2: PBKDF2 or scrypt, \
+         AES-CBC, as `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it)",
     ),
     secret(
         "ssl.keystore.password",

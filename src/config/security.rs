@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::Listener;
 use super::registry::ConfigError;
-use super::tls::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
+use super::tls::{ClientAuth, KeyStore, KeyStorePem, PemSource, TlsSettings, TlsVersion};
 use crate::security::acl::AuthorizerConfig;
 use crate::security::oauth::BearerValidator;
 use crate::security::sasl::{self, Mechanism};
@@ -461,14 +461,14 @@ fn inter_broker_login(
         security.protocol.name().to_owned(),
     );
     if let Some(tls) = &security.tls {
-        match &tls.keystore {
-            KeyStore::File(path) => {
+        match &tls.keystore.pem {
+            KeyStorePem::File(path) => {
                 client.insert(
                     "ssl.keystore.location".to_owned(),
                     path.display().to_string(),
                 );
             }
-            KeyStore::Inline {
+            KeyStorePem::Inline {
                 certificate_chain,
                 key,
             } => {
@@ -478,6 +478,9 @@ fn inter_broker_login(
                 );
                 client.insert("ssl.keystore.key".to_owned(), key.clone());
             }
+        }
+        if let Some(password) = &tls.keystore.key_password {
+            client.insert("ssl.key.password".to_owned(), password.clone());
         }
         match &tls.truststore {
             Some(PemSource::File(path)) => {
@@ -767,8 +770,7 @@ pub const TLS_KEYS: &[&str] = &[
 ];
 
 /// A TLS listener's settings: `listener.name.<listener>.ssl.*` over `ssl.*`, as Kafka reads
-/// them. What Sluice cannot honour is refused: JKS/PKCS12 stores, an encrypted key, named
-/// cipher suites, a protocol other than TLSv1.2/TLSv1.3.
+/// them. What Sluice cannot honour is refused: JKS/PKCS12 stores, named cipher suites, a protocol other than TLSv1.2/TLSv1.3.
 fn tls_listener(
     properties: &BTreeMap<String, String>,
     listener: &str,
@@ -808,14 +810,6 @@ fn tls_listener(
             ));
         }
     }
-    if let Some((key, _)) = get("ssl.key.password") {
-        return Err(ConfigError::new(
-            &key,
-            "(hidden)",
-            "encrypted private keys are not served yet: decrypt the key (openssl pkcs8 -topk8 \
-             -nocrypt) and remove the key",
-        ));
-    }
     if let Some((key, value)) = get("ssl.cipher.suites") {
         return Err(ConfigError::new(
             &key,
@@ -828,11 +822,10 @@ fn tls_listener(
         get("ssl.keystore.certificate.chain"),
         get("ssl.keystore.key"),
     ) {
-        (Some((_, path)), None, None) => KeyStore::File(path.into()),
-        (None, Some((_, certificate_chain)), Some((_, key))) => KeyStore::Inline {
-            certificate_chain,
-            key,
-        },
+        (Some((_, path)), None, None) => KeyStore::file(path),
+        (None, Some((_, certificate_chain)), Some((_, key))) => {
+            KeyStore::inline(certificate_chain, key)
+        }
         (None, None, None) => {
             return Err(ConfigError::new(
                 "ssl.keystore.location",
@@ -854,7 +847,8 @@ fn tls_listener(
                 ),
             ));
         }
-    };
+    }
+    .with_key_password(get("ssl.key.password").map(|(_, password)| password));
     let truststore = match (
         get("ssl.truststore.location"),
         get("ssl.truststore.certificates"),
@@ -1317,16 +1311,12 @@ mod tests {
         ])
         .expect("TLS listener");
         let settings = config.listener("SSL").tls.expect("TLS settings");
-        assert_eq!(
-            settings.keystore,
-            KeyStore::File("/etc/sluice/server.pem".into())
-        );
+        assert_eq!(settings.keystore, KeyStore::file("/etc/sluice/server.pem"));
         assert_eq!(settings.client_auth, ClientAuth::Required);
         assert_eq!(settings.protocols, vec![TlsVersion::Tls13]);
         assert_eq!(config.listener("PLAINTEXT").tls, None);
         for (pairs, needle) in [
             (&[("ssl.keystore.type", "JKS")][..], "only PEM stores"),
-            (&[("ssl.key.password", "x")][..], "encrypted private keys"),
             (&[("ssl.keystore.password", "x")][..], "has no password"),
             (
                 &[("ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")][..],

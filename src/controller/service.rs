@@ -105,6 +105,9 @@ pub enum ControllerRequest {
         deletions: Vec<super::ScramDeletion>,
         upsertions: Vec<super::ScramUpsertion>,
     },
+    /// `sluice server --add-scram`: the credentials that do not exist yet are created, the
+    /// others kept (`node::scram_bootstrap`).
+    BootstrapScramCredentials(Vec<super::ScramUpsertion>),
     /// CreateAcls.
     CreateAcls(Vec<sluice_raft::records::AclRecord>),
     /// DeleteAcls.
@@ -644,6 +647,36 @@ impl ControllerService {
                     Err(refused) => refused,
                 };
             }
+            ControllerRequest::BootstrapScramCredentials(upsertions) => {
+                let exists = |upsertion: &super::ScramUpsertion| {
+                    sluice_raft::records::ScramMechanism::from_code(upsertion.mechanism)
+                        .is_some_and(|mechanism| {
+                            image
+                                .scram_credentials
+                                .get(&upsertion.user)
+                                .is_some_and(|credentials| credentials.contains_key(&mechanism))
+                        })
+                };
+                let (kept, absent): (Vec<_>, Vec<_>) =
+                    upsertions.iter().cloned().partition(|u| exists(u));
+                let (mut results, records) = super::alter_scram_credentials(&image, &[], &absent);
+                for result in &mut results {
+                    if result.1 == crate::protocol::errors::NONE {
+                        result.2 = "created".to_owned();
+                    }
+                }
+                results.extend(kept.into_iter().map(|upsertion| {
+                    (
+                        upsertion.user,
+                        crate::protocol::errors::NONE,
+                        "exists: kept as it is".to_owned(),
+                    )
+                }));
+                return match commit(&quorum, records).await {
+                    Ok(()) => ControllerResponse::Named(results),
+                    Err(refused) => refused,
+                };
+            }
             ControllerRequest::CreateAcls(acls) => {
                 let (results, records) =
                     super::create_acls(&image, acls, || Uuid(crate::protocol::random_u128()));
@@ -837,6 +870,7 @@ impl ControllerService {
             | ControllerRequest::ElectLeaders { .. }
             | ControllerRequest::Reassign(_)
             | ControllerRequest::AlterScramCredentials { .. }
+            | ControllerRequest::BootstrapScramCredentials(_)
             | ControllerRequest::CreateAcls(_)
             | ControllerRequest::DeleteAcls(_)
             | ControllerRequest::AlterClientQuotas { .. }

@@ -7,6 +7,7 @@
 mod http;
 mod lifecycle;
 mod quorum_access;
+pub mod scram_bootstrap;
 
 use http::serve_http;
 use lifecycle::{broker_lifecycle, controlled_shutdown};
@@ -88,6 +89,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 impl Node {
     pub async fn start(config: ServerConfig) -> Result<Node, NodeError> {
+        Node::start_with_scram_bootstrap(config, Vec::new()).await
+    }
+
+    /// Starts the node; on its first start (its metadata directory formatted now), the
+    /// `--add-scram` credentials are created in the quorum unless they exist
+    /// ([`scram_bootstrap`]).
+    pub async fn start_with_scram_bootstrap(
+        config: ServerConfig,
+        scram_credentials: Vec<scram_bootstrap::BootstrapCredential>,
+    ) -> Result<Node, NodeError> {
         let identity = MetaProperties {
             cluster_id: config.cluster_id.clone(),
             node_id: config.node_id,
@@ -96,6 +107,7 @@ impl Node {
         if !dirs.contains(&config.metadata_log_dir) {
             dirs.push(config.metadata_log_dir.clone());
         }
+        let mut metadata_formatted_now = false;
         for dir in &dirs {
             let key = if config.log_dirs.contains(dir) {
                 "log.dirs"
@@ -114,7 +126,18 @@ impl Node {
             if formatted {
                 tracing::info!(dir = %dir.display(), cluster_id = %identity.cluster_id, node_id = identity.node_id, "formatted data directory");
             }
+            metadata_formatted_now |= formatted && *dir == config.metadata_log_dir;
         }
+        let create_scram = scram_bootstrap::pending(
+            &config.metadata_log_dir,
+            metadata_formatted_now,
+            &scram_credentials,
+        )
+        .map_err(|error| NodeError::DataDir {
+            key: "metadata.log.dir",
+            dir: config.metadata_log_dir.display().to_string(),
+            reason: format!("cannot write the --add-scram marker: {error}"),
+        })?;
         let log_config = config.log_manager.clone();
         let logs = Arc::new(tokio::task::block_in_place(|| {
             LogManager::open(log_config, Arc::new(SystemClock))
@@ -219,6 +242,18 @@ impl Node {
             tokio::spawn(Arc::clone(&controller).run_liveness_watch()),
             tokio::spawn(Arc::clone(&controller).run_reassignments()),
         ];
+        if create_scram {
+            tasks.push(tokio::spawn(scram_bootstrap::create(
+                Arc::clone(&quorum),
+                config
+                    .voters
+                    .iter()
+                    .map(|v| format!("{}:{}", v.host, v.port))
+                    .collect(),
+                config.metadata_log_dir.clone(),
+                scram_credentials,
+            )));
+        }
         if let Some(tls) = &controller_tls {
             tasks.push(tokio::spawn(reload_certificates(
                 config.controller_listener_name.clone(),

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use rustls_pki_types::pem::{PemObject, SectionKind};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use self::settings::{KeyStore, PemSource};
+use self::settings::{KeyStore, KeyStorePem, PemSource};
 
 /// The largest PEM file (or PEM-in-config value) read. A keystore is a key and a few
 /// certificates, a truststore a few CAs: a few KiB each. The bound is checked against the file's
@@ -72,12 +72,24 @@ pub enum TlsError {
     },
     #[error("the {origin} is not valid PEM: {detail}")]
     Pem { origin: String, detail: String },
-    #[error(
-        "the {origin} holds an encrypted private key; encrypted keys are not supported yet: \
-         decrypt it (e.g. `openssl pkcs8 -topk8 -nocrypt -in <key> -out <plain key>`) and keep \
-         the file readable only by the broker's user"
-    )]
+    #[error("the {origin} holds an encrypted private key: set ssl.key.password to its password")]
     EncryptedKey { origin: String },
+    #[error(
+        "the {origin} holds a private key in OpenSSL's legacy encrypted form (Proc-Type: \
+         4,ENCRYPTED), which Kafka does not read either: convert it to encrypted PKCS#8 \
+         (`openssl pkcs8 -topk8 -v2 aes-256-cbc -in <key> -out <new key>`)"
+    )]
+    LegacyEncryptedKey { origin: String },
+    #[error(
+        "ssl.key.password is set but the private key in the {origin} is not encrypted: remove \
+         ssl.key.password (or encrypt the key with `openssl pkcs8 -topk8 -v2 aes-256-cbc`)"
+    )]
+    KeyPasswordUnused { origin: String },
+    #[error(
+        "cannot decrypt the private key in the {origin} with ssl.key.password: {detail} (a wrong \
+         password, or a scheme other than PKCS#5 v2 with PBKDF2 or scrypt and AES-CBC)"
+    )]
+    KeyDecryption { origin: String, detail: String },
     #[error(
         "the {origin} holds no private key (PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \
          \"EC PRIVATE KEY\")"
@@ -174,21 +186,26 @@ fn inline_pem<'a>(origin: &str, text: &'a str) -> Result<&'a [u8], TlsError> {
 struct PemContents {
     certificates: Vec<CertificateDer<'static>>,
     keys: Vec<PrivateKeyDer<'static>>,
+    /// The "ENCRYPTED PRIVATE KEY" sections (PKCS#8 `EncryptedPrivateKeyInfo`), as PEM text.
+    encrypted_keys: Vec<String>,
 }
 
-/// Parses PEM text. An encrypted key (PKCS#8 "ENCRYPTED PRIVATE KEY", or OpenSSL's legacy
-/// `Proc-Type: 4,ENCRYPTED` header) is refused by name rather than skipped, so the operator
-/// reads "encrypted" and not "no private key".
+const ENCRYPTED_KEY_BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+const ENCRYPTED_KEY_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+
+/// Parses PEM text. OpenSSL's legacy encrypted keys (`Proc-Type: 4,ENCRYPTED`) are refused by
+/// name rather than skipped, so the operator reads "encrypted" and not "no private key".
 fn parse_pem(origin: &str, pem: &[u8]) -> Result<PemContents, TlsError> {
     let contains = |needle: &[u8]| pem.windows(needle.len()).any(|window| window == needle);
-    if contains(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || contains(b"Proc-Type: 4,ENCRYPTED") {
-        return Err(TlsError::EncryptedKey {
+    if contains(b"Proc-Type: 4,ENCRYPTED") {
+        return Err(TlsError::LegacyEncryptedKey {
             origin: origin.to_string(),
         });
     }
     let mut contents = PemContents {
         certificates: Vec::new(),
         keys: Vec::new(),
+        encrypted_keys: encrypted_key_sections(origin, pem)?,
     };
     for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem) {
         let (kind, der) = section.map_err(|error| TlsError::Pem {
@@ -206,6 +223,126 @@ fn parse_pem(origin: &str, pem: &[u8]) -> Result<PemContents, TlsError> {
     Ok(contents)
 }
 
+/// The "ENCRYPTED PRIVATE KEY" sections of PEM text (the PEM reader skips them as unknown).
+fn encrypted_key_sections(origin: &str, pem: &[u8]) -> Result<Vec<String>, TlsError> {
+    let not_pem = |detail: &str| TlsError::Pem {
+        origin: origin.to_string(),
+        detail: detail.to_string(),
+    };
+    let mut sections = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = find(rest, ENCRYPTED_KEY_BEGIN.as_bytes()) {
+        let section = &rest[start..];
+        let end = find(section, ENCRYPTED_KEY_END.as_bytes())
+            .ok_or_else(|| not_pem("an ENCRYPTED PRIVATE KEY section has no END line"))?
+            + ENCRYPTED_KEY_END.len();
+        let text = std::str::from_utf8(&section[..end])
+            .map_err(|_| not_pem("an ENCRYPTED PRIVATE KEY section is not ASCII text"))?;
+        sections.push(text.to_string());
+        rest = &section[end..];
+    }
+    Ok(sections)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// The most memory a key's scrypt parameters may ask for (128 * r * N * p bytes): OpenSSL's
+/// own limit, so every key OpenSSL writes is read (its default, N=16384 and r=8, asks for
+/// 16 MiB). A key file is the operator's, but its parameters are bounded before anything is
+/// allocated all the same.
+const SCRYPT_BYTES_MAX: u64 = 32 * 1024 * 1024;
+/// The most PBKDF2 iterations a key may ask for (OpenSSL's default is 2048): decryption
+/// happens at start and on every certificate reload, and must not take minutes.
+const PBKDF2_ITERATIONS_MAX: u32 = 10_000_000;
+
+/// Decrypts an encrypted PKCS#8 key (PKCS#5 v2: PBKDF2 or scrypt, AES-CBC), as Kafka reads
+/// `ssl.key.password`.
+fn decrypt_key(
+    origin: &str,
+    section: &str,
+    password: &str,
+) -> Result<PrivateKeyDer<'static>, TlsError> {
+    use pkcs8::pkcs5::pbes2::Kdf;
+    let refused = |detail: String| TlsError::KeyDecryption {
+        origin: origin.to_string(),
+        detail,
+    };
+    let (_, der) =
+        pkcs8::der::pem::decode_vec(section.as_bytes()).map_err(|error| TlsError::Pem {
+            origin: origin.to_string(),
+            detail: format!("the ENCRYPTED PRIVATE KEY section: {error}"),
+        })?;
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
+        .map_err(|error| refused(format!("not a PKCS#8 encrypted key: {error}")))?;
+    let Some(parameters) = info.encryption_algorithm.pbes2() else {
+        return Err(refused(
+            "the key is not encrypted with PKCS#5 v2 (PBES2)".into(),
+        ));
+    };
+    match &parameters.kdf {
+        Kdf::Pbkdf2(kdf) if kdf.iteration_count > PBKDF2_ITERATIONS_MAX => {
+            return Err(refused(format!(
+                "PBKDF2 with {} iterations, more than the {PBKDF2_ITERATIONS_MAX} read",
+                kdf.iteration_count
+            )));
+        }
+        Kdf::Scrypt(kdf) => {
+            let bytes = 128u64
+                .saturating_mul(u64::from(kdf.block_size))
+                .saturating_mul(kdf.cost_parameter)
+                .saturating_mul(u64::from(kdf.parallelization));
+            if bytes > SCRYPT_BYTES_MAX {
+                return Err(refused(format!(
+                    "scrypt parameters asking for {bytes} bytes, more than the \
+                     {SCRYPT_BYTES_MAX} allowed"
+                )));
+            }
+        }
+        _ => {}
+    }
+    let document = info
+        .decrypt(password)
+        .map_err(|error| refused(error.to_string()))?;
+    // A wrong password passes the padding check now and then: the plaintext must be a key.
+    pkcs8::PrivateKeyInfo::try_from(document.as_bytes())
+        .map_err(|_| refused("the decrypted bytes are not a private key".into()))?;
+    Ok(PrivateKeyDer::Pkcs8(document.as_bytes().to_vec().into()))
+}
+
+/// A PEM text's private keys: the plain ones, and the encrypted ones decrypted with
+/// `password`. A password with no encrypted key, or an encrypted key without one, is refused.
+fn private_keys(
+    origin: &str,
+    contents: PemContents,
+    password: Option<&str>,
+) -> Result<Vec<PrivateKeyDer<'static>>, TlsError> {
+    let PemContents {
+        keys,
+        encrypted_keys,
+        ..
+    } = contents;
+    match password {
+        None if !encrypted_keys.is_empty() => Err(TlsError::EncryptedKey {
+            origin: origin.to_string(),
+        }),
+        None => Ok(keys),
+        Some(_) if encrypted_keys.is_empty() => Err(TlsError::KeyPasswordUnused {
+            origin: origin.to_string(),
+        }),
+        Some(password) => {
+            let mut all = keys;
+            for section in &encrypted_keys {
+                all.push(decrypt_key(origin, section, password)?);
+            }
+            Ok(all)
+        }
+    }
+}
+
 /// A certificate chain (the end-entity certificate first) and its private key.
 struct CertifiedKeyPem {
     /// What names the keystore in errors.
@@ -217,20 +354,26 @@ struct CertifiedKeyPem {
 /// Reads a PEM keystore (Kafka's `ssl.keystore.type=PEM`): one private key and the
 /// certificate chain, from one file or from the two PEM-in-config values.
 fn load_keystore(keystore: &KeyStore) -> Result<CertifiedKeyPem, TlsError> {
-    let (origin, key_origin, chain_origin, keys, certificates) = match keystore {
-        KeyStore::File(path) => {
+    let password = keystore.key_password.as_deref();
+    let (origin, key_origin, chain_origin, keys, certificates) = match &keystore.pem {
+        KeyStorePem::File(path) => {
             let origin = format!("keystore {}", path.display());
-            let contents = parse_pem(&origin, &read_pem_file("keystore", path)?)?;
-            let (keys, certificates) = (contents.keys, contents.certificates);
+            let mut contents = parse_pem(&origin, &read_pem_file("keystore", path)?)?;
+            let certificates = std::mem::take(&mut contents.certificates);
+            let keys = private_keys(&origin, contents, password)?;
             (origin.clone(), origin.clone(), origin, keys, certificates)
         }
-        KeyStore::Inline {
+        KeyStorePem::Inline {
             certificate_chain,
             key,
         } => {
             let key_origin = "ssl.keystore.key".to_string();
             let chain_origin = "ssl.keystore.certificate.chain".to_string();
-            let keys = parse_pem(&key_origin, inline_pem(&key_origin, key)?)?.keys;
+            let keys = private_keys(
+                &key_origin,
+                parse_pem(&key_origin, inline_pem(&key_origin, key)?)?,
+                password,
+            )?;
             let certificates =
                 parse_pem(&chain_origin, inline_pem(&chain_origin, certificate_chain)?)?
                     .certificates;

@@ -6,7 +6,7 @@ a client without a certificate, or one that does not trust the broker's CA, is r
 
 usage: tls_suite.py CASE BOOTSTRAP CERTS_DIR [TOPIC]
 cases: mtls-roundtrip, mtls-kafka-python, no-certificate-refused, untrusted-refused,
-       scram-roundtrip
+       scram-roundtrip, mtls-encrypted-key (TOPIC KEY_FILE PASSWORD: alice's encrypted key)
 """
 import os
 import sys
@@ -113,5 +113,9 @@ elif CASE == "untrusted-refused":
     refused(ssl_config(**{"ssl.ca.location": cert("other-ca.pem")}), "untrusting client")
 elif CASE == "scram-roundtrip":
     roundtrip(scram_config(), sys.argv[4], "bob")
+elif CASE == "mtls-encrypted-key":
+    key_file, password = sys.argv[5:7]
+    roundtrip(ssl_config(**{"ssl.key.location": key_file, "ssl.key.password": password}),
+              sys.argv[4], "alice")
 else:
     raise SystemExit(f"unknown case {CASE}")

@@ -363,6 +363,8 @@ pub struct Cluster {
     /// The Kafka clients' settings (librdkafka keys, as JSON) the Python suites and the acked
     /// producer add to their own, in `SLUICE_CLIENT_CONFIG`: a secured cluster's credentials.
     pub client_config: Option<String>,
+    /// Arguments every `sluice server` of the cluster is started with (`@arg=` overrides).
+    server_args: Vec<String>,
 }
 
 pub struct ClusterNode {
@@ -393,7 +395,8 @@ impl Cluster {
     }
 
     /// `count` voters whose Kafka listener is named `listener` (its protocol and security in
-    /// `overrides`); the Python clients connect with `client_config` (librdkafka keys, JSON).
+    /// `overrides`; an `@arg=ARG` override is a command-line argument of every start); the
+    /// Python clients connect with `client_config` (librdkafka keys, JSON).
     pub fn start_secured(
         count: u64,
         listener: &str,
@@ -514,6 +517,11 @@ impl Cluster {
             nodes,
             write_faults,
             client_config: None,
+            server_args: overrides
+                .iter()
+                .filter_map(|o| o.strip_prefix("@arg="))
+                .map(str::to_owned)
+                .collect(),
         };
         for index in 0..cluster.nodes.len() {
             cluster.start_node(index);
@@ -534,6 +542,7 @@ impl Cluster {
         let fault_file = self
             .write_faults
             .then(|| self.fail_writes_file(self.nodes[index].id));
+        let server_args = self.server_args.clone();
         let node = &mut self.nodes[index];
         node.runs += 1;
         let log = dir.join(format!("node-{}-run-{}.log", node.id, node.runs));
@@ -543,6 +552,7 @@ impl Cluster {
             .arg("server")
             .arg("--config")
             .arg(&node.config)
+            .args(&server_args)
             .stdout(Stdio::null())
             .stderr(stderr);
         if let Some(file) = fault_file {

@@ -21,7 +21,7 @@ use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use rustls::version::{TLS12, TLS13};
 
-use super::settings::{ClientAuth, KeyStore, PemSource, TlsSettings, TlsVersion};
+use super::settings::{ClientAuth, KeyStorePem, PemSource, TlsSettings, TlsVersion};
 use super::{
     PrincipalMapper, TlsError, load_keystore, load_truststore, provider, subject_dn,
     truststore_origin,
@@ -105,7 +105,7 @@ impl std::fmt::Debug for ServerTls {
 /// The files a listener's TLS material is read from, in a fixed order.
 fn watched_files(settings: &TlsSettings) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    if let KeyStore::File(path) = &settings.keystore {
+    if let KeyStorePem::File(path) = &settings.keystore.pem {
         files.push(path.clone());
     }
     if let Some(PemSource::File(path)) = &settings.truststore {

@@ -11,9 +11,60 @@ pub enum PemSource {
     Inline(String),
 }
 
-/// The listener's certificate chain and private key (`ssl.keystore.type=PEM`).
+/// A certificate chain and its private key (`ssl.keystore.type=PEM`), and the password of
+/// the key when it is encrypted (`ssl.key.password`).
 #[derive(Clone, PartialEq, Eq)]
-pub enum KeyStore {
+pub struct KeyStore {
+    pub pem: KeyStorePem,
+    /// `ssl.key.password`: the key is an encrypted PKCS#8 key ("ENCRYPTED PRIVATE KEY").
+    pub key_password: Option<String>,
+}
+
+impl KeyStore {
+    /// `ssl.keystore.location`, the key not encrypted.
+    pub fn file(path: impl Into<PathBuf>) -> KeyStore {
+        KeyStore {
+            pem: KeyStorePem::File(path.into()),
+            key_password: None,
+        }
+    }
+
+    /// `ssl.keystore.certificate.chain` and `ssl.keystore.key`, the key not encrypted.
+    pub fn inline(certificate_chain: String, key: String) -> KeyStore {
+        KeyStore {
+            pem: KeyStorePem::Inline {
+                certificate_chain,
+                key,
+            },
+            key_password: None,
+        }
+    }
+
+    /// The same store, its key encrypted with `password` (or not, for `None`).
+    pub fn with_key_password(self, password: Option<String>) -> KeyStore {
+        KeyStore {
+            key_password: password,
+            ..self
+        }
+    }
+}
+
+// The key and its password stay out of logs.
+impl std::fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyStore")
+            .field("pem", &self.pem)
+            .field(
+                "key_password",
+                &self.key_password.as_ref().map(|_| "(hidden)"),
+            )
+            .finish()
+    }
+}
+
+/// Where a keystore's PEM text is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum KeyStorePem {
     /// `ssl.keystore.location`: one PEM file with the private key and the certificate chain
     /// (the listener's certificate first).
     File(PathBuf),
@@ -24,12 +75,11 @@ pub enum KeyStore {
     },
 }
 
-// The key stays out of logs.
-impl std::fmt::Debug for KeyStore {
+impl std::fmt::Debug for KeyStorePem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KeyStore::File(path) => f.debug_tuple("File").field(path).finish(),
-            KeyStore::Inline { .. } => f.write_str("Inline { .. }"),
+            KeyStorePem::File(path) => f.debug_tuple("File").field(path).finish(),
+            KeyStorePem::Inline { .. } => f.write_str("Inline { .. }"),
         }
     }
 }

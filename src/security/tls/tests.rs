@@ -23,7 +23,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn settings(keystore: &str, truststore: Option<&str>, client_auth: ClientAuth) -> TlsSettings {
     TlsSettings {
-        keystore: KeyStore::File(fixture(keystore)),
+        keystore: KeyStore::file(fixture(keystore)),
         truststore: truststore.map(|name| PemSource::File(fixture(name))),
         client_auth,
         protocols: vec![TlsVersion::Tls12, TlsVersion::Tls13],
@@ -37,7 +37,7 @@ fn server(keystore: &str, truststore: Option<&str>, client_auth: ClientAuth) -> 
 
 /// A client trusting the test CA, presenting `keystore` if given, checking host names.
 fn client(keystore: Option<&str>) -> Arc<ClientConfig> {
-    let keystore = keystore.map(|name| KeyStore::File(fixture(name)));
+    let keystore = keystore.map(|name| KeyStore::file(fixture(name)));
     client_config(
         Some(&PemSource::File(fixture("ca.pem"))),
         keystore.as_ref(),
@@ -292,14 +292,156 @@ fn pkcs8_sec1_and_pkcs1_keys_are_all_read() {
 }
 
 #[test]
-fn an_encrypted_key_is_refused_with_how_to_decrypt_it() {
-    let error =
-        ServerTls::load(&settings("server-encrypted.pem", None, ClientAuth::None)).unwrap_err();
-    assert!(matches!(error, TlsError::EncryptedKey { .. }));
+fn an_encrypted_key_is_served_with_its_password() {
+    let mut settings = settings("server-encrypted.pem", None, ClientAuth::None);
+    settings.keystore = settings
+        .keystore
+        .with_key_password(Some("secret".to_string()));
+    let encrypted = ServerTls::load(&settings).unwrap();
+    assert!(handshake(client(None), &encrypted, "localhost").succeeded());
+    // The SDK's side: a client certificate whose key is encrypted.
+    let directory = tempfile::tempdir().unwrap();
+    let client_key = encrypt_key(directory.path(), "client.pem", "client-secret");
+    let keystore = KeyStore::file(&client_key).with_key_password(Some("client-secret".into()));
+    let client = client_config(
+        Some(&PemSource::File(fixture("ca.pem"))),
+        Some(&keystore),
+        true,
+    )
+    .unwrap();
+    let server = server("server.pem", Some("ca.pem"), ClientAuth::Required);
+    let handshake = handshake(client, &server, "localhost");
+    assert_eq!(
+        principal(&handshake, "DEFAULT"),
+        Some(format!("User:{ALICE}"))
+    );
+}
+
+#[test]
+fn an_encrypted_key_without_its_password_or_a_password_without_one_is_refused() {
+    let load = |keystore: &str, password: Option<&str>| {
+        let mut settings = settings(keystore, None, ClientAuth::None);
+        settings.keystore = settings
+            .keystore
+            .with_key_password(password.map(str::to_string));
+        ServerTls::load(&settings).unwrap_err()
+    };
+    let error = load("server-encrypted.pem", None);
+    assert!(matches!(error, TlsError::EncryptedKey { .. }), "{error}");
     let message = error.to_string();
     assert!(message.contains("server-encrypted.pem"), "{message}");
-    assert!(message.contains("not supported yet"), "{message}");
-    assert!(message.contains("openssl pkcs8"), "{message}");
+    assert!(message.contains("set ssl.key.password"), "{message}");
+
+    let error = load("server-encrypted.pem", Some("wrong"));
+    assert!(matches!(error, TlsError::KeyDecryption { .. }), "{error}");
+    assert!(error.to_string().contains("wrong password"), "{error}");
+
+    let error = load("server.pem", Some("secret"));
+    assert!(
+        matches!(error, TlsError::KeyPasswordUnused { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("remove ssl.key.password"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_legacy_encrypted_key_is_refused_with_how_to_convert_it() {
+    let directory = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("server.pem")).unwrap();
+    let split = text.find("-----BEGIN CERTIFICATE-----").unwrap();
+    let legacy = format!(
+        "-----BEGIN EC PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
+         DEK-Info: AES-256-CBC,00000000000000000000000000000000\n\nAAAA\n\
+         -----END EC PRIVATE KEY-----\n{}",
+        &text[split..]
+    );
+    let path = directory.path().join("legacy.pem");
+    std::fs::write(&path, legacy).unwrap();
+    let mut settings = settings("server.pem", None, ClientAuth::None);
+    settings.keystore = KeyStore::file(&path).with_key_password(Some("secret".into()));
+    let error = ServerTls::load(&settings).unwrap_err();
+    assert!(
+        matches!(error, TlsError::LegacyEncryptedKey { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("openssl pkcs8 -topk8"),
+        "{error}"
+    );
+}
+
+#[test]
+fn key_derivation_past_its_bounds_is_refused_before_decrypting() {
+    use pkcs8::der::Encode;
+    use pkcs8::pkcs5::pbes2::Parameters;
+    use pkcs8::pkcs5::{EncryptionScheme, scrypt};
+    let (salt, iv) = ([7u8; 16], [9u8; 16]);
+    // scrypt with N = 2^20, r = 8: 1 GiB asked for; PBKDF2 with 20 million iterations.
+    let hostile = [
+        Parameters::scrypt_aes256cbc(scrypt::Params::new(20, 8, 1, 32).unwrap(), &salt, &iv)
+            .unwrap(),
+        Parameters::pbkdf2_sha256_aes256cbc(20_000_000, &salt, &iv).unwrap(),
+    ];
+    let text = std::fs::read_to_string(fixture("server.pem")).unwrap();
+    let certificate = &text[text.find("-----BEGIN CERTIFICATE-----").unwrap()..];
+    let directory = tempfile::tempdir().unwrap();
+    for (parameters, says) in hostile.into_iter().zip(["scrypt parameters", "iterations"]) {
+        let info = pkcs8::EncryptedPrivateKeyInfo {
+            encryption_algorithm: EncryptionScheme::Pbes2(parameters),
+            encrypted_data: &[0u8; 48],
+        };
+        let der = info.to_der().unwrap();
+        let pem = pkcs8::der::pem::encode_string(
+            "ENCRYPTED PRIVATE KEY",
+            pkcs8::LineEnding::LF,
+            &der,
+        )
+        .unwrap();
+        let path = directory.path().join("hostile.pem");
+        std::fs::write(&path, format!("{pem}{certificate}")).unwrap();
+        let mut settings = settings("server.pem", None, ClientAuth::None);
+        settings.keystore = KeyStore::file(&path).with_key_password(Some("secret".into()));
+        let started = std::time::Instant::now();
+        let error = ServerTls::load(&settings).unwrap_err();
+        assert!(error.to_string().contains(says), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(1), "refused before deriving");
+    }
+}
+
+/// Runs openssl (the test command installs it).
+fn openssl(args: &[&str]) {
+    let status = std::process::Command::new("openssl")
+        .args(args)
+        .status()
+        .expect("openssl (scripts/test installs it)");
+    assert!(status.success(), "openssl {args:?}");
+}
+
+/// The fixture keystore `name` with its key encrypted as PKCS#8 (PBKDF2, AES-256-CBC, as
+/// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it), in `directory`.
+fn encrypt_key(directory: &Path, name: &str, password: &str) -> std::path::PathBuf {
+    let key = directory.join(format!("{name}.key"));
+    openssl(&[
+        "pkcs8",
+        "-topk8",
+        "-v2",
+        "aes-256-cbc",
+        "-in",
+        fixture(name).to_str().unwrap(),
+        "-out",
+        key.to_str().unwrap(),
+        "-passout",
+        &format!("pass:{password}"),
+    ]);
+    let text = std::fs::read_to_string(fixture(name)).unwrap();
+    let split = text.find("-----BEGIN CERTIFICATE-----").unwrap();
+    let mut keystore = std::fs::read_to_string(&key).unwrap();
+    keystore.push_str(&text[split..]);
+    std::fs::write(&key, keystore).unwrap();
+    key
 }
 
 #[test]
@@ -337,18 +479,12 @@ fn pem_in_config_works_like_files() {
     let text = std::fs::read_to_string(fixture("client.pem")).unwrap();
     let split = text.find("-----BEGIN CERTIFICATE-----").unwrap();
     let (key, certificate_chain) = text.split_at(split);
-    let keystore = KeyStore::Inline {
-        certificate_chain: certificate_chain.to_string(),
-        key: key.to_string(),
-    };
+    let keystore = KeyStore::inline(certificate_chain.to_string(), key.to_string());
     let truststore = PemSource::Inline(std::fs::read_to_string(fixture("ca.pem")).unwrap());
     let client = client_config(Some(&truststore), Some(&keystore), true).unwrap();
     let mut settings = settings("server.pem", None, ClientAuth::Required);
     let server_text = std::fs::read_to_string(fixture("server.pem")).unwrap();
-    settings.keystore = KeyStore::Inline {
-        certificate_chain: server_text.clone(),
-        key: server_text,
-    };
+    settings.keystore = KeyStore::inline(server_text.clone(), server_text);
     settings.truststore = Some(truststore);
     let server = ServerTls::load(&settings).unwrap();
     let handshake = handshake(client, &server, "localhost");
@@ -375,7 +511,7 @@ fn malformed_keystores_and_truststores_name_the_file_and_the_problem() {
     let (key, certificate) = server_text.split_at(split);
     let load = |keystore: &Path, truststore: Option<&Path>| {
         ServerTls::load(&TlsSettings {
-            keystore: KeyStore::File(keystore.to_path_buf()),
+            keystore: KeyStore::file(keystore),
             truststore: truststore.map(|path| PemSource::File(path.to_path_buf())),
             client_auth: ClientAuth::None,
             protocols: vec![TlsVersion::Tls13],
@@ -451,7 +587,7 @@ fn a_replaced_keystore_serves_new_connections_while_open_ones_keep_the_old() {
     let keystore = directory.path().join("keystore.pem");
     std::fs::copy(fixture("server.pem"), &keystore).unwrap();
     let mut settings = settings("server.pem", None, ClientAuth::None);
-    settings.keystore = KeyStore::File(keystore.clone());
+    settings.keystore = KeyStore::file(keystore.clone());
     let server = ServerTls::load(&settings).unwrap();
     assert!(!server.reload_if_changed().unwrap(), "nothing changed");
 
