@@ -1,8 +1,8 @@
 //! TLS listeners against a real `sluice server`: an SSL listener that requires client
 //! certificates (the principal is the certificate's subject through
 //! `ssl.principal.mapping.rules`, and ACLs name it) and a SASL_SSL listener with SCRAM users
-//! from the quorum, served beside the PLAINTEXT one. confluent-kafka, kafka-python and kcat
-//! produce and consume; a client without a certificate and a client that does not trust the
+//! from the quorum, served beside the PLAINTEXT one. confluent-kafka, kafka-python, kafkajs and
+//! kcat produce and consume; a client without a certificate and a client that does not trust the
 //! broker's CA are refused; a replaced certificate file is served to new connections without a
 //! restart. Certificates are made by `openssl` for each run.
 
@@ -130,6 +130,22 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     suite(&["no-certificate-refused", &ssl, &certs_dir]);
     suite(&["untrusted-refused", &ssl, &certs_dir]);
     suite(&["scram-roundtrip", &sasl_ssl, &certs_dir, "tls-scram"]);
+    // kafkajs: Node's TLS and kafkajs's own SASL.
+    let kafkajs = |args: &[&str]| {
+        let mut all = vec!["kafkajs_secured.js"];
+        all.extend_from_slice(args);
+        run_client(&node, "node", &all)
+    };
+    kafkajs(&["mtls", &ssl, &certs_dir, "tls-kafkajs-mtls"]);
+    kafkajs(&[
+        "scram",
+        &sasl_ssl,
+        &certs_dir,
+        "tls-kafkajs-scram",
+        "bob",
+        "bob-secret",
+    ]);
+    kafkajs(&["scram-refused", &sasl_ssl, &certs_dir, "bob", "not-bob-secret"]);
     assert!(
         node.gauge("sluice_tls_handshake_failures_total")
             .unwrap_or(0)
