@@ -145,7 +145,13 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
         "bob",
         "bob-secret",
     ]);
-    kafkajs(&["scram-refused", &sasl_ssl, &certs_dir, "bob", "not-bob-secret"]);
+    kafkajs(&[
+        "scram-refused",
+        &sasl_ssl,
+        &certs_dir,
+        "bob",
+        "not-bob-secret",
+    ]);
     assert!(
         node.gauge("sluice_tls_handshake_failures_total")
             .unwrap_or(0)

@@ -13,6 +13,14 @@
 //! but not dispatched. cargo-fuzz needs a nightly toolchain this project does not use; this
 //! runs on stable, and in release for long runs. A quarter of the inputs go through a SASL
 //! listener's session (before its handshake, after a v1 handshake, or as a v0 raw token).
+//!
+//! With `--bootstrap-server` (and `--command-config`, Kafka's client keys) the inputs go to a
+//! running broker instead, over the SDK's connections: through TLS and a SASL login when the
+//! listener asks for them, so a SASL_SSL listener's session is fuzzed as clients reach it. The
+//! SDK writes each request's header; the body is the mutated one. Cluster-changing requests
+//! (and ACL changes, which could lock the fuzzer out) are not sent; an acks=0 Produce is not
+//! sent either (no answer to wait for). A connection the broker closes (as it does on an
+//! undecodable request) is made again. At the end the broker must still answer.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -60,6 +68,12 @@ pub struct FuzzArgs {
     /// Where crashing and slow inputs are written (hex), if any.
     #[arg(long, default_value = "fuzz-findings")]
     findings: PathBuf,
+    /// Fuzzes a running broker's listener at this address instead of a broker in this process.
+    #[arg(long)]
+    bootstrap_server: Option<String>,
+    /// Kafka's client settings for --bootstrap-server (security.protocol, ssl.*, sasl.*).
+    #[arg(long, requires = "bootstrap_server")]
+    command_config: Option<PathBuf>,
 }
 
 /// Inputs slower than this that did not ask to wait are reported.
@@ -117,6 +131,14 @@ pub fn run(args: FuzzArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    if let Some(bootstrap) = &args.bootstrap_server {
+        let servers = super::common::Servers {
+            bootstrap_server: bootstrap.clone(),
+            command_config: args.command_config.clone(),
+        };
+        let config = servers.config()?;
+        return runtime.block_on(fuzz_remote(&args, seed, bootstrap, config));
+    }
     let result = runtime.block_on(fuzz(&args, seed, &dir));
     if args.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -153,7 +175,11 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
     let node = sluice::node::Node::start(config).await?;
     let broker = Arc::clone(node.broker().context("the node runs no broker")?);
     create_topic(&broker).await?;
-    let seeds = seeds(&broker);
+    let topic_id = broker
+        .image()
+        .topic_by_name(TOPIC)
+        .map_or(uuid::Uuid::nil(), |t| uuid::Uuid::from_u128(t.id.0));
+    let seeds = seeds(topic_id);
     println!("seeds {} (every served API and version)", seeds.len());
 
     let mut rng = Rng(seed);
@@ -284,6 +310,197 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
         args.findings.display()
     );
     Ok(())
+}
+
+/// A request body sent as it is (the SDK writes the header).
+struct RawBody(Vec<u8>);
+
+impl Encodable for RawBody {
+    fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(
+        &self,
+        buf: &mut B,
+        _version: i16,
+    ) -> anyhow::Result<()> {
+        buf.put_slice(&self.0);
+        Ok(())
+    }
+    fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
+        Ok(self.0.len())
+    }
+}
+
+/// Whatever the broker answered, unread.
+struct AnyResponse;
+
+impl kafka_protocol::protocol::Decodable for AnyResponse {
+    fn decode<B: kafka_protocol::protocol::buf::ByteBuf>(
+        buf: &mut B,
+        _version: i16,
+    ) -> anyhow::Result<Self> {
+        buf.advance(buf.remaining());
+        Ok(AnyResponse)
+    }
+}
+
+/// How an input sent to a running broker ended.
+enum RemoteOutcome {
+    Answered,
+    /// The broker closed the connection (an undecodable or refused request).
+    Closed,
+    /// No answer within the input timeout (the connection is dropped).
+    Abandoned,
+}
+
+/// `--bootstrap-server`: the inputs go to a running broker over the SDK's connections (TLS and
+/// SASL as the command config says), `concurrency` connections at once.
+async fn fuzz_remote(
+    args: &FuzzArgs,
+    seed: u64,
+    bootstrap: &str,
+    config: sluice::client::ClientConfig,
+) -> anyhow::Result<()> {
+    use sluice::client::{Admin, Connection, NewTopic};
+    let admin = Admin::new(config.clone())?;
+    match admin
+        .create_topics(&[NewTopic::new(TOPIC, 2, -1)], false)
+        .await
+    {
+        Ok(()) => {}
+        Err(error) if error.to_string().contains("TOPIC_ALREADY_EXISTS") => {}
+        Err(error) => return Err(error).context("creating the fuzzed topic"),
+    }
+    // (api key, version, body) of every seed frame, the header cut off.
+    let mut bodies: Vec<(ApiKey, i16, Vec<u8>)> = Vec::new();
+    for frame in seeds(uuid::Uuid::nil()) {
+        let Ok(start) = protocol::peek_start(&frame) else {
+            continue;
+        };
+        let Ok(api_key) = ApiKey::try_from(start.api_key) else {
+            continue;
+        };
+        let mut bytes = Bytes::from(frame);
+        if protocol::decode_header(api_key, &mut bytes).is_ok() {
+            bodies.push((api_key, start.api_version, bytes.to_vec()));
+        }
+    }
+    let seed_frames: Vec<Vec<u8>> = bodies.iter().map(|(_, _, body)| body.clone()).collect();
+    println!("seeds {} (every served API and version)", bodies.len());
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let (mut answered, mut closed, mut abandoned, mut not_sent) = (0u64, 0u64, 0u64, 0u64);
+    let workers = args.concurrency.clamp(1, 16);
+    let mut connections: Vec<Option<Arc<Connection>>> = vec![None; workers];
+    let mut tasks: tokio::task::JoinSet<(usize, Option<Arc<Connection>>, RemoteOutcome)> =
+        tokio::task::JoinSet::new();
+    let mut free: Vec<usize> = (0..workers).collect();
+    let mut sent = 0u64;
+    let report_every = (args.inputs / 10).max(1);
+    while sent < args.inputs || !tasks.is_empty() {
+        while sent < args.inputs && !free.is_empty() {
+            sent += 1;
+            if sent % report_every == 0 {
+                println!(
+                    "progress {sent}/{} inputs, {:.0} inputs/s",
+                    args.inputs,
+                    sent as f64 / started.elapsed().as_secs_f64()
+                );
+            }
+            let (api_key, version, _) = &bodies[rng.below(bodies.len())];
+            let (api_key, version) = (*api_key, *version);
+            // A body of this API's seeds, mutated (`mutate` keeps the first 8 bytes most of
+            // the time; in a body they are just more bytes).
+            let same_api: Vec<Vec<u8>> = bodies
+                .iter()
+                .filter(|(key, v, _)| *key == api_key && *v == version)
+                .map(|(_, _, body)| body.clone())
+                .collect();
+            let body = if rng.chance(10) {
+                mutate(&seed_frames, &mut rng)
+            } else {
+                mutate(&same_api, &mut rng)
+            };
+            if !remote_may_send(api_key, version, &body) {
+                not_sent += 1;
+                continue;
+            }
+            let Some(slot) = free.pop() else { break };
+            let connection = connections[slot].take();
+            let config = config.clone();
+            let bootstrap = bootstrap.to_owned();
+            tasks.spawn(async move {
+                let connection = match connection {
+                    Some(connection) if !connection.is_closed() => connection,
+                    _ => match Connection::connect_with(&bootstrap, &config).await {
+                        Ok(connection) => Arc::new(connection),
+                        Err(_) => return (slot, None, RemoteOutcome::Closed),
+                    },
+                };
+                let body = RawBody(body);
+                let call = connection.call::<RawBody, AnyResponse>(api_key, version, &body);
+                match tokio::time::timeout(INPUT_TIMEOUT, call).await {
+                    Ok(Ok(AnyResponse)) => (slot, Some(connection), RemoteOutcome::Answered),
+                    Ok(Err(_)) => (slot, None, RemoteOutcome::Closed),
+                    Err(_) => (slot, None, RemoteOutcome::Abandoned),
+                }
+            });
+        }
+        let Some(done) = tasks.join_next().await else {
+            continue;
+        };
+        let (slot, connection, outcome) = done.context("a fuzzing task failed")?;
+        connections[slot] = connection;
+        free.push(slot);
+        match outcome {
+            RemoteOutcome::Answered => answered += 1,
+            RemoteOutcome::Closed => closed += 1,
+            RemoteOutcome::Abandoned => abandoned += 1,
+        }
+    }
+    let elapsed = started.elapsed();
+    // The broker must still answer a new client.
+    let alive = match Connection::connect_with(bootstrap, &config).await {
+        Ok(connection) => connection
+            .send(&kafka_protocol::messages::ApiVersionsRequest::default())
+            .await
+            .is_ok(),
+        Err(_) => false,
+    };
+    println!("inputs {sent}");
+    println!("seconds {:.1}", elapsed.as_secs_f64());
+    println!("inputs_per_s {:.0}", sent as f64 / elapsed.as_secs_f64());
+    println!("not_sent {not_sent}");
+    println!("answered {answered}");
+    println!("connection_closed_by_broker {closed}");
+    println!("abandoned_after_10s {abandoned}");
+    println!("broker_answers_after {alive}");
+    anyhow::ensure!(alive, "the broker at {bootstrap} no longer answers");
+    Ok(())
+}
+
+/// Whether a mutated body may go to a running broker: not what would change the cluster
+/// beyond the fuzzed topic, its ACLs, or an acks=0 Produce (nothing would answer it).
+fn remote_may_send(api_key: ApiKey, version: i16, body: &[u8]) -> bool {
+    if matches!(
+        api_key,
+        ApiKey::CreateAcls
+            | ApiKey::DeleteAcls
+            | ApiKey::AlterUserScramCredentials
+            | ApiKey::AlterClientQuotas
+            | ApiKey::AlterConfigs
+            | ApiKey::DeleteTopics
+            | ApiKey::AlterPartitionReassignments
+    ) {
+        return false;
+    }
+    let mut bytes = Bytes::copy_from_slice(body);
+    match protocol::decode_body(api_key, version, &mut bytes) {
+        Ok(RequestKind::Produce(request)) => request.acks != 0,
+        Ok(RequestKind::CreateTopics(r)) => r.validate_only,
+        Ok(RequestKind::CreatePartitions(r)) => r.validate_only,
+        Ok(RequestKind::IncrementalAlterConfigs(r)) => r.validate_only,
+        // Undecodable: the broker closes the connection, which is what is being tried.
+        _ => true,
+    }
 }
 
 fn peak_rss_kib() -> u64 {
@@ -494,11 +711,7 @@ fn empty_request(api_key: ApiKey) -> Option<RequestKind> {
 
 /// Valid requests of every served API and version (empty ones), and requests with content
 /// for the data path (Produce, Fetch, ListOffsets, Metadata on the fuzzed topic).
-fn seeds(broker: &Broker) -> Vec<Vec<u8>> {
-    let topic_id = broker
-        .image()
-        .topic_by_name(TOPIC)
-        .map_or(uuid::Uuid::nil(), |t| uuid::Uuid::from_u128(t.id.0));
+fn seeds(topic_id: uuid::Uuid) -> Vec<Vec<u8>> {
     let name = TopicName(StrBytes::from_static_str(TOPIC));
     let mut builder = BatchBuilder::new(0, 1_700_000_000_000);
     for i in 0..3u8 {

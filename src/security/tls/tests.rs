@@ -394,12 +394,9 @@ fn key_derivation_past_its_bounds_is_refused_before_decrypting() {
             encrypted_data: &[0u8; 48],
         };
         let der = info.to_der().unwrap();
-        let pem = pkcs8::der::pem::encode_string(
-            "ENCRYPTED PRIVATE KEY",
-            pkcs8::LineEnding::LF,
-            &der,
-        )
-        .unwrap();
+        let pem =
+            pkcs8::der::pem::encode_string("ENCRYPTED PRIVATE KEY", pkcs8::LineEnding::LF, &der)
+                .unwrap();
         let path = directory.path().join("hostile.pem");
         std::fs::write(&path, format!("{pem}{certificate}")).unwrap();
         let mut settings = settings("server.pem", None, ClientAuth::None);
@@ -407,7 +404,10 @@ fn key_derivation_past_its_bounds_is_refused_before_decrypting() {
         let started = std::time::Instant::now();
         let error = ServerTls::load(&settings).unwrap_err();
         assert!(error.to_string().contains(says), "{error}");
-        assert!(started.elapsed() < Duration::from_secs(1), "refused before deriving");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "refused before deriving"
+        );
     }
 }
 
