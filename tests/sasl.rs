@@ -273,7 +273,7 @@ fn a_v0_handshake_goes_on_in_raw_tokens() {
 }
 
 /// SCRAM users live in the metadata quorum: confluent-kafka's AdminClient creates and
-/// describes them on the PLAINTEXT listener; confluent-kafka and kafka-python log in with
+/// describes them on the PLAINTEXT listener; confluent-kafka, kafka-python and kcat log in with
 /// SCRAM-SHA-256 and SCRAM-SHA-512 and produce and consume; a wrong password, an unknown user,
 /// a user's other mechanism and a deleted credential are refused; the users survive a restart.
 #[test]
@@ -313,6 +313,37 @@ fn scram_users_from_the_quorum_log_in_and_survive_a_restart() {
             "scram-confluent",
         ],
     );
+    // kcat (Debian's librdkafka 2.0.2, whose client-final repeats its client nonce in front of
+    // the server's, as Kafka accepts) produces and reads back.
+    let kcat_sasl = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanism=SCRAM-SHA-256",
+        "-X",
+        "sasl.username=bob",
+        "-X",
+        "sasl.password=bob-secret",
+    ];
+    let mut produce = vec!["-b", sasl.as_str(), "-t", "scram-kcat", "-P"];
+    produce.extend_from_slice(&kcat_sasl);
+    let mut child = std::process::Command::new("kcat")
+        .args(&produce)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("kcat (scripts/test installs it)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"one\ntwo\n").expect("write");
+    }
+    assert!(child.wait().expect("kcat").success(), "kcat produce failed");
+    let mut consume = vec!["-b", sasl.as_str(), "-t", "scram-kcat", "-C", "-e"];
+    consume.extend_from_slice(&["-o", "beginning"]);
+    consume.extend_from_slice(&kcat_sasl);
+    let read = run_client(&node, "kcat", &consume);
+    assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two"]);
+
     for (mechanism, user, password) in [
         ("SCRAM-SHA-256", "bob", "wrong"),
         ("SCRAM-SHA-256", "mallory", "anything"),

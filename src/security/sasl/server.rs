@@ -293,9 +293,13 @@ impl SaslServer {
                 "channel binding (c=) does not carry back the client-first gs2 header",
             ));
         }
-        if client_final.nonce != pending.nonce {
+        // Kafka's rule (ScramSaslServer): the nonce must end with server-first's, this
+        // exchange's fresh server nonce last. librdkafka up to 2.x sends its client nonce again
+        // in front of it (`r=<client nonce><server-first nonce>`), and Kafka accepts that; a
+        // replayed or altered exchange still fails, never ending with this server nonce.
+        if !client_final.nonce.ends_with(&pending.nonce) {
             return Err(invalid(
-                "nonce in client-final is not the nonce of server-first",
+                "nonce in client-final does not end with the nonce of server-first",
             ));
         }
         let auth_message = format!(
@@ -663,18 +667,24 @@ mod tests {
             assert!(!server.is_complete());
         }
         // The same construction with the nonce unchanged is accepted: the refusals above come
-        // from the nonce, not from the test's proof.
-        let (server, result) = final_step(&store, &client_first, |server_first| {
-            let nonce = nonce_of(server_first);
-            signed_client_final(
-                "pencil",
-                &client_first,
-                server_first,
-                &format!("c=biws,r={nonce}"),
-            )
-        });
-        assert!(matches!(result, Ok(Exchange::Done { .. })), "{result:?}");
-        assert!(server.is_complete());
+        // from the nonce, not from the test's proof. So is librdkafka 2.0's form, its client
+        // nonce again in front of server-first's (Kafka accepts a nonce that ends with it).
+        for prefix in ["", RFC_CLIENT_NONCE] {
+            let (server, result) = final_step(&store, &client_first, |server_first| {
+                let nonce = nonce_of(server_first);
+                signed_client_final(
+                    "pencil",
+                    &client_first,
+                    server_first,
+                    &format!("c=biws,r={prefix}{nonce}"),
+                )
+            });
+            assert!(
+                matches!(result, Ok(Exchange::Done { .. })),
+                "{prefix:?}: {result:?}"
+            );
+            assert!(server.is_complete());
+        }
     }
 
     #[test]
