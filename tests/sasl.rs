@@ -190,6 +190,30 @@ fn the_sasl_listener_serves_nothing_before_authentication() {
     );
     assert_eq!(handshake(&mut client, "PLAIN").error_code, 34);
 
+    // Once authenticated, socket.request.max.bytes bounds frames, from the very first: a
+    // 600 KiB Produce right after the login is answered (the reader had begun reading it under
+    // the 512 KiB bound of the login, and closed the connection).
+    let mut client = Client::connect(port);
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 0);
+    let done = authenticate(&mut client, b"\0alice\0alice-secret").expect("answered");
+    assert_eq!(done.error_code, 0, "{done:?}");
+    let produce = kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![
+            kafka_protocol::messages::produce_request::TopicProduceData::default()
+                .with_name(kafka_protocol::messages::TopicName(
+                    StrBytes::from_static_str("no-such-topic"),
+                ))
+                .with_partition_data(vec![
+                    kafka_protocol::messages::produce_request::PartitionProduceData::default()
+                        .with_records(Some(Bytes::from(vec![0u8; 600 * 1024]))),
+                ]),
+        ]);
+    let answered: Result<kafka_protocol::messages::ProduceResponse, String> =
+        client.try_call(ApiKey::Produce, 9, &produce);
+    assert!(answered.is_ok(), "{answered:?}\n{}", node.logs());
+
     // An oversized frame before authentication (sasl.server.max.receive.size, 512 KiB) closes
     // the connection before its body is read.
     use std::io::{Read, Write};
@@ -207,9 +231,9 @@ fn the_sasl_listener_serves_nothing_before_authentication() {
     let mut plain = Client::connect(node.kafka_port);
     assert_eq!(handshake(&mut plain, "PLAIN").error_code, 34);
 
-    // Operators see the outcomes: one success, one wrong password (SaslAuthenticate before
+    // Operators see the outcomes: two successes, one wrong password (SaslAuthenticate before
     // the handshake is not an authentication).
-    assert_eq!(node.gauge("sluice_sasl_authentications_total"), Some(1));
+    assert_eq!(node.gauge("sluice_sasl_authentications_total"), Some(2));
     assert_eq!(
         node.gauge("sluice_sasl_authentication_failures_total"),
         Some(1)

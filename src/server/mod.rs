@@ -458,12 +458,18 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
             let next = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
                 _ = queue.closed() => return Ok(()),
+                // The bound is taken once the size is read, not now: the frame being read
+                // may be the first after a login still being processed (its client sends it
+                // once answered, and the answer is written after the session is marked
+                // authenticated).
                 next = read_frame(
                     &mut reader,
-                    if read_authenticated.load(Ordering::Acquire) {
-                        request_bytes_max
-                    } else {
-                        sasl_request_bytes_max
+                    || {
+                        if read_authenticated.load(Ordering::Acquire) {
+                            (request_bytes_max, "socket.request.max.bytes")
+                        } else {
+                            (sasl_request_bytes_max, "sasl.server.max.receive.size")
+                        }
                     },
                     idle,
                     &read_busy,
@@ -538,10 +544,11 @@ async fn serve_halves<R: AsyncRead + Unpin + Send + 'static>(
     processed.and(read)
 }
 
-/// Reads one frame; `None` at a clean end of stream (or idle timeout).
+/// Reads one frame; `None` at a clean end of stream (or idle timeout). `bound` gives the
+/// largest frame and the key that sets it, asked once the size is read.
 async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
-    request_bytes_max: usize,
+    bound: impl Fn() -> (usize, &'static str),
     idle: Duration,
     busy: &std::sync::atomic::AtomicBool,
 ) -> Result<Option<Frame>, String> {
@@ -560,9 +567,10 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }
     let received = Instant::now();
     let size = i32::from_be_bytes(size);
+    let (request_bytes_max, key) = bound();
     if size < 0 || size as usize > request_bytes_max {
         return Err(format!(
-            "frame size {size} is outside [0, socket.request.max.bytes={request_bytes_max}]"
+            "frame size {size} is outside [0, {key}={request_bytes_max}]"
         ));
     }
     let size = size as usize;
