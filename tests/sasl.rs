@@ -128,6 +128,46 @@ fn third_party_clients_produce_and_consume_as_a_plain_user_and_bad_credentials_a
     assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two", "three"]);
 }
 
+/// PLAIN's users from a JAAS file, as Kafka reads `-Djava.security.auth.login.config` (a
+/// config key here): the `<listener>.KafkaServer` section over `KafkaServer`. confluent-kafka
+/// logs in as a user of the file; a user of the other section is refused.
+#[test]
+fn plain_users_come_from_a_jaas_file_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("kafka_server_jaas.conf");
+    std::fs::write(
+        &file,
+        "KafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule required\n  \
+         user_mallory=\"mallory-secret\";\n};\n\
+         sasl_plaintext.KafkaServer {\n  \
+         org.apache.kafka.common.security.plain.PlainLoginModule required\n  \
+         user_alice=\"alice-secret\";\n};\n",
+    )
+    .expect("JAAS file");
+    let node = SingleNode::start_with_listeners(
+        &["SASL_PLAINTEXT"],
+        &[
+            "sasl.enabled.mechanisms=PLAIN",
+            &format!("java.security.auth.login.config={}", file.display()),
+        ],
+    );
+    let bootstrap = sasl_bootstrap(&node);
+    let suite = |args: &[&str]| {
+        let mut all = vec!["sasl_suite.py", bootstrap.as_str()];
+        all.extend_from_slice(args);
+        run_client(&node, "python3", &all)
+    };
+    suite(&["confluent-roundtrip", "sasl-jaas-file"]);
+    suite(&["confluent-refused"]);
+    let mut client = Client::connect(node.listener_port("SASL_PLAINTEXT"));
+    assert_eq!(handshake(&mut client, "PLAIN").error_code, 0);
+    let refused = authenticate(&mut client, b"\0mallory\0mallory-secret").expect("answered");
+    assert_eq!(
+        refused.error_code, 58,
+        "the listener's own section wins: {refused:?}"
+    );
+}
+
 #[test]
 fn the_sasl_listener_serves_nothing_before_authentication() {
     let node = sasl_node();

@@ -422,6 +422,14 @@ pub const KEYS: &[Key] = &[
          listener's one mechanism)",
     ),
     broker(
+        "java.security.auth.login.config",
+        Kind::Text,
+        "",
+        "a JAAS file (Kafka takes it as a JVM property; Sluice as this key): sections \
+         <listener>.KafkaServer or KafkaServer hold PLAIN's users and the broker's own logins, \
+         where no listener.name.<l>.<mechanism>.sasl.jaas.config is set; read at start",
+    ),
+    broker(
         "sasl.enabled.mechanisms",
         Kind::Text,
         "GSSAPI",

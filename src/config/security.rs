@@ -588,9 +588,16 @@ fn inter_broker_login(
                 ),
             )
         };
-        let jaas = properties.get(&jaas_key).ok_or_else(missing)?;
-        let parsed = sasl::parse_jaas(jaas)
-            .map_err(|error| ConfigError::new(&jaas_key, "(hidden)", error.to_string()))?;
+        let parsed = match properties.get(&jaas_key) {
+            Some(jaas) => sasl::parse_jaas(jaas)
+                .map_err(|error| ConfigError::new(&jaas_key, "(hidden)", error.to_string()))?,
+            None => {
+                let module = example.rsplit('.').next().unwrap_or(example);
+                jaas_file_entry(properties, listener, module)?
+                    .ok_or_else(missing)?
+                    .1
+            }
+        };
         let (Some(username), Some(password)) = (parsed.username(), parsed.password()) else {
             return Err(missing());
         };
@@ -747,6 +754,52 @@ fn reauth_ms(properties: &BTreeMap<String, String>, listener: &str) -> Result<u6
         .trim()
         .parse::<u64>()
         .map_err(|_| ConfigError::new(key, value, "expected milliseconds (0: never)"))
+}
+
+/// Kafka's JAAS file (`java.security.auth.login.config`, a JVM property in Kafka, a config
+/// key here): the entry of login module `module` (its class name's last part, e.g.
+/// `PlainLoginModule`) in the listener's section `<listener>.KafkaServer`, or in
+/// `KafkaServer` when the file has no section of the listener's own, as Kafka's
+/// `JaasContext` finds it. With the key it names, for errors.
+fn jaas_file_entry(
+    properties: &BTreeMap<String, String>,
+    listener: &str,
+    module: &str,
+) -> Result<Option<(String, sasl::JaasConfig)>, ConfigError> {
+    use std::io::Read;
+    const KEY: &str = "java.security.auth.login.config";
+    let Some(path) = properties
+        .get(KEY)
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    let refused = |reason: String| ConfigError::new(KEY, path, reason);
+    let file = std::fs::File::open(path).map_err(|error| refused(error.to_string()))?;
+    let mut text = String::new();
+    file.take(sasl::JAAS_FILE_BYTES_MAX as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| refused(error.to_string()))?;
+    let mut sections = sasl::parse_jaas_file(&text).map_err(|error| refused(error.to_string()))?;
+    let own = format!("{}.KafkaServer", listener.to_ascii_lowercase());
+    let (section, entries) = match sections.remove(&own) {
+        Some(entries) => (own, entries),
+        None => match sections.remove("KafkaServer") {
+            Some(entries) => ("KafkaServer".to_owned(), entries),
+            None => return Ok(None),
+        },
+    };
+    let mut matching = entries
+        .into_iter()
+        .filter(|entry| entry.login_module.rsplit('.').next() == Some(module));
+    match (matching.next(), matching.next()) {
+        (Some(entry), None) => Ok(Some((format!("{KEY} (section {section})"), entry))),
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(refused(format!(
+            "section {section} holds {module} twice: keep one entry"
+        ))),
+    }
 }
 
 /// The TLS keys a listener serves (each also as `listener.name.<listener>.<key>`).
@@ -981,20 +1034,28 @@ fn sasl_listener(
     }
     let mut plain_users = BTreeMap::new();
     if mechanisms.contains(&Mechanism::Plain) {
-        let jaas_key = format!("{prefix}plain.sasl.jaas.config");
-        let jaas = properties.get(&jaas_key).ok_or_else(|| {
-            ConfigError::new(
-                &jaas_key,
-                "",
-                format!(
-                    "listener {listener} enables PLAIN and names no users: set {jaas_key} to \
-                     org.apache.kafka.common.security.plain.PlainLoginModule required \
-                     user_<name>=\"<password>\";"
-                ),
-            )
-        })?;
-        let parsed = sasl::parse_jaas(jaas)
-            .map_err(|error| ConfigError::new(&jaas_key, "(hidden)", error.to_string()))?;
+        let setting = format!("{prefix}plain.sasl.jaas.config");
+        let (jaas_key, parsed) = match properties.get(&setting) {
+            Some(jaas) => (
+                setting.clone(),
+                sasl::parse_jaas(jaas)
+                    .map_err(|error| ConfigError::new(&setting, "(hidden)", error.to_string()))?,
+            ),
+            None => {
+                jaas_file_entry(properties, listener, "PlainLoginModule")?.ok_or_else(|| {
+                    ConfigError::new(
+                        &setting,
+                        "",
+                        format!(
+                            "listener {listener} enables PLAIN and names no users: set \
+                             {setting} to org.apache.kafka.common.security.plain.\
+                             PlainLoginModule required user_<name>=\"<password>\"; (or give \
+                             them in the JAAS file of java.security.auth.login.config)"
+                        ),
+                    )
+                })?
+            }
+        };
         if !parsed.login_module.ends_with("PlainLoginModule") {
             return Err(ConfigError::new(
                 &jaas_key,
@@ -1047,6 +1108,67 @@ mod tests {
 
     const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
                         user_alice=\"alice-secret\" user_bob=\"bob-secret\";";
+
+    #[test]
+    fn plain_users_and_the_brokers_login_come_from_the_jaas_file_when_no_key_gives_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kafka_server_jaas.conf");
+        std::fs::write(
+            &file,
+            r#"KafkaServer {
+                 org.apache.kafka.common.security.plain.PlainLoginModule required
+                 username="admin" password="admin-secret"
+                 user_admin="admin-secret" user_alice="alice-secret";
+               };
+               sasl_ssl.KafkaServer {
+                 org.apache.kafka.common.security.plain.PlainLoginModule required
+                 user_carol="carol-secret";
+               };"#,
+        )
+        .unwrap();
+        let text = "SASL_PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093";
+        let path = file.display().to_string();
+        let props = properties(&[
+            ("listeners", text),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("inter.broker.listener.name", "SASL_PLAINTEXT"),
+            ("java.security.auth.login.config", &path),
+        ]);
+        let config = parse(&props, &listeners(text), "CONTROLLER", true).expect("config");
+        let sasl = config.listener("SASL_PLAINTEXT");
+        assert_eq!(sasl.plain_users["alice"], "alice-secret");
+        assert!(
+            !sasl.plain_users.contains_key("carol"),
+            "another listener's"
+        );
+        let login = config
+            .inter_broker_login
+            .as_ref()
+            .expect("inter-broker login");
+        assert_eq!(login.client_properties["sasl.username"], "admin");
+        // The listener's key wins over the file.
+        let mut with_key = props.clone();
+        with_key.insert(
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config".into(),
+            JAAS.replace(
+                "required",
+                "required username=\"bob\" password=\"bob-secret\"",
+            ),
+        );
+        let config = parse(&with_key, &listeners(text), "CONTROLLER", true).expect("config");
+        assert!(
+            !config
+                .listener("SASL_PLAINTEXT")
+                .plain_users
+                .contains_key("admin")
+        );
+        // A file that does not parse is refused naming the key.
+        std::fs::write(&file, "KafkaServer { broken").unwrap();
+        let error = parse(&props, &listeners(text), "CONTROLLER", true)
+            .expect_err("broken file")
+            .to_string();
+        assert!(error.contains("java.security.auth.login.config"), "{error}");
+    }
 
     #[test]
     fn a_sasl_listener_and_a_plain_one_are_served_with_their_users() {

@@ -39,7 +39,7 @@ mod scram;
 mod server;
 
 pub use client::SaslClient;
-pub use jaas::{JaasConfig, parse_jaas};
+pub use jaas::{JAAS_FILE_BYTES_MAX, JaasConfig, parse_jaas, parse_jaas_file};
 pub use oauthbearer::{
     ClientInitialResponse, KVSEP, OAUTHBEARER_TOKEN_BYTES_MAX, UnsecuredLogin, check_extension,
     parse_client_initial_response,

@@ -15,6 +15,12 @@
 //!
 //! For PLAIN the broker's entry lists its users as `user_<name>="<password>"` options; a
 //! client's (and a broker's own inter-broker login) has `username` and `password`.
+//!
+//! A JAAS *file* (Kafka's `-Djava.security.auth.login.config`, read by [`parse_jaas_file`])
+//! holds named sections of entries:
+//! ```text
+//! file    = *(name "{" *entry "}" ";")    e.g. KafkaServer { ... };  sasl_ssl.KafkaServer { ... };
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,6 +29,8 @@ use super::SaslError;
 
 /// The longest JAAS value accepted, checked before it is read.
 const JAAS_CONFIG_BYTES_MAX: usize = 64 * 1024;
+/// The longest JAAS file accepted (many PLAIN users), checked before it is read.
+pub const JAAS_FILE_BYTES_MAX: usize = 1024 * 1024;
 
 /// One parsed JAAS login module entry.
 #[derive(Clone, PartialEq, Eq)]
@@ -91,6 +99,45 @@ pub fn parse_jaas(value: &str) -> Result<JaasConfig, SaslError> {
     }
 }
 
+/// Parses a JAAS file: its sections by name (a name given twice keeps its entries in order,
+/// as Java's `ConfigFile` appends them), each with its login module entries in order.
+pub fn parse_jaas_file(text: &str) -> Result<BTreeMap<String, Vec<JaasConfig>>, SaslError> {
+    if text.len() > JAAS_FILE_BYTES_MAX {
+        return Err(bad(format!(
+            "the file is {} bytes, more than {JAAS_FILE_BYTES_MAX}",
+            text.len()
+        )));
+    }
+    let mut tokens = Lexer::new(text);
+    let mut sections: BTreeMap<String, Vec<JaasConfig>> = BTreeMap::new();
+    while let Some(first) = tokens.next()? {
+        let name = first.expect_word("a section name (e.g. KafkaServer)")?;
+        let brace = tokens.expect("'{' after section", &name)?;
+        if brace.token != Token::OpenBrace {
+            return Err(bad(format!(
+                "expected '{{' after section {name:?} at character {}, found {}",
+                brace.position, brace.token
+            )));
+        }
+        let entries = sections.entry(name.clone()).or_default();
+        loop {
+            let token = tokens.expect("an entry or '}' of section", &name)?;
+            if token.token == Token::CloseBrace {
+                break;
+            }
+            entries.push(parse_entry(token, &mut tokens)?);
+        }
+        let end = tokens.expect("';' after section", &name)?;
+        if end.token != Token::Semicolon {
+            return Err(bad(format!(
+                "expected ';' after the '}}' of section {name:?} at character {}, found {}",
+                end.position, end.token
+            )));
+        }
+    }
+    Ok(sections)
+}
+
 fn bad(what: String) -> SaslError {
     SaslError::BadConfig {
         what: format!("JAAS config: {what}"),
@@ -148,6 +195,8 @@ enum Token {
     Quoted(String),
     Equals,
     Semicolon,
+    OpenBrace,
+    CloseBrace,
 }
 
 impl fmt::Display for Token {
@@ -157,6 +206,8 @@ impl fmt::Display for Token {
             Token::Quoted(_) => f.write_str("a quoted value"),
             Token::Equals => f.write_str("'='"),
             Token::Semicolon => f.write_str("';'"),
+            Token::OpenBrace => f.write_str("'{'"),
+            Token::CloseBrace => f.write_str("'}'"),
         }
     }
 }
@@ -221,6 +272,8 @@ impl<'a> Lexer<'a> {
         let token = match c {
             '=' => Token::Equals,
             ';' => Token::Semicolon,
+            '{' => Token::OpenBrace,
+            '}' => Token::CloseBrace,
             '"' | '\'' => Token::Quoted(self.quoted(c, position)?),
             c if is_word_char(c) => {
                 let mut word = String::from(c);
@@ -314,6 +367,45 @@ mod tests {
         match parse_jaas(value) {
             Err(SaslError::BadConfig { what }) => what,
             other => panic!("{value:?} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_jaas_file_holds_named_sections_of_entries() {
+        let sections = parse_jaas_file(&format!(
+            r#"// the broker's logins
+            KafkaServer {{
+                {PLAIN_MODULE} required
+                username="admin" password="admin-secret"
+                user_admin="admin-secret" user_alice="alice-secret";
+                org.apache.kafka.common.security.scram.ScramLoginModule required;
+            }};
+            /* a listener's own */ sasl_ssl.KafkaServer {{
+                {PLAIN_MODULE} required user_bob="bob-secret";
+            }};"#
+        ))
+        .unwrap();
+        let server = &sections["KafkaServer"];
+        assert_eq!(server.len(), 2);
+        assert_eq!(server[0].plain_users()["alice"], "alice-secret");
+        assert_eq!(server[0].username(), Some("admin"));
+        assert!(server[1].login_module.ends_with("ScramLoginModule"));
+        assert_eq!(
+            sections["sasl_ssl.KafkaServer"][0].plain_users()["bob"],
+            "bob-secret"
+        );
+        for (text, says) in [
+            ("KafkaServer { a required; }", "expected ';' after section"),
+            ("KafkaServer a required; };", "expected '{' after section"),
+            ("KafkaServer { a required;", "an entry or '}'"),
+            ("{ a required; };", "a section name"),
+        ] {
+            match parse_jaas_file(text) {
+                Err(SaslError::BadConfig { what }) => {
+                    assert!(what.contains(says), "{text}: {what}")
+                }
+                other => panic!("{text:?} gave {other:?}"),
+            }
         }
     }
 
