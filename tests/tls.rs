@@ -130,6 +130,7 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     suite(&["no-certificate-refused", &ssl, &certs_dir]);
     suite(&["untrusted-refused", &ssl, &certs_dir]);
     suite(&["scram-roundtrip", &sasl_ssl, &certs_dir, "tls-scram"]);
+    suite(&["scram-kafka-python", &sasl_ssl, &certs_dir, "tls-scram-python"]);
     // kafkajs: Node's TLS and kafkajs's own SASL.
     let kafkajs = |args: &[&str]| {
         let mut all = vec!["kafkajs_secured.js"];
@@ -178,6 +179,34 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
             &format!("ssl.key.location={}", dir.join("alice.key").display()),
             "-t",
             "tls-orders",
+            "-C",
+            "-e",
+            "-o",
+            "beginning",
+            "-c",
+            "3",
+        ],
+    );
+    assert_eq!(read.lines().count(), 3, "{read}");
+    // And over SASL_SSL as bob (SCRAM-SHA-512), what bob wrote.
+    let read = run_client(
+        &node,
+        "kcat",
+        &[
+            "-b",
+            &sasl_ssl,
+            "-X",
+            "security.protocol=SASL_SSL",
+            "-X",
+            &format!("ssl.ca.location={}", ca.display()),
+            "-X",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "-X",
+            "sasl.username=bob",
+            "-X",
+            "sasl.password=bob-secret",
+            "-t",
+            "tls-scram",
             "-C",
             "-e",
             "-o",

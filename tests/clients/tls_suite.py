@@ -6,7 +6,7 @@ a client without a certificate, or one that does not trust the broker's CA, is r
 
 usage: tls_suite.py CASE BOOTSTRAP CERTS_DIR [TOPIC]
 cases: mtls-roundtrip, mtls-kafka-python, no-certificate-refused, untrusted-refused,
-       scram-roundtrip, mtls-encrypted-key (TOPIC KEY_FILE PASSWORD: alice's encrypted key)
+       scram-roundtrip, scram-kafka-python, mtls-encrypted-key (TOPIC KEY_FILE PASSWORD: alice's encrypted key)
 """
 import os
 import sys
@@ -83,11 +83,16 @@ def refused(config, who):
     print(f"{who}: refused: {errors[0]}")
 
 
-def kafka_python_mtls(topic):
+def kafka_python_roundtrip(topic, how):
     from kafka import KafkaConsumer, KafkaProducer
-    config = {"bootstrap_servers": BOOTSTRAP, "security_protocol": "SSL",
-              "ssl_cafile": cert("ca.pem"), "ssl_certfile": cert("alice.pem"),
-              "ssl_keyfile": cert("alice.key")}
+    if how == "mTLS":
+        config = {"bootstrap_servers": BOOTSTRAP, "security_protocol": "SSL",
+                  "ssl_cafile": cert("ca.pem"), "ssl_certfile": cert("alice.pem"),
+                  "ssl_keyfile": cert("alice.key")}
+    else:
+        config = {"bootstrap_servers": BOOTSTRAP, "security_protocol": "SASL_SSL",
+                  "ssl_cafile": cert("ca.pem"), "sasl_mechanism": "SCRAM-SHA-512",
+                  "sasl_plain_username": "bob", "sasl_plain_password": "bob-secret"}
     producer = KafkaProducer(acks="all", **config)
     values = [f"kafka-python-{i}" for i in range(10)]
     for value in values:
@@ -98,13 +103,15 @@ def kafka_python_mtls(topic):
     got = [m.value.decode() for m in consumer]
     consumer.close()
     check(got == values, f"kafka-python read {got}")
-    print(f"kafka-python: produced and consumed {len(got)} records over mTLS")
+    print(f"kafka-python: produced and consumed {len(got)} records over {how}")
 
 
 if CASE == "mtls-roundtrip":
     roundtrip(ssl_config(), sys.argv[4], "alice")
 elif CASE == "mtls-kafka-python":
-    kafka_python_mtls(sys.argv[4])
+    kafka_python_roundtrip(sys.argv[4], "mTLS")
+elif CASE == "scram-kafka-python":
+    kafka_python_roundtrip(sys.argv[4], "SASL_SSL with SCRAM-SHA-512")
 elif CASE == "no-certificate-refused":
     config = ssl_config()
     del config["ssl.certificate.location"], config["ssl.key.location"]
