@@ -298,3 +298,45 @@ fn a_follower_whose_last_fetched_epoch_ends_earlier_is_told_where_logs_diverge()
         (-1, -1)
     );
 }
+
+/// Single-record produce requests on several connections to one partition complete out of
+/// order; the high watermark must only move forward. It moved back (an older append's
+/// candidate overwrote a newer one), which took the partition offline (a panic in debug
+/// builds) within a second of `sluice perf produce-batches`.
+#[test]
+fn concurrent_appends_never_move_the_high_watermark_back() {
+    let node = SingleNode::start(&[]);
+    let bootstrap = node.bootstrap();
+    let sluice = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .args(["--bootstrap-server", bootstrap.as_str()])
+            .output()
+            .expect("sluice")
+    };
+    let created = sluice(&["topics", "create", "hw-race", "--partitions", "1"]);
+    assert!(created.status.success(), "{created:?}");
+    let produced = sluice(&[
+        "perf",
+        "produce-batches",
+        "--topic",
+        "hw-race",
+        "--partitions",
+        "1",
+        "--connections",
+        "4",
+        "--batch-records",
+        "1",
+        "--record-bytes",
+        "100",
+        "--seconds",
+        "3",
+    ]);
+    let logs = node.logs();
+    assert!(
+        produced.status.success() && !logs.contains("invariant"),
+        "{}\n{}",
+        String::from_utf8_lossy(&produced.stderr),
+        support::tail(&logs, 30)
+    );
+}

@@ -130,7 +130,12 @@ fn tls_listeners_serve_mtls_and_sasl_ssl_clients_and_reload_certificates() {
     suite(&["no-certificate-refused", &ssl, &certs_dir]);
     suite(&["untrusted-refused", &ssl, &certs_dir]);
     suite(&["scram-roundtrip", &sasl_ssl, &certs_dir, "tls-scram"]);
-    suite(&["scram-kafka-python", &sasl_ssl, &certs_dir, "tls-scram-python"]);
+    suite(&[
+        "scram-kafka-python",
+        &sasl_ssl,
+        &certs_dir,
+        "tls-scram-python",
+    ]);
     // kafkajs: Node's TLS and kafkajs's own SASL.
     let kafkajs = |args: &[&str]| {
         let mut all = vec!["kafkajs_secured.js"];

@@ -445,7 +445,22 @@ impl Log {
         state.epochs.end_offset_for(epoch, state.log_end_offset)
     }
 
-    /// Sets the high watermark (the replication layer decides when), clamped to the log.
+    /// Raises the high watermark to `offset` (the replication layer decides when), clamped to
+    /// the log, never lowering it; returns (before, after). The comparison is made under the
+    /// state lock: appends on several connections complete out of order, and a raiser holding
+    /// an older, smaller candidate must not undo a newer one.
+    pub fn raise_high_watermark(&self, offset: u64) -> (u64, u64) {
+        let mut state = self.write_state();
+        let before = state.high_watermark;
+        let target = offset.clamp(state.log_start_offset, state.log_end_offset);
+        if target > before {
+            state.high_watermark = target;
+        }
+        (before, state.high_watermark)
+    }
+
+    /// Sets the high watermark, clamped to the log, lower or higher (tests that place it).
+    #[cfg(test)]
     pub fn set_high_watermark(&self, offset: u64) -> u64 {
         let mut state = self.write_state();
         state.high_watermark = offset.clamp(state.log_start_offset, state.log_end_offset);

@@ -617,11 +617,10 @@ impl Partition {
     /// Moves the high watermark up to `candidate` (never down), waking waiting requests;
     /// whether it moved.
     fn raise_high_watermark(&self, candidate: u64) -> bool {
-        let before = self.log.high_watermark();
-        if candidate <= before {
-            return false;
-        }
-        let moved = self.log.set_high_watermark(candidate) > before;
+        // Compared and raised in one step under the log's lock: a read here and a set after
+        // let a concurrent append's older candidate move the high watermark back.
+        let (before, after) = self.log.raise_high_watermark(candidate);
+        let moved = after > before;
         if moved {
             let mut unstable = self.unstable.lock().unwrap_or_else(|p| p.into_inner());
             if !unstable.closed.is_empty() {

@@ -503,6 +503,31 @@ fn truncation_cuts_batches_segments_and_epochs() {
 }
 
 #[test]
+fn the_high_watermark_is_raised_never_lowered_by_a_late_candidate() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    append(&log, 10, "a", T0);
+    assert_eq!(log.raise_high_watermark(8), (0, 8));
+    // An append that completed earlier raises with its older, smaller candidate: kept at 8.
+    assert_eq!(log.raise_high_watermark(5), (8, 8));
+    // Past the log end: clamped to it.
+    assert_eq!(log.raise_high_watermark(99), (8, 10));
+    // Many raisers at once, in any order: the high watermark ends at the largest.
+    std::thread::scope(|scope| {
+        for thread in 0..4u64 {
+            let log = &log;
+            scope.spawn(move || {
+                for candidate in (0..=10).rev().chain(0..=10) {
+                    let (before, after) = log.raise_high_watermark(candidate + thread % 2);
+                    assert!(after >= before, "moved back from {before} to {after}");
+                }
+            });
+        }
+    });
+    assert_eq!(log.high_watermark(), 10);
+}
+
+#[test]
 fn log_start_offset_and_retention_delete_old_segments() {
     let fixture = Fixture::new();
     let mut config = small_config();

@@ -293,10 +293,12 @@ impl SaslServer {
                 "channel binding (c=) does not carry back the client-first gs2 header",
             ));
         }
-        // Kafka's rule (ScramSaslServer): the nonce must end with server-first's, this
-        // exchange's fresh server nonce last. librdkafka up to 2.x sends its client nonce again
-        // in front of it (`r=<client nonce><server-first nonce>`), and Kafka accepts that; a
-        // replayed or altered exchange still fails, never ending with this server nonce.
+        // The nonce must end with server-first's, this exchange's fresh server nonce last:
+        // Kafka 3.8.1-3.9's fix of CVE-2024-56128, which accepts librdkafka before 2.6.1
+        // (Debian's and Ubuntu's kcat), whose client-final sends its client nonce again in
+        // front (`r=<client nonce><server-first nonce>`). Kafka 4 demands equality and refuses
+        // those clients; Sluice keeps serving them. A replayed or altered exchange still fails,
+        // never ending with this server nonce (and the proof covers the nonce as sent).
         if !client_final.nonce.ends_with(&pending.nonce) {
             return Err(invalid(
                 "nonce in client-final does not end with the nonce of server-first",
