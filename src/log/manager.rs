@@ -459,12 +459,21 @@ impl LogManager {
             if log.is_offline() {
                 continue;
             }
+            // A log that went offline since the check above was deleted (its topic) or failed
+            // (said where it failed): nothing here for a person to act on.
+            let report = |what: &str, error: LogError| {
+                if log.is_offline() {
+                    tracing::debug!(tp = %log.topic_partition(), %error, "{what} skipped: the log went offline (deleted or failed)");
+                } else {
+                    tracing::error!(tp = %log.topic_partition(), %error, "{what} failed");
+                }
+            };
             if let Err(error) = log.flush_if_due() {
-                tracing::error!(tp = %log.topic_partition(), %error, "flush failed");
+                report("flush", error);
             }
             if retention {
                 if let Err(error) = log.delete_retention_breached_segments() {
-                    tracing::error!(tp = %log.topic_partition(), %error, "retention failed");
+                    report("retention", error);
                 }
             }
             let delay = log.config().file_delete_delay_ms;
