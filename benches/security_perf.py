@@ -9,13 +9,15 @@ measures the raw limits in the same run: disk write and TCP loopback copy (`slui
 raw`) and, on one core, the cipher the TLS listeners negotiate (`openssl speed`: the least
 CPU a TLS byte costs, once per direction per side).
 
-Then for 100 B and 1 KiB records, for each listener, the same data per listener:
+Then for 100 B and 1 KiB records, each phase on the three listeners in turn, --rounds times
+(every other round in reverse order), the same data per listener:
 - librdkafka (kcat, C): produce --records-100 or --records-1k records from a file (acks=1,
   linger.ms=5), then consume them back;
 - our SDK: `sluice perf consume-batches` of those same records (--consume-passes times), and
   `sluice perf produce-batches` (prebuilt batches of 256 records, 4 connections, a partition
   each, acks=1) for --seconds (time-bound: its rate, not its amount, is compared).
-For every phase: records/s, MB/s (record values: records x size), the ratio to PLAINTEXT and
+For every phase, over its rounds: records/s, MB/s (record values: records x size), the
+rounds' spread (fastest / slowest), the ratio to PLAINTEXT and
 to the raw limit (produce: disk write; consume: loopback copy), the broker's CPU seconds per MB
 (utime + stime from /proc/<pid>/stat over the phase) and its ratio to PLAINTEXT, the client's
 CPU per MB, and `TLS extra / cipher`: the broker CPU per MB TLS adds over PLAINTEXT divided by
@@ -94,6 +96,9 @@ def broker_settings(keystore):
     config, for kcat: see `Clients.librdkafka`)."""
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
     return [f"ssl.keystore.location={keystore}", "ssl.keystore.type=PEM",
+            # Each listener's topics are deleted once measured: their gigabytes go at once,
+            # not 60 s later (Kafka's default), or the disk fills.
+            "log.segment.delete.delay.ms=0",
             "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
             f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}"]
 
@@ -270,49 +275,67 @@ def sdk_consume(node, clients, listener, topic, passes):
 
 
 def security_phases(node, clients, admin, work, args, disk, loopback, cipher_s_per_mb):
-    rows = []
+    """Each phase on the three listeners one after the other, --rounds times (the listeners
+    in reverse order every other round), so that the machine's drift spreads over all
+    three instead of landing on one."""
+    phases = {}
     for record_bytes, count in ((100, args.records_100), (1024, args.records_1k)):
         path = kcat_file(work, record_bytes, count)
-        for listener in LISTENERS:
-            rdk_topic, sdk_topic = f"rdk-{record_bytes}-{listener}", f"sdk-{record_bytes}-{listener}"
-            create_topic(admin, rdk_topic, PARTITIONS)
-            create_topic(admin, sdk_topic, PARTITIONS)
-            phases = [
-                ("kcat", "produce", lambda: kcat_produce(node, clients, listener, rdk_topic, path, count)),
-                ("kcat", "consume", lambda: kcat_consume(node, clients, listener, rdk_topic)),
-                ("sdk", "consume", lambda: sdk_consume(node, clients, listener, rdk_topic, args.consume_passes)),
-                ("sdk", "produce", lambda: sdk_produce(node, clients, listener, sdk_topic, record_bytes,
-                                                       args.seconds)),
+        for round_ in range(args.rounds):
+            order = LISTENERS if round_ % 2 == 0 else LISTENERS[::-1]
+            topics = {listener: f"rdk-{record_bytes}-{listener}-{round_}" for listener in order}
+            for listener in order:
+                create_topic(admin, topics[listener], PARTITIONS)
+            kinds = [
+                ("kcat", "produce", lambda l: kcat_produce(node, clients, l, topics[l], path, count)),
+                ("kcat", "consume", lambda l: kcat_consume(node, clients, l, topics[l])),
+                ("sdk", "consume", lambda l: sdk_consume(node, clients, l, topics[l], args.consume_passes)),
+                ("sdk", "produce", lambda l: sdk_produce(node, clients, l, f"sdk-{record_bytes}-{l}-{round_}",
+                                                         record_bytes, args.seconds)),
             ]
-            for client, direction, run in phases:
-                say(f"{record_bytes} B {listener} {client} {direction}")
-                figures = measured(node, run)
-                expected = count * (args.consume_passes if client == "sdk" else 1)
-                if direction == "consume" and figures["records"] != expected:
-                    raise RuntimeError(f"{rdk_topic}: {figures['records']} of {expected} records read back")
-                mb = figures["records"] * record_bytes / 1e6
-                # The tool's own rate where it has one (its timing leaves out its start).
-                records_s = figures.get("rate", figures["records"] / figures["seconds"])
-                rows.append({"size": record_bytes, "listener": listener, "client": client,
-                             "direction": direction, "records_s": records_s,
-                             "mb_s": records_s * record_bytes / 1e6, "mb": mb,
-                             "broker_s_mb": figures["broker_cpu_s"] / mb,
-                             "client_s_mb": figures["client_cpu_s"] / mb,
-                             "raw": disk if direction == "produce" else loopback})
-            delete_topics(admin, [rdk_topic, sdk_topic])
+            for client, direction, run in kinds:
+                for listener in order:
+                    say(f"{record_bytes} B, round {round_ + 1}: {client} {direction} on {listener}")
+                    if client == "sdk" and direction == "produce":
+                        create_topic(admin, f"sdk-{record_bytes}-{listener}-{round_}", PARTITIONS)
+                    figures = measured(node, lambda: run(listener))
+                    expected = count * (args.consume_passes if client == "sdk" else 1)
+                    if direction == "consume" and figures["records"] != expected:
+                        raise RuntimeError(f"{topics[listener]}: {figures['records']} of {expected} "
+                                           "records read back")
+                    if "rate" in figures:
+                        # The tool's own timing, which leaves out its start.
+                        figures["seconds"] = figures["records"] / figures["rate"]
+                    phases.setdefault((record_bytes, client, direction, listener), []).append(figures)
+                    if client == "sdk" and direction == "produce":
+                        delete_topics(admin, [f"sdk-{record_bytes}-{listener}-{round_}"])
+            delete_topics(admin, list(topics.values()))
         os.remove(path)
-    print_security_table(rows, cipher_s_per_mb)
+    rows = []
+    for (record_bytes, client, direction, listener), runs in phases.items():
+        records = sum(r["records"] for r in runs)
+        mb = records * record_bytes / 1e6
+        rates = [r["records"] / r["seconds"] for r in runs]
+        rows.append({"size": record_bytes, "listener": listener, "client": client,
+                     "direction": direction, "records_s": records / sum(r["seconds"] for r in runs),
+                     "spread": max(rates) / min(rates),
+                     "broker_s_mb": sum(r["broker_cpu_s"] for r in runs) / mb,
+                     "client_s_mb": sum(r["client_cpu_s"] for r in runs) / mb,
+                     "raw": disk if direction == "produce" else loopback})
+        rows[-1]["mb_s"] = rows[-1]["records_s"] * record_bytes / 1e6
+    print_security_table(rows, cipher_s_per_mb, args.rounds)
     return rows
 
 
-def print_security_table(rows, cipher_s_per_mb):
+def print_security_table(rows, cipher_s_per_mb, rounds):
     base = {(r["size"], r["client"], r["direction"]): r for r in rows if r["listener"] == "PLAINTEXT"}
     print()
-    print("produce: x raw = / raw disk write; consume: x raw = / loopback copy. CPU: seconds per MB of"
-          " record values.")
+    print(f"{rounds} rounds per row: records/s = all records / all seconds; spread = the rounds' fastest/slowest;"
+          " CPU = all CPU seconds / all MB of record values")
+    print("x raw: produce / raw disk write, consume / loopback copy")
     print(f"TLS extra / cipher: (broker CPU/MB - PLAINTEXT's) / the cipher's CPU/MB on one core "
           f"({cipher_s_per_mb * 1e3:.3f} ms/MB)")
-    print(f"{'size':>5} {'client':<6} {'dir':<8} {'listener':<10} {'records/s':>11} {'MB/s':>8} "
+    print(f"{'size':>5} {'client':<6} {'dir':<8} {'listener':<10} {'records/s':>11} {'MB/s':>8} {'spread':>6} "
           f"{'x PLAIN':>7} {'x raw':>6} {'broker s/MB':>11} {'x PLAIN':>7} {'TLS extra/cipher':>16} "
           f"{'client s/MB':>11}")
     for r in sorted(rows, key=lambda r: (r["size"], r["client"] != "kcat", r["direction"] != "produce",
@@ -324,7 +347,7 @@ def print_security_table(rows, cipher_s_per_mb):
         # CPU time comes in clock ticks (10 ms): a phase too short to show any has no ratio.
         cpu_ratio = f"{r['broker_s_mb'] / b['broker_s_mb']:>6.2f}x" if b["broker_s_mb"] > 0 else f"{'-':>7}"
         print(f"{r['size']:>5} {r['client']:<6} {r['direction']:<8} {r['listener']:<10} {r['records_s']:>11,.0f} "
-              f"{r['mb_s']:>8.1f} {r['mb_s'] / b['mb_s']:>6.2f}x {r['mb_s'] / r['raw']:>5.2f}x "
+              f"{r['mb_s']:>8.1f} {r['spread']:>5.2f}x {r['mb_s'] / b['mb_s']:>6.2f}x {r['mb_s'] / r['raw']:>5.2f}x "
               f"{r['broker_s_mb'] * 1e3:>8.3f} ms {cpu_ratio} {extra:>16} "
               f"{r['client_s_mb'] * 1e3:>8.3f} ms", flush=True)
 
@@ -508,11 +531,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
     parser.add_argument("--dir", default=None, help="work directory (on the disk to measure)")
-    parser.add_argument("--seconds", type=float, default=3.0,
+    parser.add_argument("--seconds", type=float, default=2.0,
                         help="time of each produce-batches run and of each request-rate run")
     parser.add_argument("--records-100", type=int, default=3_000_000, help="100 B records per listener")
-    parser.add_argument("--records-1k", type=int, default=1_000_000, help="1 KiB records per listener")
+    parser.add_argument("--records-1k", type=int, default=600_000, help="1 KiB records per listener")
     parser.add_argument("--consume-passes", type=int, default=3, help="SDK reads of each topic")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of every phase on each listener")
     parser.add_argument("--authorizer-rounds", type=int, default=3,
                         help="runs without and with the authorizer and 10,000 ACLs, alternating")
     args = parser.parse_args()
@@ -551,6 +575,9 @@ def main():
         # Gigabytes of records: never leave them behind.
         shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
         shutil.rmtree(os.path.join(work, "raw"), ignore_errors=True)
+        for record_bytes in (100, 1024):
+            if os.path.exists(os.path.join(work, f"kcat-{record_bytes}.txt")):
+                os.remove(os.path.join(work, f"kcat-{record_bytes}.txt"))
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
 
