@@ -32,11 +32,12 @@ that the machine's drift shows as the spread of the runs without. One client
 (User:ANONYMOUS on PLAINTEXT) sends pipelined Metadata requests naming 10 topics (10
 DESCRIBE decisions each) and small produce requests (`sluice perf produce-batches`, one
 100 B record per request, 4 connections each to its own partition; one WRITE decision
-each): requests/s and broker CPU microseconds per request, as ratios of the means to the
+each): requests/s and broker CPU microseconds per request, as ratios of the medians to the
 runs without the authorizer, beside what the decision alone would add.
 
 usage: flock /tmp/heavy.lock benches/security_perf.py [--sluice PATH] [--dir DIR] [--seconds N]
-       [--records-100 N] [--records-1k N] [--consume-passes N] [--authorizer-rounds N]
+       [--records-100 N] [--records-1k N] [--rounds N] [--consume-passes N]
+       [--authorizer-seconds N] [--authorizer-rounds N]
 """
 import argparse
 import os
@@ -404,8 +405,10 @@ def check_described(node):
 
 def request_figures(node, clients, seconds):
     """Metadata requests/s and small produce requests/s from one client, with the broker's
-    CPU per request."""
+    CPU per request (after half a second of Metadata requests not counted: a restarted
+    broker's first requests are slower)."""
     check_described(node)
+    metadata_requests(node.kafka, AUTHZ_TOPICS, 0.5)
     metadata = measured(node, lambda: metadata_requests(node.kafka, AUTHZ_TOPICS, seconds))
     produce = measured(node, lambda: sdk_produce(node, clients, "PLAINTEXT", AUTHZ_TOPICS[0], 100,
                                                  seconds, batch_records=1))
@@ -469,8 +472,9 @@ def authorization(node, clients, admin_config, args):
 
     without = [o for o in node.overrides if o not in AUTHORIZER]
     runs = []
+    seconds = args.authorizer_seconds
     say("authorization: no authorizer")
-    runs.append(("none", request_figures(node, clients, args.seconds)))
+    runs.append(("none", request_figures(node, clients, seconds)))
     restart(node, without + AUTHORIZER)
     admin = AdminClient(admin_config)
     needed = [AclBinding(ResourceType.TOPIC, "authz-", ResourcePatternType.PREFIXED, "User:ANONYMOUS",
@@ -479,45 +483,45 @@ def authorization(node, clients, admin_config, args):
     create_acls(admin, needed)
     few = acl_count(admin)
     say(f"authorization: StandardAuthorizer, {few} ACLs")
-    runs.append(("few", request_figures(node, clients, args.seconds)))
+    runs.append(("few", request_figures(node, clients, seconds)))
     started = time.perf_counter()
     create_acls(admin, many_acls(10_000))
     many = acl_count(admin)
     say(f"10,000 ACLs created in {time.perf_counter() - started:.1f} s; {many} listed")
-    runs.append(("many", request_figures(node, clients, args.seconds)))
+    runs.append(("many", request_figures(node, clients, seconds)))
     # The ACLs stay in the metadata log: restarts alternate without and with the authorizer,
     # so that drift of this machine shows as spread rather than as a ratio.
     for _ in range(args.authorizer_rounds - 1):
         for name, overrides in (("none", without), ("many", without + AUTHORIZER)):
             restart(node, overrides)
             say(f"authorization: {name}")
-            runs.append((name, request_figures(node, clients, args.seconds)))
+            runs.append((name, request_figures(node, clients, seconds)))
 
     labels = {"none": "no authorizer", "few": f"StandardAuthorizer, {few} ACLs",
               "many": f"StandardAuthorizer, {many} ACLs"}
     keys = ("metadata_s", "metadata_cpu_us", "produce_s", "produce_cpu_us")
     print("end to end, one client as User:ANONYMOUS on PLAINTEXT: Metadata naming 10 topics (64 in flight),"
           " produce of one 100 B record per request (4 connections, a partition each, acks=1);"
-          f" {args.seconds:g} s per figure, runs in this order")
+          f" {seconds:g} s per figure, runs in this order")
     print(f"{'broker':<34} {'Metadata/s':>10} {'CPU us/req':>10} | {'produce/s':>10} {'CPU us/req':>10}")
     for name, r in runs:
         print(f"{labels[name]:<34} {r['metadata_s']:>10,.0f} {r['metadata_cpu_us']:>10.1f} | "
               f"{r['produce_s']:>10,.0f} {r['produce_cpu_us']:>10.1f}", flush=True)
-    mean = {name: {k: statistics.mean(r[k] for n, r in runs if n == name) for k in keys}
-            for name in labels}
+    median = {name: {k: statistics.median(r[k] for n, r in runs if n == name) for k in keys}
+              for name in labels}
     spread = {k: (max(r[k] for n, r in runs if n == "none") / min(r[k] for n, r in runs if n == "none"))
               for k in keys}
-    print("ratios of means to no authorizer (x none); spread = the no-authorizer runs' max/min")
+    print("ratios of medians to no authorizer's; spread = the no-authorizer runs' max/min")
     for name in ("few", "many"):
-        m = mean[name]
+        m = median[name]
         print(f"{labels[name]:<34} " + ", ".join(
-            f"{k} {m[k] / mean['none'][k]:.2f}x" for k in keys))
+            f"{k} {m[k] / median['none'][k]:.2f}x" for k in keys))
     print(f"{'spread without authorizer':<34} " + ", ".join(f"{k} {spread[k]:.2f}x" for k in keys))
     expected = decision["decision_ns"] * len(AUTHZ_TOPICS) / 1e3
     print(f"expected from the decision alone: +{expected:.2f} us per Metadata request "
-          f"({expected / mean['none']['metadata_cpu_us'] * 100:.0f}% of its CPU), "
+          f"({expected / median['none']['metadata_cpu_us'] * 100:.0f}% of its CPU), "
           f"+{decision['decision_ns'] / 1e3:.2f} us per produce request "
-          f"({decision['decision_ns'] / 1e3 / mean['none']['produce_cpu_us'] * 100:.1f}%)", flush=True)
+          f"({decision['decision_ns'] / 1e3 / median['none']['produce_cpu_us'] * 100:.1f}%)", flush=True)
 
 
 def restart(node, overrides):
@@ -531,13 +535,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
     parser.add_argument("--dir", default=None, help="work directory (on the disk to measure)")
-    parser.add_argument("--seconds", type=float, default=2.0,
-                        help="time of each produce-batches run and of each request-rate run")
+    parser.add_argument("--seconds", type=float, default=2.0, help="time of each produce-batches run")
     parser.add_argument("--records-100", type=int, default=3_000_000, help="100 B records per listener")
     parser.add_argument("--records-1k", type=int, default=600_000, help="1 KiB records per listener")
     parser.add_argument("--consume-passes", type=int, default=3, help="SDK reads of each topic")
     parser.add_argument("--rounds", type=int, default=2, help="runs of every phase on each listener")
-    parser.add_argument("--authorizer-rounds", type=int, default=3,
+    parser.add_argument("--authorizer-seconds", type=float, default=3.0,
+                        help="time of each request-rate figure")
+    parser.add_argument("--authorizer-rounds", type=int, default=4,
                         help="runs without and with the authorizer and 10,000 ACLs, alternating")
     args = parser.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="sluice-security-perf-")
