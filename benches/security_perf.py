@@ -99,7 +99,7 @@ def broker_settings(keystore):
     return [f"ssl.keystore.location={keystore}", "ssl.keystore.type=PEM",
             # Each listener's topics are deleted once measured: their gigabytes go at once,
             # not 60 s later (Kafka's default), or the disk fills.
-            "log.segment.delete.delay.ms=0",
+            "log.segment.delete.delay.ms=0", "log.retention.check.interval.ms=250",
             "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
             f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}"]
 
@@ -186,10 +186,15 @@ def measured(node, run):
     return figures
 
 
-def create_topic(admin, topic, partitions):
+# produce-batches' topics are never read: their old segments go while it writes.
+BOUNDED = {"retention.bytes": str(128 << 20), "segment.bytes": str(32 << 20)}
+
+
+def create_topic(admin, topic, partitions, config=None):
     """Creates the topic and waits until each partition has a leader in metadata: a produce
     right after creation may otherwise meet a partition its leader does not serve yet."""
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result()
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})
+    admin.create_topics([new])[topic].result()
     deadline = time.time() + 30
     while time.time() < deadline:
         md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
@@ -205,9 +210,12 @@ def delete_topics(admin, topics):
         future.result()
 
 
-def kcat_file(work, record_bytes, count):
-    """`count` lines of `record_bytes` bytes (each line one record)."""
-    path = os.path.join(work, f"kcat-{record_bytes}.txt")
+def kcat_file(record_bytes, count):
+    """`count` lines of `record_bytes` bytes (each line one record), in memory (/dev/shm)
+    where there is one: off the disk the broker writes to, which is shared."""
+    memory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    handle, path = tempfile.mkstemp(prefix=f"security-perf-{record_bytes}-", suffix=".txt", dir=memory)
+    os.close(handle)
     line = b"x" * record_bytes + b"\n"
     with open(path, "wb") as f:
         for _ in range(count // 1000):
@@ -275,43 +283,48 @@ def sdk_consume(node, clients, listener, topic, passes):
     return {"records": records, "seconds": seconds, "rate": records / seconds}
 
 
-def security_phases(node, clients, admin, work, args, disk, loopback, cipher_s_per_mb):
-    """Each phase on the three listeners one after the other, --rounds times (the listeners
-    in reverse order every other round), so that the machine's drift spreads over all
-    three instead of landing on one."""
+def security_phases(node, clients, admin, args, disk, loopback, cipher_s_per_mb):
+    """Each listener in turn, --rounds times (in reverse order every other round), so that
+    the machine's drift spreads over all three instead of landing on one. One topic at a
+    time, deleted once measured, and produce-batches' topics under retention: the disk is
+    shared."""
     phases = {}
+
+    def phase(record_bytes, client, direction, listener, run, expected=None):
+        say(f"{record_bytes} B: {client} {direction} on {listener}")
+        figures = measured(node, run)
+        if expected is not None and figures["records"] != expected:
+            raise RuntimeError(f"{record_bytes} B on {listener}: {figures['records']} of {expected} "
+                               "records read back")
+        if "rate" in figures:
+            # The tool's own timing, which leaves out its start.
+            figures["seconds"] = figures["records"] / figures["rate"]
+        phases.setdefault((record_bytes, client, direction, listener), []).append(figures)
+
     for record_bytes, count in ((100, args.records_100), (1024, args.records_1k)):
-        path = kcat_file(work, record_bytes, count)
-        for round_ in range(args.rounds):
-            order = LISTENERS if round_ % 2 == 0 else LISTENERS[::-1]
-            topics = {listener: f"rdk-{record_bytes}-{listener}-{round_}" for listener in order}
-            for listener in order:
-                create_topic(admin, topics[listener], PARTITIONS)
-            kinds = [
-                ("kcat", "produce", lambda l: kcat_produce(node, clients, l, topics[l], path, count)),
-                ("kcat", "consume", lambda l: kcat_consume(node, clients, l, topics[l])),
-                ("sdk", "consume", lambda l: sdk_consume(node, clients, l, topics[l], args.consume_passes)),
-                ("sdk", "produce", lambda l: sdk_produce(node, clients, l, f"sdk-{record_bytes}-{l}-{round_}",
-                                                         record_bytes, args.seconds)),
-            ]
-            for client, direction, run in kinds:
+        path = kcat_file(record_bytes, count)
+        try:
+            for round_ in range(args.rounds):
+                order = LISTENERS if round_ % 2 == 0 else LISTENERS[::-1]
                 for listener in order:
-                    say(f"{record_bytes} B, round {round_ + 1}: {client} {direction} on {listener}")
-                    if client == "sdk" and direction == "produce":
-                        create_topic(admin, f"sdk-{record_bytes}-{listener}-{round_}", PARTITIONS)
-                    figures = measured(node, lambda: run(listener))
-                    expected = count * (args.consume_passes if client == "sdk" else 1)
-                    if direction == "consume" and figures["records"] != expected:
-                        raise RuntimeError(f"{topics[listener]}: {figures['records']} of {expected} "
-                                           "records read back")
-                    if "rate" in figures:
-                        # The tool's own timing, which leaves out its start.
-                        figures["seconds"] = figures["records"] / figures["rate"]
-                    phases.setdefault((record_bytes, client, direction, listener), []).append(figures)
-                    if client == "sdk" and direction == "produce":
-                        delete_topics(admin, [f"sdk-{record_bytes}-{listener}-{round_}"])
-            delete_topics(admin, list(topics.values()))
-        os.remove(path)
+                    topic = f"rdk-{record_bytes}-{listener}-{round_}"
+                    create_topic(admin, topic, PARTITIONS)
+                    phase(record_bytes, "kcat", "produce", listener,
+                          lambda: kcat_produce(node, clients, listener, topic, path, count))
+                    phase(record_bytes, "kcat", "consume", listener,
+                          lambda: kcat_consume(node, clients, listener, topic), count)
+                    phase(record_bytes, "sdk", "consume", listener,
+                          lambda: sdk_consume(node, clients, listener, topic, args.consume_passes),
+                          count * args.consume_passes)
+                    delete_topics(admin, [topic])
+                for listener in order:
+                    topic = f"sdk-{record_bytes}-{listener}-{round_}"
+                    create_topic(admin, topic, PARTITIONS, BOUNDED)
+                    phase(record_bytes, "sdk", "produce", listener,
+                          lambda: sdk_produce(node, clients, listener, topic, record_bytes, args.seconds))
+                    delete_topics(admin, [topic])
+        finally:
+            os.remove(path)
     rows = []
     for (record_bytes, client, direction, listener), runs in phases.items():
         records = sum(r["records"] for r in runs)
@@ -553,6 +566,7 @@ def main():
     node = Node(os.path.abspath(args.sluice), work, broker_settings(keystore), listeners=LISTENERS[1:])
     try:
         disk, loopback = raw_disk_and_loopback(node.binary, work)
+        shutil.rmtree(os.path.join(work, "raw"), ignore_errors=True)
         node.start()
         node.wait_ready()
         subprocess.run([node.binary, "users", "create", USER, "--password", PASSWORD,
@@ -566,7 +580,7 @@ def main():
         print(f"cores: {os.cpu_count()}; one broker, three listeners; kcat {args.records_100:,} x 100 B and "
               f"{args.records_1k:,} x 1 KiB records per listener; produce-batches {args.seconds:g} s each")
         admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 2})
-        security_phases(node, clients, admin, work, args, disk, loopback, 1 / cipher_mb)
+        security_phases(node, clients, admin, args, disk, loopback, 1 / cipher_mb)
         # The produce topic has a partition per connection: several connections appending to
         # one partition at once take it offline (the high watermark race, see the report).
         for topic in AUTHZ_TOPICS:
@@ -580,9 +594,6 @@ def main():
         # Gigabytes of records: never leave them behind.
         shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
         shutil.rmtree(os.path.join(work, "raw"), ignore_errors=True)
-        for record_bytes in (100, 1024):
-            if os.path.exists(os.path.join(work, f"kcat-{record_bytes}.txt")):
-                os.remove(os.path.join(work, f"kcat-{record_bytes}.txt"))
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
 
