@@ -299,6 +299,8 @@ def security_phases(node, clients, admin, args, disk, loopback, cipher_s_per_mb)
         if "rate" in figures:
             # The tool's own timing, which leaves out its start.
             figures["seconds"] = figures["records"] / figures["rate"]
+        say(f"  {figures['records'] / figures['seconds']:,.0f} records/s, broker {figures['broker_cpu_s']:.2f} s "
+            f"and client {figures['client_cpu_s']:.2f} s of CPU in {figures['seconds']:.2f} s")
         phases.setdefault((record_bytes, client, direction, listener), []).append(figures)
 
     for record_bytes, count in ((100, args.records_100), (1024, args.records_1k)):
