@@ -583,8 +583,10 @@ def main():
               f"{args.records_1k:,} x 1 KiB records per listener; produce-batches {args.seconds:g} s each")
         admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 2})
         security_phases(node, clients, admin, args, disk, loopback, 1 / cipher_mb)
-        # The produce topic has a partition per connection: several connections appending to
-        # one partition at once take it offline (the high watermark race, see the report).
+        # The produce topic has a partition per connection: several connections appending
+        # small batches to one partition at once take it offline within a second ("the
+        # leader's high watermark moved back": Partition::raise_high_watermark checks and
+        # sets in two steps, src/replica/partition.rs).
         for topic in AUTHZ_TOPICS:
             create_topic(admin, topic, PARTITIONS if topic == AUTHZ_TOPICS[0] else 1)
         # Quiet: the admin stays connected across the restarts, which librdkafka would log.
