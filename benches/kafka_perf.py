@@ -185,6 +185,15 @@ def kcat_pass(bootstrap, topic, record_bytes, count, work_dir):
     return mb / produce_s, got * record_bytes / 1e6 / consume_s, got
 
 
+def raw_disk_and_loopback(binary, work):
+    """`sluice perf raw` in `work`: disk write MB/s (pwrite + fdatasync), TCP loopback copy MB/s."""
+    raw = subprocess.run([binary, "perf", "raw", "--dir", os.path.join(work, "raw"),
+                          "--total-bytes", "512MiB"],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    limits = {k: float(v) for k, v in (line.split() for line in raw.strip().splitlines())}
+    return limits["raw_disk_write_mb_s"], limits["loopback_copy_mb_s"]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
@@ -196,11 +205,7 @@ def main():
     shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
     def raw_limits():
         """Measured again before every case: this machine's disk and loopback drift."""
-        raw = subprocess.run([args.sluice, "perf", "raw", "--dir", os.path.join(work, "raw"),
-                              "--total-bytes", "512MiB"],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout
-        limits = {k: float(v) for k, v in (line.split() for line in raw.strip().splitlines())}
-        return limits["raw_disk_write_mb_s"], limits["loopback_copy_mb_s"]
+        return raw_disk_and_loopback(args.sluice, work)
 
     disk, loopback = raw_limits()
     print(f"raw disk write (pwrite + fdatasync): {disk:8.1f} MB/s")

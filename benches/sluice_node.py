@@ -1,12 +1,14 @@
 """One `sluice server` process for the single-node benchmarks: free ports, the shipped
 defaults (only ports and log.dirs overridden), its log in the work dir, and what /proc says
-about it. Imported by benches/many_partitions.py and benches/steady_latency.py."""
+about it. Imported by benches/many_partitions.py, benches/steady_latency.py and
+benches/security_perf.py."""
 import os
 import random
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 
 _ports_given = set()
@@ -37,12 +39,19 @@ def say(*args):
 
 
 class Node:
-    def __init__(self, binary, work, overrides=()):
-        """`overrides`: more `key=value` settings, after the node's own."""
+    def __init__(self, binary, work, overrides=(), listeners=()):
+        """`overrides`: more `key=value` settings, after the node's own. `listeners`: Kafka
+        listeners beside PLAINTEXT, each named after its protocol (SSL, SASL_SSL, ...), so
+        that no `listener.security.protocol.map` is needed."""
         self.binary, self.work, self.overrides = binary, work, list(overrides)
         self.kafka, self.quorum, self.http = free_port(), free_port(), free_port()
+        self.ports = {"PLAINTEXT": self.kafka, **{name: free_port() for name in listeners}}
         self.process = None
         self.bootstrap = f"127.0.0.1:{self.kafka}"
+
+    def listener(self, name):
+        """The bootstrap address of listener `name`."""
+        return f"127.0.0.1:{self.ports[name]}"
 
     def start(self):
         """Starts the process (again, over the same data); returns at once."""
@@ -50,7 +59,8 @@ class Node:
         self.process = subprocess.Popen([
             self.binary, "server",
             "--override", "node.id=1",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{self.quorum}",
+            "--override", "listeners=" + "".join(f"{name}://127.0.0.1:{port}," for name, port in self.ports.items())
+            + f"CONTROLLER://127.0.0.1:{self.quorum}",
             "--override", f"controller.quorum.voters=1@127.0.0.1:{self.quorum}",
             "--override", f"http.listener=127.0.0.1:{self.http}",
             "--override", f"log.dirs={os.path.join(self.work, 'data')}",
@@ -67,6 +77,21 @@ class Node:
                 time.sleep(0.2)
         raise SystemExit("the node did not start")
 
+    def wait_ready(self, timeout_s=60):
+        """Until `/ready` answers 200: registered, unfenced, serving clients."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the node exited ({self.process.returncode}); see {self.work}/node.log")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/ready", timeout=1) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit("the node did not become ready")
+
     def stop(self, timeout_s=300):
         if self.process and self.process.poll() is None:
             self.process.terminate()
@@ -78,6 +103,14 @@ class Node:
 
     def proc(self, name):
         return f"/proc/{self.process.pid}/{name}"
+
+    def cpu_seconds(self):
+        """User + system CPU seconds of the process so far (/proc/<pid>/stat)."""
+        with open(self.proc("stat")) as f:
+            # The command name may hold spaces: fields are counted after its parenthesis;
+            # utime and stime are the line's fields 14 and 15.
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mib(self):
         with open(self.proc("status")) as f:
