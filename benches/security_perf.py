@@ -4,7 +4,7 @@
 Makes a CA and a broker certificate with openssl (EC P-256, SAN IP:127.0.0.1 and localhost,
 as tests/support/certs.rs does), starts ONE broker (target/release/sluice) with three Kafka
 listeners at once, PLAINTEXT, SSL (server-authenticated TLS) and SASL_SSL (a SCRAM-SHA-512
-user made with `sluice users create`; kcat logs in with PLAIN, see `Clients.kcat_args`), and
+user made with `sluice users create`, which kcat and the SDK log in as), and
 measures the raw limits in the same run: disk write and TCP loopback copy (`sluice perf
 raw`) and, on one core, the cipher the TLS listeners negotiate (`openssl speed`: the least
 CPU a TLS byte costs, once per direction per side).
@@ -14,7 +14,7 @@ Then for 100 B and 1 KiB records, each phase on the three listeners in turn, --r
 - librdkafka (kcat, C): produce --records-100 or --records-1k records from a file (acks=1,
   linger.ms=5), then consume them back;
 - our SDK: `sluice perf consume-batches` of those same records (--consume-passes times), and
-  `sluice perf produce-batches` (prebuilt batches of 256 records, 4 connections, a partition
+  `sluice perf produce-batches` (prebuilt batches of 512 records, 4 connections, a partition
   each, acks=1) for --seconds (time-bound: its rate, not its amount, is compared).
 For every phase, over its rounds: records/s, MB/s (record values: records x size), the
 rounds' spread (fastest / slowest), the ratio to PLAINTEXT and
@@ -93,15 +93,12 @@ def make_certificates(work):
 
 def broker_settings(keystore):
     """TLS from the keystore on SSL and SASL_SSL; SASL_SSL logs in with SCRAM-SHA-512 (the
-    user made with `sluice users create`) or PLAIN (the same user in the listener's JAAS
-    config, for kcat: see `Clients.librdkafka`)."""
-    jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
+    user made with `sluice users create`)."""
     return [f"ssl.keystore.location={keystore}", "ssl.keystore.type=PEM",
             # Each listener's topics are deleted once measured: their gigabytes go at once,
             # not 60 s later (Kafka's default), or the disk fills.
             "log.segment.delete.delay.ms=0", "log.retention.check.interval.ms=250",
-            "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
-            f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}"]
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512"]
 
 
 AUTHORIZER = ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -131,21 +128,18 @@ class Clients:
                                         f'required username="{USER}" password="{PASSWORD}";')
         return keys
 
-    def librdkafka(self, listener, mechanism="SCRAM-SHA-512"):
+    def librdkafka(self, listener):
         """librdkafka's keys (kcat's -X, confluent-kafka's dict)."""
         keys = {"security.protocol": listener}
         if listener != "PLAINTEXT":
             keys["ssl.ca.location"] = self.ca
         if listener == "SASL_SSL":
-            keys.update({"sasl.mechanisms": mechanism, "sasl.username": USER,
+            keys.update({"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": USER,
                          "sasl.password": PASSWORD})
         return keys
 
     def kcat_args(self, listener):
-        # kcat is Debian's, on librdkafka 2.0.2, whose SCRAM client-final repeats the client
-        # nonce (librdkafka#4895, fixed in 2.6.1): Sluice refuses it as Kafka 4 does. PLAIN
-        # then; the mechanism only costs the login, the bytes after it are TLS alike.
-        return [arg for k, v in self.librdkafka(listener, "PLAIN").items() for arg in ("-X", f"{k}={v}")]
+        return [arg for k, v in self.librdkafka(listener).items() for arg in ("-X", f"{k}={v}")]
 
 
 # --- raw limits ------------------------------------------------------------------------------
@@ -243,14 +237,8 @@ def kcat_consume(node, clients, listener, topic):
 
 
 def sdk_produce(node, clients, listener, topic, record_bytes, seconds, partitions=PARTITIONS,
-                batch_records=256):
-    """`sluice perf produce-batches`; a run that fails is retried once and said (the known
-    "the broker closed the connection" on a just-created topic).
-
-    256 records per batch, not the tool's 512: on a SASL listener the broker reads the first
-    request after authentication with the limit before it (sasl.server.max.receive.size,
-    512 KiB), and 512 records of 1 KiB are more (src/server/mod.rs, the reader's
-    read_frame limit is chosen before the frame arrives)."""
+                batch_records=512):
+    """`sluice perf produce-batches`; a run that fails is retried once and said."""
     args = ["--record-bytes", str(record_bytes), "--acks", "1", "--seconds", str(seconds),
             "--batch-records", str(batch_records), "--connections", "4",
             "--command-config", clients.command_configs[listener]]
@@ -583,10 +571,7 @@ def main():
               f"{args.records_1k:,} x 1 KiB records per listener; produce-batches {args.seconds:g} s each")
         admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 2})
         security_phases(node, clients, admin, args, disk, loopback, 1 / cipher_mb)
-        # The produce topic has a partition per connection: several connections appending
-        # small batches to one partition at once take it offline within a second ("the
-        # leader's high watermark moved back": Partition::raise_high_watermark checks and
-        # sets in two steps, src/replica/partition.rs).
+        # The produce topic has a partition per connection, as the SDK's produce phases.
         for topic in AUTHZ_TOPICS:
             create_topic(admin, topic, PARTITIONS if topic == AUTHZ_TOPICS[0] else 1)
         # Quiet: the admin stays connected across the restarts, which librdkafka would log.
