@@ -106,19 +106,19 @@ def describe(error):
 class TxnClient:
     """A transactional producer and a read_committed consumer, running transactions."""
 
-    def __init__(self, bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at,
+    def __init__(self, connection, partitions, events_dir, process, transactional_id, mode, stop_at,
                  crash_by, seed):
         from confluent_kafka import Producer
-        self.bootstrap, self.partitions, self.process = bootstrap, partitions, process
+        self.connection, self.partitions, self.process = connection, partitions, process
         self.transactional_id, self.mode, self.stop_at = transactional_id, mode, stop_at
         self.rng = random.Random(seed)
         self.log = EventLog(os.path.join(events_dir, f"t{process}.jsonl"), process)
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+        self.producer = Producer(dict(connection, **{
+            "transactional.id": transactional_id,
             "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "message.timeout.ms": TRANSACTION_TIMEOUT_MS, "socket.timeout.ms": 5000,
-            "client.id": f"jepsen-txn-{process}"})
+            "client.id": f"jepsen-txn-{process}"}))
         self.counter = 0
         self.seq = 0
         lifetime = self.rng.expovariate(1 / CLIENT_LIFETIME_MEAN_S)
@@ -173,9 +173,10 @@ class TxnClient:
 
     def make_consumer(self):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-        config = {"bootstrap.servers": self.bootstrap, "isolation.level": "read_committed",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "client.id": f"jepsen-txn-{self.process}", "socket.timeout.ms": 5000}
+        config = dict(self.connection, **{"isolation.level": "read_committed",
+                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                          "client.id": f"jepsen-txn-{self.process}",
+                                          "socket.timeout.ms": 5000})
         if self.mode == "assign":
             consumer = Consumer(dict(config, **{"group.id": f"jepsen-txn-reader-{self.process}"}))
             consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in keys(self.partitions)])
@@ -382,19 +383,20 @@ class TxnClient:
         self.log.event("ok", "txn", txn=self.txn(mops, commit_ns=commit_ns))
 
 
-def client_main(bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed):
-    TxnClient(bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed).run()
+def client_main(connection, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed):
+    """`connection`: the client's confluent-kafka settings, bootstrap.servers and its login."""
+    TxnClient(connection, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed).run()
 
 
-def final_reader_main(bootstrap, partitions, events_dir, process, deadline):
+def final_reader_main(connection, partitions, events_dir, process, deadline):
     """Reads every partition from its start with read_committed until it is at its end: an end
     of partition at or past the high watermark (an end below it means a transaction is still
     open there, holding the last stable offset back)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
     log = EventLog(os.path.join(events_dir, f"f{process}.jsonl"), process)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jepsen-txn-final-{process}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer = Consumer(dict(connection, **{"group.id": f"jepsen-txn-final-{process}",
+                                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                                            "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
     tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in keys(partitions)]
     consumer.assign(tps)
     log.event("ok", "assign", value="final")
