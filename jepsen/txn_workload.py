@@ -250,6 +250,7 @@ class TxnClient:
                 else:
                     mop["reads"], mop["completed_ns"] = self.poll(POLL_RECORDS_MAX, POLL_TIMEOUT_S)
         except (KafkaException, BufferError) as e:
+            self.fail_if_fatal(e, mops)
             self.abort(mops, f"before commit: {e}")
             return
         self.crash_due("mid-transaction")
@@ -284,6 +285,7 @@ class TxnClient:
                 [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in positions if tp.offset >= 0],
                 self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
         except (KafkaException, BufferError) as e:
+            self.fail_if_fatal(e, mops)
             self.abort(mops, f"before commit: {e}")
             self.rewind()
             return
@@ -318,6 +320,16 @@ class TxnClient:
         except KafkaException as e:
             if e.args[0].fatal():
                 raise Fenced(f"flush: {describe(e.args[0])}") from None
+
+    def fail_if_fatal(self, error, mops):
+        """A fatal error before the commit (fenced by a successor): the transaction never
+        commits and the producer can neither abort nor flush. Calling flush() then made
+        confluent-kafka raise `SystemError: <class 'str'> returned a result with an exception
+        set` (a crash with the transaction unlogged) instead of the fatal error."""
+        from confluent_kafka import KafkaException
+        if isinstance(error, KafkaException) and error.args[0].fatal():
+            self.log.event("fail", "txn", txn=self.txn(mops, error=f"before commit: {describe(error.args[0])}"))
+            raise Fenced(f"before commit: {describe(error.args[0])}") from None
 
     def abort(self, mops, error):
         """Aborts: the commit was never asked for, so the transaction did not commit whatever
