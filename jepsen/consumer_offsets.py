@@ -141,15 +141,16 @@ def decode_group_value(data):
     return value
 
 
-def group_metadata(bootstrap, timeout=60):
+def group_metadata(connection, timeout=60):
     """Every group metadata record of the topic up to its high watermark, as dicts: `group`,
     `partition` and `offset` of the record, then the decoded value, or `deleted` (a
     tombstone), or `error` (a value that does not decode). Raises TimeoutError when the topic
-    cannot be read to its end within `timeout` seconds."""
+    cannot be read to its end within `timeout` seconds. `connection`: confluent-kafka settings,
+    bootstrap.servers and a login allowed to read the topic (jepsen/run's admin)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "jepsen-offsets-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "socket.timeout.ms": 5000})
+    consumer = Consumer(dict(connection, **{"group.id": "jepsen-offsets-reader",
+                                            "enable.auto.commit": False, "enable.partition.eof": True,
+                                            "socket.timeout.ms": 5000}))
     try:
         deadline = time.time() + timeout
         topic = consumer.list_topics(OFFSETS_TOPIC, timeout=10).topics.get(OFFSETS_TOPIC)
@@ -204,7 +205,7 @@ def decode_record(partition, offset, key, value):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    for record in group_metadata(sys.argv[1]):
+    for record in group_metadata({"bootstrap.servers": sys.argv[1]}):
         print(json.dumps(record))
 
 

@@ -106,19 +106,19 @@ def describe(error):
 class TxnClient:
     """A transactional producer and a read_committed consumer, running transactions."""
 
-    def __init__(self, bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at,
+    def __init__(self, connection, partitions, events_dir, process, transactional_id, mode, stop_at,
                  crash_by, seed):
         from confluent_kafka import Producer
-        self.bootstrap, self.partitions, self.process = bootstrap, partitions, process
+        self.connection, self.partitions, self.process = connection, partitions, process
         self.transactional_id, self.mode, self.stop_at = transactional_id, mode, stop_at
         self.rng = random.Random(seed)
         self.log = EventLog(os.path.join(events_dir, f"t{process}.jsonl"), process)
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+        self.producer = Producer(dict(connection, **{
+            "transactional.id": transactional_id,
             "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "message.timeout.ms": TRANSACTION_TIMEOUT_MS, "socket.timeout.ms": 5000,
-            "client.id": f"jepsen-txn-{process}"})
+            "client.id": f"jepsen-txn-{process}"}))
         self.counter = 0
         self.seq = 0
         lifetime = self.rng.expovariate(1 / CLIENT_LIFETIME_MEAN_S)
@@ -173,9 +173,10 @@ class TxnClient:
 
     def make_consumer(self):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-        config = {"bootstrap.servers": self.bootstrap, "isolation.level": "read_committed",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "client.id": f"jepsen-txn-{self.process}", "socket.timeout.ms": 5000}
+        config = dict(self.connection, **{"isolation.level": "read_committed",
+                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                          "client.id": f"jepsen-txn-{self.process}",
+                                          "socket.timeout.ms": 5000})
         if self.mode == "assign":
             consumer = Consumer(dict(config, **{"group.id": f"jepsen-txn-reader-{self.process}"}))
             consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in keys(self.partitions)])
@@ -249,6 +250,7 @@ class TxnClient:
                 else:
                     mop["reads"], mop["completed_ns"] = self.poll(POLL_RECORDS_MAX, POLL_TIMEOUT_S)
         except (KafkaException, BufferError) as e:
+            self.fail_if_fatal(e, mops)
             self.abort(mops, f"before commit: {e}")
             return
         self.crash_due("mid-transaction")
@@ -283,6 +285,7 @@ class TxnClient:
                 [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in positions if tp.offset >= 0],
                 self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
         except (KafkaException, BufferError) as e:
+            self.fail_if_fatal(e, mops)
             self.abort(mops, f"before commit: {e}")
             self.rewind()
             return
@@ -317,6 +320,16 @@ class TxnClient:
         except KafkaException as e:
             if e.args[0].fatal():
                 raise Fenced(f"flush: {describe(e.args[0])}") from None
+
+    def fail_if_fatal(self, error, mops):
+        """A fatal error before the commit (fenced by a successor): the transaction never
+        commits and the producer can neither abort nor flush. Calling flush() then made
+        confluent-kafka raise `SystemError: <class 'str'> returned a result with an exception
+        set` (a crash with the transaction unlogged) instead of the fatal error."""
+        from confluent_kafka import KafkaException
+        if isinstance(error, KafkaException) and error.args[0].fatal():
+            self.log.event("fail", "txn", txn=self.txn(mops, error=f"before commit: {describe(error.args[0])}"))
+            raise Fenced(f"before commit: {describe(error.args[0])}") from None
 
     def abort(self, mops, error):
         """Aborts: the commit was never asked for, so the transaction did not commit whatever
@@ -382,19 +395,20 @@ class TxnClient:
         self.log.event("ok", "txn", txn=self.txn(mops, commit_ns=commit_ns))
 
 
-def client_main(bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed):
-    TxnClient(bootstrap, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed).run()
+def client_main(connection, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed):
+    """`connection`: the client's confluent-kafka settings, bootstrap.servers and its login."""
+    TxnClient(connection, partitions, events_dir, process, transactional_id, mode, stop_at, crash_by, seed).run()
 
 
-def final_reader_main(bootstrap, partitions, events_dir, process, deadline):
+def final_reader_main(connection, partitions, events_dir, process, deadline):
     """Reads every partition from its start with read_committed until it is at its end: an end
     of partition at or past the high watermark (an end below it means a transaction is still
     open there, holding the last stable offset back)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
     log = EventLog(os.path.join(events_dir, f"f{process}.jsonl"), process)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"jepsen-txn-final-{process}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer = Consumer(dict(connection, **{"group.id": f"jepsen-txn-final-{process}",
+                                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                                            "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
     tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in keys(partitions)]
     consumer.assign(tps)
     log.event("ok", "assign", value="final")

@@ -5,7 +5,8 @@
 //! again within 15 s of healing). Network faults need root (namespaces): CI runs as root, and
 //! without root `jepsen/run` refuses them, which fails the test rather than skipping it. The
 //! groups workload runs once, on loopback: members of a consumer group that commit, crash and
-//! are replaced while nodes (the group's coordinator among them) are killed and paused.
+//! are replaced while nodes (the group's coordinator among them) are killed and paused. One
+//! queue run has every listener secured (SASL_SSL, an SSL quorum, the authorizer).
 
 use std::path::Path;
 use std::process::Command;
@@ -81,6 +82,19 @@ fn queue_workload_survives_pauses() {
 #[test]
 fn queue_workload_survives_network_partitions() {
     smoke("partition");
+}
+
+/// Every listener secured (`--security sasl_ssl`): SASL_SSL Kafka listeners that brokers
+/// replicate through as `admin`, SSL quorum listeners with client certificates, the
+/// StandardAuthorizer; the clients log in as a SCRAM-SHA-512 user allowed only the workload's
+/// topic and groups. Kills, pauses and partitions cut TLS sessions mid-stream and make every
+/// client log in again.
+#[test]
+fn queue_workload_survives_faults_with_every_listener_secured() {
+    smoke_on(
+        "kill,pause,partition",
+        &["--interval", "2", "--security", "sasl_ssl"],
+    );
 }
 
 #[test]
