@@ -90,17 +90,24 @@ fn third_party_clients_produce_and_consume_as_a_plain_user_and_bad_credentials_a
     );
 
     // kcat (librdkafka 2.0) with Kafka's client keys.
+    kcat_roundtrip(&node, &bootstrap, "PLAIN", "sasl-kcat");
+}
+
+/// kcat (Debian's librdkafka 2.0.2) logs in as bob with `mechanism`, writes three records to
+/// `topic` and reads them back.
+fn kcat_roundtrip(node: &SingleNode, bootstrap: &str, mechanism: &str, topic: &str) {
+    let mechanism = format!("sasl.mechanisms={mechanism}");
     let sasl = [
         "-X",
         "security.protocol=SASL_PLAINTEXT",
         "-X",
-        "sasl.mechanisms=PLAIN",
+        mechanism.as_str(),
         "-X",
         "sasl.username=bob",
         "-X",
         "sasl.password=bob-secret",
     ];
-    let mut produce = vec!["-b", bootstrap.as_str(), "-t", "sasl-kcat", "-P"];
+    let mut produce = vec!["-b", bootstrap, "-t", topic, "-P"];
     produce.extend_from_slice(&sasl);
     let mut child = std::process::Command::new("kcat")
         .args(&produce)
@@ -113,18 +120,9 @@ fn third_party_clients_produce_and_consume_as_a_plain_user_and_bad_credentials_a
         stdin.write_all(b"one\ntwo\nthree\n").expect("write");
     }
     assert!(child.wait().expect("kcat").success(), "kcat produce failed");
-    let mut consume = vec![
-        "-b",
-        bootstrap.as_str(),
-        "-t",
-        "sasl-kcat",
-        "-C",
-        "-e",
-        "-o",
-        "beginning",
-    ];
+    let mut consume = vec!["-b", bootstrap, "-t", topic, "-C", "-e", "-o", "beginning"];
     consume.extend_from_slice(&sasl);
-    let read = run_client(&node, "kcat", &consume);
+    let read = run_client(node, "kcat", &consume);
     assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two", "three"]);
 }
 
@@ -379,34 +377,7 @@ fn scram_users_from_the_quorum_log_in_and_survive_a_restart() {
     );
     // kcat (Debian's librdkafka 2.0.2, whose client-final repeats its client nonce in front of
     // the server's, as Kafka accepts) produces and reads back.
-    let kcat_sasl = [
-        "-X",
-        "security.protocol=SASL_PLAINTEXT",
-        "-X",
-        "sasl.mechanism=SCRAM-SHA-256",
-        "-X",
-        "sasl.username=bob",
-        "-X",
-        "sasl.password=bob-secret",
-    ];
-    let mut produce = vec!["-b", sasl.as_str(), "-t", "scram-kcat", "-P"];
-    produce.extend_from_slice(&kcat_sasl);
-    let mut child = std::process::Command::new("kcat")
-        .args(&produce)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("kcat (scripts/test installs it)");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"one\ntwo\n").expect("write");
-    }
-    assert!(child.wait().expect("kcat").success(), "kcat produce failed");
-    let mut consume = vec!["-b", sasl.as_str(), "-t", "scram-kcat", "-C", "-e"];
-    consume.extend_from_slice(&["-o", "beginning"]);
-    consume.extend_from_slice(&kcat_sasl);
-    let read = run_client(&node, "kcat", &consume);
-    assert_eq!(read.lines().collect::<Vec<_>>(), ["one", "two"]);
+    kcat_roundtrip(&node, &sasl, "SCRAM-SHA-256", "scram-kcat");
 
     for (mechanism, user, password) in [
         ("SCRAM-SHA-256", "bob", "wrong"),

@@ -31,37 +31,51 @@ fn client_config(ca: &str, mechanism: &str, user: &str, password: &str) -> Strin
     )
 }
 
+/// A CA and the brokers' certificate in `dir`, and the settings every node of a cluster with a
+/// SASL_SSL Kafka listener and an SSL quorum listener (client certificates required) shares;
+/// returns the CA's path too.
+fn secured_node_settings(dir: &std::path::Path) -> (String, Vec<String>) {
+    make_ca(dir, "ca");
+    make_certificate(dir, "ca", "broker", "/CN=broker", BROKER_EXTENSIONS);
+    let broker_keystore = keystore(dir, "broker");
+    let ca = dir.join("ca.pem").to_string_lossy().into_owned();
+    let settings = vec![
+        "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL".to_owned(),
+        format!("ssl.keystore.location={}", broker_keystore.display()),
+        format!("ssl.truststore.location={ca}"),
+        "listener.name.controller.ssl.client.auth=required".to_owned(),
+        "listener.name.controller.ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/,DEFAULT"
+            .to_owned(),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".to_owned(),
+    ];
+    (ca, settings)
+}
+
 #[test]
 fn a_sasl_ssl_cluster_replicates_and_fails_over_without_loss() {
     let certs = tempfile::tempdir().expect("tempdir");
     let dir = certs.path();
-    make_ca(dir, "ca");
-    make_certificate(dir, "ca", "broker", "/CN=broker", BROKER_EXTENSIONS);
-    let broker_keystore = keystore(dir, "broker");
+    let (ca, shared) = secured_node_settings(dir);
     for user in ["admin", "app"] {
         let subject = format!("/CN={user}");
         make_certificate(dir, "ca", user, &subject, "extendedKeyUsage=clientAuth\n");
     }
-    let ca = dir.join("ca.pem").to_string_lossy().into_owned();
     let jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
                 username=\"admin\" password=\"admin-secret\" user_admin=\"admin-secret\";";
+    let mut settings = shared;
+    settings.extend([
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512".to_owned(),
+        "sasl.mechanism.inter.broker.protocol=PLAIN".to_owned(),
+        format!("listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}"),
+        "super.users=User:admin;User:broker".to_owned(),
+        "min.insync.replicas=2".to_owned(),
+        "replica.lag.time.max.ms=2000".to_owned(),
+    ]);
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
     let mut cluster = Cluster::start_secured(
         3,
         "SASL_SSL",
-        &[
-            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
-            &format!("ssl.keystore.location={}", broker_keystore.display()),
-            &format!("ssl.truststore.location={ca}"),
-            "listener.name.controller.ssl.client.auth=required",
-            "listener.name.controller.ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/,DEFAULT",
-            "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
-            "sasl.mechanism.inter.broker.protocol=PLAIN",
-            &format!("listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}"),
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users=User:admin;User:broker",
-            "min.insync.replicas=2",
-            "replica.lag.time.max.ms=2000",
-        ],
+        &settings,
         &client_config(&ca, "PLAIN", "admin", "admin-secret"),
     );
     let logs = cluster.logs();
@@ -239,30 +253,23 @@ fn a_sasl_ssl_cluster_replicates_and_fails_over_without_loss() {
 fn a_scram_only_cluster_is_entered_with_add_scram_credentials() {
     let certs = tempfile::tempdir().expect("tempdir");
     let dir = certs.path();
-    make_ca(dir, "ca");
-    make_certificate(dir, "ca", "broker", "/CN=broker", BROKER_EXTENSIONS);
-    let broker_keystore = keystore(dir, "broker");
-    let ca = dir.join("ca.pem").to_string_lossy().into_owned();
+    let (ca, mut settings) = secured_node_settings(dir);
     let jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required \
                 username=\"admin\" password=\"admin-secret\";";
+    settings.extend([
+        "sasl.enabled.mechanisms=SCRAM-SHA-512".to_owned(),
+        format!("listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}"),
+        "super.users=User:admin;User:broker;User:ops".to_owned(),
+        "@arg=--add-scram".to_owned(),
+        "@arg=SCRAM-SHA-512=[name=admin,password=admin-secret]".to_owned(),
+        "@arg=--add-scram".to_owned(),
+        "@arg=SCRAM-SHA-512=[name=ops,password=ops-secret]".to_owned(),
+    ]);
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
     let mut cluster = Cluster::start_secured(
         3,
         "SASL_SSL",
-        &[
-            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
-            &format!("ssl.keystore.location={}", broker_keystore.display()),
-            &format!("ssl.truststore.location={ca}"),
-            "listener.name.controller.ssl.client.auth=required",
-            "listener.name.controller.ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/,DEFAULT",
-            "sasl.enabled.mechanisms=SCRAM-SHA-512",
-            &format!("listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}"),
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users=User:admin;User:broker;User:ops",
-            "@arg=--add-scram",
-            "@arg=SCRAM-SHA-512=[name=admin,password=admin-secret]",
-            "@arg=--add-scram",
-            "@arg=SCRAM-SHA-512=[name=ops,password=ops-secret]",
-        ],
+        &settings,
         &client_config(&ca, "SCRAM-SHA-512", "ops", "ops-secret"),
     );
     cluster.wait_until(

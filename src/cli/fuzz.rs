@@ -201,18 +201,11 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
         }
     };
     let mut sent = 0u64;
-    let report_every = (args.inputs / 10).max(1);
     while sent < args.inputs || !tasks.is_empty() {
         while sent < args.inputs && tasks.len() < args.concurrency.max(1) {
             let input = mutate(&seeds, &mut rng);
             sent += 1;
-            if sent % report_every == 0 {
-                println!(
-                    "progress {sent}/{} inputs, {:.0} inputs/s",
-                    args.inputs,
-                    sent as f64 / started.elapsed().as_secs_f64()
-                );
-            }
+            report_progress(sent, args.inputs, started);
             let plan = plan(&input);
             if plan.skip {
                 skipped += 1;
@@ -394,17 +387,10 @@ async fn fuzz_remote(
         tokio::task::JoinSet::new();
     let mut free: Vec<usize> = (0..workers).collect();
     let mut sent = 0u64;
-    let report_every = (args.inputs / 10).max(1);
     while sent < args.inputs || !tasks.is_empty() {
         while sent < args.inputs && !free.is_empty() {
             sent += 1;
-            if sent % report_every == 0 {
-                println!(
-                    "progress {sent}/{} inputs, {:.0} inputs/s",
-                    args.inputs,
-                    sent as f64 / started.elapsed().as_secs_f64()
-                );
-            }
+            report_progress(sent, args.inputs, started);
             let (api_key, version, _) = &bodies[rng.below(bodies.len())];
             let (api_key, version) = (*api_key, *version);
             // A body of this API's seeds, mutated (`mutate` keeps the first 8 bytes most of
@@ -500,6 +486,16 @@ fn remote_may_send(api_key: ApiKey, version: i16, body: &[u8]) -> bool {
         Ok(RequestKind::IncrementalAlterConfigs(r)) => r.validate_only,
         // Undecodable: the broker closes the connection, which is what is being tried.
         _ => true,
+    }
+}
+
+/// A progress line every tenth of the inputs.
+fn report_progress(sent: u64, inputs: u64, started: Instant) {
+    if sent % (inputs / 10).max(1) == 0 {
+        println!(
+            "progress {sent}/{inputs} inputs, {:.0} inputs/s",
+            sent as f64 / started.elapsed().as_secs_f64()
+        );
     }
 }
 

@@ -242,14 +242,17 @@ impl Node {
             tokio::spawn(Arc::clone(&controller).run_liveness_watch()),
             tokio::spawn(Arc::clone(&controller).run_reassignments()),
         ];
+        // The voters' internal addresses: where a node asks for the controller before it
+        // knows the quorum's leader.
+        let voter_addrs: Vec<String> = config
+            .voters
+            .iter()
+            .map(|v| format!("{}:{}", v.host, v.port))
+            .collect();
         if create_scram {
             tasks.push(tokio::spawn(scram_bootstrap::create(
                 Arc::clone(&quorum),
-                config
-                    .voters
-                    .iter()
-                    .map(|v| format!("{}:{}", v.host, v.port))
-                    .collect(),
+                voter_addrs.clone(),
                 config.metadata_log_dir.clone(),
                 scram_credentials,
             )));
@@ -326,11 +329,7 @@ impl Node {
                     backoff_ms: config.replica_fetch_backoff_ms,
                 },
             )));
-            let voters: Vec<String> = config
-                .voters
-                .iter()
-                .map(|v| format!("{}:{}", v.host, v.port))
-                .collect();
+            let voters = voter_addrs.clone();
             tasks.push(tokio::spawn(crate::replica::isr::run(
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
@@ -358,11 +357,7 @@ impl Node {
             let images = crate::controller::client::ImageWatch::new(Arc::clone(&quorum));
             let controller = crate::controller::client::ControllerClient::new(
                 Arc::clone(&quorum),
-                config
-                    .voters
-                    .iter()
-                    .map(|v| format!("{}:{}", v.host, v.port))
-                    .collect(),
+                voter_addrs.clone(),
                 broker_id,
                 Arc::clone(&broker_epoch),
             );
