@@ -376,8 +376,16 @@ async fn fuzz_remote(
             bodies.push((api_key, start.api_version, bytes.to_vec()));
         }
     }
-    let seed_frames: Vec<Vec<u8>> = bodies.iter().map(|(_, _, body)| body.clone()).collect();
     println!("seeds {} (every served API and version)", bodies.len());
+    let seed_frames: Vec<Vec<u8>> = bodies.iter().map(|(_, _, body)| body.clone()).collect();
+    // The seeds by API and version, grouped once.
+    let mut by_api: Vec<(ApiKey, i16, Vec<Vec<u8>>)> = Vec::new();
+    for (api_key, version, body) in bodies {
+        match by_api.last_mut() {
+            Some((key, v, group)) if *key == api_key && *v == version => group.push(body),
+            _ => by_api.push((api_key, version, vec![body])),
+        }
+    }
     let mut rng = Rng(seed);
     let started = Instant::now();
     let (mut answered, mut closed, mut abandoned, mut not_sent) = (0u64, 0u64, 0u64, 0u64);
@@ -391,19 +399,15 @@ async fn fuzz_remote(
         while sent < args.inputs && !free.is_empty() {
             sent += 1;
             report_progress(sent, args.inputs, started);
-            let (api_key, version, _) = &bodies[rng.below(bodies.len())];
+            let (api_key, version, same_api) = &by_api[rng.below(by_api.len())];
             let (api_key, version) = (*api_key, *version);
-            // A body of this API's seeds, mutated (`mutate` keeps the first 8 bytes most of
-            // the time; in a body they are just more bytes).
-            let same_api: Vec<Vec<u8>> = bodies
-                .iter()
-                .filter(|(key, v, _)| *key == api_key && *v == version)
-                .map(|(_, _, body)| body.clone())
-                .collect();
+            // A body of this API version's seeds, mutated (`mutate` keeps the first 8 bytes most
+            // of the time; in a body they are just more bytes), now and then spliced with
+            // another API's.
             let body = if rng.chance(10) {
                 mutate(&seed_frames, &mut rng)
             } else {
-                mutate(&same_api, &mut rng)
+                mutate(same_api, &mut rng)
             };
             if !remote_may_send(api_key, version, &body) {
                 not_sent += 1;

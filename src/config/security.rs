@@ -584,7 +584,8 @@ fn inter_broker_login(
                 format!(
                     "brokers log in to each other on {listener} with {mechanism}: set the \
                      broker's own username and password there ({example} required \
-                     username=\"admin\" password=\"...\";)"
+                     username=\"admin\" password=\"...\";), or in the JAAS file of \
+                     java.security.auth.login.config"
                 ),
             )
         };

@@ -19,17 +19,17 @@ use std::time::Duration;
 use sluice_raft::Quorum;
 use sluice_raft::records::ScramMechanism;
 
+use crate::client::{DEFAULT_SCRAM_ITERATIONS, SCRAM_SALT_BYTES};
 use crate::controller::ScramUpsertion;
+use crate::controller::sasl_mechanism;
 use crate::controller::service::{ControllerRequest, ControllerResponse, call_controller};
 use crate::protocol::errors;
-use crate::security::sasl::{Mechanism, random_bytes, salted_password};
+use crate::security::sasl::{
+    Mechanism, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN, random_bytes, salted_password,
+};
 
 /// The marker's file name in the metadata log directory.
 const MARKER_FILE: &str = "scram-bootstrap.pending";
-/// PBKDF2 iterations when the spec names none (Kafka's default, the least it accepts).
-const ITERATIONS_DEFAULT: u32 = 4096;
-/// The salt drawn for each credential.
-const SALT_BYTES: usize = 32;
 
 /// One `--add-scram` credential.
 #[derive(Clone, PartialEq, Eq)]
@@ -90,8 +90,13 @@ impl BootstrapCredential {
                     let parsed = value
                         .parse::<u32>()
                         .ok()
-                        .filter(|n| (4096..=16384).contains(n))
-                        .ok_or_else(|| format!("iterations={value}: expected 4096 to 16384"))?;
+                        .filter(|n| (SCRAM_ITERATIONS_MIN..=SCRAM_ITERATIONS_MAX).contains(n))
+                        .ok_or_else(|| {
+                            format!(
+                                "iterations={value}: expected {SCRAM_ITERATIONS_MIN} to \
+                                 {SCRAM_ITERATIONS_MAX}"
+                            )
+                        })?;
                     iterations = Some(parsed);
                 }
                 "salt" | "saltedpassword" => {
@@ -113,17 +118,14 @@ impl BootstrapCredential {
             user,
             mechanism,
             password,
-            iterations: iterations.unwrap_or(ITERATIONS_DEFAULT),
+            iterations: iterations.unwrap_or(DEFAULT_SCRAM_ITERATIONS),
         })
     }
 
     /// What AlterUserScramCredentials would carry: a fresh salt and the salted password.
     fn upsertion(&self) -> Result<ScramUpsertion, String> {
-        let mechanism = match self.mechanism {
-            ScramMechanism::ScramSha256 => Mechanism::ScramSha256,
-            ScramMechanism::ScramSha512 => Mechanism::ScramSha512,
-        };
-        let salt = random_bytes(SALT_BYTES).map_err(|e| e.to_string())?;
+        let mechanism = sasl_mechanism(self.mechanism);
+        let salt = random_bytes(SCRAM_SALT_BYTES).map_err(|e| e.to_string())?;
         let salted = salted_password(mechanism, self.password.as_bytes(), &salt, self.iterations)
             .map_err(|e| e.to_string())?;
         Ok(ScramUpsertion {
@@ -233,11 +235,12 @@ pub async fn create(
                 break;
             }
             Ok(other) => {
+                // The marker stays: the next start asks again.
                 tracing::error!(
                     answer = other.summary(),
-                    "--add-scram: the controller refused the credentials"
+                    "--add-scram: the controller refused the credentials; they are asked for again at the next start"
                 );
-                break;
+                return;
             }
             Err(error) => {
                 if !said_waiting {

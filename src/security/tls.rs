@@ -196,8 +196,7 @@ const ENCRYPTED_KEY_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
 /// Parses PEM text. OpenSSL's legacy encrypted keys (`Proc-Type: 4,ENCRYPTED`) are refused by
 /// name rather than skipped, so the operator reads "encrypted" and not "no private key".
 fn parse_pem(origin: &str, pem: &[u8]) -> Result<PemContents, TlsError> {
-    let contains = |needle: &[u8]| pem.windows(needle.len()).any(|window| window == needle);
-    if contains(b"Proc-Type: 4,ENCRYPTED") {
+    if find(pem, b"Proc-Type: 4,ENCRYPTED").is_some() {
         return Err(TlsError::LegacyEncryptedKey {
             origin: origin.to_string(),
         });
