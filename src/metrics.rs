@@ -56,6 +56,10 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     /// Record bytes served to consumers and followers.
     pub bytes_out: AtomicU64,
+    /// Of those, bytes this broker served to consumers as a follower (KIP-392).
+    pub follower_read_bytes: AtomicU64,
+    /// Fetch answers that sent a consumer to a replica in its rack (KIP-392).
+    pub preferred_read_replica_answers: AtomicU64,
     pub messages_in: AtomicU64,
     /// Per network thread (`server::network`): the CPU it is pinned to and its open
     /// connections. Set once the threads start; unset with `thread.affinity=false`.
@@ -82,6 +86,8 @@ impl Default for Metrics {
             client_quota_sensors: Default::default(),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            follower_read_bytes: AtomicU64::new(0),
+            preferred_read_replica_answers: AtomicU64::new(0),
             messages_in: AtomicU64::new(0),
             network_threads: std::sync::OnceLock::new(),
         }
@@ -190,6 +196,16 @@ impl Metrics {
             "sluice_bytes_out_total",
             "Record batch bytes served by Fetch.",
             load(&self.bytes_out),
+        );
+        counter(
+            "sluice_fetch_follower_read_bytes_total",
+            "Record batch bytes served to consumers by this broker as a follower (fetch from follower, KIP-392).",
+            load(&self.follower_read_bytes),
+        );
+        counter(
+            "sluice_fetch_preferred_read_replica_total",
+            "Partition answers of Fetch that sent a consumer to a replica in its rack (replica.selector.class).",
+            load(&self.preferred_read_replica_answers),
         );
         counter(
             "sluice_messages_in_total",

@@ -492,7 +492,9 @@ fn min_insync_rejects_when_two_replicas_down() {
         old.node_endpoints.is_empty(),
         "no KIP-951 fields before v10"
     );
-    // The same for Fetch v16+ (a consumer's fetch sent to a follower).
+    // The same for Fetch v16+: a consumer's fetch sent to a broker that hosts no replica (a
+    // follower serves a v11+ consumer fetch itself, as Kafka's does: KIP-392).
+    let mut elsewhere = support::raw::Client::connect(cluster.nodes[1].kafka_port);
     let fetch = kafka_protocol::messages::FetchRequest::default()
         .with_replica_id(kafka_protocol::messages::BrokerId(-1))
         .with_max_wait_ms(0)
@@ -501,7 +503,7 @@ fn min_insync_rejects_when_two_replicas_down() {
                 .with_topic(kafka_protocol::messages::TopicName(
                     kafka_protocol::protocol::StrBytes::from_static_str("guarded"),
                 ))
-                .with_topic_id(topic_id(&mut follower, "guarded"))
+                .with_topic_id(topic_id(&mut elsewhere, "guarded"))
                 .with_partitions(vec![
                     kafka_protocol::messages::fetch_request::FetchPartition::default()
                         .with_partition(0)
@@ -509,7 +511,7 @@ fn min_insync_rejects_when_two_replicas_down() {
                 ]),
         ]);
     let answer: kafka_protocol::messages::FetchResponse =
-        follower.call(kafka_protocol::messages::ApiKey::Fetch, 16, &fetch);
+        elsewhere.call(kafka_protocol::messages::ApiKey::Fetch, 16, &fetch);
     let partition = &answer.responses[0].partitions[0];
     assert_eq!(partition.error_code, 6, "NOT_LEADER_OR_FOLLOWER");
     assert_eq!(partition.current_leader.leader_id.0, 4, "{answer:?}");

@@ -134,22 +134,47 @@ impl Broker {
         partition: i32,
         current_leader_epoch: i32,
     ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
-        let broker = self;
         let tp = crate::protocol::TopicPartition::new(topic, partition);
-        let Some(found) = broker.replicas.partition(&tp) else {
-            return Err(broker.unserved_partition_error(image, &tp));
+        let Some(found) = self.replicas.partition(&tp) else {
+            return Err(self.unserved_partition_error(image, &tp));
         };
         let state = found.state();
-        if state.leader != broker.broker_id {
+        if state.leader != self.broker_id {
             return Err(KafkaError::NotLeaderOrFollower);
         }
-        if current_leader_epoch >= 0 && current_leader_epoch != state.leader_epoch {
-            return Err(if current_leader_epoch < state.leader_epoch {
-                KafkaError::FencedLeaderEpoch
-            } else {
-                KafkaError::UnknownLeaderEpoch
-            });
-        }
+        check_leader_epoch(current_leader_epoch, &state)?;
         Ok((found, state))
     }
+
+    /// A partition this broker hosts, as leader or follower, with its state: what a consumer
+    /// may read from when it fetches from followers (KIP-392). The errors are
+    /// [`Broker::led_partition`]'s, the leader epoch checked against the one this replica knows.
+    pub fn hosted_partition(
+        &self,
+        image: &MetadataImage,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
+        let tp = crate::protocol::TopicPartition::new(topic, partition);
+        let Some(found) = self.replicas.partition(&tp) else {
+            return Err(self.unserved_partition_error(image, &tp));
+        };
+        let state = found.state();
+        check_leader_epoch(current_leader_epoch, &state)?;
+        Ok((found, state))
+    }
+}
+
+/// A client's `current_leader_epoch` against this replica's: older is FENCED_LEADER_EPOCH,
+/// newer UNKNOWN_LEADER_EPOCH; -1 skips the check.
+fn check_leader_epoch(current_leader_epoch: i32, state: &PartitionState) -> Result<(), KafkaError> {
+    if current_leader_epoch >= 0 && current_leader_epoch != state.leader_epoch {
+        return Err(if current_leader_epoch < state.leader_epoch {
+            KafkaError::FencedLeaderEpoch
+        } else {
+            KafkaError::UnknownLeaderEpoch
+        });
+    }
+    Ok(())
 }

@@ -81,6 +81,8 @@ pub struct ServerConfig {
     /// `http.listener` (ours): `/metrics` and `/health`.
     pub http_listener: SocketAddr,
     pub broker_rack: Option<String>,
+    /// `replica.selector.class` (KIP-392): where the leader sends consumers that name a rack.
+    pub replica_selector: crate::replica::read_replica::ReplicaSelector,
     /// `max.broker.partitions` (KIP-578's name): `None` derives it from memory
     /// (`ServerConfig::partitions_max`).
     pub max_broker_partitions: Option<u32>,
@@ -456,6 +458,13 @@ impl ServerConfig {
             metadata_log_dir,
             http_listener,
             broker_rack: get("broker.rack").map(str::to_owned),
+            replica_selector: {
+                let key = "replica.selector.class";
+                let class = get(key).unwrap_or_default();
+                crate::replica::read_replica::ReplicaSelector::from_class_name(class).ok_or_else(
+                    || ConfigError::new(key, class, "a replica selector Sluice does not have"),
+                )?
+            },
             max_broker_partitions: u32::try_from(number("max.broker.partitions")?).ok(),
             num_partitions: number("num.partitions")? as i32,
             default_replication_factor: number("default.replication.factor")? as i16,
@@ -728,10 +737,31 @@ mod tests {
                 "broker.heartbeat.interval.ms",
             ),
             ("http.listener=nowhere", "http.listener"),
+            (
+                "replica.selector.class=com.example.NearestSelector",
+                "replica.selector.class",
+            ),
         ] {
             let error = load(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn kafkas_replica_selectors_are_served() {
+        use crate::replica::read_replica::ReplicaSelector;
+        assert_eq!(load("").unwrap().replica_selector, ReplicaSelector::Leader);
+        let rack_aware = "replica.selector.class=\
+            org.apache.kafka.common.replica.RackAwareReplicaSelector";
+        assert_eq!(
+            load(rack_aware).unwrap().replica_selector,
+            ReplicaSelector::RackAware
+        );
+        let leader = "replica.selector.class=org.apache.kafka.common.replica.LeaderSelector";
+        assert_eq!(
+            load(leader).unwrap().replica_selector,
+            ReplicaSelector::Leader
+        );
     }
 
     #[test]

@@ -658,6 +658,17 @@ pub const KEYS: &[Key] = &[
         "",
         "the rack replicas are spread across",
     ),
+    broker(
+        "replica.selector.class",
+        Kind::Enum(&[
+            "",
+            "org.apache.kafka.common.replica.LeaderSelector",
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        ]),
+        "",
+        "which replica a consumer reads from (KIP-392): empty or LeaderSelector, the leader; \
+         RackAwareReplicaSelector, a replica in the consumer's client.rack",
+    ),
     Key {
         dynamic: true,
         ..broker(
@@ -1183,10 +1194,6 @@ pub const UNIMPLEMENTED: &[Unimplemented] = &[
     no_effect(
         "kafka.metrics.reporters",
         "metrics are served in Prometheus format on http.listener (/metrics)",
-    ),
-    no_effect(
-        "replica.selector.class",
-        "consumers always fetch from the leader",
     ),
     no_effect(
         "remote.log.storage.system.enable",

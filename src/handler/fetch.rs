@@ -11,6 +11,7 @@
 //! the one batch that leads it: librdkafka drops the connection on a response larger than its
 //! `receive.message.max.bytes`, sized from its `fetch.max.bytes`.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -31,7 +32,8 @@ use crate::log::LogError;
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::{self, KafkaError};
 use crate::protocol::fetch_encode::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
-use crate::replica::{Delayed, FollowerFetch, ReadBound};
+use crate::replica::read_replica::{self, ReplicaSelector, ReplicaView};
+use crate::replica::{Delayed, FollowerFetch, Partition, PartitionState, ReadBound};
 use crate::security::acl::Operation;
 
 pub const VERSIONS: (i16, i16) = (4, 17);
@@ -153,20 +155,21 @@ pub async fn handle(
         None => request.max_bytes.max(0) as usize,
     };
     let denied = unreadable_topics(context, &wanted, replica_id);
+    // KIP-392: a consumer fetching with v11+ may be sent to a follower, and read from one.
+    let client_rack = (version >= 11 && replica_id < 0).then(|| request.rack_id.as_str());
+    let params = ReadParams {
+        image: &image,
+        isolation_level: request.isolation_level,
+        replica_id,
+        client_rack,
+        follower_read_bytes: Cell::new(0),
+    };
     // Into the purgatory only when the first read falls short: woken by the named partitions
     // only. Registered before the next read, so no change in between goes unseen.
     let mut delayed: Option<Delayed> = None;
     loop {
-        let (results, bytes, errored) = read_all(
-            broker,
-            &image,
-            &wanted,
-            max_bytes,
-            request.isolation_level,
-            replica_id,
-            &denied,
-        );
-        let done = bytes >= min_bytes || errored || tokio::time::Instant::now() >= deadline;
+        let (results, bytes, answer_now) = read_all(broker, &params, &wanted, max_bytes, &denied);
+        let done = bytes >= min_bytes || answer_now || tokio::time::Instant::now() >= deadline;
         if done {
             if replica_id < 0 {
                 let throttle = broker.client_quotas.record(
@@ -190,6 +193,10 @@ pub async fn handle(
                 .metrics
                 .bytes_out
                 .fetch_add(bytes as u64, Ordering::Relaxed);
+            broker
+                .metrics
+                .follower_read_bytes
+                .fetch_add(params.follower_read_bytes.get() as u64, Ordering::Relaxed);
             return respond(
                 broker,
                 &context.listener_name,
@@ -307,20 +314,34 @@ fn unreported(requested: &[Wanted]) -> Vec<(Wanted, Option<Reported>)> {
 /// what changed since the session last reported it.
 type PartitionResult = (Wanted, PartitionData, Option<FileSlice>, Option<Reported>);
 
+/// What every partition of one fetch is read with.
+struct ReadParams<'a> {
+    image: &'a MetadataImage,
+    isolation_level: i8,
+    /// The follower fetching, or -1 for a consumer.
+    replica_id: i32,
+    /// A consumer's rack when it fetches with v11+ (Kafka's client metadata): it may then be
+    /// sent to a replica in its rack and may read from a follower (KIP-392).
+    client_rack: Option<&'a str>,
+    /// Record bytes the last `read_all` read as a follower for consumers.
+    follower_read_bytes: Cell<usize>,
+}
+
 /// Reads every wanted partition within the byte budgets. Returns the results (with what
-/// changed since last reported, for sessions), the record bytes, and whether any failed.
+/// changed since last reported, for sessions), the record bytes, and whether the answer
+/// should go at once, whatever `min_bytes` says: a partition failed, sends the consumer to
+/// another replica, or tells a follower its log diverged (Kafka's `fetchMessages`).
 fn read_all(
     broker: &Broker,
-    image: &MetadataImage,
+    params: &ReadParams<'_>,
     wanted: &[(Wanted, Option<Reported>)],
     max_bytes: usize,
-    isolation_level: i8,
-    replica_id: i32,
     denied: &HashSet<String>,
 ) -> (Vec<PartitionResult>, usize, bool) {
+    params.follower_read_bytes.set(0);
     let mut results = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
-    let mut errored = false;
+    let mut answer_now = false;
     for (w, reported) in wanted {
         let data = PartitionData::default().with_partition_index(w.partition);
         // Kafka's `minOneMessage`: granted until a partition has returned records.
@@ -331,17 +352,18 @@ fn read_all(
         } else {
             read_partition(
                 broker,
-                image,
+                params,
                 w,
                 data,
                 max_bytes.saturating_sub(total),
                 min_one_message,
-                isolation_level,
-                replica_id,
             )
         };
-        if KafkaError::check(data.error_code).is_err() {
-            errored = true;
+        if KafkaError::check(data.error_code).is_err()
+            || data.preferred_read_replica.0 >= 0
+            || data.diverging_epoch.epoch >= 0
+        {
+            answer_now = true;
         }
         total += slice.as_ref().map_or(0, |s| s.len as usize);
         // `Some` when the client should hear of this partition in an incremental response.
@@ -363,20 +385,18 @@ fn read_all(
                 == 1,
         "a fetch read {total} bytes over its max_bytes {max_bytes} from several partitions"
     );
-    (results, total, errored)
+    (results, total, answer_now)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn read_partition(
     broker: &Broker,
-    image: &MetadataImage,
+    params: &ReadParams<'_>,
     w: &Wanted,
     data: PartitionData,
     budget: usize,
     min_one_message: bool,
-    isolation_level: i8,
-    replica_id: i32,
 ) -> (PartitionData, Option<FileSlice>, Option<Reported>) {
+    let (image, replica_id) = (params.image, params.replica_id);
     let follower = replica_id >= 0;
     if w.topic.is_empty() {
         return (
@@ -385,11 +405,18 @@ fn read_partition(
             None,
         );
     }
-    let partition = match broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
-    {
-        Ok((partition, _)) => partition,
+    // A consumer with client metadata may read from a follower; others from the leader only
+    // (Kafka's `FetchParams.fetchOnlyFromLeader`).
+    let found = if params.client_rack.is_some() {
+        broker.hosted_partition(image, &w.topic, w.partition, w.current_leader_epoch)
+    } else {
+        broker.led_partition(image, &w.topic, w.partition, w.current_leader_epoch)
+    };
+    let (partition, state) = match found {
+        Ok(found) => found,
         Err(error) => return (data.with_error_code(error.code()), None, None),
     };
+    let leader = state.leader == broker.broker_id;
     if follower {
         let fetched =
             match partition.follower_fetch(replica_id, w.fetch_offset, w.last_fetched_epoch) {
@@ -419,7 +446,7 @@ fn read_partition(
     let last_stable_offset = partition.last_stable_offset() as i64;
     let high_watermark = partition.high_watermark() as i64;
     let log_start_offset = partition.log_start_offset() as i64;
-    let read_committed = isolation_level == READ_COMMITTED && !follower;
+    let read_committed = params.isolation_level == READ_COMMITTED && !follower;
     let data = data
         .with_high_watermark(high_watermark)
         .with_last_stable_offset(last_stable_offset)
@@ -437,13 +464,38 @@ fn read_partition(
             reported,
         );
     }
+    if leader && let Some(rack) = params.client_rack {
+        if let Some(replica) = preferred_read_replica(broker, image, &partition, &state, rack, w) {
+            // Kafka answers the redirect alone: no records, the offsets as they stand.
+            broker
+                .metrics
+                .preferred_read_replica_answers
+                .fetch_add(1, Ordering::Relaxed);
+            return (
+                data.with_preferred_read_replica(BrokerId(replica)),
+                None,
+                reported,
+            );
+        }
+    }
+    if !leader && w.fetch_offset as u64 > partition.log_end_offset() {
+        // A follower behind the offset: a client that names its leader epoch (KIP-320) asks
+        // the leader on OFFSET_OUT_OF_RANGE; one that does not may be here on stale metadata,
+        // and gets nothing until it retries (Kafka's KAFKA-14278 rule).
+        let error = if w.current_leader_epoch >= 0 {
+            KafkaError::OffsetOutOfRange.code()
+        } else {
+            errors::NONE
+        };
+        return (data.with_error_code(error), None, reported);
+    }
     let limit = (w.partition_max_bytes.max(0) as usize).min(budget);
     if limit == 0 && !min_one_message {
         return (data, None, reported);
     }
-    if read_committed {
+    let read = if read_committed {
         // Below the last stable offset, with the aborted transactions the records overlap.
-        return match partition.read_committed(
+        match partition.read_committed(
             w.fetch_offset as u64,
             limit as u64,
             last_stable_offset as u64,
@@ -465,18 +517,76 @@ fn read_partition(
                 )
             }
             Err(error) => (data.with_error_code(read_error(&error)), None, reported),
-        };
-    }
-    // Consumers read committed data only: below the high watermark.
-    let bound = if follower {
-        ReadBound::LogEnd
+        }
     } else {
-        ReadBound::HighWatermark(high_watermark as u64)
+        // Consumers read committed data only: below the high watermark.
+        let bound = if follower {
+            ReadBound::LogEnd
+        } else {
+            ReadBound::HighWatermark(high_watermark as u64)
+        };
+        match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
+            Ok(slice) => (data, slice, reported),
+            Err(error) => (data.with_error_code(read_error(&error)), None, reported),
+        }
     };
-    match partition.read_with(w.fetch_offset as u64, limit as u64, bound, min_one_message) {
-        Ok(slice) => (data, slice, reported),
-        Err(error) => (data.with_error_code(read_error(&error)), None, reported),
+    if !leader && let Some(slice) = &read.1 {
+        let bytes = params.follower_read_bytes.get() + slice.len as usize;
+        params.follower_read_bytes.set(bytes);
     }
+    read
+}
+
+/// KIP-392, as the leader: the in-sync follower a consumer in `client_rack` should read this
+/// partition from (`replica.selector.class`), or `None` to read here. Followers that have not
+/// fetched past the consumer's offset are left out, as Kafka leaves them (their log start is
+/// not known here: a follower that deleted the offset answers OFFSET_OUT_OF_RANGE, and the
+/// consumer comes back to the leader).
+fn preferred_read_replica(
+    broker: &Broker,
+    image: &MetadataImage,
+    partition: &Partition,
+    state: &PartitionState,
+    client_rack: &str,
+    w: &Wanted,
+) -> Option<sluice_raft::records::BrokerId> {
+    let selector = broker.config.replica_selector;
+    if selector != ReplicaSelector::RackAware || client_rack.is_empty() {
+        return None;
+    }
+    let rack = |id: &sluice_raft::records::BrokerId| {
+        image
+            .brokers
+            .get(id)
+            .and_then(|b| b.registration.rack.as_deref())
+    };
+    let now = Instant::now();
+    let followers = partition.followers();
+    let candidates: Vec<ReplicaView<'_>> = state
+        .isr
+        .iter()
+        .filter(|id| **id != state.leader)
+        // Kafka offers every ISR member; a broker the controller has fenced (stopped
+        // heartbeating) is left out before the ISR catches up with it.
+        .filter(|id| image.brokers.get(id).is_some_and(|b| !b.fenced))
+        .filter_map(|id| {
+            let follower = followers.get(id)?;
+            let log_end_offset = follower.log_end_offset?;
+            (log_end_offset >= w.fetch_offset as u64).then(|| ReplicaView {
+                broker_id: *id,
+                rack: rack(id),
+                log_end_offset,
+                since_caught_up: now.saturating_duration_since(follower.last_caught_up),
+            })
+        })
+        .collect();
+    let leader = ReplicaView {
+        broker_id: state.leader,
+        rack: rack(&state.leader),
+        log_end_offset: partition.log_end_offset(),
+        since_caught_up: Duration::ZERO,
+    };
+    read_replica::preferred_read_replica(selector, client_rack, &leader, &candidates)
 }
 
 fn read_error(error: &LogError) -> i16 {
@@ -523,6 +633,7 @@ fn respond(
         if incremental
             && changed.is_none()
             && !has_records
+            && data.preferred_read_replica.0 < 0
             && KafkaError::check(data.error_code).is_ok()
         {
             continue;

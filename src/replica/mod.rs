@@ -14,6 +14,7 @@ pub mod isr;
 pub mod offline;
 pub mod partition;
 pub mod purgatory;
+pub mod read_replica;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;

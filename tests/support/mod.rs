@@ -506,8 +506,9 @@ impl Cluster {
             if node.id > voter_count {
                 text.push_str("process.roles=broker\n");
             }
+            // `{id}` in an override is the node's id (`broker.rack=rack-{id}`).
             for o in overrides.iter().filter(|o| !o.starts_with('@')) {
-                text.push_str(o);
+                text.push_str(&o.replace("{id}", &node.id.to_string()));
                 text.push('\n');
             }
             std::fs::write(&node.config, text).expect("config");

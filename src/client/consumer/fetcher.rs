@@ -1,5 +1,7 @@
-//! The fetcher: one Fetch in flight per leader broker, sessionless (topic ids and names both
-//! set, so any Fetch version works), its answers decoded into each partition's buffer.
+//! The fetcher: one Fetch in flight per broker, sessionless (topic ids and names both set, so
+//! any Fetch version works), its answers decoded into each partition's buffer. A partition is
+//! fetched from its leader, or from the replica the leader named for this consumer's
+//! `client.rack` (KIP-392) until that replica errs or the choice is `metadata.max.age.ms` old.
 //!
 //! Batches are decoded without copying (`Bytes` slices), CRCs checked, compressed batches
 //! inflated through the bounded codec, control batches and (for `read_committed`) aborted
@@ -9,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -103,7 +106,8 @@ impl Fetcher {
         }
         let metadata = self.cluster.cached();
 
-        let mut by_leader: BTreeMap<i32, Vec<ToFetch>> = BTreeMap::new();
+        let now = Instant::now();
+        let mut by_broker: BTreeMap<i32, Vec<ToFetch>> = BTreeMap::new();
         for (tp, p) in &positions.partitions {
             if p.paused || p.in_flight || p.position.is_none() || !p.buffered.is_empty() {
                 continue;
@@ -111,10 +115,21 @@ impl Fetcher {
             let Some(leader) = metadata.partition(&tp.topic, tp.partition) else {
                 continue;
             };
-            if leader.leader < 0 || self.brokers_in_flight.contains(&leader.leader) {
+            if leader.leader < 0 {
                 continue;
             }
-            by_leader.entry(leader.leader).or_default().push(ToFetch {
+            let broker = match p.preferred_read_replica {
+                Some((replica, until))
+                    if now < until && metadata.brokers.contains_key(&replica) =>
+                {
+                    replica
+                }
+                _ => leader.leader,
+            };
+            if self.brokers_in_flight.contains(&broker) {
+                continue;
+            }
+            by_broker.entry(broker).or_default().push(ToFetch {
                 tp: tp.clone(),
                 epoch: p.epoch,
                 fetch_offset: p.fetch_offset,
@@ -122,7 +137,7 @@ impl Fetcher {
                 served_at: p.served_at,
             });
         }
-        for (broker, mut partitions) in by_leader {
+        for (broker, mut partitions) in by_broker {
             // The broker gives `fetch.max.bytes` to partitions in request order, and only the
             // first to return records may exceed it (KIP-74): as Kafka's consumer does, the
             // partitions served longest ago go first, so a busy one cannot starve the rest.
@@ -169,6 +184,7 @@ impl Fetcher {
                 })
                 .with_session_id(0)
                 .with_session_epoch(-1)
+                .with_rack_id(StrBytes::from_string(settings.client_rack.clone()))
                 .with_topics(
                     topics
                         .into_iter()
@@ -222,6 +238,12 @@ impl Fetcher {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(broker = done.broker, %error, "fetch failed");
+                // A replica that fails is left for the leader (Kafka's consumer clears it).
+                for (tp, _, _) in &done.asked {
+                    if let Some(p) = positions.partitions.get_mut(tp) {
+                        p.preferred_read_replica = None;
+                    }
+                }
                 if let Some(addr) = self
                     .cluster
                     .cached()
@@ -246,6 +268,11 @@ impl Fetcher {
                 return Err(error);
             }
             tracing::debug!(broker = done.broker, %error, "fetch refused; retrying");
+            for (tp, _, _) in &done.asked {
+                if let Some(p) = positions.partitions.get_mut(tp) {
+                    p.preferred_read_replica = None;
+                }
+            }
             self.metadata_stale = true;
             tokio::time::sleep(settings.retry_backoff).await;
             return Ok(());
@@ -276,8 +303,25 @@ impl Fetcher {
                 if p.epoch != epoch || p.fetch_offset != offset {
                     continue; // sought meanwhile
                 }
+                let from_replica = p.preferred_read_replica.take();
+                if partition.error_code == errors::NONE && partition.preferred_read_replica.0 >= 0 {
+                    // The leader names the replica to read from, and sends no records.
+                    let replica = partition.preferred_read_replica.0;
+                    tracing::debug!(partition = %tp, replica, "reading from the replica in client.rack");
+                    p.preferred_read_replica =
+                        Some((replica, Instant::now() + settings.metadata_max_age));
+                    continue;
+                }
                 match partition.error_code {
-                    errors::NONE => {}
+                    errors::NONE => {
+                        p.preferred_read_replica = from_replica;
+                    }
+                    // A follower behind the offset: the leader may have it (Kafka's consumer
+                    // resets only when the leader says the offset is out of range).
+                    errors::OFFSET_OUT_OF_RANGE if from_replica.is_some() => {
+                        tracing::debug!(partition = %tp, offset, "out of range on the preferred replica; fetching from the leader");
+                        continue;
+                    }
                     errors::OFFSET_OUT_OF_RANGE => {
                         tracing::info!(partition = %tp, offset, "offset out of range; resetting by auto.offset.reset");
                         p.unknown(Start::Reset(settings.auto_offset_reset));

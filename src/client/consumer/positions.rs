@@ -6,6 +6,7 @@
 //! drains it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
 
 use super::types::{ConsumerRecord, OffsetReset, TopicPartition};
 use crate::client::cluster::ClusterMetadata;
@@ -50,6 +51,10 @@ pub(crate) struct PartitionState {
     /// When a fetch last brought records (the fetcher's count of served partitions then; 0
     /// never): fetches name the partitions served longest ago first.
     pub(super) served_at: u64,
+    /// The replica the leader told this consumer to read from (KIP-392) and until when
+    /// (`metadata.max.age.ms`, as Kafka's consumer keeps it); fetches go to the leader
+    /// without one, and after any error from it.
+    pub(super) preferred_read_replica: Option<(i32, Instant)>,
 }
 
 impl PartitionState {
@@ -65,6 +70,7 @@ impl PartitionState {
             high_watermark: -1,
             last_leader_epoch: None,
             served_at: 0,
+            preferred_read_replica: None,
         }
     }
 

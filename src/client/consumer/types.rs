@@ -140,6 +140,9 @@ pub(crate) struct Settings {
     pub check_crcs: bool,
     pub retry_backoff: Duration,
     pub metadata_max_age: Duration,
+    /// `client.rack`: sent with each Fetch, so a broker with a rack-aware
+    /// `replica.selector.class` can point this consumer at a replica in its rack (KIP-392).
+    pub client_rack: String,
 }
 
 pub(crate) const KNOWN_KEYS: &[&str] = &[
@@ -160,6 +163,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "max.poll.records",
     "isolation.level",
     "check.crcs",
+    "client.rack",
     "key.deserializer",
     "value.deserializer",
 ];
@@ -271,6 +275,11 @@ impl Settings {
             check_crcs: config.parse("check.crcs", true)?,
             retry_backoff: config.millis("retry.backoff.ms", 100, 0, 60_000)?,
             metadata_max_age: config.millis("metadata.max.age.ms", 300_000, 0, 86_400_000)?,
+            client_rack: config
+                .get("client.rack")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
         })
     }
 }
