@@ -161,6 +161,50 @@ fn isr_shrinks_when_a_follower_is_paused_and_expands_after() {
     });
 }
 
+/// A silent follower (SIGSTOP: no FIN, no RST, its heartbeats just stop) leaves the ISR in
+/// seconds by `replica.silence.max.ms` (shipped default), long before its broker session
+/// (30 s here) or Kafka's lag time (30 s) could take it out: acks=all writes go on while it is
+/// still registered and unfenced. It rejoins after SIGCONT; nothing acknowledged is lost.
+#[test]
+fn a_silent_follower_leaves_the_isr_in_seconds_while_still_registered() {
+    let cluster = Cluster::start(
+        3,
+        &[
+            "broker.session.timeout.ms=30000",
+            "replica.lag.time.max.ms=30000",
+            "min.insync.replicas=2",
+        ],
+    );
+    // Brokers 1 and 2 lead; broker 3 only follows.
+    let producer = replicated_under_load(&cluster, "silent", 200);
+    cluster.signal(2, libc::SIGSTOP);
+    let paused_at = Instant::now();
+    cluster.wait_until("both ISRs without broker 3", Duration::from_secs(20), |c| {
+        leaders(c, "silent")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 2 && !isr.contains(&3))
+    });
+    let shrunk_after = paused_at.elapsed();
+    assert_eq!(
+        cluster.gauge(0, "sluice_brokers_unfenced"),
+        Some(3),
+        "broker 3 was fenced: its session, not its silence, took it out"
+    );
+    let before = producer.count();
+    producer.wait_for_more(&cluster, 300);
+    println!(
+        "ISR shrank {shrunk_after:?} after the pause; {} more acknowledged while broker 3 was stopped",
+        producer.count() - before
+    );
+    cluster.signal(2, libc::SIGCONT);
+    cluster.wait_until("full ISRs again", Duration::from_secs(30), |c| {
+        leaders(c, "silent")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    stop_and_check(producer, &cluster, "silent", "silent follower");
+}
+
 /// One deadline per request (the purgatory): an acks=all Produce for eight partitions, four of
 /// them replicated to a paused follower that stays in the ISR, answers once, after about its
 /// `timeout_ms`, with REQUEST_TIMED_OUT for the four stuck partitions and success for the
@@ -174,6 +218,7 @@ fn an_acks_all_produce_for_many_partitions_answers_within_its_timeout() {
         // The paused follower stays in the ISR and registered for the whole test.
         &[
             "replica.lag.time.max.ms=60000",
+            "replica.silence.max.ms=60000",
             "broker.session.timeout.ms=60000",
         ],
     );
@@ -306,6 +351,7 @@ fn divergent_follower_truncates_on_new_leader() {
         3,
         &[
             "replica.lag.time.max.ms=60000",
+            "replica.silence.max.ms=60000",
             "broker.session.timeout.ms=6000",
             "min.insync.replicas=2",
         ],

@@ -111,6 +111,8 @@ pub struct ServerConfig {
     /// `connections.max.idle.ms`
     pub connections_max_idle_ms: u64,
     pub replica_lag_time_max_ms: u64,
+    /// `replica.silence.max.ms` (ours): a follower with no fetch for this long leaves the ISR.
+    pub replica_silence_max_ms: u64,
     /// `replica.fetch.max.bytes`, per partition.
     pub replica_fetch_max_bytes: i32,
     /// `replica.fetch.response.max.bytes`
@@ -490,6 +492,7 @@ impl ServerConfig {
             thread_affinity: boolean("thread.affinity")?,
             connections_max_idle_ms: unsigned("connections.max.idle.ms")?,
             replica_lag_time_max_ms: unsigned("replica.lag.time.max.ms")?,
+            replica_silence_max_ms: unsigned("replica.silence.max.ms")?,
             replica_fetch_max_bytes: number("replica.fetch.max.bytes")? as i32,
             replica_fetch_response_max_bytes: number("replica.fetch.response.max.bytes")? as i32,
             replica_fetch_wait_max_ms: number("replica.fetch.wait.max.ms")? as i32,
@@ -557,6 +560,14 @@ impl ServerConfig {
                 "broker.heartbeat.interval.ms",
                 &config.broker_heartbeat_interval_ms.to_string(),
                 "must be smaller than broker.session.timeout.ms",
+            ));
+        }
+        if config.replica_silence_max_ms <= config.replica_fetch_wait_max_ms.max(0) as u64 {
+            return Err(ConfigError::new(
+                "replica.silence.max.ms",
+                &config.replica_silence_max_ms.to_string(),
+                "must exceed replica.fetch.wait.max.ms: a follower waiting for records that \
+                 long would look silent",
             ));
         }
         Ok(config)
@@ -741,6 +752,7 @@ mod tests {
                 "replica.selector.class=com.example.NearestSelector",
                 "replica.selector.class",
             ),
+            ("replica.silence.max.ms=500", "replica.silence.max.ms"),
         ] {
             let error = load(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");

@@ -774,6 +774,14 @@ pub const KEYS: &[Key] = &[
         "a follower not caught up for this long leaves the ISR",
     ),
     broker(
+        "replica.silence.max.ms",
+        long(100),
+        "2500",
+        "Sluice: a follower that sends no fetch at all for this long leaves the ISR (a hung \
+         process, disk or network, which closes no connection); must exceed \
+         replica.fetch.wait.max.ms, as a live follower long-polls without pause",
+    ),
+    broker(
         "replica.fetch.max.bytes",
         int(1024, I32_MAX),
         "1048576",

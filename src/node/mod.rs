@@ -335,6 +335,7 @@ impl Node {
                 Arc::clone(&quorum),
                 voters.clone(),
                 Duration::from_millis(config.replica_lag_time_max_ms),
+                Duration::from_millis(config.replica_silence_max_ms),
             )));
             tasks.push(tokio::spawn(crate::replica::offline::run(
                 Arc::clone(&replicas),

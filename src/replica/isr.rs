@@ -1,5 +1,6 @@
-//! ISR upkeep on the leader: a follower unheard-from (not caught up) for longer than
-//! `replica.lag.time.max.ms` leaves the ISR, a follower that caught up with the high watermark
+//! ISR upkeep on the leader: a follower not caught up for longer than
+//! `replica.lag.time.max.ms`, or silent (no fetch at all) for longer than
+//! `replica.silence.max.ms`, leaves the ISR; a follower that caught up with the high watermark
 //! joins it. Both go to the controller as AlterPartition; the leader adopts the new ISR only
 //! when the committed image carries it.
 //!
@@ -32,8 +33,10 @@ pub async fn run(
     quorum: Arc<Quorum>,
     voters: Vec<String>,
     lag_max: Duration,
+    silence_max: Duration,
 ) {
-    let period = (lag_max / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let period =
+        (lag_max.min(silence_max) / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
     let mut streaks = Streaks::default();
     loop {
         tokio::time::sleep(period).await;
@@ -46,7 +49,9 @@ pub async fn run(
                 continue;
             }
             let image = quorum.image();
-            let Some((state, isr)) = partition.wanted_isr(lag_max, |b| may_join(&image, b)) else {
+            let Some((state, isr)) =
+                partition.wanted_isr(lag_max, silence_max, |b| may_join(&image, b))
+            else {
                 continue;
             };
             log_change(&partition, &state.isr, &isr);
@@ -143,10 +148,14 @@ fn describe_follower(broker: BrokerId, follower: &FollowerState, now: Instant) -
     let caught_up_ms = now
         .saturating_duration_since(follower.last_caught_up)
         .as_millis();
+    let heard_ms = now
+        .saturating_duration_since(follower.last_heard())
+        .as_millis();
     match follower.log_end_offset {
-        Some(offset) => {
-            format!("broker {broker} at offset {offset}, last caught up {caught_up_ms} ms ago")
-        }
+        Some(offset) => format!(
+            "broker {broker} at offset {offset}, last caught up {caught_up_ms} ms ago, last \
+             fetch {heard_ms} ms ago"
+        ),
         None => format!("broker {broker} not fetched yet, last caught up {caught_up_ms} ms ago"),
     }
 }

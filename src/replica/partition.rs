@@ -227,6 +227,8 @@ pub struct FollowerState {
     pub last_caught_up: Instant,
     /// The leader's log end at the follower's previous fetch, and when that fetch came.
     previous_fetch: Option<(u64, Instant)>,
+    /// When this leadership began (what a follower that never fetched is measured from).
+    since: Instant,
 }
 
 impl FollowerState {
@@ -235,7 +237,13 @@ impl FollowerState {
             log_end_offset: None,
             last_caught_up: now,
             previous_fetch: None,
+            since: now,
         }
+    }
+
+    /// When the follower was last heard from: its last fetch, or the leadership's start.
+    pub fn last_heard(&self) -> Instant {
+        self.previous_fetch.map_or(self.since, |(_, at)| at)
     }
 }
 
@@ -507,13 +515,18 @@ impl Partition {
     }
 
     /// As leader: the ISR this partition should have (laggards out, caught-up replicas in),
-    /// when it differs from the committed one and no change is already pending. Only
+    /// when it differs from the committed one and no change is already pending. A member
+    /// leaves when it was last caught up more than `lag_max` ago (Kafka's rule, for a
+    /// follower that fetches but falls behind), or when it has sent no fetch at all for
+    /// `silence_max` (a hung process, disk or network: a live follower long-polls without
+    /// pause, so silence says it is stuck long before it could fall `lag_max` behind). Only
     /// replicas `may_join` accepts join: the controller refuses a fenced broker (KIP-841),
     /// which a stopped follower is while it still looks caught up for `lag_max`; members
     /// already in are the controller's to remove.
     pub fn wanted_isr(
         &self,
         lag_max: Duration,
+        silence_max: Duration,
         may_join: impl Fn(BrokerId) -> bool,
     ) -> Option<(PartitionState, Vec<BrokerId>)> {
         let state = self.state();
@@ -540,9 +553,10 @@ impl Partition {
             .copied()
             .filter(|r| {
                 *r == self.broker_id
-                    || followers
-                        .get(r)
-                        .is_some_and(|f| now.duration_since(f.last_caught_up) <= lag_max)
+                    || followers.get(r).is_some_and(|f| {
+                        now.duration_since(f.last_caught_up) <= lag_max
+                            && now.duration_since(f.last_heard()) <= silence_max
+                    })
             })
             .collect();
         for replica in &state.replicas {
@@ -552,6 +566,7 @@ impl Partition {
             let caught_up = followers.get(replica).is_some_and(|f| {
                 f.log_end_offset.is_some_and(|leo| leo >= high_watermark)
                     && now.duration_since(f.last_caught_up) <= lag_max
+                    && now.duration_since(f.last_heard()) <= silence_max
             });
             if caught_up && may_join(*replica) {
                 isr.push(*replica);

@@ -389,6 +389,9 @@ fn the_high_watermark_never_moves_back_nor_past_the_log_end() {
     assert_eq!(follower.partition.high_watermark(), 0);
 }
 
+/// A silence bound the lag tests never reach.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Kafka's ISR rules on the leader, with time moved by hand: a follower not caught up for
 /// longer than replica.lag.time.max.ms leaves; one that reaches the high watermark and is
 /// caught up joins; a change waits for its commit (or a timeout) before another is asked for.
@@ -400,7 +403,7 @@ fn followers_leave_and_join_the_isr_by_lag_time() {
     let leader = replica_with_clock(ME, state(ME, 5, &[1, 2, 3]), 1 << 30, clock.clone());
     let partition = &leader.partition;
     assert!(
-        partition.wanted_isr(lag, |_| true).is_none(),
+        partition.wanted_isr(lag, QUIET, |_| true).is_none(),
         "a new leadership drops nobody at once"
     );
 
@@ -409,32 +412,38 @@ fn followers_leave_and_join_the_isr_by_lag_time() {
     assert_eq!(partition.follower_fetch(2, 10, 5), Ok(FollowerFetch::Read));
     clock.advance(6 * second);
     // 11 s without broker 3 caught up; broker 2 was 6 s ago.
-    let (_, wanted) = partition.wanted_isr(lag, |_| true).expect("a shrink");
+    let (_, wanted) = partition
+        .wanted_isr(lag, QUIET, |_| true)
+        .expect("a shrink");
     assert_eq!(wanted, vec![1, 2]);
     // Who may join does not hold back a shrink.
-    let (_, wanted) = partition.wanted_isr(lag, |_| false).expect("a shrink");
+    let (_, wanted) = partition
+        .wanted_isr(lag, QUIET, |_| false)
+        .expect("a shrink");
     assert_eq!(wanted, vec![1, 2]);
     partition.isr_change_sent(wanted.clone());
     assert!(
-        partition.wanted_isr(lag, |_| true).is_none(),
+        partition.wanted_isr(lag, QUIET, |_| true).is_none(),
         "one change at a time"
     );
     partition.set_state(state(ME, 5, &[1, 2]));
-    assert!(partition.wanted_isr(lag, |_| true).is_none());
+    assert!(partition.wanted_isr(lag, QUIET, |_| true).is_none());
 
     // Broker 3 fetches behind the log end: not caught up, not back yet.
     assert_eq!(partition.follower_fetch(3, 4, 5), Ok(FollowerFetch::Read));
-    assert!(partition.wanted_isr(lag, |_| true).is_none());
+    assert!(partition.wanted_isr(lag, QUIET, |_| true).is_none());
     // At the log end: caught up and past the high watermark, it rejoins.
     assert_eq!(partition.follower_fetch(3, 10, 5), Ok(FollowerFetch::Read));
     // Not while it may not join (fenced): the controller would refuse it.
-    assert!(partition.wanted_isr(lag, |b| b != 3).is_none());
-    let (_, wanted) = partition.wanted_isr(lag, |_| true).expect("an expansion");
+    assert!(partition.wanted_isr(lag, QUIET, |b| b != 3).is_none());
+    let (_, wanted) = partition
+        .wanted_isr(lag, QUIET, |_| true)
+        .expect("an expansion");
     assert_eq!(wanted, vec![1, 2, 3]);
     partition.isr_change_sent(wanted);
     // Unanswered for longer than the pending timeout: asked again.
     clock.advance(PENDING_ISR_TIMEOUT + second);
-    assert!(partition.wanted_isr(lag, |_| true).is_some());
+    assert!(partition.wanted_isr(lag, QUIET, |_| true).is_some());
 }
 
 /// A follower that keeps up with a leader taking writes stays caught up although each fetch
@@ -453,10 +462,53 @@ fn a_follower_keeping_up_with_writes_stays_in_the_isr() {
         end = partition.log_end_offset() as i64;
         clock.advance(std::time::Duration::from_secs(1));
         assert!(
-            partition.wanted_isr(lag, |_| true).is_none(),
+            partition.wanted_isr(lag, QUIET, |_| true).is_none(),
             "after {sequence} s"
         );
     }
+}
+
+/// A follower that sends no fetch at all for `silence_max` leaves the ISR although it was
+/// caught up well within `lag_max` (a hung process: no fetch, no lag seen); one that keeps
+/// fetching stays, and a follower that never fetched is measured from the leadership's start.
+#[test]
+fn a_silent_follower_leaves_the_isr_long_before_the_lag_time() {
+    let lag = std::time::Duration::from_secs(30);
+    let silence = std::time::Duration::from_millis(2500);
+    let clock = Arc::new(ManualInstantClock::default());
+    let leader = replica_with_clock(ME, state(ME, 5, &[1, 2, 3]), 1 << 30, clock.clone());
+    let partition = &leader.partition;
+    // Both fetch, caught up on an idle log, every 500 ms for 5 s: nobody leaves.
+    for _ in 0..10 {
+        assert_eq!(partition.follower_fetch(2, 0, -1), Ok(FollowerFetch::Read));
+        assert_eq!(partition.follower_fetch(3, 0, -1), Ok(FollowerFetch::Read));
+        clock.advance(std::time::Duration::from_millis(500));
+        assert!(partition.wanted_isr(lag, silence, |_| true).is_none());
+    }
+    // Broker 3 stops fetching (its last fetch 500 ms ago); broker 2 goes on. After 2.5 s of
+    // silence 3 leaves.
+    for _ in 0..4 {
+        assert_eq!(partition.follower_fetch(2, 0, -1), Ok(FollowerFetch::Read));
+        clock.advance(std::time::Duration::from_millis(500));
+        assert!(partition.wanted_isr(lag, silence, |_| true).is_none());
+    }
+    assert_eq!(partition.follower_fetch(2, 0, -1), Ok(FollowerFetch::Read));
+    clock.advance(std::time::Duration::from_millis(100));
+    let (_, wanted) = partition
+        .wanted_isr(lag, silence, |_| true)
+        .expect("a shrink");
+    assert_eq!(wanted, vec![1, 2]);
+
+    // A new leadership: a follower that never fetches leaves once the bound has passed.
+    let fresh = replica_with_clock(ME, state(ME, 6, &[1, 2]), 1 << 30, clock.clone());
+    clock.advance(std::time::Duration::from_millis(2000));
+    assert!(fresh.partition.wanted_isr(lag, silence, |_| true).is_none());
+    clock.advance(std::time::Duration::from_millis(600));
+    let (_, wanted) = fresh
+        .partition
+        .wanted_isr(lag, silence, |_| true)
+        .expect("a shrink");
+    assert_eq!(wanted, vec![1]);
 }
 
 /// The invariants are checked where they live: a leader epoch going back is a bug that stops
