@@ -40,8 +40,9 @@ from sluice_node import free_port  # noqa: E402
 
 
 class Cluster:
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
+    def __init__(self, binary, work, overrides=lambda node_id: []):
+        """Three nodes; `overrides(node_id)`: more `key=value` settings of that node."""
+        self.binary, self.work, self.overrides = binary, work, overrides
         self.nodes = {i: {"kafka": free_port(), "quorum": free_port(), "http": free_port()} for i in (1, 2, 3)}
         self.voters = ",".join(f"{i}@127.0.0.1:{n['quorum']}" for i, n in self.nodes.items())
         self.processes = {}
@@ -63,6 +64,7 @@ class Cluster:
             "--override", "min.insync.replicas=2",
             # Three nodes share this machine's CPUs, as config/node-*.properties say.
             "--override", "thread.affinity=false",
+            *[arg for o in self.overrides(i) for arg in ("--override", o)],
         ], stdout=subprocess.DEVNULL, stderr=log)
 
     def kill9(self, i):

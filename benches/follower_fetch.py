@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cross-rack fetch bytes with and without `client.rack` (KIP-392, fetch from follower).
 
-Starts three nodes in racks rack-1..rack-3 with Kafka's RackAwareReplicaSelector, creates an
-RF=3 topic of 6 partitions (each node leads two), writes RECORDS records of 1 KiB with
+Starts three nodes (benches/failover.py's cluster) in racks rack-1..rack-3 with Kafka's
+RackAwareReplicaSelector, creates an RF=3 topic of 6 partitions (each node leads two),
+writes RECORDS records of 1 KiB with
 confluent-kafka (acks=all), lets replication settle, then reads the whole topic with a
 confluent-kafka consumer in rack-1: once without `client.rack`, once with it. Nothing is
 written while it reads, so what each broker's `sluice_bytes_out_total` grows by is what it
@@ -14,8 +15,6 @@ usage: benches/follower_fetch.py [--sluice PATH] [--records N]
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,30 +24,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_node import free_port, say  # noqa: E402
+from failover import Cluster  # noqa: E402
+from sluice_node import say  # noqa: E402
 
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 PARTITIONS = 6
-
-
-def start_cluster(binary, work):
-    nodes = {i: {"kafka": free_port(), "quorum": free_port(), "http": free_port()} for i in (1, 2, 3)}
-    voters = ",".join(f"{i}@127.0.0.1:{n['quorum']}" for i, n in nodes.items())
-    processes = []
-    for i, n in nodes.items():
-        log = open(os.path.join(work, f"node-{i}.log"), "a")
-        processes.append(subprocess.Popen([
-            binary, "server",
-            "--override", f"node.id={i}",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{n['kafka']},CONTROLLER://127.0.0.1:{n['quorum']}",
-            "--override", f"controller.quorum.voters={voters}",
-            "--override", f"http.listener=127.0.0.1:{n['http']}",
-            "--override", f"log.dirs={os.path.join(work, f'data-{i}')}",
-            "--override", f"broker.rack=rack-{i}",
-            "--override", f"replica.selector.class={SELECTOR}",
-            "--override", "thread.affinity=false",
-        ], stdout=subprocess.DEVNULL, stderr=log))
-    return nodes, processes
 
 
 def counter(node, name):
@@ -91,8 +71,9 @@ def main():
     parser.add_argument("--records", type=int, default=100_000)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sluice-ffr-")
-    nodes, processes = start_cluster(os.path.abspath(args.sluice), work)
-    bootstrap = ",".join(f"127.0.0.1:{n['kafka']}" for n in nodes.values())
+    cluster = Cluster(os.path.abspath(args.sluice), work,
+                      lambda i: [f"broker.rack=rack-{i}", f"replica.selector.class={SELECTOR}"])
+    nodes, bootstrap = cluster.nodes, cluster.bootstrap
     try:
         deadline = time.monotonic() + 60
         while any(counter(n, "sluice_brokers_unfenced") != 3 for n in nodes.values()):
@@ -134,13 +115,7 @@ def main():
         for rack, total, cross, elapsed, redirects in results:
             print(f"| {rack} | {total:,} | {cross:,} | {cross / max(total, 1):.0%} | {elapsed:.1f} | {redirects} |")
     finally:
-        for p in processes:
-            p.send_signal(signal.SIGTERM)
-        for p in processes:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

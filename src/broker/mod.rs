@@ -134,11 +134,7 @@ impl Broker {
         partition: i32,
         current_leader_epoch: i32,
     ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
-        let tp = crate::protocol::TopicPartition::new(topic, partition);
-        let Some(found) = self.replicas.partition(&tp) else {
-            return Err(self.unserved_partition_error(image, &tp));
-        };
-        let state = found.state();
+        let (found, state) = self.local_partition(image, topic, partition)?;
         if state.leader != self.broker_id {
             return Err(KafkaError::NotLeaderOrFollower);
         }
@@ -156,12 +152,23 @@ impl Broker {
         partition: i32,
         current_leader_epoch: i32,
     ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
+        let (found, state) = self.local_partition(image, topic, partition)?;
+        check_leader_epoch(current_leader_epoch, &state)?;
+        Ok((found, state))
+    }
+
+    /// The replica open here, with its state, or why there is none.
+    fn local_partition(
+        &self,
+        image: &MetadataImage,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
         let tp = crate::protocol::TopicPartition::new(topic, partition);
         let Some(found) = self.replicas.partition(&tp) else {
             return Err(self.unserved_partition_error(image, &tp));
         };
         let state = found.state();
-        check_leader_epoch(current_leader_epoch, &state)?;
         Ok((found, state))
     }
 }
