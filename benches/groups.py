@@ -11,8 +11,12 @@
   the members, or one more). And how many partitions were revoked on the way (all of them
   under the eager protocol; only the moved ones under cooperative-sticky and KIP-848). With
   22 partitions the two members holding a third one must each give it up (no choice); with
-  20 any one of the ten may give one up. Each scenario runs --rounds times with fresh groups
-  (a rebalance waits on members' heartbeats, whose phase is random): median and max.
+  20 any one of the ten may give one up. Each scenario runs --rounds times with fresh groups:
+  median and max. A rebalance waits on members' heartbeats, so when the newcomer arrives
+  matters: `--join-at settled` starts it as soon as the ten are balanced (just after they all
+  heartbeat: the worst moment when their heartbeats are in step), `random` (the default) at a
+  moment drawn uniformly from the 5 s after that (seeded by the round: the same moments for
+  every binary).
   librdkafka's members are polled in turn from one thread (5 ms each); the SDK's are
   `sluice consume --group` processes, their assignment read from the SDK's log lines
   ("joined the group" / "reconciled the group's assignment", `assigned=N`), timed from the
@@ -21,10 +25,12 @@
   second and latency p50/p99, beside single-record acks=all produce latency measured in the
   same run (the same replicated append a commit waits for: the raw limit).
 
-usage: benches/groups.py [--sluice PATH] [--seconds N] [--rounds N] [--only join,rebalance,sdk,commit]
+usage: benches/groups.py [--sluice PATH] [--seconds N] [--rounds N] [--join-at random|settled]
+                         [--only join,rebalance,sdk,commit]
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -105,8 +111,9 @@ def shares(counts, partitions):
     return sum(counts) == partitions and all(floor <= c <= floor + 1 for c in counts)
 
 
-def rebalance_time(bootstrap, topic, group, protocol, partitions):
-    """librdkafka: (first, balanced, revoked) for a tenth member's arrival, times in seconds."""
+def rebalance_time(bootstrap, topic, group, protocol, partitions, delay):
+    """librdkafka: (first, balanced, revoked) for an eleventh member arriving `delay` seconds
+    after the ten are balanced; times in seconds."""
     members = [Member(bootstrap, group, topic, protocol) for _ in range(10)]
 
     def poll_until(done, deadline):
@@ -118,6 +125,7 @@ def rebalance_time(bootstrap, topic, group, protocol, partitions):
     balanced = lambda: (owned_once([m.owned for m in members], partitions)  # noqa: E731
                         and shares([len(m.owned) for m in members], partitions))
     poll_until(balanced, time.monotonic() + 120)
+    poll_until(lambda: False, time.monotonic() + delay)
     for m in members:
         m.revoked = 0
     newcomer = Member(bootstrap, group, topic, protocol)
@@ -164,8 +172,9 @@ class SdkMember:
             self.process.wait()
 
 
-def sdk_rebalance_time(binary, bootstrap, topic, group, protocol, partitions):
-    """The SDK: (first, balanced) for a tenth member's arrival, times in seconds."""
+def sdk_rebalance_time(binary, bootstrap, topic, group, protocol, partitions, delay):
+    """The SDK: (first, balanced) for an eleventh member arriving `delay` seconds after the ten
+    are balanced; times in seconds."""
     members = [SdkMember(binary, bootstrap, group, topic, protocol) for _ in range(10)]
 
     def wait_until(done, deadline):
@@ -176,6 +185,7 @@ def sdk_rebalance_time(binary, bootstrap, topic, group, protocol, partitions):
     balanced = lambda: shares([m.count for m in members], partitions)  # noqa: E731
     try:
         wait_until(balanced, time.monotonic() + 120)
+        time.sleep(delay)
         started = time.monotonic()
         newcomer = SdkMember(binary, bootstrap, group, topic, protocol)
         members.append(newcomer)
@@ -227,6 +237,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default="join,rebalance,sdk,commit")
+    parser.add_argument("--join-at", choices=("random", "settled"), default="random")
     args = parser.parse_args()
     only = set(args.only.split(","))
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
@@ -260,17 +271,19 @@ def main():
             firsts, settles, revokes = [], [], []
             for r in range(args.rounds):
                 group = f"rb-{client}-{protocol}-{partitions}-{r}"
+                delay = random.Random(r).uniform(0, 5) if args.join_at == "random" else 0
                 if client == "sdk":
                     first, settled = sdk_rebalance_time(args.sluice, broker.bootstrap, topic, group,
-                                                        protocol, partitions)
+                                                        protocol, partitions, delay)
                 else:
                     first, settled, revoked = rebalance_time(broker.bootstrap, topic, group, protocol,
-                                                             partitions)
+                                                             partitions, delay)
                     revokes.append(revoked)
                 firsts.append(first)
                 settles.append(settled)
             revoked = f", {statistics.median(revokes):.0f} of {partitions} partitions revoked" if revokes else ""
-            print(f"rebalance 10 -> 11 members, {client:10} {protocol:11} {partitions} partitions: "
+            print(f"rebalance 10 -> 11 members (join at {args.join_at}), {client:10} {protocol:11} "
+                  f"{partitions} partitions: "
                   f"first {summary(firsts)}; balanced {summary(settles)}{revoked} "
                   f"(rounds: {', '.join(ms(t) for t in settles)})", flush=True)
         if "commit" in only:
