@@ -756,6 +756,12 @@ fn kip848_members_whose_assignment_changes_are_asked_back_soon() {
     let node = SingleNode::start(&["group.consumer.heartbeat.interval.ms=4000"]);
     let mut client = Client::connect(node.kafka_port);
     client.create_topic("soon848", 4);
+    // The first FindCoordinator creates the offsets topic.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while find_group_coordinator(&mut client, "soon").error_code != 0 {
+        assert!(std::time::Instant::now() < deadline, "no coordinator");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let (short, configured) = (200, 4000);
     let a = consumer_heartbeat(&mut client, "soon", "member-a", 0, &[]);
     assert_eq!(
