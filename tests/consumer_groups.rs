@@ -748,9 +748,8 @@ fn assigned(
 /// changing (a newcomer waiting for partitions another member holds, a member that must
 /// give partitions up) is answered with the short interval, so it hears of the next step
 /// soon; a member whose assignment is complete heartbeats once per
-/// `group.consumer.heartbeat.interval.ms`, its first stable answer placing it between half
-/// an interval and one away, apart from the other stable members. The metric counts the
-/// answers of each kind.
+/// `group.consumer.heartbeat.interval.ms`, its first stable answer placing its heartbeats
+/// apart from the other stable members'. The metric counts the answers of each kind.
 #[test]
 fn kip848_members_whose_assignment_changes_are_asked_back_soon() {
     let node = SingleNode::start(&["group.consumer.heartbeat.interval.ms=4000"]);
@@ -801,9 +800,13 @@ fn kip848_members_whose_assignment_changes_are_asked_back_soon() {
     );
     let b = consumer_heartbeat(&mut client, "soon", "member-b", b.member_epoch, &[]);
     assert_eq!(assigned(&b).len(), 2, "{b:?}");
-    // B is stable with them: half an interval from A's heartbeats (they are in step now).
+    // B is stable with them: about half an interval from A's heartbeats (A heartbeat just
+    // now, so B's first interval is about half of one).
     let placed = b.heartbeat_interval_ms;
-    assert!((configured / 2..=configured).contains(&placed), "{b:?}");
+    assert!(
+        (configured * 2 / 5..=configured * 3 / 5).contains(&placed),
+        "{b:?}"
+    );
     // Its acknowledgement right after keeps that place.
     let b = consumer_heartbeat(
         &mut client,

@@ -33,8 +33,8 @@
 //! of which members give up or take partitions, the `uniform` assignor prefers those whose
 //! next heartbeat is due soonest (`ConsumerMember::heartbeat_due`); and members that finish
 //! a rebalance together, which would then heartbeat in step, get phases spread over the
-//! period (`place_phase`, between half a period and a period away: one shorter interval per
-//! reconciliation), so some member's heartbeat is always near.
+//! period (`place_phase`: one shorter interval per reconciliation), so some member's
+//! heartbeat is always near.
 //!
 //! What the group's records hold (its epochs, each member's metadata, target and current
 //! assignment) changes only through `replay` of Kafka's KIP-848 records: an operation writes a
@@ -608,7 +608,13 @@ impl ConsumerGroup {
         if let Err(refused) = ConsumerGroup::check_request(&request) {
             return refused;
         }
+        let short = Duration::from_millis(
+            RECONCILING_HEARTBEAT_INTERVAL_MS.min(config.consumer_heartbeat_interval_ms.max(1)),
+        );
+        // Heard from before it was asked to come back (a client acknowledging an assignment).
+        let mut early = false;
         if let Some(member) = self.members.get_mut(&request.member_id) {
+            early = now.instant + short < member.heartbeat_due;
             // Heard from now: whatever a new target asks of it, it learns at once.
             member.heartbeat_due = now.instant;
         }
@@ -618,31 +624,39 @@ impl ConsumerGroup {
             _ => self.member_heartbeat(request, topics, now),
         };
         if result.error.is_ok() {
-            result.heartbeat_interval_ms = self.answer_interval(&result.member_id, config, now);
+            result.heartbeat_interval_ms =
+                self.answer_interval(&result.member_id, config, early, now);
         }
         result
     }
 
     /// The interval `member_id` is told to heartbeat at next (see the module doc), noted as
-    /// when its next heartbeat is due.
-    fn answer_interval(&mut self, member_id: &str, config: &GroupConfig, now: Now) -> Option<i32> {
+    /// when its next heartbeat is due; `early`: it heartbeat before it was due.
+    fn answer_interval(
+        &mut self,
+        member_id: &str,
+        config: &GroupConfig,
+        early: bool,
+        now: Now,
+    ) -> Option<i32> {
         let member = self.members.get(member_id)?;
         let period = Duration::from_millis(config.consumer_heartbeat_interval_ms.max(1));
+        let short = Duration::from_millis(RECONCILING_HEARTBEAT_INTERVAL_MS).min(period);
         let (interval, phase) = if self.reconciling(member) {
             self.heartbeats_answered.reconciling += 1;
-            let short = Duration::from_millis(RECONCILING_HEARTBEAT_INTERVAL_MS).min(period);
             (short, None)
         } else {
             self.heartbeats_answered.stable += 1;
             let phase = member
                 .heartbeat_phase
                 .unwrap_or_else(|| self.place_phase(member_id, period, now.instant));
-            // The next time the phase comes round, at most one period ahead; one heard from
-            // well before it (more than three quarters of a period early) starts a new phase
-            // one period from now instead of heartbeating again almost at once.
+            // The next time the phase comes round. A heartbeat on time (or late) is answered
+            // with about a period; one sent early by the client (an acknowledgement) keeps
+            // the phase too, however near; one a little ahead of its phase (a client's timer)
+            // moves the phase to a period from now rather than coming back at once.
             let ahead = time_to_phase(phase, period, now.instant);
-            if ahead >= period / 4 {
-                (ahead, Some(phase))
+            if early || ahead >= short {
+                (if ahead.is_zero() { period } else { ahead }, Some(phase))
             } else {
                 (period, Some(now.instant + period))
             }
@@ -653,12 +667,13 @@ impl ConsumerGroup {
         Some(i32::try_from(interval.as_millis()).unwrap_or(i32::MAX))
     }
 
-    /// The phase of a member that has just become stable: between half a period and a period
-    /// from now, as far as possible from the phases of the group's other stable members. The
-    /// members a rebalance moved finish it together and would otherwise heartbeat in step
-    /// from then on; spread over the period, some member's next heartbeat is always near, and
-    /// the assignor, preferring members due soonest, takes partitions for a newcomer from it.
-    /// It costs one interval shorter than the period (by at most half) per reconciliation.
+    /// The phase of a member that has just become stable: between twice the short interval
+    /// and a period from now, as far as possible from the phases of the group's other stable
+    /// members. The members a rebalance moved finish it together and would otherwise
+    /// heartbeat in step from then on; spread over the period, some member's next heartbeat
+    /// is always near, and the assignor, preferring members due soonest, takes partitions for
+    /// a newcomer from it. It costs one interval shorter than the period per reconciliation
+    /// (never below twice the short one), at most one heartbeat more.
     fn place_phase(&self, member_id: &str, period: Duration, now: Instant) -> Instant {
         let period_ms = period.as_millis().max(1) as u64;
         let mut others: Vec<u64> = self
@@ -684,9 +699,10 @@ impl ConsumerGroup {
             };
             after.min(before)
         };
-        const CANDIDATES: u64 = 32;
+        const CANDIDATES: u64 = 64;
+        let earliest_ms = (2 * RECONCILING_HEARTBEAT_INTERVAL_MS).min(period_ms);
         let best_ms = (0..=CANDIDATES)
-            .map(|k| period_ms / 2 + (period_ms - period_ms / 2) * k / CANDIDATES)
+            .map(|k| earliest_ms + (period_ms - earliest_ms) * k / CANDIDATES)
             .max_by_key(|&at| (distance(at % period_ms), at))
             .unwrap_or(period_ms);
         now + Duration::from_millis(best_ms)
@@ -1691,15 +1707,20 @@ mod tests {
         let a = hb(&mut group, "a", 1, kept.clone(), 5_020);
         assert_eq!((a.member_epoch, a.heartbeat_interval_ms), (2, Some(period)));
         // B's next (short) heartbeat gets what A released; B is stable with it, and its
-        // heartbeats are placed half a period from A's (not in step with them).
+        // heartbeats are placed about half a period from A's (not in step with them).
         let b = hb(&mut group, "b", 2, vec![], 5_210);
         assert_eq!(partitions(&b).len(), 3);
-        assert_eq!(b.heartbeat_interval_ms, Some(period / 2));
+        let placed = b.heartbeat_interval_ms.expect("an interval");
+        let apart = (5_020 + period - (5_210 + placed)).rem_euclid(period);
+        assert!(
+            (period * 48 / 100..=period * 52 / 100).contains(&apart),
+            "B's first interval {placed}: {apart} ms from A's heartbeats"
+        );
         assert_eq!(group.state_name(), "Stable");
         // B's acknowledgement, just after, keeps that phase.
         let got_b: Vec<i32> = partitions(&b).into_iter().collect();
         let b = hb(&mut group, "b", 2, got_b.clone(), 5_220);
-        assert_eq!(b.heartbeat_interval_ms, Some(period / 2 - 10));
+        assert_eq!(b.heartbeat_interval_ms, Some(placed - 10));
         assert_eq!(
             group.heartbeats_answered,
             HeartbeatsAnswered {
@@ -1710,10 +1731,7 @@ mod tests {
 
         // From then on each heartbeats once per period: answered heartbeating on time (1 ms
         // late, a round trip), a member is due exactly one period after the last.
-        let mut due = BTreeMap::from([
-            ("a", 5_020 + period as u64),
-            ("b", 5_210 + period as u64 / 2),
-        ]);
+        let mut due = BTreeMap::from([("a", 5_020 + period as u64), ("b", 5_210 + placed as u64)]);
         for _ in 0..4 {
             let (id, at) = due
                 .iter()
