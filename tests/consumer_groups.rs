@@ -939,6 +939,7 @@ async fn kip848_a_newcomer_is_asked_back_soon_and_a_stable_group_keeps_the_confi
     // window; and they did heartbeat.
     let allowed = (3.0 * (window_s / configured_s + 2.0)) as i64;
     let heartbeats = stable_after - stable;
+    println!("{heartbeats} stable heartbeats from 3 members in {window_s:.1} s");
     assert!(
         (3..=allowed).contains(&heartbeats),
         "{heartbeats} stable heartbeats in {window_s:.1} s (at most {allowed})"
