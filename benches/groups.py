@@ -26,7 +26,7 @@
   same run (the same replicated append a commit waits for: the raw limit).
 
 usage: benches/groups.py [--sluice PATH] [--seconds N] [--rounds N] [--join-at random|settled]
-                         [--only join,rebalance,sdk,commit]
+                         [--only join,rebalance,sdk,commit] [--protocols classic,cooperative,consumer]
 """
 import argparse
 import os
@@ -136,9 +136,18 @@ def rebalance_time(bootstrap, topic, group, protocol, partitions, delay):
     done = poll_until(balanced, started + 120)
     settled = time.monotonic() - started if done else float("nan")
     revoked = sum(m.revoked for m in members)
-    for m in members:
-        m.consumer.close()
+    close_all([m.consumer for m in members])
     return first, settled, revoked
+
+
+def close_all(consumers):
+    """Closes every consumer at once: closed one after another from this thread, a closing
+    cooperative member can wait for a rebalance that needs the others, which nobody polls."""
+    threads = [threading.Thread(target=c.close) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -238,6 +247,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default="join,rebalance,sdk,commit")
     parser.add_argument("--join-at", choices=("random", "settled"), default="random")
+    parser.add_argument("--protocols", default="classic,cooperative,consumer")
     args = parser.parse_args()
     only = set(args.only.split(","))
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
@@ -266,7 +276,7 @@ def main():
             scenarios += [("librdkafka", "consumer", 20)]
         if "sdk" in only:
             scenarios += [("sdk", p, n) for p in ("classic", "consumer") for n in (22, 20)]
-        for client, protocol, partitions in scenarios:
+        for client, protocol, partitions in [s for s in scenarios if s[1] in args.protocols.split(",")]:
             topic = f"rebalance-{partitions}"
             firsts, settles, revokes = [], [], []
             for r in range(args.rounds):
