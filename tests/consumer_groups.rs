@@ -686,3 +686,275 @@ fn a_kip848_member_keeps_its_partitions_when_the_coordinator_is_killed() {
         "the member rejoined or lost its partitions"
     );
 }
+
+/// One KIP-848 heartbeat (version 1: the member names itself), retried while the coordinator
+/// loads; `owned` None on a join means none.
+fn consumer_heartbeat(
+    client: &mut Client,
+    group: &str,
+    member_id: &str,
+    epoch: i32,
+    owned: &[(uuid::Uuid, i32)],
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatResponse {
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    let mut by_topic: std::collections::BTreeMap<uuid::Uuid, Vec<i32>> = Default::default();
+    for (id, partition) in owned {
+        by_topic.entry(*id).or_default().push(*partition);
+    }
+    let request = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_member_id(StrBytes::from_string(member_id.to_owned()))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(
+            (epoch == 0).then(|| vec![TopicName(StrBytes::from_static_str("soon848"))]),
+        )
+        .with_topic_partitions(Some(
+            by_topic
+                .into_iter()
+                .map(|(id, partitions)| {
+                    TopicPartitions::default()
+                        .with_topic_id(id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        ));
+    for _ in 0..100 {
+        let response: kafka_protocol::messages::ConsumerGroupHeartbeatResponse =
+            client.call(ApiKey::ConsumerGroupHeartbeat, 1, &request);
+        // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE: the offsets topic is new.
+        if ![14, 15].contains(&response.error_code) {
+            assert_eq!(response.error_code, 0, "{response:?}");
+            return response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the coordinator of {group} stayed loading");
+}
+
+fn assigned(
+    response: &kafka_protocol::messages::ConsumerGroupHeartbeatResponse,
+) -> Vec<(uuid::Uuid, i32)> {
+    response
+        .assignment
+        .iter()
+        .flat_map(|a| &a.topic_partitions)
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+        .collect()
+}
+
+/// KIP-848 heartbeat intervals, as the protocol shows them: a member whose assignment is
+/// changing (a newcomer waiting for partitions another member holds, a member that must
+/// give partitions up) is answered with the short interval, so it hears of the next step
+/// soon; a member whose assignment is complete heartbeats once per
+/// `group.consumer.heartbeat.interval.ms`, its first stable answer placing its heartbeats
+/// apart from the other stable members'. The metric counts the answers of each kind.
+#[test]
+fn kip848_members_whose_assignment_changes_are_asked_back_soon() {
+    let node = SingleNode::start(&["group.consumer.heartbeat.interval.ms=4000"]);
+    let mut client = Client::connect(node.kafka_port);
+    client.create_topic("soon848", 4);
+    // The first FindCoordinator creates the offsets topic.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while find_group_coordinator(&mut client, "soon").error_code != 0 {
+        assert!(std::time::Instant::now() < deadline, "no coordinator");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (short, configured) = (200, 4000);
+    let a = consumer_heartbeat(&mut client, "soon", "member-a", 0, &[]);
+    assert_eq!(
+        (assigned(&a).len(), a.heartbeat_interval_ms),
+        (4, configured),
+        "{a:?}"
+    );
+    let all_a = assigned(&a);
+
+    // B joins: everything is A's, so B is asked back soon.
+    let b = consumer_heartbeat(&mut client, "soon", "member-b", 0, &[]);
+    assert_eq!(
+        (assigned(&b).len(), b.heartbeat_interval_ms),
+        (0, short),
+        "{b:?}"
+    );
+    // A's next heartbeat tells it to give two up, and to come back soon.
+    let a = consumer_heartbeat(&mut client, "soon", "member-a", a.member_epoch, &all_a);
+    assert_eq!(
+        (assigned(&a).len(), a.heartbeat_interval_ms),
+        (2, short),
+        "{a:?}"
+    );
+    let kept = assigned(&a);
+    let b = consumer_heartbeat(&mut client, "soon", "member-b", b.member_epoch, &[]);
+    assert_eq!(
+        (assigned(&b).len(), b.heartbeat_interval_ms),
+        (0, short),
+        "{b:?}"
+    );
+    // A confirms: done, the configured interval; B's next heartbeat gets the two.
+    let a = consumer_heartbeat(&mut client, "soon", "member-a", a.member_epoch, &kept);
+    assert_eq!(
+        (assigned(&a), a.heartbeat_interval_ms),
+        (kept.clone(), configured),
+        "{a:?}"
+    );
+    let b = consumer_heartbeat(&mut client, "soon", "member-b", b.member_epoch, &[]);
+    assert_eq!(assigned(&b).len(), 2, "{b:?}");
+    // B is stable with them: about half an interval from A's heartbeats (A heartbeat just
+    // now, so B's first interval is about half of one).
+    let placed = b.heartbeat_interval_ms;
+    assert!(
+        (configured * 2 / 5..=configured * 3 / 5).contains(&placed),
+        "{b:?}"
+    );
+    // Its acknowledgement right after keeps that place.
+    let b = consumer_heartbeat(
+        &mut client,
+        "soon",
+        "member-b",
+        b.member_epoch,
+        &assigned(&b),
+    );
+    assert!(
+        (placed - 1_000..=placed).contains(&b.heartbeat_interval_ms),
+        "{placed} then {b:?}"
+    );
+
+    let metrics = node.metrics_text();
+    for (interval, count) in [("reconciling", 3), ("stable", 4)] {
+        let line = format!(
+            "sluice_consumer_group_heartbeats_total{{group=\"soon\",interval=\"{interval}\"}} {count}"
+        );
+        assert!(metrics.contains(&line), "no {line:?} in\n{metrics}");
+    }
+}
+
+/// The group's KIP-848 heartbeat answers so far: (reconciling, stable).
+fn heartbeats_answered(node: &SingleNode, group: &str) -> (i64, i64) {
+    let count = |interval: &str| {
+        node.gauge(&format!(
+            "sluice_consumer_group_heartbeats_total{{group=\"{group}\",interval=\"{interval}\"}}"
+        ))
+        .unwrap_or(0)
+    };
+    (count("reconciling"), count("stable"))
+}
+
+/// Waits until the node's one consumer group is Stable.
+fn wait_stable(node: &SingleNode, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while node.gauge("sluice_groups{type=\"consumer\",state=\"Stable\"}") != Some(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the group never became stable\n{}",
+            node.metrics_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// KIP-848 with real clients: two confluent-kafka members (group.protocol=consumer) own a
+/// topic and an SDK member joins. The newcomer gets its share, having been answered with
+/// the short interval while it waited for the others to release it; once the group is
+/// stable again none of its members is answered with the short interval and they heartbeat
+/// once per `group.consumer.heartbeat.interval.ms` (counted by the coordinator), and the
+/// confluent members lost nothing on the way.
+#[tokio::test(flavor = "multi_thread")]
+async fn kip848_a_newcomer_is_asked_back_soon_and_a_stable_group_keeps_the_configured_interval() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let node = SingleNode::start(&[]);
+    let configured_s = 5.0;
+    groups_case_args(&node, "create-rf", &["steady848", "6", "1"]);
+    let mut members = Vec::new();
+    for _ in 0..2 {
+        let mut member = std::process::Command::new("python3")
+            .args([
+                "groups_suite.py",
+                &node.bootstrap(),
+                "hold848",
+                "steady",
+                "steady848",
+            ])
+            .current_dir(support::clients_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut lines = BufReader::new(member.stdout.take().expect("stdout")).lines();
+        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(ready.starts_with("ready "), "a confluent member: {ready:?}");
+        members.push((member, lines));
+    }
+    wait_stable(&node, "two confluent members");
+    let (reconciling_before, _) = heartbeats_answered(&node, "steady");
+
+    let consumer = std::sync::Arc::new(
+        sluice::client::Consumer::new(
+            sluice::client::ClientConfig::new(&node.bootstrap())
+                .set("group.id", "steady")
+                .set("group.protocol", "consumer"),
+        )
+        .expect("consumer"),
+    );
+    consumer.subscribe(&["steady848"]).expect("subscribe");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let polling = tokio::spawn({
+        let (consumer, stop) = (consumer.clone(), stop.clone());
+        async move {
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                consumer
+                    .poll(Duration::from_millis(100))
+                    .await
+                    .expect("poll");
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while consumer.assignment().await.len() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the SDK member never got its share"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (reconciling, _) = heartbeats_answered(&node, "steady");
+    assert!(
+        reconciling > reconciling_before,
+        "the newcomer was not asked back soon while it waited ({reconciling_before} -> {reconciling})"
+    );
+
+    // Stable: a window of a few configured intervals.
+    wait_stable(&node, "with the SDK member");
+    let (reconciling, stable) = heartbeats_answered(&node, "steady");
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (reconciling_after, stable_after) = heartbeats_answered(&node, "steady");
+    let window_s = started.elapsed().as_secs_f64();
+    assert_eq!(
+        reconciling_after, reconciling,
+        "a stable member was answered with the short interval"
+    );
+    // Each of the three at most one heartbeat per interval, plus one at each end of the
+    // window; and they did heartbeat.
+    let allowed = (3.0 * (window_s / configured_s + 2.0)) as i64;
+    let heartbeats = stable_after - stable;
+    println!("{heartbeats} stable heartbeats from 3 members in {window_s:.1} s");
+    assert!(
+        (3..=allowed).contains(&heartbeats),
+        "{heartbeats} stable heartbeats in {window_s:.1} s (at most {allowed})"
+    );
+
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    polling.await.expect("poll task");
+    consumer.close().await.expect("close");
+    for (mut member, mut lines) in members {
+        drop(member.stdin.take());
+        let summary = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(member.wait().expect("member exit").success());
+        assert!(
+            summary.contains(" lost 0 "),
+            "a confluent member: {summary}"
+        );
+    }
+}

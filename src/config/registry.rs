@@ -991,7 +991,7 @@ pub const KEYS: &[Key] = &[
         "group.consumer.heartbeat.interval.ms",
         int(1, I32_MAX),
         "5000",
-        "KIP-848 consumers: how often members heartbeat",
+        "KIP-848 consumers: how often stable members heartbeat (a member whose assignment is changing is asked every 200 ms at most)",
     ),
     broker(
         "group.consumer.max.size",

@@ -21,12 +21,27 @@
 //! no heartbeat for the session timeout        removed; the group epoch moves
 //! ```
 //!
+//! Heartbeat intervals: the coordinator cannot call a member; a member learns what changed
+//! only from the answer to its own heartbeat. A member whose assignment is changing (epoch
+//! behind the assignment epoch, partitions pending revocation, or partitions of its target it
+//! does not have yet, as a newcomer waiting for others to release them) is answered with
+//! `RECONCILING_HEARTBEAT_INTERVAL_MS`, so it sees a released partition within that. A stable
+//! member heartbeats once per `group.consumer.heartbeat.interval.ms` (the period), so a
+//! stable group costs what it did: it is answered with the time to its next phase point (a
+//! period, for a heartbeat on time). A stable member that must give up partitions for a
+//! newcomer learns so only at its next regular heartbeat, so: when balance leaves a choice
+//! of which members give up or take partitions, the `uniform` assignor prefers those whose
+//! next heartbeat is due soonest (`ConsumerMember::heartbeat_due`); and members that finish
+//! a rebalance together, which would then heartbeat in step, get phases spread over the
+//! period (`place_phase`: one shorter interval per reconciliation), so some member's
+//! heartbeat is always near.
+//!
 //! What the group's records hold (its epochs, each member's metadata, target and current
 //! assignment) changes only through `replay` of Kafka's KIP-848 records: an operation writes a
 //! record with `apply`, which replays it at once and keeps the record that undoes it, for the
 //! coordinator runtime to append (or roll back). Loading replays the same records, so a
-//! coordinator move costs members nothing. Sessions, revocation deadlines and a static
-//! member's temporary leave are in memory only.
+//! coordinator move costs members nothing. Sessions, revocation deadlines, when each member's
+//! next heartbeat is due and a static member's temporary leave are in memory only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -44,6 +59,17 @@ use crate::protocol::{TopicIdPartition, TopicPartition};
 pub type TopicsView = BTreeMap<String, (u128, i32)>;
 
 pub const ASSIGNORS: &[&str] = &["uniform", "range"];
+
+/// The heartbeat interval a member is answered with while its assignment is changing (never
+/// more than the configured one). What it buys: a member waiting for partitions another
+/// member is releasing gets them this long after the release at most (on average half), and
+/// a member answering a revocation late is asked again soon. What it costs: five heartbeats a
+/// second per reconciling member, for as long as its reconciliation takes (bounded by the
+/// slowest revoking member's next regular heartbeat plus its revocation), and nothing for
+/// stable members. A constant rather than a fraction of the configured interval: how fast a
+/// rebalance completes should not depend on how rarely stable members are asked to
+/// heartbeat, and a loopback or LAN round trip is far below it.
+pub const RECONCILING_HEARTBEAT_INTERVAL_MS: u64 = 200;
 
 #[derive(Debug, Clone)]
 pub struct Heartbeat {
@@ -69,6 +95,9 @@ pub struct HeartbeatResult {
     pub member_epoch: i32,
     /// The member's assignment (what it may own now).
     pub assignment: Option<Vec<TopicIdPartition>>,
+    /// When to heartbeat next (short while its assignment changes); None: the configured
+    /// interval (errors, leaves).
+    pub heartbeat_interval_ms: Option<i32>,
 }
 
 impl HeartbeatResult {
@@ -83,6 +112,7 @@ impl HeartbeatResult {
             member_id: member_id.to_owned(),
             member_epoch: -1,
             assignment: None,
+            heartbeat_interval_ms: None,
         }
     }
 }
@@ -106,6 +136,14 @@ pub struct ConsumerMember {
     // In memory only, not in the records:
     revocation_deadline: Option<Instant>,
     session_deadline: Instant,
+    /// When its next heartbeat is expected: the last answer's time plus the interval it gave
+    /// (now, while its heartbeat is being answered; now, too, after a load).
+    heartbeat_due: Instant,
+    /// A stable member's heartbeat phase: its heartbeats are due at this instant plus whole
+    /// configured intervals. Placed when it becomes stable (`place_phase`), kept while it
+    /// stays stable (an early heartbeat, as a client's acknowledgement, does not move it),
+    /// None while it reconciles.
+    heartbeat_phase: Option<Instant>,
     /// A static member that left with epoch -2: its place is kept until its session ends.
     left_static: bool,
 }
@@ -177,6 +215,18 @@ pub struct ConsumerGroup {
     /// static leave): a rolled-back removal gives it back. Cleared when the next operation
     /// starts (rollbacks happen before that).
     departed: HashMap<String, Departed>,
+    /// Successful heartbeats answered since this group was created or loaded (in memory only,
+    /// for the metrics).
+    pub heartbeats_answered: HeartbeatsAnswered,
+}
+
+/// Heartbeats answered, by the interval they were given.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatsAnswered {
+    /// With `RECONCILING_HEARTBEAT_INTERVAL_MS`: the member's assignment was changing.
+    pub reconciling: u64,
+    /// Keeping the member's phase (a period apart): the member was stable.
+    pub stable: u64,
 }
 
 /// A removed member's in-memory state.
@@ -203,6 +253,7 @@ impl ConsumerGroup {
             orphan_current: HashMap::new(),
             journal: Vec::new(),
             departed: HashMap::new(),
+            heartbeats_answered: HeartbeatsAnswered::default(),
         }
     }
 
@@ -385,6 +436,8 @@ impl ConsumerGroup {
                 revocation_deadline: None,
                 // A new member, or one a load restores: a full session to heartbeat.
                 session_deadline: now.instant + self.session_timeout,
+                heartbeat_due: now.instant,
+                heartbeat_phase: None,
                 left_static: false,
             };
             if let Some(departed) = self.departed.remove(member_id) {
@@ -479,15 +532,21 @@ impl ConsumerGroup {
             "Empty"
         } else if self.group_epoch != self.assignment_epoch {
             "Assigning"
-        } else if self.members.values().any(|m| {
-            m.epoch != self.assignment_epoch
-                || !m.pending_revocation.is_empty()
-                || self.target.get(&m.member_id) != Some(&m.assigned)
-        }) {
+        } else if self.members.values().any(|m| self.reconciling(m)) {
             "Reconciling"
         } else {
             "Stable"
         }
+    }
+
+    /// Whether `member`'s assignment is still changing: its epoch behind the assignment
+    /// epoch, partitions it must confirm revoked, or partitions of its target it does not
+    /// have yet.
+    fn reconciling(&self, member: &ConsumerMember) -> bool {
+        let no_target = BTreeSet::new();
+        member.epoch != self.assignment_epoch
+            || !member.pending_revocation.is_empty()
+            || self.target.get(&member.member_id).unwrap_or(&no_target) != &member.assigned
     }
 
     pub fn state_since_ms(&self) -> i64 {
@@ -549,11 +608,104 @@ impl ConsumerGroup {
         if let Err(refused) = ConsumerGroup::check_request(&request) {
             return refused;
         }
-        match request.member_epoch {
-            -1 | -2 => self.leave(&request, topics, now),
+        let short = Duration::from_millis(
+            RECONCILING_HEARTBEAT_INTERVAL_MS.min(config.consumer_heartbeat_interval_ms.max(1)),
+        );
+        // Heard from before it was asked to come back (a client acknowledging an assignment).
+        let mut early = false;
+        if let Some(member) = self.members.get_mut(&request.member_id) {
+            early = now.instant + short < member.heartbeat_due;
+            // Heard from now: whatever a new target asks of it, it learns at once.
+            member.heartbeat_due = now.instant;
+        }
+        let mut result = match request.member_epoch {
+            -1 | -2 => return self.leave(&request, topics, now),
             0 => self.join(request, topics, config, now),
             _ => self.member_heartbeat(request, topics, now),
+        };
+        if result.error.is_ok() {
+            result.heartbeat_interval_ms =
+                self.answer_interval(&result.member_id, config, early, now);
         }
+        result
+    }
+
+    /// The interval `member_id` is told to heartbeat at next (see the module doc), noted as
+    /// when its next heartbeat is due; `early`: it heartbeat before it was due.
+    fn answer_interval(
+        &mut self,
+        member_id: &str,
+        config: &GroupConfig,
+        early: bool,
+        now: Now,
+    ) -> Option<i32> {
+        let member = self.members.get(member_id)?;
+        let period = Duration::from_millis(config.consumer_heartbeat_interval_ms.max(1));
+        let short = Duration::from_millis(RECONCILING_HEARTBEAT_INTERVAL_MS).min(period);
+        let (interval, phase) = if self.reconciling(member) {
+            self.heartbeats_answered.reconciling += 1;
+            (short, None)
+        } else {
+            self.heartbeats_answered.stable += 1;
+            let phase = member
+                .heartbeat_phase
+                .unwrap_or_else(|| self.place_phase(member_id, period, now.instant));
+            // The next time the phase comes round. A heartbeat on time (or late) is answered
+            // with about a period; one sent early by the client (an acknowledgement) keeps
+            // the phase too, however near; one a little ahead of its phase (a client's timer)
+            // moves the phase to a period from now rather than coming back at once.
+            let ahead = time_to_phase(phase, period, now.instant);
+            if early || ahead >= short {
+                (if ahead.is_zero() { period } else { ahead }, Some(phase))
+            } else {
+                (period, Some(now.instant + period))
+            }
+        };
+        let member = self.members.get_mut(member_id)?;
+        member.heartbeat_due = now.instant + interval;
+        member.heartbeat_phase = phase;
+        Some(i32::try_from(interval.as_millis()).unwrap_or(i32::MAX))
+    }
+
+    /// The phase of a member that has just become stable: between twice the short interval
+    /// and a period from now, as far as possible from the phases of the group's other stable
+    /// members. The members a rebalance moved finish it together and would otherwise
+    /// heartbeat in step from then on; spread over the period, some member's next heartbeat
+    /// is always near, and the assignor, preferring members due soonest, takes partitions for
+    /// a newcomer from it. It costs one interval shorter than the period per reconciliation
+    /// (never below twice the short one), at most one heartbeat more.
+    fn place_phase(&self, member_id: &str, period: Duration, now: Instant) -> Instant {
+        let period_ms = period.as_millis().max(1) as u64;
+        let mut others: Vec<u64> = self
+            .members
+            .values()
+            .filter(|m| m.member_id != member_id)
+            .filter_map(|m| m.heartbeat_phase)
+            .map(|phase| time_to_phase(phase, period, now).as_millis() as u64 % period_ms)
+            .collect();
+        if others.is_empty() {
+            return now + period;
+        }
+        others.sort_unstable();
+        // Distance on the circle of one period to the nearest other phase.
+        let distance = |at: u64| {
+            let next = others.partition_point(|&o| o < at);
+            let after = others
+                .get(next)
+                .map_or(period_ms - at + others[0], |&o| o - at);
+            let before = match next {
+                0 => at + period_ms - others[others.len() - 1],
+                i => at - others[i - 1],
+            };
+            after.min(before)
+        };
+        const CANDIDATES: u64 = 64;
+        let earliest_ms = (2 * RECONCILING_HEARTBEAT_INTERVAL_MS).min(period_ms);
+        let best_ms = (0..=CANDIDATES)
+            .map(|k| earliest_ms + (period_ms - earliest_ms) * k / CANDIDATES)
+            .max_by_key(|&at| (distance(at % period_ms), at))
+            .unwrap_or(period_ms);
+        now + Duration::from_millis(best_ms)
     }
 
     fn join(
@@ -741,6 +893,7 @@ impl ConsumerGroup {
                 member_id: request.member_id.clone(),
                 member_epoch: -2,
                 assignment: None,
+                heartbeat_interval_ms: None,
             };
         }
         let member_id = match &request.instance_id {
@@ -767,6 +920,7 @@ impl ConsumerGroup {
             member_id,
             member_epoch: request.member_epoch,
             assignment: None,
+            heartbeat_interval_ms: None,
         }
     }
 
@@ -805,9 +959,14 @@ impl ConsumerGroup {
             .values()
             .map(|m| (m.member_id.clone(), m.subscribed.clone()))
             .collect();
+        let heartbeat_due: BTreeMap<String, Instant> = self
+            .members
+            .values()
+            .map(|m| (m.member_id.clone(), m.heartbeat_due))
+            .collect();
         let target = match self.assignor() {
             "range" => assign_range(&subscriptions, &self.topics),
-            _ => assign_uniform(&subscriptions, &self.topics, &self.target),
+            _ => assign_uniform(&subscriptions, &self.topics, &self.target, &heartbeat_due),
         };
         let changed: Vec<(String, Vec<TopicIdPartition>)> = target
             .iter()
@@ -904,6 +1063,7 @@ impl ConsumerGroup {
             member_id: member_id.to_owned(),
             member_epoch: epoch,
             assignment: Some(assigned.iter().copied().collect()),
+            heartbeat_interval_ms: None,
         };
         let after = CurrentAssignmentValue {
             member_epoch: epoch,
@@ -984,6 +1144,17 @@ impl ConsumerGroup {
     }
 }
 
+/// How long from `now` until `phase` plus a whole number of periods, in [0, period).
+fn time_to_phase(phase: Instant, period: Duration, now: Instant) -> Duration {
+    let period_ms = period.as_millis().max(1);
+    let ms = if phase >= now {
+        (phase - now).as_millis() % period_ms
+    } else {
+        (period_ms - (now - phase).as_millis() % period_ms) % period_ms
+    };
+    Duration::from_millis(ms as u64)
+}
+
 /// A member's epochs and partitions as a current assignment record has them; a revocation
 /// starts its rebalance timeout (in memory only) when it begins.
 fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now) {
@@ -1002,10 +1173,18 @@ fn set_current(member: &mut ConsumerMember, v: &CurrentAssignmentValue, now: Now
 /// `uniform`: every partition of a subscribed topic to one of its subscribers, balanced
 /// (counts differ by at most one among members with the same subscriptions), keeping each
 /// partition where the previous target had it when that stays balanced (sticky).
+///
+/// Where balance leaves a choice, it goes by `heartbeat_due` (when each member's next
+/// heartbeat is expected; a member missing from it is taken as due last): a member learns of
+/// a new target only from its own heartbeat, so the partitions one member more than the
+/// share may keep stay with members due latest (members due sooner give up theirs, and a
+/// newcomer waits for them less), and partitions nobody keeps go to the members with the
+/// fewest, the soonest due first among equals (they start reading them sooner).
 pub fn assign_uniform(
     subscriptions: &BTreeMap<String, BTreeSet<String>>,
     topics: &TopicsView,
     previous: &BTreeMap<String, BTreeSet<TopicIdPartition>>,
+    heartbeat_due: &BTreeMap<String, Instant>,
 ) -> BTreeMap<String, BTreeSet<TopicIdPartition>> {
     let mut target: BTreeMap<String, BTreeSet<TopicIdPartition>> = subscriptions
         .keys()
@@ -1014,6 +1193,11 @@ pub fn assign_uniform(
     if subscriptions.is_empty() {
         return target;
     }
+    // Members by when their next heartbeat is due, soonest first (then by id).
+    let mut by_due: Vec<&String> = subscriptions.keys().collect();
+    by_due.sort_by_key(|m| (heartbeat_due.get(*m).is_none(), heartbeat_due.get(*m), *m));
+    let due_rank: HashMap<&String, usize> =
+        by_due.iter().enumerate().map(|(i, m)| (*m, i)).collect();
     // Every partition with the members that may take it.
     let mut partitions: Vec<(TopicIdPartition, Vec<&String>)> = Vec::new();
     for (topic, (id, count)) in topics {
@@ -1048,32 +1232,53 @@ pub fn assign_uniform(
             _ => unassigned.push((*tp, subscribers)),
         }
     }
-    let mut overflow = Vec::new();
+    let mut overflow: BTreeMap<&String, Vec<TopicIdPartition>> = BTreeMap::new();
     for (tp, owner) in kept {
         let count = target.get(owner.as_str()).map_or(0, BTreeSet::len);
         if count < floor {
             target.entry(owner.clone()).or_default().insert(tp);
         } else {
-            overflow.push((tp, owner));
+            overflow.entry(owner).or_default().push(tp);
         }
     }
-    for (tp, owner) in overflow {
-        let count = target.get(owner.as_str()).map_or(0, BTreeSet::len);
-        if count == floor && extra > 0 {
-            extra -= 1;
-            target.entry(owner.clone()).or_default().insert(tp);
-        } else {
+    // One partition over the share each, while there are such extras: first to owners for
+    // whom it is all they hold over (they then give up nothing), due latest first.
+    let mut owners: Vec<&String> = overflow.keys().copied().collect();
+    owners.sort_by_key(|owner| {
+        let rank = due_rank.get(owner).copied().unwrap_or(usize::MAX);
+        (
+            overflow.get(owner).map_or(0, Vec::len) > 1,
+            std::cmp::Reverse(rank),
+        )
+    });
+    for owner in owners {
+        let Some(tps) = overflow.remove(owner) else {
+            continue;
+        };
+        let mut tps = tps.into_iter();
+        if extra > 0 && target.get(owner.as_str()).map_or(0, BTreeSet::len) == floor {
+            if let Some(tp) = tps.next() {
+                extra -= 1;
+                target.entry(owner.clone()).or_default().insert(tp);
+            }
+        }
+        for tp in tps {
             if let Some(subscribers) = subscribers_of.get(&tp) {
                 unassigned.push((tp, subscribers));
             }
         }
     }
-    // The rest to whichever subscriber has the fewest.
+    // The rest to whichever subscriber has the fewest, the soonest due among equals.
     unassigned.sort_by_key(|(tp, _)| *tp);
     for (tp, subscribers) in unassigned {
         let chosen = subscribers
             .iter()
-            .min_by_key(|m| (target.get(m.as_str()).map_or(0, BTreeSet::len), *m))
+            .min_by_key(|m| {
+                (
+                    target.get(m.as_str()).map_or(0, BTreeSet::len),
+                    due_rank.get(*m).copied().unwrap_or(usize::MAX),
+                )
+            })
             .expect("a partition listed has subscribers");
         target.entry((*chosen).clone()).or_default().insert(tp);
     }
@@ -1290,11 +1495,21 @@ mod tests {
                 })
                 .collect()
         };
-        let two = assign_uniform(&subscribe(&["a", "b"]), &topics, &BTreeMap::new());
+        let two = assign_uniform(
+            &subscribe(&["a", "b"]),
+            &topics,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
         let sizes: Vec<usize> = two.values().map(BTreeSet::len).collect();
         assert_eq!(sizes.iter().sum::<usize>(), 9);
         assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
-        let three = assign_uniform(&subscribe(&["a", "b", "c"]), &topics, &two);
+        let three = assign_uniform(
+            &subscribe(&["a", "b", "c"]),
+            &topics,
+            &two,
+            &BTreeMap::new(),
+        );
         assert_eq!(
             three.values().map(BTreeSet::len).collect::<Vec<_>>(),
             vec![3, 3, 3]
@@ -1412,5 +1627,245 @@ mod tests {
         assert_eq!(restored.durable(), group.durable());
         restored.check().unwrap();
         assert_eq!(restored.state_name(), "Stable");
+    }
+
+    /// Heartbeats every member (owning what it was last given) until the group is stable;
+    /// each member's last answer by member id.
+    fn settle(
+        group: &mut ConsumerGroup,
+        base: Instant,
+        at_ms: &mut u64,
+    ) -> BTreeMap<String, HeartbeatResult> {
+        let mut last: BTreeMap<String, HeartbeatResult> = BTreeMap::new();
+        for _ in 0..10 {
+            let ids: Vec<(String, i32, Vec<TopicIdPartition>)> = group
+                .members
+                .values()
+                .map(|m| {
+                    (
+                        m.member_id.clone(),
+                        m.epoch,
+                        m.assigned.iter().copied().collect(),
+                    )
+                })
+                .collect();
+            for (id, epoch, owned) in ids {
+                *at_ms += 1;
+                let answer = group.heartbeat(
+                    heartbeat(&id, epoch, Some(owned)),
+                    &topics(),
+                    &config(),
+                    now(base, *at_ms),
+                );
+                assert_eq!(answer.error, Ok(()), "{answer:?}");
+                last.insert(id, answer);
+            }
+            if group.state_name() == "Stable" {
+                return last;
+            }
+        }
+        panic!("the group did not settle: {}", group.state_name());
+    }
+
+    #[test]
+    fn the_interval_is_short_while_reconciling_and_one_period_apart_when_stable() {
+        let base = Instant::now();
+        let short = Some(RECONCILING_HEARTBEAT_INTERVAL_MS as i32);
+        let period = config().consumer_heartbeat_interval_ms as i32;
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
+        let hb = |group: &mut ConsumerGroup, id: &str, epoch, owned: Vec<i32>, ms| {
+            let owned = owned.iter().map(|p| TopicIdPartition::new(7, *p)).collect();
+            let answer = group.heartbeat(
+                heartbeat(id, epoch, Some(owned)),
+                &topics(),
+                &config(),
+                now(base, ms),
+            );
+            assert_eq!(answer.error, Ok(()), "{answer:?}");
+            answer
+        };
+        let a = hb(&mut group, "a", 0, vec![], 0);
+        assert_eq!(
+            (partitions(&a).len(), a.heartbeat_interval_ms),
+            (6, Some(period))
+        );
+
+        // B joins: its target is held by A, so it is asked back soon until it has it.
+        let b = hb(&mut group, "b", 0, vec![], 10);
+        assert!(partitions(&b).is_empty());
+        assert_eq!(
+            b.heartbeat_interval_ms, short,
+            "a newcomer waiting for partitions"
+        );
+        // A learns at its regular heartbeat that it must give three up; asked back soon too.
+        let a = hb(&mut group, "a", 1, (0..6).collect(), 5_000);
+        assert_eq!((partitions(&a).len(), a.heartbeat_interval_ms), (3, short));
+        let b = hb(&mut group, "b", 2, vec![], 5_010);
+        assert_eq!((partitions(&b).len(), b.heartbeat_interval_ms), (0, short));
+        // A confirms: stable again, a period (it is the only stable member).
+        let kept: Vec<i32> = partitions(&a).into_iter().collect();
+        let a = hb(&mut group, "a", 1, kept.clone(), 5_020);
+        assert_eq!((a.member_epoch, a.heartbeat_interval_ms), (2, Some(period)));
+        // B's next (short) heartbeat gets what A released; B is stable with it, and its
+        // heartbeats are placed about half a period from A's (not in step with them).
+        let b = hb(&mut group, "b", 2, vec![], 5_210);
+        assert_eq!(partitions(&b).len(), 3);
+        let placed = b.heartbeat_interval_ms.expect("an interval");
+        let apart = (5_020 + period - (5_210 + placed)).rem_euclid(period);
+        assert!(
+            (period * 48 / 100..=period * 52 / 100).contains(&apart),
+            "B's first interval {placed}: {apart} ms from A's heartbeats"
+        );
+        assert_eq!(group.state_name(), "Stable");
+        // B's acknowledgement, just after, keeps that phase.
+        let got_b: Vec<i32> = partitions(&b).into_iter().collect();
+        let b = hb(&mut group, "b", 2, got_b.clone(), 5_220);
+        assert_eq!(b.heartbeat_interval_ms, Some(placed - 10));
+        assert_eq!(
+            group.heartbeats_answered,
+            HeartbeatsAnswered {
+                reconciling: 3,
+                stable: 4
+            }
+        );
+
+        // From then on each heartbeats once per period: answered heartbeating on time (1 ms
+        // late, a round trip), a member is due exactly one period after the last.
+        let mut due = BTreeMap::from([("a", 5_020 + period as u64), ("b", 5_210 + placed as u64)]);
+        for _ in 0..4 {
+            let (id, at) = due
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(i, a)| (*i, *a))
+                .unwrap();
+            let owned = if id == "a" {
+                kept.clone()
+            } else {
+                got_b.clone()
+            };
+            let answer = hb(&mut group, id, 2, owned, at + 1);
+            assert_eq!(
+                answer.heartbeat_interval_ms,
+                Some(period - 1),
+                "{id} at {at}"
+            );
+            due.insert(id, at + period as u64);
+        }
+        assert_eq!(group.heartbeats_answered.reconciling, 3);
+        // Errors and leaves leave the interval to the configured one.
+        let fenced = group.heartbeat(
+            heartbeat("a", 9, None),
+            &topics(),
+            &config(),
+            now(base, 40_000),
+        );
+        assert_eq!(
+            (fenced.error, fenced.heartbeat_interval_ms),
+            (Err(KafkaError::FencedMemberEpoch), None)
+        );
+
+        // The short interval is never longer than the configured one.
+        let mut fast = config();
+        fast.consumer_heartbeat_interval_ms = 50;
+        let c = group.heartbeat(
+            heartbeat("c", 0, Some(vec![])),
+            &topics(),
+            &fast,
+            now(base, 40_001),
+        );
+        assert_eq!(c.heartbeat_interval_ms, Some(50));
+    }
+
+    #[test]
+    fn members_stable_together_heartbeat_apart_and_a_newcomer_takes_from_the_soonest_due() {
+        let base = Instant::now();
+        let period = Duration::from_millis(config().consumer_heartbeat_interval_ms);
+        let mut group = ConsumerGroup::new("g", Duration::from_secs(45), now(base, 0));
+        let mut at_ms = 0;
+        for id in ["a", "b", "c"] {
+            group.heartbeat(
+                heartbeat(id, 0, Some(vec![])),
+                &topics(),
+                &config(),
+                now(base, at_ms),
+            );
+            settle(&mut group, base, &mut at_ms);
+        }
+        let before: BTreeMap<String, BTreeSet<TopicIdPartition>> = group
+            .members
+            .values()
+            .map(|m| (m.member_id.clone(), m.assigned.clone()))
+            .collect();
+        assert!(before.values().all(|owned| owned.len() == 2), "{before:?}");
+        // Settled within a few milliseconds of each other, their heartbeats are spread over
+        // the period: at least an eighth of it apart.
+        let at = base + Duration::from_millis(at_ms);
+        let phases: Vec<Duration> = group
+            .members
+            .values()
+            .map(|m| time_to_phase(m.heartbeat_phase.expect("stable"), period, at))
+            .collect();
+        for (i, x) in phases.iter().enumerate() {
+            for y in &phases[i + 1..] {
+                let apart = x.abs_diff(*y).min(period - x.abs_diff(*y));
+                assert!(apart >= period / 8, "phases {phases:?}");
+            }
+        }
+        // D joins: six partitions over four members leave two members with two and one with
+        // one; the one giving a partition up is the first of them to heartbeat next.
+        let soonest = group
+            .members
+            .values()
+            .min_by_key(|m| m.heartbeat_due)
+            .map(|m| m.member_id.clone())
+            .expect("members");
+        group.heartbeat(
+            heartbeat("d", 0, Some(vec![])),
+            &topics(),
+            &config(),
+            now(base, at_ms + 1),
+        );
+        for (member, target) in &group.target {
+            let expected = if *member == soonest || member == "d" {
+                1
+            } else {
+                2
+            };
+            assert_eq!(target.len(), expected, "{member}: {:?}", group.target);
+        }
+        assert!(
+            group.target["d"].is_subset(&before[&soonest]),
+            "D takes what {soonest} gives up"
+        );
+    }
+
+    #[test]
+    fn uniform_gives_a_departed_members_partitions_to_the_soonest_due_among_equals() {
+        let topics = BTreeMap::from([("t".to_owned(), (1u128, 5))]);
+        let tp = |p| TopicIdPartition::new(1, p);
+        let subscriptions: BTreeMap<String, BTreeSet<String>> = ["a", "b", "c"]
+            .iter()
+            .map(|m| ((*m).to_owned(), BTreeSet::from(["t".to_owned()])))
+            .collect();
+        // D (partition 4) left; A keeps its two (one over the share of one, of which there
+        // are two), and partition 4 goes to B or C, whichever hears first.
+        let previous = BTreeMap::from([
+            ("a".to_owned(), BTreeSet::from([tp(0), tp(1)])),
+            ("b".to_owned(), BTreeSet::from([tp(2)])),
+            ("c".to_owned(), BTreeSet::from([tp(3)])),
+            ("d".to_owned(), BTreeSet::from([tp(4)])),
+        ]);
+        let base = Instant::now();
+        for (soonest, later) in [("b", "c"), ("c", "b")] {
+            let due = BTreeMap::from([
+                ("a".to_owned(), base),
+                (soonest.to_owned(), base + Duration::from_secs(1)),
+                (later.to_owned(), base + Duration::from_secs(2)),
+            ]);
+            let target = assign_uniform(&subscriptions, &topics, &previous, &due);
+            assert_eq!(target["a"], BTreeSet::from([tp(0), tp(1)]));
+            assert!(target[soonest].contains(&tp(4)), "{target:?}");
+            assert_eq!(target[later].len(), 1);
+        }
     }
 }

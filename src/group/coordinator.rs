@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::classic::{GroupDescription, JoinRequest, JoinResult, Leaving, Reply, SyncResult};
-use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
+use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, HeartbeatsAnswered, TopicsView};
 use super::shard::{GroupShard, TopicsSource, map_append_error};
 pub use super::shard::{ListedGroup, OffsetCommit};
 use super::state::Group;
@@ -489,6 +489,7 @@ impl GroupCoordinator {
         let loading = shards.iter().filter(|s| !s.is_loaded()).count();
         let mut by_state: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
         let mut members_by_group: Vec<(String, usize)> = Vec::new();
+        let mut heartbeats: Vec<(String, HeartbeatsAnswered)> = Vec::new();
         let mut lag: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
         for shard in shards.iter().filter(|s| s.is_loaded()) {
             let _ = shard.read(|shard| {
@@ -501,6 +502,9 @@ impl GroupCoordinator {
                         Group::Consumer(g) => g.members.len(),
                     };
                     members_by_group.push((group.group_id().to_owned(), members));
+                    if let Group::Consumer(g) = group {
+                        heartbeats.push((g.group_id.clone(), g.heartbeats_answered));
+                    }
                     for (tp, committed) in group.offsets() {
                         let Some(replica) = self.replicas.partition(tp) else {
                             continue;
@@ -555,6 +559,23 @@ impl GroupCoordinator {
                 out,
                 "sluice_group_members{{group=\"{}\"}} {members}",
                 escape_label(group)
+            );
+        }
+        header(
+            out,
+            "sluice_consumer_group_heartbeats_total",
+            "counter",
+            "KIP-848 heartbeats answered per group since it was loaded here, by the interval \
+             given: reconciling (the member's assignment was changing: a short interval) or \
+             stable (group.consumer.heartbeat.interval.ms).",
+        );
+        for (group, answered) in &heartbeats {
+            let group = escape_label(group);
+            let _ = writeln!(
+                out,
+                "sluice_consumer_group_heartbeats_total{{group=\"{group}\",interval=\"reconciling\"}} {}\n\
+                 sluice_consumer_group_heartbeats_total{{group=\"{group}\",interval=\"stable\"}} {}",
+                answered.reconciling, answered.stable
             );
         }
         header(

@@ -1,7 +1,8 @@
 //! ConsumerGroupHeartbeat (KIP-848): a member of a consumer group joins, heartbeats its
 //! subscription and owned partitions, or leaves; the answer carries its epoch and assignment
-//! (the server-side assignor's target, reached step by step). The state machine is
-//! `group::consumer`.
+//! (the server-side assignor's target, reached step by step) and when to heartbeat next (short
+//! while its assignment is changing, `group.consumer.heartbeat.interval.ms` once stable). The
+//! state machine is `group::consumer`.
 //!
 //! Kafka's checks, first: READ on the group (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on
 //! every subscribed topic name (TOPIC_AUTHORIZATION_FAILED, with no message, as Kafka answers,
@@ -86,7 +87,7 @@ pub async fn handle(
         .with_error_message(result.message.map(str_bytes))
         .with_member_id(Some(str_bytes(result.member_id)))
         .with_member_epoch(result.member_epoch)
-        .with_heartbeat_interval_ms(interval_ms);
+        .with_heartbeat_interval_ms(result.heartbeat_interval_ms.unwrap_or(interval_ms));
     if result.error.is_ok() {
         response.assignment = result
             .assignment

@@ -235,6 +235,18 @@ impl Consumer {
             group.polled();
         }
         loop {
+            // Registered before the group is looked at: a heartbeat's news (a rebalance to
+            // join, an assignment to apply) that arrives while this round runs wakes the wait
+            // below at once, instead of waiting for a fetch answer or the round's timeout.
+            let rejoin = self
+                .inner
+                .group
+                .as_ref()
+                .map(|group| group.rejoin_requested.notified());
+            tokio::pin!(rejoin);
+            if let Some(notified) = rejoin.as_mut().as_pin_mut() {
+                notified.enable();
+            }
             if let Some(group) = &self.inner.group {
                 if !matches!(
                     state.subscriptions.subscription,
@@ -262,8 +274,8 @@ impl Consumer {
                 return Ok(Vec::new());
             }
             let rejoin = async {
-                match &self.inner.group {
-                    Some(group) => group.rejoin_requested.notified().await,
+                match rejoin.as_mut().as_pin_mut() {
+                    Some(notified) => notified.await,
                     None => std::future::pending().await,
                 }
             };
