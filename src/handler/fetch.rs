@@ -540,8 +540,8 @@ fn read_partition(
 /// KIP-392, as the leader: the in-sync follower a consumer in `client_rack` should read this
 /// partition from (`replica.selector.class`), or `None` to read here. Followers that have not
 /// fetched past the consumer's offset are left out, as Kafka leaves them (their log start is
-/// not known here: a follower that deleted the offset answers OFFSET_OUT_OF_RANGE, and the
-/// consumer comes back to the leader).
+/// not known here, the leader's stands for it: a follower that deleted the offset anyway
+/// answers OFFSET_OUT_OF_RANGE, and the consumer comes back to the leader).
 fn preferred_read_replica(
     broker: &Broker,
     image: &MetadataImage,
@@ -552,6 +552,12 @@ fn preferred_read_replica(
 ) -> Option<sluice_raft::records::BrokerId> {
     let selector = broker.config.replica_selector;
     if selector != ReplicaSelector::RackAware || client_rack.is_empty() {
+        return None;
+    }
+    // An offset below the log start is the leader's to refuse (OFFSET_OUT_OF_RANGE, so the
+    // consumer resets): sent to a follower, it would be refused there, sent back here and
+    // redirected again, forever.
+    if (w.fetch_offset as u64) < partition.log_start_offset() {
         return None;
     }
     let rack = |id: &sluice_raft::records::BrokerId| {

@@ -238,12 +238,7 @@ impl Fetcher {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(broker = done.broker, %error, "fetch failed");
-                // A replica that fails is left for the leader (Kafka's consumer clears it).
-                for (tp, _, _) in &done.asked {
-                    if let Some(p) = positions.partitions.get_mut(tp) {
-                        p.preferred_read_replica = None;
-                    }
-                }
+                forget_preferred_replicas(positions, &done.asked);
                 if let Some(addr) = self
                     .cluster
                     .cached()
@@ -268,11 +263,7 @@ impl Fetcher {
                 return Err(error);
             }
             tracing::debug!(broker = done.broker, %error, "fetch refused; retrying");
-            for (tp, _, _) in &done.asked {
-                if let Some(p) = positions.partitions.get_mut(tp) {
-                    p.preferred_read_replica = None;
-                }
-            }
+            forget_preferred_replicas(positions, &done.asked);
             self.metadata_stale = true;
             tokio::time::sleep(settings.retry_backoff).await;
             return Ok(());
@@ -379,6 +370,19 @@ impl Fetcher {
             }
         }
         Ok(())
+    }
+}
+
+/// After a failed fetch, its partitions go back to their leader (Kafka's consumer clears the
+/// preferred read replica the same way).
+fn forget_preferred_replicas(
+    positions: &mut SubscriptionState,
+    asked: &[(TopicPartition, u64, i64)],
+) {
+    for (tp, _, _) in asked {
+        if let Some(p) = positions.partitions.get_mut(tp) {
+            p.preferred_read_replica = None;
+        }
     }
 }
 
