@@ -250,15 +250,16 @@ fn three_nodes_elect_fence_fail_over_after_kill_9_and_catch_up() {
         Duration::from_secs(20),
     );
     eprintln!(
-        "paused broker {paused} fenced after {} ms (session timeout 3000 ms)",
+        "paused broker {paused} fenced after {} ms (session timeout 3000 ms, probe 1000 ms)",
         paused_at.elapsed().as_millis()
     );
-    // Paused, its listener still accepts connections: only the session's expiry fences it.
+    // Paused, its listener still accepts connections but answers nothing: the controller's
+    // probe after its missed heartbeat fences it, not as dead.
     let logs = node_logs(dir.path());
     assert!(
-        logs.contains("broker session expired: fencing it")
+        logs.contains("answers on none of its listeners (a hung process")
             && !logs.contains("its process is gone"),
-        "a paused broker is fenced by its session, not as dead"
+        "a paused broker is fenced by its unanswered probe, not as dead"
     );
     signal(&nodes[&paused], libc::SIGCONT);
     wait_for_gauge(

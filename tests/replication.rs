@@ -135,6 +135,8 @@ fn isr_shrinks_when_a_follower_is_paused_and_expands_after() {
         &[
             "replica.lag.time.max.ms=1000",
             "broker.session.timeout.ms=20000",
+            // The paused follower stays registered: its lag, not its fencing, shrinks the ISR.
+            "broker.liveness.probe.timeout.ms=0",
         ],
     );
     confluent_cluster(&cluster, "create", &["paused", "1", "3"]);
@@ -163,7 +165,7 @@ fn isr_shrinks_when_a_follower_is_paused_and_expands_after() {
 
 /// A silent follower (SIGSTOP: no FIN, no RST, its heartbeats just stop) leaves the ISR in
 /// seconds by `replica.silence.max.ms` (shipped default), long before its broker session
-/// (30 s here) or Kafka's lag time (30 s) could take it out: acks=all writes go on while it is
+/// (30 s here, the controller's probe off) or Kafka's lag time (30 s) could take it out: acks=all writes go on while it is
 /// still registered and unfenced. It rejoins after SIGCONT; nothing acknowledged is lost.
 #[test]
 fn a_silent_follower_leaves_the_isr_in_seconds_while_still_registered() {
@@ -171,6 +173,7 @@ fn a_silent_follower_leaves_the_isr_in_seconds_while_still_registered() {
         3,
         &[
             "broker.session.timeout.ms=30000",
+            "broker.liveness.probe.timeout.ms=0",
             "replica.lag.time.max.ms=30000",
             "min.insync.replicas=2",
         ],
@@ -220,6 +223,7 @@ fn an_acks_all_produce_for_many_partitions_answers_within_its_timeout() {
             "replica.lag.time.max.ms=60000",
             "replica.silence.max.ms=60000",
             "broker.session.timeout.ms=60000",
+            "broker.liveness.probe.timeout.ms=0",
         ],
     );
     let port = |broker: i32| cluster.nodes[(broker - 1) as usize].kafka_port;
@@ -353,6 +357,8 @@ fn divergent_follower_truncates_on_new_leader() {
             "replica.lag.time.max.ms=60000",
             "replica.silence.max.ms=60000",
             "broker.session.timeout.ms=6000",
+            // The paused followers stay in the ISR while the leader takes acks=1 writes.
+            "broker.liveness.probe.timeout.ms=0",
             "min.insync.replicas=2",
         ],
     );

@@ -889,3 +889,168 @@ async fn a_metadata_refresh_that_hangs_delays_only_its_own_topic() {
         "the record for the deleted topic was answered while its metadata was held"
     );
 }
+
+/// A hung leader (SIGSTOP: no FIN, no RST) with shipped liveness settings: it misses its
+/// heartbeat, does not answer the controller's probe, and is fenced (not by its session,
+/// 30 s here); its partition gets a new leader. The SDK's producer and consumer, whose
+/// requests wait on the hung broker, abandon them once a survivor's metadata no longer lists
+/// it, and go on at the new leader while the broker is still stopped: without that they
+/// would wait out `request.timeout.ms` (30 s). Nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_leader_is_fenced_in_seconds_and_the_sdk_moves_on_without_it() {
+    let cluster = support::Cluster::start(
+        3,
+        &[
+            // Shipped liveness settings (the test cluster's are shorter), a long session.
+            "broker.heartbeat.interval.ms=1000",
+            "controller.quorum.election.timeout.ms=1000",
+            "broker.session.timeout.ms=30000",
+            "min.insync.replicas=2",
+        ],
+    );
+    support::confluent_cluster(&cluster, "create-assigned", &["hung", "1,2,3/2,3,1"]);
+    cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
+        support::leaders(c, "hung")
+            .iter()
+            .all(|(_, _, isr)| isr.len() == 3)
+    });
+    let config = || {
+        ClientConfig::new(&cluster.bootstrap())
+            .set("linger.ms", "0")
+            .set("request.timeout.ms", "30000")
+    };
+    let producer = Arc::new(Producer::new(config().set("acks", "all")).expect("producer"));
+    let consumer = Consumer::new(config()).expect("consumer");
+    consumer
+        .assign(&[TopicPartition::new("hung", 1)])
+        .await
+        .expect("assign");
+    // Acknowledgements per partition: (value, when).
+    let acked: Arc<Mutex<BTreeMap<i32, Vec<(String, Instant)>>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (producer, acked, stop) = (producer.clone(), acked.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut deliveries = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let partition = (i % 2) as i32;
+                let value = format!("r{i}");
+                let record = ProducerRecord::new("hung", value.clone()).partition(partition);
+                let delivery = producer.send(record).await.expect("send");
+                let acked = acked.clone();
+                deliveries.push(tokio::spawn(async move {
+                    if delivery.await.is_ok() {
+                        let mut acked = acked.lock().expect("lock");
+                        acked
+                            .entry(partition)
+                            .or_default()
+                            .push((value, Instant::now()));
+                    }
+                }));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            for delivery in deliveries {
+                let _ = delivery.await;
+            }
+        })
+    };
+    let acked_on = |partition: i32, after: Instant| {
+        acked
+            .lock()
+            .expect("lock")
+            .get(&partition)
+            .map_or(0, |a| a.iter().filter(|(_, at)| *at > after).count())
+    };
+    let started = Instant::now();
+    while acked_on(1, started) < 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no records acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The consumer is reading partition 1 at its leader, broker 2.
+    let read = consumer.poll(Duration::from_secs(10)).await.expect("poll");
+    assert!(
+        !read.is_empty(),
+        "the consumer read nothing before the pause"
+    );
+
+    cluster.signal(1, libc::SIGSTOP);
+    let paused_at = Instant::now();
+    let resumed = |partition: i32| {
+        acked
+            .lock()
+            .expect("lock")
+            .get(&partition)
+            .and_then(|a| a.iter().find(|(_, at)| *at > paused_at).cloned())
+    };
+    // Within the session (30 s) and the request timeout (30 s): only the probe and the SDK's
+    // stall watch make it.
+    let deadline = paused_at + Duration::from_secs(20);
+    let (first_after, produced_at) = loop {
+        if let Some(found) = resumed(1) {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no record acknowledged on the hung broker's partition 20 s into the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let producer_stall = produced_at - paused_at;
+    // The consumer reaches a record written after the pause, at the new leader.
+    let wanted: u64 = first_after[1..].parse().expect("r<i>");
+    let mut consumer_resumed = None;
+    while consumer_resumed.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the consumer read nothing written after the pause 20 s into it"
+        );
+        for record in consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll")
+        {
+            let value =
+                String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).to_string();
+            if value[1..].parse::<u64>().is_ok_and(|i| i >= wanted) {
+                consumer_resumed = Some(paused_at.elapsed());
+            }
+        }
+    }
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("answers on none of its listeners"),
+        "the hung broker was not fenced by its unanswered probe"
+    );
+    assert!(
+        !logs.contains("broker session expired"),
+        "a session expired: the probe did not fence the hung broker"
+    );
+    let (_, leader, isr) = support::leaders(&cluster, "hung")[1].clone();
+    assert_ne!(leader, 2, "partition 1 is still led by the hung broker");
+    println!(
+        "hung leader: SDK producer resumed {producer_stall:?} and consumer {:?} after the pause; \
+         partition 1 now led by {leader}, ISR {isr:?}",
+        consumer_resumed.unwrap_or_default()
+    );
+    cluster.signal(1, libc::SIGCONT);
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+    tokio::time::timeout(Duration::from_secs(60), producer.flush())
+        .await
+        .expect("flush within 60 s")
+        .expect("flush");
+    let acked: Vec<String> = acked
+        .lock()
+        .expect("lock")
+        .values()
+        .flatten()
+        .map(|(value, _)| value.clone())
+        .collect();
+    let stored = support::assert_acked_stored_once_in_order(&cluster, "hung", &acked);
+    println!("{} acknowledged, {stored} stored, none lost", acked.len());
+}

@@ -199,7 +199,7 @@ impl Admin {
     pub fn new(config: ClientConfig) -> Result<Admin> {
         config.warn_unknown("admin", ADMIN_KEYS);
         Ok(Admin {
-            cluster: Arc::new(Cluster::new(CommonConfig::from_config(&config)?)),
+            cluster: Cluster::shared(CommonConfig::from_config(&config)?),
         })
     }
 

@@ -104,6 +104,12 @@ impl ClusterMetadata {
 /// `reconnect.backoff.max.ms`, 1 s by default, after an authentication failure).
 pub(crate) const AUTHENTICATION_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How long a request may wait for its answer before the client asks another broker whether
+/// the one it waits on is still in the cluster.
+const STALL_CHECK_AFTER: Duration = Duration::from_secs(1);
+/// How often the stall watch looks.
+const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Whether a failed connect says the client's settings are wrong, which no other broker and no
 /// retry mends: a refused authentication ([`Error::is_authentication`]) or a configuration
 /// error (a TLS handshake the certificates fail is one, naming the key to change).
@@ -128,6 +134,13 @@ impl Cluster {
             refused: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
         }
+    }
+
+    /// A cluster shared by a client's tasks, its stall watch started.
+    pub fn shared(config: CommonConfig) -> Arc<Cluster> {
+        let cluster = Arc::new(Cluster::new(config));
+        cluster.watch_stalls();
+        cluster
     }
 
     /// The metadata last fetched.
@@ -195,10 +208,15 @@ impl Cluster {
     /// off, is passed over while another answers), then the known brokers and the bootstrap
     /// servers in turn. Fails naming every address tried and the last cause.
     pub async fn any(&self) -> Result<Arc<Connection>> {
+        self.any_except(&[]).await
+    }
+
+    /// [`Cluster::any`], passing over the brokers at `avoid`.
+    async fn any_except(&self, avoid: &[String]) -> Result<Arc<Connection>> {
         let live = self
             .lock_connections()
             .values()
-            .filter(|c| !c.is_closed())
+            .filter(|c| !c.is_closed() && !avoid.iter().any(|a| a == c.addr()))
             .min_by_key(|c| c.in_flight())
             .cloned();
         if let Some(connection) = live {
@@ -215,6 +233,7 @@ impl Cluster {
                 candidates.push(server.clone());
             }
         }
+        candidates.retain(|addr| !avoid.contains(addr));
         let mut last = None;
         for addr in &candidates {
             match self.connection_to(addr).await {
@@ -254,6 +273,17 @@ impl Cluster {
         topics: Option<&[String]>,
         allow_auto_topic_creation: bool,
     ) -> Result<Arc<ClusterMetadata>> {
+        self.refresh_from(topics, allow_auto_topic_creation, &[])
+            .await
+    }
+
+    /// [`Cluster::refresh_with`], asking a broker not at `avoid`.
+    async fn refresh_from(
+        &self,
+        topics: Option<&[String]>,
+        allow_auto_topic_creation: bool,
+        avoid: &[String],
+    ) -> Result<Arc<ClusterMetadata>> {
         let request = MetadataRequest::default()
             .with_topics(topics.map(|topics| {
                 topics
@@ -265,7 +295,7 @@ impl Cluster {
                     .collect()
             }))
             .with_allow_auto_topic_creation(allow_auto_topic_creation);
-        let connection = self.any().await?;
+        let connection = self.any_except(avoid).await?;
         let response = match connection.send(&request).await {
             Ok(response) => response,
             Err(error) => {
@@ -388,6 +418,75 @@ impl Cluster {
         }
         *cached = Arc::new(next);
         true
+    }
+
+    /// Starts the stall watch (see [`Cluster::abandon_fenced`]) for as long as the cluster
+    /// lives; nothing outside a tokio runtime.
+    pub fn watch_stalls(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let cluster = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(STALL_CHECK_INTERVAL).await;
+                let Some(cluster) = cluster.upgrade() else {
+                    return;
+                };
+                cluster.abandon_fenced().await;
+            }
+        });
+    }
+
+    /// When a request has waited [`STALL_CHECK_AFTER`] for its answer, asks another broker
+    /// which brokers the cluster still has: a broker it no longer lists was fenced (hung,
+    /// cut off, or stopped), so the requests waiting on it are abandoned at once and their
+    /// callers retry at the new leaders, instead of waiting out `request.timeout.ms` (30 s)
+    /// for a broker that may never answer. A broker still listed is waited for as before: a
+    /// long wait (a JoinGroup, an acks=all Produce) is no fault.
+    pub async fn abandon_fenced(&self) {
+        let stalled: Vec<Arc<Connection>> = self
+            .lock_connections()
+            .values()
+            .filter(|c| {
+                !c.is_closed()
+                    && c.oldest_in_flight()
+                        .is_some_and(|age| age >= STALL_CHECK_AFTER)
+            })
+            .cloned()
+            .collect();
+        if stalled.is_empty() {
+            return;
+        }
+        let known = self.cached();
+        let avoid: Vec<String> = stalled.iter().map(|c| c.addr().to_owned()).collect();
+        // No topics: the brokers only; the cached topics stay.
+        let Ok(fresh) = self.refresh_from(Some(&[]), false, &avoid).await else {
+            return;
+        };
+        for connection in stalled {
+            let addr = connection.addr();
+            let Some(broker) = known.brokers.values().find(|b| b.address() == addr) else {
+                // A bootstrap address, not known as a broker: nothing says it left.
+                continue;
+            };
+            if fresh.brokers.contains_key(&broker.node_id) {
+                continue;
+            }
+            let waited = connection.oldest_in_flight().unwrap_or_default();
+            tracing::info!(
+                broker = broker.node_id,
+                addr,
+                waited_ms = waited.as_millis() as u64,
+                "broker left the cluster's metadata (fenced: hung, cut off or stopped) while requests waited on it: abandoning them"
+            );
+            connection.abandon(format!(
+                "broker {} was fenced while this request waited {} ms for its answer",
+                broker.node_id,
+                waited.as_millis()
+            ));
+            self.forget(addr);
+        }
     }
 
     /// Drops the connection to `addr` (it failed); the next call opens a new one.

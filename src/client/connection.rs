@@ -79,6 +79,8 @@ struct Pending {
     addr: String,
     next_correlation_id: i32,
     waiters: HashMap<i32, Waiter>,
+    /// When each awaited request was queued.
+    sent_at: HashMap<i32, Instant>,
     /// Why the connection ended, once it has.
     closed: Option<String>,
     /// The broker's refusal of the TLS handshake, when that ended it: what every waiter gets
@@ -256,6 +258,21 @@ impl Connection {
             .map_or(usize::MAX, |pending| pending.waiters.len())
     }
 
+    /// How long the oldest request still awaiting its answer has waited.
+    pub fn oldest_in_flight(&self) -> Option<Duration> {
+        let pending = self.pending.lock().ok()?;
+        pending.sent_at.values().min().map(Instant::elapsed)
+    }
+
+    /// Ends the connection: every request awaiting an answer fails now as disconnected,
+    /// naming `reason` (its caller retries elsewhere, as after a broken connection).
+    pub fn abandon(&self, reason: String) {
+        fail_all(&self.pending, reason);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+
     /// The broker's version range for `api_key`, if it serves it.
     pub fn broker_versions(&self, api_key: ApiKey) -> Option<(i16, i16)> {
         self.versions.get(&(api_key as i16)).copied()
@@ -407,6 +424,7 @@ impl Connection {
         let waiter = answered.then(|| {
             let (tx, rx) = oneshot::channel();
             pending.waiters.insert(correlation_id, tx);
+            pending.sent_at.insert(correlation_id, Instant::now());
             rx
         });
         Ok((frame, waiter))
@@ -779,6 +797,7 @@ fn fail_all(pending: &Mutex<Pending>, reason: String) {
     let reason = pending.closed.clone().unwrap_or_default();
     let addr = pending.addr.clone();
     let refusal = pending.refusal.clone();
+    pending.sent_at.clear();
     for (_, waiter) in pending.waiters.drain() {
         let _ = waiter.send(Err(refusal.clone().unwrap_or_else(|| {
             Error::Disconnected {
@@ -870,7 +889,10 @@ async fn read_responses<R: AsyncRead + Unpin>(
         let body = body.freeze();
         let correlation_id = (&body[..4]).get_i32();
         let waiter = match pending.lock() {
-            Ok(mut pending) => pending.waiters.remove(&correlation_id),
+            Ok(mut pending) => {
+                pending.sent_at.remove(&correlation_id);
+                pending.waiters.remove(&correlation_id)
+            }
             Err(_) => break "poisoned".to_owned(),
         };
         // A response nobody waits for any more (its request timed out) is dropped.

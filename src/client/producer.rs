@@ -491,7 +491,7 @@ impl Producer {
             .then(TransactionManager::new);
         let inner = Arc::new(Inner {
             memory: Semaphore::new(settings.buffer_memory),
-            cluster: Arc::new(Cluster::new(common)),
+            cluster: Cluster::shared(common),
             settings,
             state: Mutex::new(State {
                 partitions: HashMap::new(),

@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub controlled_shutdown_retry_backoff_ms: u64,
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
+    /// `broker.liveness.probe.timeout.ms` (ours): how long a broker that missed its heartbeat
+    /// has to answer the controller's probe before it is fenced; 0: it waits out its session.
+    pub broker_liveness_probe_timeout_ms: u64,
     pub quorum_election_timeout_ms: u64,
     /// The log manager's settings: `log.dirs`, topic defaults from the `log.*` keys
     /// (`default_log_config`), `log.cleaner.*`, `log.retention.check.interval.ms`, ...
@@ -509,6 +512,7 @@ impl ServerConfig {
             controlled_shutdown_retry_backoff_ms: unsigned("controlled.shutdown.retry.backoff.ms")?,
             broker_session_timeout_ms: unsigned("broker.session.timeout.ms")?,
             broker_heartbeat_interval_ms: unsigned("broker.heartbeat.interval.ms")?,
+            broker_liveness_probe_timeout_ms: unsigned("broker.liveness.probe.timeout.ms")?,
             quorum_election_timeout_ms: unsigned("controller.quorum.election.timeout.ms")?,
             log_manager: LogManagerConfig {
                 log_dirs,

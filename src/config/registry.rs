@@ -859,8 +859,19 @@ pub const KEYS: &[Key] = &[
     broker(
         "broker.heartbeat.interval.ms",
         long(10),
-        "2000",
-        "how often a broker heartbeats the controller",
+        "1000",
+        "how often a broker heartbeats the controller (Kafka: 2000; a missed heartbeat gets the \
+         broker probed, see broker.liveness.probe.timeout.ms)",
+    ),
+    broker(
+        "broker.liveness.probe.timeout.ms",
+        long(0),
+        "1000",
+        "Sluice: a broker that misses its heartbeat gets an ApiVersions request from the \
+         controller on each listener; one that answers on none within this time (a hung process, \
+         disk or network: no FIN, no RST) is fenced at once rather than at \
+         broker.session.timeout.ms. 0: a silent broker waits out its session (one whose \
+         listeners refuse connections, its process gone, is still fenced at once)",
     ),
     broker(
         "controller.quorum.election.timeout.ms",

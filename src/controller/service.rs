@@ -314,9 +314,8 @@ pub struct ControllerService {
     /// controller is single-threaded for the same reason): two decisions made on the same
     /// image could each be valid and together wrong.
     deciding: tokio::sync::Mutex<()>,
-    /// A broker silent this long (a missed `broker.heartbeat.interval.ms`) has its listener
-    /// probed: a refused connection means its process is gone, and it is fenced at once.
-    probe_after: Mutex<Option<Duration>>,
+    /// When and how silent brokers are probed (see [`ControllerService::probe_silent_brokers`]).
+    probe: Mutex<Option<ProbePolicy>>,
     /// Brokers whose watched listener connection ended: probed on the session timer's next
     /// round, which `suspected` wakes.
     suspects: Mutex<HashSet<BrokerId>>,
@@ -351,7 +350,7 @@ impl ControllerService {
             session_timeout,
             sessions: Mutex::new(Sessions::default()),
             deciding: tokio::sync::Mutex::new(()),
-            probe_after: Mutex::new(None),
+            probe: Mutex::new(None),
             suspects: Mutex::new(HashSet::new()),
             suspected: tokio::sync::Notify::new(),
             caller_check: std::sync::OnceLock::new(),
@@ -363,12 +362,13 @@ impl ControllerService {
         let _ = self.caller_check.set(check);
     }
 
-    /// Turns on probing: a broker that missed its heartbeat for `after` has its listeners
-    /// probed; when every one refuses the connection its process is gone (a paused or
-    /// partitioned broker does not refuse: its connection hangs), and it is fenced without
-    /// waiting for `broker.session.timeout.ms`.
-    pub fn probe_silent_brokers(&self, after: Duration) {
-        *self.probe_after.lock().unwrap_or_else(|p| p.into_inner()) = Some(after);
+    /// Turns on probing: a broker that missed its heartbeat (`policy.after`) has its
+    /// listeners probed. When every one refuses the connection its process is gone; when none
+    /// answers an ApiVersions request within `policy.answer_timeout` (a hung process, disk or
+    /// network: no FIN, no RST), it is silent. Either is fenced without waiting for
+    /// `broker.session.timeout.ms`; a broker that answers keeps its session.
+    pub fn probe_silent_brokers(&self, policy: ProbePolicy) {
+        *self.probe.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
     }
 
     /// Keeps, while this node leads the quorum, an idle connection to one listener of each
@@ -915,8 +915,8 @@ impl ControllerService {
     /// after a stall of the timer itself, every session starts afresh.
     pub async fn run_session_timer(self: Arc<Self>) {
         let tick = (self.session_timeout / 4)
-            .clamp(Duration::from_millis(100), Duration::from_millis(500));
-        let probe_after = *self.probe_after.lock().unwrap_or_else(|p| p.into_inner());
+            .clamp(Duration::from_millis(100), Duration::from_millis(250));
+        let probe = *self.probe.lock().unwrap_or_else(|p| p.into_inner());
         // When this leader last confirmed its leadership with a quorum.
         let mut confirmed_at = Instant::now();
         let mut unconfirmed_warned = false;
@@ -981,21 +981,33 @@ impl ControllerService {
                     let silent = now.duration_since(*sessions.last_heard.entry(id).or_insert(now));
                     if silent > self.session_timeout {
                         expired.push(id);
-                    } else if probe_after
-                        .is_some_and(|after| first_seen || silent > after || suspects.contains(&id))
-                    {
+                    } else if probe.is_some_and(|probe| {
+                        first_seen || silent > probe.after || suspects.contains(&id)
+                    }) {
                         overdue.push(id);
                     }
                 }
                 (expired, overdue)
             };
-            let mut refused = Vec::new();
+            // Probed together: a silent broker takes the whole answer timeout.
+            let answer_timeout = probe.and_then(|probe| probe.answer_timeout);
+            let mut probes = tokio::task::JoinSet::new();
             for broker in overdue {
-                if listeners_refuse(&image, broker).await {
-                    refused.push(broker);
-                }
+                let image = Arc::clone(&image);
+                probes.spawn(async move {
+                    (
+                        broker,
+                        probe_listeners(&image, broker, answer_timeout).await,
+                    )
+                });
             }
-            expired.extend(refused.iter().copied());
+            let probed: HashMap<BrokerId, Liveness> = probes
+                .join_all()
+                .await
+                .into_iter()
+                .filter(|(_, liveness)| *liveness != Liveness::Answered)
+                .collect();
+            expired.extend(probed.keys().copied());
             for broker in expired {
                 // Each fencing is decided on the image that includes the previous one.
                 let _deciding = self.deciding.lock().await;
@@ -1007,17 +1019,22 @@ impl ControllerService {
                 if image.brokers.get(&broker).is_none_or(|b| b.fenced) {
                     continue;
                 }
-                if refused.contains(&broker) {
-                    tracing::warn!(
+                match probed.get(&broker) {
+                    Some(Liveness::Gone) => tracing::warn!(
                         broker,
                         "broker missed its heartbeat and its listeners refuse connections (its process is gone): fencing it"
-                    );
-                } else {
-                    tracing::warn!(
+                    ),
+                    Some(_) => tracing::warn!(
+                        broker,
+                        answer_timeout_ms =
+                            answer_timeout.map_or(0, |timeout| timeout.as_millis() as u64),
+                        "broker missed its heartbeat and answers on none of its listeners (a hung process, disk or network): fencing it"
+                    ),
+                    None => tracing::warn!(
                         broker,
                         timeout_ms = self.session_timeout.as_millis() as u64,
                         "broker session expired: fencing it"
-                    );
+                    ),
                 }
                 match super::fence_broker(&image, broker, &self.defaults) {
                     Ok(records) => {
@@ -1073,24 +1090,114 @@ async fn watch_listener(
     }
 }
 
-/// Whether every listener `broker` registered refuses a TCP connection: nothing listens
-/// there, so its process is gone. A paused or unreachable broker's connection succeeds (the
-/// kernel accepts it) or times out; neither counts.
-async fn listeners_refuse(image: &sluice_raft::MetadataImage, broker: BrokerId) -> bool {
+/// How the active controller probes a broker that missed its heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbePolicy {
+    /// Silence after which a broker is probed: one missed `broker.heartbeat.interval.ms`.
+    pub after: Duration,
+    /// How long a listener has to answer an ApiVersions request
+    /// (`broker.liveness.probe.timeout.ms`); `None`: only a refused connection counts.
+    pub answer_timeout: Option<Duration>,
+}
+
+/// What probing a broker's listeners found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    /// A listener reacted (an answer, a close, a reset): its process runs.
+    Answered,
+    /// Every listener refused the connection: nothing listens, the process is gone.
+    Gone,
+    /// No listener reacted in time (a stopped process, a hung disk, a cut network), or
+    /// answers are not waited for and some listener did not refuse.
+    Silent,
+}
+
+/// The client id of a probe's ApiVersions request; a TLS listener closes such a plaintext
+/// request quietly instead of counting a failed handshake.
+pub(crate) const PROBE_CLIENT_ID: &str = "sluice-liveness-probe";
+
+/// Probes every listener `broker` registered at once (see [`Liveness`]). With no
+/// `answer_timeout` only connections are tried (a paused or unreachable broker's connect
+/// succeeds, the kernel accepting it, or times out; neither fences).
+async fn probe_listeners(
+    image: &sluice_raft::MetadataImage,
+    broker: BrokerId,
+    answer_timeout: Option<Duration>,
+) -> Liveness {
     let Some(registration) = image.brokers.get(&broker) else {
-        return false;
+        return Liveness::Answered;
     };
     let endpoints = &registration.registration.endpoints;
     if endpoints.is_empty() {
-        return false;
+        return Liveness::Answered;
     }
+    let mut probes = tokio::task::JoinSet::new();
     for endpoint in endpoints {
-        let addr = (endpoint.host.as_str(), endpoint.port);
-        if !refuses_connection(addr, Duration::from_millis(300)).await {
-            return false;
-        }
+        let (host, port) = (endpoint.host.clone(), endpoint.port);
+        probes.spawn(async move {
+            let addr = (host.as_str(), port);
+            match answer_timeout {
+                None if refuses_connection(addr, Duration::from_millis(300)).await => {
+                    Liveness::Gone
+                }
+                None => Liveness::Answered,
+                Some(timeout) => probe_listener(addr, timeout).await,
+            }
+        });
     }
-    true
+    let found = probes.join_all().await;
+    if found.contains(&Liveness::Answered) {
+        Liveness::Answered
+    } else if found.iter().all(|liveness| *liveness == Liveness::Gone) {
+        Liveness::Gone
+    } else {
+        Liveness::Silent
+    }
+}
+
+/// Sends one ApiVersions v0 request to a listener and waits `timeout` for any reaction:
+/// bytes, a close or a reset all come from a running process (a TLS or SASL listener closes
+/// the plaintext request, which says as much). A stopped process's kernel accepts the
+/// connection and buffers the request, but nothing answers.
+async fn probe_listener(addr: (&str, u16), timeout: Duration) -> Liveness {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut stream =
+        match tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Liveness::Gone;
+            }
+            // Unreachable, or no SYN-ACK in time: a cut network.
+            Ok(Err(_)) | Err(_) => return Liveness::Silent,
+        };
+    let request = api_versions_probe();
+    let mut reaction = [0u8; 64];
+    let reacted = tokio::time::timeout_at(deadline, async {
+        if stream.write_all(&request).await.is_err() {
+            return;
+        }
+        let _ = stream.read(&mut reaction).await;
+    })
+    .await;
+    match reacted {
+        Ok(()) => Liveness::Answered,
+        Err(_) => Liveness::Silent,
+    }
+}
+
+/// An ApiVersions v0 request frame (key 18; v0 has no body), client id [`PROBE_CLIENT_ID`].
+fn api_versions_probe() -> Vec<u8> {
+    let client_id = PROBE_CLIENT_ID.as_bytes();
+    let mut body = Vec::with_capacity(10 + client_id.len());
+    body.extend_from_slice(&18i16.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    body.extend_from_slice(client_id);
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
 }
 
 /// Whether a TCP connect to `addr` is refused within `timeout`: nothing listens there, so

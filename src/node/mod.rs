@@ -225,11 +225,14 @@ impl Node {
         let session_timeout = Duration::from_millis(config.broker_session_timeout_ms);
         let controller = ControllerService::new(&quorum, defaults, session_timeout);
         // A closed liveness watch or one missed heartbeat (and a little): a dead broker is
-        // found by its refused listener long before its session expires; a paused one waits
-        // out the session.
-        controller.probe_silent_brokers(
-            Duration::from_millis(config.broker_heartbeat_interval_ms) + Duration::from_millis(250),
-        );
+        // found by its refused listener, a hung one by its unanswered probe, long before its
+        // session expires.
+        controller.probe_silent_brokers(crate::controller::service::ProbePolicy {
+            after: Duration::from_millis(config.broker_heartbeat_interval_ms)
+                + Duration::from_millis(250),
+            answer_timeout: (config.broker_liveness_probe_timeout_ms > 0)
+                .then(|| Duration::from_millis(config.broker_liveness_probe_timeout_ms)),
+        });
         {
             let access = Arc::clone(&quorum_access);
             controller.set_caller_check(Arc::new(move |peer, operation| {

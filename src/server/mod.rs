@@ -312,6 +312,24 @@ impl Writer {
     }
 }
 
+/// The content type of a TLS record carrying a handshake (a ClientHello opens with one).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Whether the bytes waiting on `stream` are the controller's liveness probe (a plaintext
+/// ApiVersions request naming [`PROBE_CLIENT_ID`]).
+async fn is_liveness_probe(stream: &TcpStream) -> bool {
+    let probe = crate::controller::service::PROBE_CLIENT_ID.as_bytes();
+    let mut head = [0u8; 64];
+    let Ok(Ok(read)) =
+        tokio::time::timeout(Duration::from_millis(100), stream.peek(&mut head)).await
+    else {
+        return false;
+    };
+    head[..read]
+        .windows(probe.len())
+        .any(|window| window == probe)
+}
+
 /// A segment range through a writer that is not a socket (TLS): read in bounded chunks.
 async fn write_file_chunks<W: tokio::io::AsyncWrite + Unpin>(
     writer: &mut W,
@@ -369,6 +387,12 @@ async fn serve_connection(
             tracing::debug!(%peer, "TLS listener: connection closed before any byte");
             return Ok(());
         }
+    }
+    // The controller's liveness probe sends a plaintext ApiVersions request to every
+    // listener: closing is answer enough, and no failed handshake.
+    if first[0] != TLS_HANDSHAKE_RECORD && is_liveness_probe(&stream).await {
+        tracing::debug!(%peer, "TLS listener: the controller's liveness probe, closed");
+        return Ok(());
     }
     let accepted =
         tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.server.acceptor().accept(stream))

@@ -295,8 +295,10 @@ pub(crate) struct Context {
 
 impl Context {
     pub fn new(cluster: Cluster, settings: Settings) -> Context {
+        let cluster = Arc::new(cluster);
+        cluster.watch_stalls();
         Context {
-            cluster: Arc::new(cluster),
+            cluster,
             settings,
             listener: Mutex::new(None),
         }
