@@ -1,27 +1,36 @@
 #!/usr/bin/env python3
-"""Failover timeline: how long an idempotent acks=all producer stalls when a leader dies.
+"""Failover timeline: how long an idempotent acks=all producer stalls when a node fails.
 
 Starts three nodes (each broker and controller, like config/node-*.properties, on free ports
-under a temporary directory), creates two RF=3 topics of 2 partitions, and keeps a
-confluent-kafka producer sending a record every 2 ms round-robin over the four partitions.
-Then, for each scenario, kill -9 of a node and a restart:
+under a temporary directory, shipped liveness settings), creates two RF=3 topics of 2
+partitions, and keeps a confluent-kafka producer sending a record every 2 ms round-robin over
+the four partitions. Then, for each fault and scenario, the fault for `--fault-s` seconds (20)
+and its end:
 
-- `partition-leader`: a node that leads a partition but not the metadata quorum;
-- `quorum-leader`: the node that leads the metadata quorum (and some partitions).
+- faults: `kill` (kill -9, then a restart), `pause` (SIGSTOP, then SIGCONT: a hung process,
+  disk or VM; no FIN, no RST), `partition` (the node cut from everyone, clients included, by
+  nftables on loopback: each node runs as its own user, and every packet its sockets send or
+  that is sent to its ports is dropped; then healed). `partition` needs root.
+- scenarios: `partition-leader` (a node that leads a partition but not the metadata quorum),
+  `quorum-leader` (the node that leads the metadata quorum, and some partitions).
 
-Per partition it reports the stall: the longest gap between acknowledgements around the kill
-(0 for partitions whose leader lived, if nothing waited on the dead node). The timeline, in
-seconds after the kill, from the surviving nodes' logs and the producer:
+Per partition it reports the stall: the longest gap between acknowledgements around the fault
+(partitions the victim led, and those it only followed, apart). The timeline, in seconds after
+the fault, from the surviving nodes' logs and the producer:
 
 - `quorum_leader_s`: a surviving node leads the metadata quorum (quorum-leader scenario);
-- `fenced_s`: the active controller fenced the dead broker, and why (`fence_reason`);
+- `fenced_s`: the active controller fenced the victim, and why (`fence_reason`);
 - `leaders_moved_s`: the first and last partition leadership taken over by a survivor;
-- per partition, `first_ack_after_kill_s`: the producer's first acknowledgement after the kill.
+- per partition, `first_ack_after_fault_s`: the producer's first acknowledgement after it.
 
-usage: benches/failover.py [--sluice PATH] [--rounds N]
+The last line is the table: per fault and scenario, stall p50/max of the victim's partitions
+and of the others, over every round.
+
+usage: benches/failover.py [--sluice PATH] [--rounds N] [--faults kill,pause,partition]
 """
 import argparse
 import datetime
+import statistics
 import json
 import os
 import shutil
@@ -39,10 +48,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_node import free_port  # noqa: E402
 
 
+# Each node's user id when nodes run as users of their own (for `partition`).
+NODE_UID_BASE = 61000
+
+
 class Cluster:
-    def __init__(self, binary, work, overrides=lambda node_id: []):
-        """Three nodes; `overrides(node_id)`: more `key=value` settings of that node."""
+    def __init__(self, binary, work, overrides=lambda node_id: [], own_users=False):
+        """Three nodes; `overrides(node_id)`: more `key=value` settings of that node;
+        `own_users`: each node runs as user NODE_UID_BASE + id, so its packets can be told
+        apart on loopback (see `cut`)."""
         self.binary, self.work, self.overrides = binary, work, overrides
+        self.own_users = own_users
         self.nodes = {i: {"kafka": free_port(), "quorum": free_port(), "http": free_port()} for i in (1, 2, 3)}
         self.voters = ",".join(f"{i}@127.0.0.1:{n['quorum']}" for i, n in self.nodes.items())
         self.processes = {}
@@ -53,6 +69,16 @@ class Cluster:
     def start(self, i):
         n = self.nodes[i]
         log = open(os.path.join(self.work, f"node-{i}.log"), "a")
+        user = {}
+        if self.own_users:
+            uid = NODE_UID_BASE + i
+            os.chmod(self.work, 0o755)
+            data = os.path.join(self.work, f"data-{i}")
+            os.makedirs(data, exist_ok=True)
+            for root, dirs, files in os.walk(data):
+                for name in [root] + [os.path.join(root, f) for f in dirs + files]:
+                    os.chown(name, uid, uid)
+            user = {"user": uid, "group": uid}
         self.processes[i] = subprocess.Popen([
             self.binary, "server",
             "--override", f"node.id={i}",
@@ -65,13 +91,32 @@ class Cluster:
             # Three nodes share this machine's CPUs, as config/node-*.properties say.
             "--override", "thread.affinity=false",
             *[arg for o in self.overrides(i) for arg in ("--override", o)],
-        ], stdout=subprocess.DEVNULL, stderr=log)
+        ], stdout=subprocess.DEVNULL, stderr=log, **user)
 
     def kill9(self, i):
         self.processes[i].send_signal(signal.SIGKILL)
         self.processes[i].wait()
 
+    def pause(self, i):
+        self.processes[i].send_signal(signal.SIGSTOP)
+
+    def resume(self, i):
+        self.processes[i].send_signal(signal.SIGCONT)
+
+    def cut(self, i):
+        """Drops every packet node `i`'s sockets send and every packet sent to its ports."""
+        ports = ", ".join(str(p) for p in self.nodes[i].values())
+        rules = (f"table inet sluice_failover {{\n chain output {{ type filter hook output priority 0;\n"
+                 f"  meta skuid {NODE_UID_BASE + i} drop\n  tcp dport {{ {ports} }} drop\n }}\n}}\n")
+        subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+
+    def heal(self):
+        subprocess.run(["nft", "delete", "table", "inet", "sluice_failover"], capture_output=True)
+
     def stop(self):
+        self.heal()
+        for p in self.processes.values():
+            p.send_signal(signal.SIGCONT)
         for p in self.processes.values():
             if p.poll() is None:
                 p.terminate()
@@ -107,7 +152,9 @@ def timeline(cluster, victim, killed_wall):
     if fences:
         first = min(fences, key=log_time)
         phases["fenced_s"] = after(first)
-        phases["fence_reason"] = "listeners refuse" if "refuse" in first else "session expired"
+        phases["fence_reason"] = ("listeners refuse" if "refuse" in first
+                                  else "no answer to the probe" if "answers on none" in first
+                                  else "session expired")
     moved = sorted(after(l) for l in lines if "became leader" in l)
     if moved:
         phases["leaders_moved_s"] = [moved[0], moved[-1]]
@@ -122,7 +169,7 @@ def leaders(admin, topics):
 CLIENT_DEBUG = None
 
 
-def run_scenario(cluster, admin, topics, scenario):
+def run_scenario(cluster, admin, topics, fault, scenario, fault_s):
     acks = {}  # (topic, partition) -> list of ack times
     lock = threading.Lock()
     stop = threading.Event()
@@ -161,26 +208,65 @@ def run_scenario(cluster, admin, topics, scenario):
         victim = candidates[0] if candidates else [n for n in cluster.nodes if n != quorum_leader][0]
     killed_at = time.monotonic()
     killed_wall = time.time()
-    cluster.kill9(victim)
-    time.sleep(20)
+    if fault == "kill":
+        cluster.kill9(victim)
+    elif fault == "pause":
+        cluster.pause(victim)
+    else:
+        cluster.cut(victim)
+    time.sleep(fault_s)
+    if fault == "kill":
+        cluster.start(victim)
+    elif fault == "pause":
+        cluster.resume(victim)
+    else:
+        cluster.heal()
+    time.sleep(3)
     stop.set()
     sender.join()
-    result = {"scenario": scenario, "victim": victim, "quorum_leader": quorum_leader, "partitions": {}}
+    result = {"fault": fault, "scenario": scenario, "victim": victim, "quorum_leader": quorum_leader,
+              "partitions": {}}
     for key, times in sorted(acks.items()):
         before = [t for t in times if t <= killed_at]
         after = [t for t in times if t > killed_at]
         last_before = before[-1] if before else killed_at
         first_after = after[0] if after else None
         gaps = [b - a for a, b in zip(times, times[1:]) if b > killed_at - 1]
+        if first_after is None:
+            gaps.append(time.monotonic() - last_before)
         result["partitions"][f"{key[0]}-{key[1]}"] = {
             "led_by_victim": owners[key] == victim,
             "stall_s": round(max(gaps) if gaps else float("nan"), 3),
-            "first_ack_after_kill_s": round(first_after - killed_at, 3) if first_after else None,
+            "first_ack_after_fault_s": round(first_after - killed_at, 3) if first_after else None,
         }
     result["timeline"] = timeline(cluster, victim, killed_wall)
-    cluster.start(victim)
-    time.sleep(10)
+    # Until the victim is back in every ISR, so the next scenario starts whole.
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        md = admin.list_topics(timeout=10)
+        if all(len(p.isrs) == 3 for t in topics for p in md.topics[t].partitions.values()):
+            break
+        time.sleep(0.5)
+    time.sleep(2)
     return result
+
+
+def table(results):
+    """Stall p50/max (seconds) per fault and scenario: the victim's partitions, the others."""
+    rows = {}
+    for r in results:
+        row = rows.setdefault((r["fault"], r["scenario"]), {"victim_led": [], "others": []})
+        for p in r["partitions"].values():
+            row["victim_led" if p["led_by_victim"] else "others"].append(p["stall_s"])
+    summary = []
+    for (fault, scenario), row in sorted(rows.items()):
+        entry = {"fault": fault, "scenario": scenario}
+        for side, stalls in row.items():
+            if stalls:
+                entry[side] = {"p50_s": round(statistics.median(stalls), 3), "max_s": round(max(stalls), 3),
+                               "n": len(stalls)}
+        summary.append(entry)
+    return summary
 
 
 def main():
@@ -188,12 +274,15 @@ def main():
     parser.add_argument("--sluice", default=os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice"))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--scenarios", default="partition-leader,quorum-leader")
+    parser.add_argument("--faults", default="kill,pause,partition")
+    parser.add_argument("--fault-s", type=float, default=20.0, help="how long each fault lasts")
     parser.add_argument("--client-debug", help="librdkafka debug contexts for the producer (to stderr)")
     args = parser.parse_args()
     global CLIENT_DEBUG
     CLIENT_DEBUG = args.client_debug
     work = tempfile.mkdtemp(prefix="sluice-failover-")
-    cluster = Cluster(args.sluice, work)
+    faults = args.faults.split(",")
+    cluster = Cluster(args.sluice, work, own_users="partition" in faults)
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         deadline = time.time() + 60
@@ -208,9 +297,14 @@ def main():
         for f in admin.create_topics([NewTopic(t, 2, 3) for t in topics]).values():
             f.result()
         time.sleep(3)
+        results = []
         for _ in range(args.rounds):
-            for scenario in args.scenarios.split(","):
-                print(json.dumps(run_scenario(cluster, admin, topics, scenario)), flush=True)
+            for fault in faults:
+                for scenario in args.scenarios.split(","):
+                    result = run_scenario(cluster, admin, topics, fault, scenario, args.fault_s)
+                    results.append(result)
+                    print(json.dumps(result), flush=True)
+        print(json.dumps({"stalls": table(results)}), flush=True)
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)

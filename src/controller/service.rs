@@ -991,6 +991,7 @@ impl ControllerService {
             };
             // Probed together: a silent broker takes the whole answer timeout.
             let answer_timeout = probe.and_then(|probe| probe.answer_timeout);
+            let probed_at = Instant::now();
             let mut probes = tokio::task::JoinSet::new();
             for broker in overdue {
                 let image = Arc::clone(&image);
@@ -1001,12 +1002,23 @@ impl ControllerService {
                     )
                 });
             }
-            let probed: HashMap<BrokerId, Liveness> = probes
+            let mut probed: HashMap<BrokerId, Liveness> = probes
                 .join_all()
                 .await
                 .into_iter()
                 .filter(|(_, liveness)| *liveness != Liveness::Answered)
                 .collect();
+            if !probed.is_empty() {
+                // A heartbeat that came while the probe waited (late, as on a lossy network)
+                // answers for the broker as well.
+                let sessions = self.sessions(metrics.current_term);
+                probed.retain(|broker, _| {
+                    sessions
+                        .last_heard
+                        .get(broker)
+                        .is_none_or(|heard| *heard < probed_at)
+                });
+            }
             expired.extend(probed.keys().copied());
             for broker in expired {
                 // Each fencing is decided on the image that includes the previous one.
@@ -1146,22 +1158,54 @@ async fn probe_listeners(
         });
     }
     let found = probes.join_all().await;
+    liveness_of(&found)
+}
+
+/// What a broker's listeners found together: alive when any answered, gone when every one
+/// refused, silent otherwise.
+fn liveness_of(found: &[Liveness]) -> Liveness {
     if found.contains(&Liveness::Answered) {
         Liveness::Answered
-    } else if found.iter().all(|liveness| *liveness == Liveness::Gone) {
+    } else if !found.is_empty() && found.iter().all(|liveness| *liveness == Liveness::Gone) {
         Liveness::Gone
     } else {
         Liveness::Silent
     }
 }
 
-/// Sends one ApiVersions v0 request to a listener and waits `timeout` for any reaction:
-/// bytes, a close or a reset all come from a running process (a TLS or SASL listener closes
-/// the plaintext request, which says as much). A stopped process's kernel accepts the
-/// connection and buffers the request, but nothing answers.
+/// Probes a listener on [`PROBE_ATTEMPTS`] connections, each started a quarter of `timeout`
+/// after the one before and all ending at `timeout`: a lost SYN or request (a lossy network)
+/// would cost one attempt its whole time, as TCP retransmits only after a second.
 async fn probe_listener(addr: (&str, u16), timeout: Duration) -> Liveness {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut attempts = tokio::task::JoinSet::new();
+    for attempt in 0..PROBE_ATTEMPTS {
+        let (host, port) = (addr.0.to_owned(), addr.1);
+        let start = tokio::time::Instant::now() + timeout / 4 * attempt;
+        attempts.spawn(async move {
+            tokio::time::sleep_until(start).await;
+            probe_once((host.as_str(), port), deadline).await
+        });
+    }
+    // The first answer or refusal decides (a refusal: nothing listens, the process is gone).
+    while let Some(result) = attempts.join_next().await {
+        match result {
+            Ok(Liveness::Silent) | Err(_) => {}
+            Ok(decided) => return decided,
+        }
+    }
+    Liveness::Silent
+}
+
+/// Connections a listener probe makes (see [`probe_listener`]).
+const PROBE_ATTEMPTS: u32 = 3;
+
+/// Sends one ApiVersions v0 request to a listener and waits until `deadline` for any
+/// reaction: bytes, a close or a reset all come from a running process (a TLS or SASL
+/// listener closes the plaintext request, which says as much). A stopped process's kernel
+/// accepts the connection and buffers the request, but nothing answers.
+async fn probe_once(addr: (&str, u16), deadline: tokio::time::Instant) -> Liveness {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream =
         match tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
@@ -1443,4 +1487,61 @@ pub async fn call_controller(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(last_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener whose process is stopped: the kernel completes connections into the
+    /// backlog and buffers what is sent, but nothing is read or answered.
+    #[tokio::test]
+    async fn a_listener_that_accepts_but_never_answers_is_silent() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let started = Instant::now();
+        let found = probe_listener(("127.0.0.1", port), Duration::from_millis(300)).await;
+        assert_eq!(found, Liveness::Silent);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    /// A running listener reacts: an answer, or a close (a TLS listener closes a plaintext
+    /// request) is enough.
+    #[tokio::test]
+    async fn a_listener_that_reads_and_closes_answers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let serve = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; api_versions_probe().len()];
+            stream.read_exact(&mut request).await.expect("read");
+            request
+        });
+        let found = probe_listener(("127.0.0.1", port), Duration::from_secs(5)).await;
+        assert_eq!(found, Liveness::Answered);
+        let request = serve.await.expect("served");
+        // A Kafka frame: ApiVersions (18) v0, naming the probe.
+        assert_eq!(&request[4..6], &18i16.to_be_bytes());
+        assert!(
+            request
+                .windows(PROBE_CLIENT_ID.len())
+                .any(|w| w == PROBE_CLIENT_ID.as_bytes())
+        );
+    }
+
+    /// Nothing listens: the process is gone, said at once rather than after the timeout.
+    #[tokio::test]
+    async fn a_port_nothing_listens_on_is_gone_at_once() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let started = Instant::now();
+        let found = probe_listener(("127.0.0.1", port), Duration::from_secs(5)).await;
+        assert_eq!(found, Liveness::Gone);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
 }
