@@ -890,6 +890,9 @@ async fn a_metadata_refresh_that_hangs_delays_only_its_own_topic() {
     );
 }
 
+/// Acknowledgements per partition: (value, when).
+type AckedAt = BTreeMap<i32, Vec<(String, Instant)>>;
+
 /// A hung leader (SIGSTOP: no FIN, no RST) with shipped liveness settings: it misses its
 /// heartbeat, does not answer the controller's probe, and is fenced (not by its session,
 /// 30 s here); its partition gets a new leader. The SDK's producer and consumer, whose
@@ -925,8 +928,7 @@ async fn a_hung_leader_is_fenced_in_seconds_and_the_sdk_moves_on_without_it() {
         .assign(&[TopicPartition::new("hung", 1)])
         .await
         .expect("assign");
-    // Acknowledgements per partition: (value, when).
-    let acked: Arc<Mutex<BTreeMap<i32, Vec<(String, Instant)>>>> = Arc::default();
+    let acked: Arc<Mutex<AckedAt>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (producer, acked, stop) = (producer.clone(), acked.clone(), stop.clone());
