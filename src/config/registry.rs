@@ -866,7 +866,7 @@ pub const KEYS: &[Key] = &[
     broker(
         "broker.liveness.probe.timeout.ms",
         long(0),
-        "1000",
+        "750",
         "Sluice: a broker that misses its heartbeat gets an ApiVersions request from the \
          controller on each listener; one that answers on none within this time (a hung process, \
          disk or network: no FIN, no RST) is fenced at once rather than at \

@@ -920,21 +920,26 @@ impl ControllerService {
         // When this leader last confirmed its leadership with a quorum.
         let mut confirmed_at = Instant::now();
         let mut unconfirmed_warned = false;
+        // A follower looks often for its election: a new controller probes the brokers it
+        // has not heard from (the old quorum leader may have hung with its broker) at once.
+        let mut wait = tick;
         loop {
             let slept_from = Instant::now();
             tokio::select! {
-                () = tokio::time::sleep(tick) => {}
+                () = tokio::time::sleep(wait) => {}
                 () = self.suspected.notified() => {}
             }
-            let stalled = slept_from.elapsed().saturating_sub(tick);
+            let stalled = slept_from.elapsed().saturating_sub(wait);
             let Some(quorum) = self.quorum.upgrade() else {
                 return;
             };
             let metrics = quorum.metrics();
             if metrics.current_leader != Some(quorum.node_id()) {
                 confirmed_at = Instant::now();
+                wait = FOLLOWER_TICK.min(tick);
                 continue;
             }
+            wait = tick;
             let confirmed =
                 tokio::time::timeout(self.session_timeout, quorum.raft().ensure_linearizable())
                     .await
@@ -1101,6 +1106,9 @@ async fn watch_listener(
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
+
+/// How often a controller that does not lead looks whether it does now.
+const FOLLOWER_TICK: Duration = Duration::from_millis(50);
 
 /// How the active controller probes a broker that missed its heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
