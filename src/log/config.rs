@@ -78,6 +78,14 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampType,
 }
 
+impl LogConfig {
+    /// Whether an append may wait for an fsync on the append path: `flush.policy=always`, or a
+    /// `flush.messages` count that an append can reach.
+    pub fn appends_may_sync(&self) -> bool {
+        self.flush_policy == FlushPolicy::Always || self.flush_messages < i64::MAX as u64
+    }
+}
+
 impl Default for LogConfig {
     /// Every topic key's default, from the config registry.
     fn default() -> Self {

@@ -769,6 +769,11 @@ impl Partition {
         self.raise_high_watermark(candidate)
     }
 
+    /// Whether an append here may wait for an fsync (see [`LogConfig::appends_may_sync`]).
+    pub fn appends_may_sync(&self) -> bool {
+        self.log.config().appends_may_sync()
+    }
+
     /// Appends a producer's batches as leader. `min_insync_replicas` applies to `acks=all`.
     /// Transactional batches are not verified (see [`Partition::append_verified`]).
     pub fn append_as_leader(

@@ -11,8 +11,9 @@
 //! Each network thread is a tokio runtime of one worker (not a current-thread runtime: the
 //! produce path uses `block_in_place`), named `sluice-net-<i>`. Every thread of that runtime
 //! is pinned to its CPU as it starts: its worker, and its blocking pool's threads, since
-//! `block_in_place` hands the worker over to one of those while an append blocks (the pool
-//! also runs the little `spawn_blocking` work of requests served here). A new connection goes
+//! `block_in_place` hands the worker over to one of those while an append may fsync or a
+//! batch is recompressed (the pool also runs the little `spawn_blocking` work of requests
+//! served here). A new connection goes
 //! to the thread serving the fewest.
 
 use std::sync::Arc;

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Broker CPU per produced and per consumed record, on one broker, in one run.
+
+Starts its own broker (target/release/sluice, shipped defaults), then per round: produces
+--records records of 100 B to a one-partition topic with kcat (librdkafka in C: linger.ms=5,
+acks=1, idempotence off, no compression) at full speed, and with the SDK (`sluice perf
+produce`) at a steady --rate records/s (acks=all, idempotent, linger.ms=5: its per-record
+latency p50/p99); then reads the partition back with kcat. For each pass it reports the broker's
+CPU seconds (user + system, /proc) per million records and the records/s, and the loopback TCP
+copy rate (`sluice perf raw`) measured in the same run as the raw limit.
+
+With --perf, the full-speed kcat produce of the first round runs under `perf record -g` on the
+broker's process, and the report's top symbols (self time) are printed to stderr.
+
+Several --sluice binaries (before and after a change) alternate round by round, each round on a
+fresh broker; the medians per binary close the output.
+
+usage: benches/produce_cpu.py [--sluice PATH ...] [--records N] [--rate N] [--rounds N] [--perf]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_node import Node, say  # noqa: E402
+
+KCAT_PRODUCER = ["-X", "linger.ms=5", "-X", "acks=1", "-X", "enable.idempotence=false",
+                 "-X", "compression.codec=none", "-X", "queue.buffering.max.messages=1000000"]
+
+
+def kcat_produce(node, topic, records_file):
+    started = time.monotonic()
+    cpu = node.cpu_seconds()
+    subprocess.run(["kcat", "-P", "-b", node.bootstrap, "-t", topic, "-p", "0", *KCAT_PRODUCER, "-l",
+                    records_file], check=True, stderr=subprocess.DEVNULL)
+    return time.monotonic() - started, node.cpu_seconds() - cpu
+
+
+def kcat_consume(node, topic, records):
+    started = time.monotonic()
+    cpu = node.cpu_seconds()
+    subprocess.run(["kcat", "-C", "-b", node.bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+                    "-c", str(records), "-e", "-q", "-f", ""], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.monotonic() - started, node.cpu_seconds() - cpu
+
+
+def sdk_produce(node, topic, records, rate):
+    cpu = node.cpu_seconds()
+    out = subprocess.run(node.perf("produce", "--topic", topic, "--num-records", str(records), "--record-size",
+                                   "100", "--throughput", str(rate), "--output", "json", "--producer-props",
+                                   "acks=all", "linger.ms=5", "enable.idempotence=true"),
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out), node.cpu_seconds() - cpu
+
+
+def record(node, work, name):
+    """`perf record` of the broker until `stop_recording`."""
+    recorder = subprocess.Popen(["perf", "record", "-g", "-F", "1999", "-o", os.path.join(work, f"perf-{name}.data"),
+                                 "-p", str(node.process.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    return recorder
+
+
+def stop_recording(recorder):
+    if recorder:
+        recorder.send_signal(2)
+        recorder.wait()
+
+
+def per_million(cpu_s, records):
+    return round(cpu_s / records * 1e6, 4)
+
+
+def measure(binary, work, records_file, records, rate, profile):
+    """One round on a fresh broker: kcat produce, kcat consume, SDK produce at `rate`."""
+    node = Node(os.path.abspath(binary), work)
+    node.start()
+    try:
+        node.wait_ready()
+        topic = "cpu"
+        subprocess.run(["kcat", "-P", "-b", node.bootstrap, "-t", topic, "-p", "0"], input="warm\n", text=True,
+                       check=True, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        result = {}
+        recorder = record(node, work, "kcat") if profile else None
+        elapsed, cpu = kcat_produce(node, topic, records_file)
+        stop_recording(recorder)
+        result["kcat_produce"] = {"records_per_s": round(records / elapsed),
+                                  "cpu_s_per_million": per_million(cpu, records)}
+        elapsed, cpu = kcat_consume(node, topic, records + 1)
+        result["kcat_consume"] = {"records_per_s": round(records / elapsed),
+                                  "cpu_s_per_million": per_million(cpu, records)}
+        recorder = record(node, work, "sdk") if profile else None
+        summary, cpu = sdk_produce(node, "sdk", records // 2, rate)
+        stop_recording(recorder)
+        result["sdk_produce"] = {"records_per_s": round(summary.get("records_per_sec", 0)),
+                                 "p50_ms": summary.get("p50_ms"), "p99_ms": summary.get("p99_ms"),
+                                 "cpu_s_per_million": per_million(cpu, records // 2)}
+        return result
+    finally:
+        node.stop()
+        shutil.rmtree(os.path.join(work, "data"), ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluice", action="append",
+                        help="a sluice binary; several (before, after) alternate round by round "
+                             "(default: target/release/sluice)")
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--rate", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--perf", action="store_true", help="profile the first binary's first round")
+    args = parser.parse_args()
+    binaries = args.sluice or [os.path.join(os.path.dirname(__file__), "..", "target", "release", "sluice")]
+    work = tempfile.mkdtemp(prefix="sluice-produce-cpu-")
+    try:
+        raw = subprocess.run([binaries[0], "perf", "raw", "--dir", work], check=True, stdout=subprocess.PIPE,
+                             text=True).stdout
+        say(raw.strip())
+        records_file = os.path.join(work, "records")
+        with open(records_file, "w") as f:
+            f.write(("x" * 100 + "\n") * args.records)  # kcat -l: a record per line, without its newline
+        results = {binary: [] for binary in binaries}
+        for round_ in range(args.rounds):
+            for index, binary in enumerate(binaries):
+                result = measure(binary, work, records_file, args.records, args.rate,
+                                 args.perf and round_ == 0 and index == 0)
+                results[binary].append(result)
+                say(json.dumps({"binary": binary, "round": round_, **result}))
+        if args.perf:
+            for name in ("kcat", "sdk"):
+                report = subprocess.run(["perf", "report", "-i", os.path.join(work, f"perf-{name}.data"),
+                                         "--no-children", "--sort", "symbol", "--stdio", "-g", "none",
+                                         "--percent-limit", "0.7"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+                say(f"top symbols, broker, {name} produce:")
+                say("\n".join(line.rstrip(" -") for line in report.splitlines() if line and not line.startswith("#")))
+        medians = {}
+        for binary, rounds in results.items():
+            medians[binary] = {kind: {key: statistics.median(r[kind][key] for r in rounds)
+                                      for key in rounds[0][kind] if rounds[0][kind][key] is not None}
+                               for kind in rounds[0]}
+        print(json.dumps({"raw": raw.split(), "median": medians}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
