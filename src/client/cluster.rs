@@ -109,6 +109,10 @@ pub(crate) const AUTHENTICATION_RETRY_BACKOFF: Duration = Duration::from_secs(1)
 const STALL_CHECK_AFTER: Duration = Duration::from_secs(1);
 /// How often the stall watch looks.
 const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// How long a request is looked at on every tick; after that, on every
+/// `STALL_CHECK_SLOW_TICKS`th (2 s).
+const STALL_CHECK_FAST_FOR: Duration = Duration::from_secs(5);
+const STALL_CHECK_SLOW_TICKS: u64 = 8;
 
 /// Whether a failed connect says the client's settings are wrong, which no other broker and no
 /// retry mends: a refused authentication ([`Error::is_authentication`]) or a configuration
@@ -428,12 +432,14 @@ impl Cluster {
         };
         let cluster = Arc::downgrade(self);
         runtime.spawn(async move {
-            loop {
+            for tick in 0u64.. {
                 tokio::time::sleep(STALL_CHECK_INTERVAL).await;
                 let Some(cluster) = cluster.upgrade() else {
                     return;
                 };
-                cluster.abandon_fenced().await;
+                cluster
+                    .abandon_fenced(tick % STALL_CHECK_SLOW_TICKS == 0)
+                    .await;
             }
         });
     }
@@ -443,15 +449,19 @@ impl Cluster {
     /// cut off, or stopped), so the requests waiting on it are abandoned at once and their
     /// callers retry at the new leaders, instead of waiting out `request.timeout.ms` (30 s)
     /// for a broker that may never answer. A broker still listed is waited for as before: a
-    /// long wait (a JoinGroup, an acks=all Produce) is no fault.
-    pub async fn abandon_fenced(&self) {
+    /// long wait (a JoinGroup, an acks=all Produce) is no fault. A request that has waited
+    /// [`STALL_CHECK_FAST_FOR`] is looked at only on a `slow_tick`: a hung broker is fenced
+    /// within seconds, and a member waiting minutes in a JoinGroup should not ask for metadata
+    /// four times a second.
+    pub async fn abandon_fenced(&self, slow_tick: bool) {
         let stalled: Vec<Arc<Connection>> = self
             .lock_connections()
             .values()
             .filter(|c| {
                 !c.is_closed()
-                    && c.oldest_in_flight()
-                        .is_some_and(|age| age >= STALL_CHECK_AFTER)
+                    && c.oldest_in_flight().is_some_and(|age| {
+                        age >= STALL_CHECK_AFTER && (age < STALL_CHECK_FAST_FOR || slow_tick)
+                    })
             })
             .cloned()
             .collect();
