@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
@@ -150,7 +150,7 @@ pub async fn handle(
             let mut records = BytesMut::from(records);
             if let Some(codec) = codec {
                 match tokio::task::block_in_place(|| compression::recompress(&records, codec)) {
-                    Ok(Some(rewritten)) => records = BytesMut::from(&rewritten[..]),
+                    Ok(Some(rewritten)) => records = BytesMut::from(Bytes::from(rewritten)),
                     Ok(None) => {}
                     Err(error) => {
                         partitions.push(
