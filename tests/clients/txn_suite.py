@@ -479,10 +479,18 @@ def case_fencing():
         # No delivery callback here: confluent-kafka 2.16 fails a callback's calls on a
         # message failed with a fatal error (SystemError). read_uncommitted checks below that
         # none of these records was written.
-        if how == "produce":
-            produce_values(first, topic, {0: [f"after-{how}-{i}" for i in range(3)]})
-        elif how == "new-partition":
-            produce_values(first, topic, {1: [f"after-{how}-{i}" for i in range(3)]})
+        # The fence can come back while the later records are still being handed over: the
+        # producer is then in its fatal state and refuses them (_STATE), as Kafka's would.
+        late = {"produce": 0, "new-partition": 1}.get(how)
+        if late is not None:
+            try:
+                produce_values(first, topic, {late: [f"after-{how}-{i}" for i in range(3)]})
+            except KafkaException as e:
+                error = kafka_error(e)
+                check(error is not None and (error.code() == KafkaError._STATE
+                                             or error.code() in FENCING_CODES),
+                      f"{how}: produce after the fence failed with {e!r}")
+                log(f"{how}: produce refused after the fence: {error.str()}")
         if how != "commit":
             try:
                 left = first.flush(30)
