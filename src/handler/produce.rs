@@ -106,13 +106,19 @@ pub async fn handle(
         ),
         _ => None,
     };
+    // The records are appended in place when nothing else holds their buffer: the request's
+    // names and transactional id are views into it, so they go first (owned copies kept).
+    let topics: Vec<(String, Vec<_>)> = std::mem::take(&mut request.topic_data)
+        .into_iter()
+        .map(|topic| (topic.name.to_string(), topic.partition_data))
+        .collect();
+    drop(request);
     let mut waits = Vec::new();
-    for topic in request.topic_data {
-        let name = topic.name.to_string();
+    for (name, partition_data) in topics {
         let min_insync = broker.replicas.min_insync_replicas(&image, &name);
         let codec = compression::target_codec(&broker.replicas.compression_type(&image, &name));
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for data in topic.partition_data {
+        let mut partitions = Vec::with_capacity(partition_data.len());
+        for data in partition_data {
             let response = PartitionProduceResponse::default().with_index(data.index);
             let tp = TopicPartition::new(name.clone(), data.index);
             if !matches!(acks, -1..=1) {
@@ -146,7 +152,8 @@ pub async fn handle(
                 );
                 continue;
             };
-            // The request's buffer when this partition's records are its only users (no copy).
+            // The request's buffer when this partition's records are its only user (one
+            // partition in the request, or the last one), else a copy.
             let mut records = BytesMut::from(records);
             if let Some(codec) = codec {
                 match tokio::task::block_in_place(|| compression::recompress(&records, codec)) {

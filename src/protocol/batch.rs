@@ -335,6 +335,95 @@ fn parse_record<'a>(input: &mut &'a [u8]) -> std::result::Result<Record<'a>, &'s
     })
 }
 
+/// The framing checks of [`RecordIter`] over a whole records section, in one pass without
+/// building records: every record's lengths within bounds, offset deltas 0, 1, 2, ... and
+/// `records_count` of them, no byte left over. Returns the largest record timestamp, or `None`
+/// when anything is wrong (the caller then walks the records with [`RecordIter`] to say what).
+/// This is the produce path's per-record cost (a third of the broker's own CPU at 100-byte
+/// records when it built each record).
+pub fn scan_records(header: &BatchHeader, section: &[u8]) -> Option<i64> {
+    let log_append_time = header.is_log_append_time();
+    let mut max_timestamp = i64::MIN;
+    let mut at = 0usize;
+    for expected_delta in 0..header.records_count.max(0) {
+        let length = usize::try_from(scan_varint(section, &mut at)?).ok()?;
+        let end = at.checked_add(length).filter(|&end| end <= section.len())?;
+        let body = &section[..end];
+        at += 1; // attributes
+        let timestamp_delta = scan_varlong(body, &mut at)?;
+        if scan_varint(body, &mut at)? != expected_delta {
+            return None;
+        }
+        scan_nullable_bytes(body, &mut at)?; // key
+        scan_nullable_bytes(body, &mut at)?; // value
+        let header_count = scan_varint(body, &mut at)?;
+        if header_count < 0 {
+            return None;
+        }
+        for _ in 0..header_count {
+            // A header's key is never null; its value may be.
+            if scan_nullable_bytes(body, &mut at)? < 0 {
+                return None;
+            }
+            scan_nullable_bytes(body, &mut at)?;
+        }
+        if at != end {
+            return None;
+        }
+        let timestamp = if log_append_time {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(timestamp_delta)
+        };
+        max_timestamp = max_timestamp.max(timestamp);
+    }
+    (at == section.len() && header.records_count > 0).then_some(max_timestamp)
+}
+
+/// A length-prefixed field within `body` from `at`: its length (-1 for null), `at` moved
+/// past it; `None` past the end or for a length below -1.
+#[inline(always)]
+fn scan_nullable_bytes(body: &[u8], at: &mut usize) -> Option<i32> {
+    let length = scan_varint(body, at)?;
+    if length > 0 {
+        let end = at
+            .checked_add(length as usize)
+            .filter(|&end| end <= body.len())?;
+        *at = end;
+    } else if length < -1 {
+        return None;
+    }
+    Some(length)
+}
+
+/// [`read_varint`] at an index, with the one-byte case (most lengths and deltas of small
+/// records) first.
+#[inline(always)]
+fn scan_varint(input: &[u8], at: &mut usize) -> Option<i32> {
+    let first = *input.get(*at)?;
+    let raw = if first < 0x80 {
+        *at += 1;
+        u32::from(first)
+    } else {
+        let mut rest = input.get(*at..)?;
+        let before = rest.len();
+        let raw = u32::try_from(read_unsigned_varint(&mut rest, 5)?).ok()?;
+        *at += before - rest.len();
+        raw
+    };
+    Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
+}
+
+/// [`read_varlong`] at an index.
+#[inline(always)]
+fn scan_varlong(input: &[u8], at: &mut usize) -> Option<i64> {
+    let mut rest = input.get(*at..)?;
+    let before = rest.len();
+    let raw = read_unsigned_varint(&mut rest, 10)?;
+    *at += before - rest.len();
+    Some(((raw >> 1) as i64) ^ -((raw & 1) as i64))
+}
+
 fn read_nullable_bytes<'a>(input: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
     let length = read_varint(input)?;
     if length == -1 {
