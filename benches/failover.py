@@ -3,8 +3,9 @@
 
 Starts three nodes (each broker and controller, like config/node-*.properties, on free ports
 under a temporary directory, shipped liveness settings), creates two RF=3 topics of 2
-partitions, and keeps a confluent-kafka producer sending a record every 2 ms round-robin over
-the four partitions. Then, for each fault and scenario, the fault for `--fault-s` seconds (20)
+partitions, and keeps an idempotent acks=all producer (`--client`: confluent-kafka, or
+kafka-python, which follows the Java client) sending a record every 2 ms round-robin over the
+four partitions. Then, for each fault and scenario, the fault for `--fault-s` seconds (20)
 and its end:
 
 - faults: `kill` (kill -9, then a restart), `pause` (SIGSTOP, then SIGCONT: a hung process,
@@ -27,6 +28,7 @@ The last line is the table: per fault and scenario, stall p50/max of the victim'
 and of the others, over every round.
 
 usage: benches/failover.py [--sluice PATH] [--rounds N] [--faults kill,pause,partition]
+                          [--client librdkafka|kafka-python]
 """
 import argparse
 import datetime
@@ -167,6 +169,53 @@ def leaders(admin, topics):
 
 
 CLIENT_DEBUG = None
+CLIENT = "librdkafka"
+
+
+class LibrdkafkaProducer:
+    """confluent-kafka: idempotent, acks=all, its own request timeout (30 s)."""
+
+    def __init__(self, bootstrap, report):
+        settings = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                    "linger.ms": 1, "message.timeout.ms": 60000}
+        if CLIENT_DEBUG:
+            settings["debug"] = CLIENT_DEBUG
+        self.producer = Producer(settings)
+        self.report = report
+
+    def send(self, topic, partition, value):
+        def delivered(err, msg):
+            if err is None:
+                self.report(msg.topic(), msg.partition())
+        self.producer.produce(topic, value=value, partition=partition, on_delivery=delivered)
+        self.producer.poll(0)
+
+    def close(self):
+        self.producer.flush(60)
+
+
+class KafkaPythonProducer:
+    """kafka-python, the Java client's design in Python: idempotent, acks=all, its defaults
+    (request_timeout_ms 30 s), which are the Java client's."""
+
+    def __init__(self, bootstrap, report):
+        from kafka import KafkaProducer
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                      linger_ms=1, delivery_timeout_ms=60000)
+        self.report = report
+
+    def send(self, topic, partition, value):
+        future = self.producer.send(topic, value=value, partition=partition)
+        future.add_callback(lambda metadata: self.report(metadata.topic, metadata.partition))
+
+    def close(self):
+        self.producer.flush(60)
+        self.producer.close(5)
+
+
+def make_producer(bootstrap, report):
+    kind = {"librdkafka": LibrdkafkaProducer, "kafka-python": KafkaPythonProducer}[CLIENT]
+    return kind(bootstrap, report)
 
 
 def run_scenario(cluster, admin, topics, fault, scenario, fault_s):
@@ -174,27 +223,21 @@ def run_scenario(cluster, admin, topics, fault, scenario, fault_s):
     lock = threading.Lock()
     stop = threading.Event()
 
-    def report(err, msg):
-        if err is None:
-            with lock:
-                acks.setdefault((msg.topic(), msg.partition()), []).append(time.monotonic())
+    def report(topic, partition):
+        with lock:
+            acks.setdefault((topic, partition), []).append(time.monotonic())
 
-    settings = {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                "linger.ms": 1, "message.timeout.ms": 60000}
-    if CLIENT_DEBUG:
-        settings["debug"] = CLIENT_DEBUG
-    producer = Producer(settings)
+    producer = make_producer(cluster.bootstrap, report)
 
     def send():
         i = 0
         keys = [(t, p) for t in topics for p in (0, 1)]
         while not stop.is_set():
             t, p = keys[i % len(keys)]
-            producer.produce(t, value=b"x" * 100, partition=p, on_delivery=report)
-            producer.poll(0)
+            producer.send(t, p, b"x" * 100)
             i += 1
             time.sleep(0.002)
-        producer.flush(60)
+        producer.close()
 
     sender = threading.Thread(target=send)
     sender.start()
@@ -224,7 +267,7 @@ def run_scenario(cluster, admin, topics, fault, scenario, fault_s):
     time.sleep(3)
     stop.set()
     sender.join()
-    result = {"fault": fault, "scenario": scenario, "victim": victim, "quorum_leader": quorum_leader,
+    result = {"client": CLIENT, "fault": fault, "scenario": scenario, "victim": victim, "quorum_leader": quorum_leader,
               "partitions": {}}
     for key, times in sorted(acks.items()):
         before = [t for t in times if t <= killed_at]
@@ -276,10 +319,13 @@ def main():
     parser.add_argument("--scenarios", default="partition-leader,quorum-leader")
     parser.add_argument("--faults", default="kill,pause,partition")
     parser.add_argument("--fault-s", type=float, default=20.0, help="how long each fault lasts")
+    parser.add_argument("--client", choices=["librdkafka", "kafka-python"], default="librdkafka",
+                        help="the producer: confluent-kafka (librdkafka) or kafka-python (the Java client's design)")
     parser.add_argument("--client-debug", help="librdkafka debug contexts for the producer (to stderr)")
     args = parser.parse_args()
-    global CLIENT_DEBUG
+    global CLIENT_DEBUG, CLIENT
     CLIENT_DEBUG = args.client_debug
+    CLIENT = args.client
     work = tempfile.mkdtemp(prefix="sluice-failover-")
     faults = args.faults.split(",")
     cluster = Cluster(args.sluice, work, own_users="partition" in faults)
