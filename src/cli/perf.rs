@@ -419,10 +419,10 @@ fn log_append(
     let threads: Vec<_> = (0..appenders)
         .map(|_| {
             let log = Arc::clone(&log);
-            let mut buffer = batch.to_vec();
+            let buffer = batch.to_vec();
             std::thread::spawn(move || -> anyhow::Result<()> {
                 for _ in 0..batches_each {
-                    log.append_as_leader(&mut buffer, 0, AppendOrigin::Client)?;
+                    log.append_as_leader(&buffer, 0, AppendOrigin::Client)?;
                 }
                 Ok(())
             })
@@ -555,12 +555,12 @@ fn log_writer(dir: &Path, bytes: u64, flush_policy: &str, print_acks: bool) -> a
     let mut config = LogConfig::default();
     config.set("flush.policy", flush_policy)?;
     let log = manager.get_or_create(&TopicPartition::new("perf", 0), config)?;
-    let mut batch = template_batch(1024, 16 * 1024);
+    let batch = template_batch(1024, 16 * 1024);
     let mut written = 0u64;
     let mut ready = false;
     let mut stdout = std::io::stdout().lock();
     loop {
-        let info = log.append_as_leader(&mut batch, 0, AppendOrigin::Client)?;
+        let info = log.append_as_leader(&batch, 0, AppendOrigin::Client)?;
         written += batch.len() as u64;
         if print_acks {
             writeln!(stdout, "ack {}", info.last_offset)?;

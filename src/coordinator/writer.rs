@@ -305,12 +305,12 @@ impl PartitionWriter for ReplicaWriter {
         for (key, value) in records {
             batch.push(timestamp_ms, Some(key), value.as_deref(), &[]);
         }
-        let mut bytes = batch.build();
+        let bytes = batch.build();
         let min_insync = self.min_insync_replicas();
         // The append writes to the log (a write, no fsync): not long, but not async either.
         let appended = tokio::task::block_in_place(|| {
             self.partition
-                .append_as_leader_at_epoch(&mut bytes, leader_epoch, min_insync)
+                .append_as_leader_at_epoch(&bytes, leader_epoch, min_insync)
         });
         match appended {
             Ok(appended) => Ok(Written {

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
@@ -106,19 +106,13 @@ pub async fn handle(
         ),
         _ => None,
     };
-    // The records are appended in place when nothing else holds their buffer: the request's
-    // names and transactional id are views into it, so they go first (owned copies kept).
-    let topics: Vec<(String, Vec<_>)> = std::mem::take(&mut request.topic_data)
-        .into_iter()
-        .map(|topic| (topic.name.to_string(), topic.partition_data))
-        .collect();
-    drop(request);
     let mut waits = Vec::new();
-    for (name, partition_data) in topics {
+    for topic in request.topic_data {
+        let name = topic.name.to_string();
         let min_insync = broker.replicas.min_insync_replicas(&image, &name);
         let codec = compression::target_codec(&broker.replicas.compression_type(&image, &name));
-        let mut partitions = Vec::with_capacity(partition_data.len());
-        for data in partition_data {
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
             let response = PartitionProduceResponse::default().with_index(data.index);
             let tp = TopicPartition::new(name.clone(), data.index);
             if !matches!(acks, -1..=1) {
@@ -152,12 +146,12 @@ pub async fn handle(
                 );
                 continue;
             };
-            // The request's buffer when this partition's records are its only user (one
-            // partition in the request, or the last one), else a copy.
-            let mut records = BytesMut::from(records);
+            // The records are appended from the request's buffer as they are: the log writes
+            // the leader's offsets and epoch over them as it writes them (no copy).
+            let mut records = records;
             if let Some(codec) = codec {
                 match tokio::task::block_in_place(|| compression::recompress(&records, codec)) {
-                    Ok(Some(rewritten)) => records = BytesMut::from(Bytes::from(rewritten)),
+                    Ok(Some(rewritten)) => records = Bytes::from(rewritten),
                     Ok(None) => {}
                     Err(error) => {
                         partitions.push(
@@ -169,7 +163,7 @@ pub async fn handle(
                     }
                 }
             }
-            let mut append = || match &verified {
+            let append = || match &verified {
                 Some(verified) => match verified.get(&tp) {
                     Some(Err(error)) => Err(crate::replica::AppendError {
                         error: *error,
@@ -180,11 +174,11 @@ pub async fn handle(
                         record_errors: Vec::new(),
                     }),
                     Some(Ok(guard)) => {
-                        partition.append_verified(&mut records, acks, min_insync, Some(*guard))
+                        partition.append_verified(&records, acks, min_insync, Some(*guard))
                     }
-                    None => partition.append_verified(&mut records, acks, min_insync, None),
+                    None => partition.append_verified(&records, acks, min_insync, None),
                 },
-                None => partition.append_as_leader(&mut records, acks, min_insync),
+                None => partition.append_as_leader(&records, acks, min_insync),
             };
             // An append that cannot wait for an fsync (Kafka's default flush settings) runs
             // on the network thread: handing the thread's worker to another thread for it

@@ -30,7 +30,7 @@ use super::config::{Clock, FlushPolicy, LogConfig, TimestampType};
 use super::epoch::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::segment::{
-    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment,
+    AppendedBatch, CLEANED_SUFFIX, DELETED_SUFFIX, LOG_SUFFIX, Overlay, SWAP_SUFFIX, Segment,
     parse_base_offset, segment_path, sync_all,
 };
 use super::topic_partition::TopicPartition;
@@ -500,7 +500,7 @@ impl Log {
     /// returns only once the batches are on disk.
     pub fn append_as_leader(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         leader_epoch: i32,
         origin: AppendOrigin,
     ) -> Result<AppendInfo> {
@@ -524,10 +524,11 @@ impl Log {
     }
 
     /// [`Log::append_as_leader`] for batches [`Log::validate_leader_append`] checked in these
-    /// same `records`.
+    /// same `records`. The records are not changed: what the leader assigns (offsets, epoch,
+    /// a max timestamp or LogAppendTime) is written over them as the log is written.
     pub fn append_validated_as_leader(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         validated: ValidatedBatches,
         leader_epoch: i32,
     ) -> Result<AppendInfo> {
@@ -542,23 +543,35 @@ impl Log {
         let first_offset = state.log_end_offset;
         let mut next_offset = first_offset;
         let mut appended = Vec::with_capacity(headers.len());
+        let mut stamps = Vec::with_capacity(headers.len());
         let mut max_timestamp = i64::MIN;
         for (position, header, record_max_timestamp) in &headers {
             let size = header.total_size().expect("validated") as u64;
-            let bytes = &mut records[*position..*position + size as usize];
-            batch::set_base_offset_and_epoch(bytes, next_offset as i64, leader_epoch);
-            let batch_max_timestamp = match (log_append_time, record_max_timestamp) {
-                (Some(now), _) => {
-                    batch::set_log_append_time(bytes, now);
-                    now
-                }
-                // The records, not the producer's header, say what the max timestamp is.
-                (None, Some(records_max)) if *records_max != header.max_timestamp => {
-                    batch::set_max_timestamp(bytes, *records_max);
-                    *records_max
-                }
-                (None, _) => header.max_timestamp,
+            let bytes = &records[*position..*position + size as usize];
+            let rewrite = |change: &dyn Fn(&mut [u8])| {
+                let mut batch = bytes.to_vec();
+                batch::set_base_offset_and_epoch(&mut batch, next_offset as i64, leader_epoch);
+                change(&mut batch);
+                Stamp::Batch(batch)
             };
+            let (stamp, batch_max_timestamp) = match (log_append_time, record_max_timestamp) {
+                (Some(now), _) => (
+                    rewrite(&|batch| batch::set_log_append_time(batch, now)),
+                    now,
+                ),
+                // The records, not the producer's header, say what the max timestamp is.
+                (None, Some(records_max)) if *records_max != header.max_timestamp => (
+                    rewrite(&|batch| batch::set_max_timestamp(batch, *records_max)),
+                    *records_max,
+                ),
+                (None, _) => {
+                    let mut prefix = [0u8; STAMPED_PREFIX_BYTES];
+                    prefix.copy_from_slice(&bytes[..STAMPED_PREFIX_BYTES]);
+                    batch::set_base_offset_and_epoch(&mut prefix, next_offset as i64, leader_epoch);
+                    (Stamp::Prefix(prefix), header.max_timestamp)
+                }
+            };
+            stamps.push(stamp);
             let last_offset = next_offset + header.last_offset_delta as u64;
             appended.push(AppendedBatch {
                 base_offset: next_offset,
@@ -574,7 +587,7 @@ impl Log {
         if let Err(e) = state.epochs.assign(leader_epoch, first_offset) {
             return self.fail(e);
         }
-        if let Err(e) = self.write_batches(&mut state, records, &appended, &config, now) {
+        if let Err(e) = self.write_batches(&mut state, records, &appended, &stamps, &config, now) {
             return self.fail(e);
         }
         let info = AppendInfo {
@@ -651,7 +664,7 @@ impl Log {
             }
         }
         let now = self.clock.now_ms();
-        if let Err(e) = self.write_batches(&mut state, records, &appended, &config, now) {
+        if let Err(e) = self.write_batches(&mut state, records, &appended, &[], &config, now) {
             return self.fail(e);
         }
         let record_count = expected - first_offset;
@@ -672,11 +685,14 @@ impl Log {
         Ok(info)
     }
 
+    /// Writes `appended` batches of `bytes`, each with its stamp when `stamps` (one per
+    /// batch) are given: a leader's append. A follower's batches go as they are.
     fn write_batches(
         &self,
         state: &mut LogState,
         bytes: &[u8],
         appended: &[AppendedBatch],
+        stamps: &[Stamp],
         config: &LogConfig,
         now: i64,
     ) -> Result<()> {
@@ -716,9 +732,22 @@ impl Log {
                 })
                 .collect();
             let bytes = &bytes[from as usize..(from + run_bytes) as usize];
-            state
-                .active_mut()
-                .append(bytes, &run, config.index_interval_bytes)?;
+            let overlays: Vec<Overlay<'_>> = stamps
+                .get(start..end)
+                .unwrap_or_default()
+                .iter()
+                .zip(&run)
+                .map(|(stamp, batch)| Overlay {
+                    at: batch.relative_position as usize,
+                    bytes: stamp.bytes(),
+                })
+                .collect();
+            state.active_mut().append_overlaid(
+                bytes,
+                &overlays,
+                &run,
+                config.index_interval_bytes,
+            )?;
             state.log_end_offset = appended[end - 1].last_offset + 1;
             start = end;
         }
@@ -1228,6 +1257,27 @@ impl ValidatedBatches {
                 .min(records.len());
             (header, &records[(*position).min(end)..end])
         })
+    }
+}
+
+/// The bytes a leader's stamp covers at the start of a batch: base offset, batch length (kept)
+/// and partition leader epoch, none of them under the CRC.
+const STAMPED_PREFIX_BYTES: usize = 16;
+
+/// What a leader writes over one producer batch.
+enum Stamp {
+    /// Offsets and epoch assigned (the common case: the rest of the batch goes as it came).
+    Prefix([u8; STAMPED_PREFIX_BYTES]),
+    /// The whole batch rewritten: its max timestamp or LogAppendTime changed, so its CRC did.
+    Batch(Vec<u8>),
+}
+
+impl Stamp {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Stamp::Prefix(prefix) => prefix,
+            Stamp::Batch(batch) => batch,
+        }
     }
 }
 

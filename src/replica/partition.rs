@@ -778,7 +778,7 @@ impl Partition {
     /// Transactional batches are not verified (see [`Partition::append_verified`]).
     pub fn append_as_leader(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         acks: i16,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
@@ -797,7 +797,7 @@ impl Partition {
     /// producer-state lock.
     pub fn append_verified(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         acks: i16,
         min_insync_replicas: usize,
         guard: Option<u64>,
@@ -841,7 +841,7 @@ impl Partition {
     /// append): records built from state loaded under one epoch never land under another.
     pub fn append_as_leader_at_epoch(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         leader_epoch: i32,
         min_insync_replicas: usize,
     ) -> Result<Appended, AppendError> {
@@ -869,9 +869,9 @@ impl Partition {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let mut records = marker.batch(producer_id, producer_epoch, now_ms);
+        let records = marker.batch(producer_id, producer_epoch, now_ms);
         self.append_leading(
-            &mut records,
+            &records,
             -1,
             min_insync_replicas,
             expected_leader_epoch,
@@ -881,7 +881,7 @@ impl Partition {
 
     fn append_leading(
         &self,
-        records: &mut [u8],
+        records: &[u8],
         acks: i16,
         min_insync_replicas: usize,
         expected_leader_epoch: Option<i32>,

@@ -685,17 +685,10 @@ pub async fn process_frame(
         .inspect_err(
             |error| tracing::warn!(%peer, %error, "undecodable request: closing the connection"),
         )?;
-    // Nothing may keep the frame's buffer alive but the request: a Produce whose records are
-    // their buffer's last user appends them in place instead of copying them (the client id
-    // and any bytes left over are views into the same buffer).
-    drop(bytes);
-    let (version, correlation_id) = (header.request_api_version, header.correlation_id);
-    let client_id = header.client_id.as_ref().map(|c| c.to_string());
-    drop(header);
     if answered_by_session {
         let (response, close) = match &request {
             kafka_protocol::messages::RequestKind::SaslHandshake(r) => {
-                let (response, close) = session.handshake(r, version);
+                let (response, close) = session.handshake(r, header.request_api_version);
                 (ResponseKind::SaslHandshake(response), close)
             }
             kafka_protocol::messages::RequestKind::SaslAuthenticate(r) => {
@@ -704,7 +697,12 @@ pub async fn process_frame(
             }
             _ => return Err(FrameError::Close("not a SASL request".into())),
         };
-        let bytes = protocol::encode_response(api_key, version, correlation_id, &response)?;
+        let bytes = protocol::encode_response(
+            api_key,
+            header.request_api_version,
+            header.correlation_id,
+            &response,
+        )?;
         broker
             .metrics
             .record_request(api_key, frame.received.elapsed(), bytes.len());
@@ -718,8 +716,8 @@ pub async fn process_frame(
     let context = RequestContext {
         request_bytes,
         api_key,
-        api_version: version,
-        client_id,
+        api_version: header.request_api_version,
+        client_id: header.client_id.as_ref().map(|c| c.to_string()),
         listener_name: listener_name.to_owned(),
         principal: Arc::clone(session.principal()),
         access: broker
@@ -729,15 +727,18 @@ pub async fn process_frame(
         received: frame.received,
     };
     let (answer, mute) = handler::dispatch(broker, &context, request).await;
+    let version = header.request_api_version;
     let encoded = match answer {
         Some(Answer::Message(response)) => {
-            protocol::encode_response(api_key, version, correlation_id, &response).map(|bytes| {
-                let len = bytes.len();
-                (vec![Part::Bytes(bytes.freeze())], len)
-            })
+            protocol::encode_response(api_key, version, header.correlation_id, &response).map(
+                |bytes| {
+                    let len = bytes.len();
+                    (vec![Part::Bytes(bytes.freeze())], len)
+                },
+            )
         }
         Some(Answer::Fetch(fetch)) => {
-            protocol::fetch_encode::encode(version, correlation_id, &fetch)
+            protocol::fetch_encode::encode(version, header.correlation_id, &fetch)
         }
         Some(Answer::Close) => {
             tracing::debug!(%peer, "acks=0 produce failed: closing the connection");

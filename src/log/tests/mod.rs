@@ -89,9 +89,9 @@ impl Fixture {
 }
 
 fn append(log: &Log, count: usize, tag: &str, timestamp: i64) -> (u64, u64) {
-    let mut batch = make_batch(count, tag, timestamp);
+    let batch = make_batch(count, tag, timestamp);
     let info = log
-        .append_as_leader(&mut batch, 3, AppendOrigin::Client)
+        .append_as_leader(&batch, 3, AppendOrigin::Client)
         .unwrap();
     (info.first_offset, info.last_offset)
 }
@@ -137,29 +137,35 @@ fn header(batch: &[u8]) -> BatchHeader {
 fn append_assigns_offsets_stamps_epoch_and_reads_back_the_same_bytes() {
     let fixture = Fixture::new();
     let log = fixture.open(small_config(), LoadState::default());
-    let mut first = make_batch(3, "a", T0);
+    let first = make_batch(3, "a", T0);
     let info = log
-        .append_as_leader(&mut first, 7, AppendOrigin::Client)
+        .append_as_leader(&first, 7, AppendOrigin::Client)
         .unwrap();
     assert_eq!(
         (info.first_offset, info.last_offset, info.record_count),
         (0, 2, 3)
     );
-    let mut second = make_batch(2, "b", T0 + 10);
+    let second = make_batch(2, "b", T0 + 10);
     let info = log
-        .append_as_leader(&mut second, 7, AppendOrigin::Client)
+        .append_as_leader(&second, 7, AppendOrigin::Client)
         .unwrap();
     assert_eq!((info.first_offset, info.last_offset), (3, 4));
     assert_eq!(log.log_end_offset(), 5);
 
     let read = log.read(0, 1 << 20, None).unwrap();
     let bytes = read.slice.unwrap().to_vec().unwrap();
+    // What was sent, with the leader's offsets and epoch (outside the CRC).
+    let stamped = |batch: &[u8], base_offset| {
+        let mut batch = batch.to_vec();
+        super::batch::set_base_offset_and_epoch(&mut batch, base_offset, 7);
+        batch
+    };
     assert_eq!(
         bytes,
-        [first.clone(), second.clone()].concat(),
+        [stamped(&first, 0), stamped(&second, 3)].concat(),
         "disk bytes are the served bytes"
     );
-    let h = header(&second);
+    let h = header(&bytes[first.len()..]);
     assert_eq!((h.base_offset, h.partition_leader_epoch), (3, 7));
     assert_eq!(log.latest_epoch(), Some(7));
 
@@ -206,26 +212,26 @@ fn invalid_batches_are_rejected_whole_with_kafka_codes() {
     let mut corrupt = make_batch(1, "y", T0);
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0xff;
-    let mut both = [good.clone(), corrupt].concat();
+    let both = [good.clone(), corrupt].concat();
     let error = log
-        .append_as_leader(&mut both, 0, AppendOrigin::Client)
+        .append_as_leader(&both, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::CorruptMessage);
 
-    let mut large = make_batch(20, "large", T0);
+    let large = make_batch(20, "large", T0);
     let error = log
-        .append_as_leader(&mut large, 0, AppendOrigin::Client)
+        .append_as_leader(&large, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::MessageTooLarge);
 
-    let mut truncated = good[..good.len() - 3].to_vec();
+    let truncated = good[..good.len() - 3].to_vec();
     let error = log
-        .append_as_leader(&mut truncated, 0, AppendOrigin::Client)
+        .append_as_leader(&truncated, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::CorruptMessage);
 
     let error = log
-        .append_as_leader(&mut [], 0, AppendOrigin::Client)
+        .append_as_leader(&[], 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 
@@ -235,7 +241,7 @@ fn invalid_batches_are_rejected_whole_with_kafka_codes() {
     let crc = super::batch::compute_crc(&control);
     control[17..21].copy_from_slice(&crc.to_be_bytes());
     let error = log
-        .append_as_leader(&mut control, 0, AppendOrigin::Client)
+        .append_as_leader(&control, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 
@@ -251,9 +257,9 @@ fn compacted_topics_refuse_records_without_keys() {
     let log = fixture.open(config, LoadState::default());
     let mut builder = BatchBuilder::new(0, T0);
     builder.push(T0, None, Some(b"v"), &[]);
-    let mut keyless = builder.build();
+    let keyless = builder.build();
     let error = log
-        .append_as_leader(&mut keyless, 0, AppendOrigin::Client)
+        .append_as_leader(&keyless, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(error.kafka_error(), KafkaError::InvalidRecord);
 }
@@ -275,11 +281,11 @@ fn keyless_records_are_refused_by_index_in_batches_of_every_codec() {
     }
     let plain = builder.build();
     for codec in 0..=4 {
-        let mut batch = crate::replica::compression::recompress(&plain, codec)
+        let batch = crate::replica::compression::recompress(&plain, codec)
             .expect("compress")
             .unwrap_or_else(|| plain.clone());
         let error = log
-            .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+            .append_as_leader(&batch, 0, AppendOrigin::Client)
             .unwrap_err();
         assert_eq!(
             error.kafka_error(),
@@ -475,10 +481,10 @@ fn truncation_cuts_batches_segments_and_epochs() {
     let log = fixture.open(small_config(), LoadState::default());
     let mut boundaries = Vec::new();
     for n in 0..30u64 {
-        let mut batch = make_batch(3, &n.to_string(), T0);
+        let batch = make_batch(3, &n.to_string(), T0);
         let epoch = (n / 10) as i32;
         let info = log
-            .append_as_leader(&mut batch, epoch, AppendOrigin::Client)
+            .append_as_leader(&batch, epoch, AppendOrigin::Client)
             .unwrap();
         boundaries.push(info.first_offset);
     }
@@ -604,7 +610,7 @@ fn timestamp_lookups_find_the_first_record_at_or_after() {
     for n in 0..200i64 {
         let mut builder = BatchBuilder::new(0, T0 + 10 * n);
         builder.push(T0 + 10 * n, Some(b"k"), Some(b"v"), &[]);
-        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+        log.append_as_leader(&builder.build(), 0, AppendOrigin::Client)
             .unwrap();
     }
     assert_eq!(log.offset_for_timestamp(T0).unwrap(), Some((0, T0)));
@@ -623,7 +629,7 @@ fn timestamp_lookups_find_the_first_record_at_or_after() {
     for n in 0..5 {
         builder.push(T0 + 5000 + n * 100, Some(b"k"), Some(b"v"), &[]);
     }
-    log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+    log.append_as_leader(&builder.build(), 0, AppendOrigin::Client)
         .unwrap();
     assert_eq!(
         log.offset_for_timestamp(T0 + 5150).unwrap(),
@@ -655,9 +661,9 @@ fn log_append_time_replaces_timestamps() {
         ..small_config()
     };
     let log = fixture.open(config, LoadState::default());
-    let mut batch = make_batch(2, "a", 5);
+    let batch = make_batch(2, "a", 5);
     let info = log
-        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+        .append_as_leader(&batch, 0, AppendOrigin::Client)
         .unwrap();
     assert_eq!(info.log_append_time_ms, Some(T0));
     let stored = log
@@ -686,9 +692,9 @@ fn flush_policy_always_acknowledges_only_durable_appends_with_concurrent_appende
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for n in 0..50 {
-                    let mut batch = make_batch(2, &format!("{t}-{n}"), T0);
+                    let batch = make_batch(2, &format!("{t}-{n}"), T0);
                     let info = log
-                        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+                        .append_as_leader(&batch, 0, AppendOrigin::Client)
                         .unwrap();
                     assert!(
                         log.recovery_point() > info.last_offset,
@@ -758,12 +764,12 @@ fn compaction_keeps_the_latest_value_per_key_and_drops_tombstones_after_the_hori
                 &[],
             );
         }
-        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+        log.append_as_leader(&builder.build(), 0, AppendOrigin::Client)
             .unwrap();
     }
     let mut tombstone = BatchBuilder::new(0, T0);
     tombstone.push(T0, Some(b"key-3"), None, &[]);
-    log.append_as_leader(&mut tombstone.build(), 0, AppendOrigin::Client)
+    log.append_as_leader(&tombstone.build(), 0, AppendOrigin::Client)
         .unwrap();
     log.roll_now().unwrap();
     append(&log, 1, "tail", T0);
@@ -834,7 +840,7 @@ fn an_interrupted_swap_is_completed_on_open() {
                 &[],
             );
         }
-        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+        log.append_as_leader(&builder.build(), 0, AppendOrigin::Client)
             .unwrap();
     }
     log.roll_now().unwrap();
@@ -1011,7 +1017,7 @@ fn compaction_honours_dirty_ratio_and_compaction_lag() {
                 &[],
             );
         }
-        log.append_as_leader(&mut builder.build(), 0, AppendOrigin::Client)
+        log.append_as_leader(&builder.build(), 0, AppendOrigin::Client)
             .unwrap();
     };
     for round in 0..40 {
@@ -1106,11 +1112,59 @@ fn the_records_not_the_producer_set_the_batch_max_timestamp() {
     let log = fixture.open(small_config(), LoadState::default());
     let mut batch = make_batch(3, "a", T0);
     super::batch::set_max_timestamp(&mut batch, 5);
-    log.append_as_leader(&mut batch, 0, AppendOrigin::Client)
+    log.append_as_leader(&batch, 0, AppendOrigin::Client)
         .unwrap();
     let stored = read_all(&log);
     assert_eq!(header(&stored[0]).max_timestamp, T0 + 2);
     assert_eq!(log.offset_for_timestamp(T0 + 1).unwrap(), Some((1, T0 + 1)));
+}
+
+/// A leader append writes its offsets, epoch and timestamp fixes over the producer's batches
+/// as the log is written, without changing the buffer they came in (a Produce request's,
+/// shared by its partitions): several batches in one append, one of them rewritten for its
+/// max timestamp, across a segment roll.
+#[test]
+fn a_leader_append_stamps_what_it_writes_and_leaves_the_producers_buffer_as_it_was() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    // Most of a 4 KiB segment, so the append below rolls to a new one partway.
+    let (_, last) = append(&log, 80, "first", T0);
+    let mut lying = make_batch(3, "lying", T0);
+    super::batch::set_max_timestamp(&mut lying, 5);
+    let batches = [
+        make_batch(4, "a", T0),
+        lying,
+        make_batch(60, "big", T0),
+        make_batch(1, "b", T0),
+    ];
+    let buffer: Vec<u8> = batches.concat();
+    let before = buffer.clone();
+    let info = log
+        .append_as_leader(&buffer, 9, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!(buffer, before, "the producer's buffer changed");
+    assert_eq!((info.first_offset, info.last_offset), (last + 1, last + 68));
+    assert!(
+        log.segment_base_offsets().len() > 1,
+        "no roll inside the append"
+    );
+    let stored = read_all(&log);
+    assert_eq!(stored.len(), 5);
+    let mut offset = last as i64 + 1;
+    for (written, sent) in stored[1..].iter().zip(&batches) {
+        let (written_header, sent_header) = (header(written), header(sent));
+        assert_eq!(written_header.base_offset, offset);
+        assert_eq!(written_header.partition_leader_epoch, 9);
+        assert_eq!(super::batch::compute_crc(written), written_header.crc);
+        // Past the stamped prefix, a batch is the producer's byte for byte unless its max
+        // timestamp was wrong.
+        if sent_header.max_timestamp == 5 {
+            assert_eq!(written_header.max_timestamp, T0 + 2);
+        } else {
+            assert_eq!(written[16..], sent[16..]);
+        }
+        offset += i64::from(sent_header.records_count);
+    }
 }
 
 #[test]
@@ -1194,9 +1248,9 @@ fn a_fenced_log_refuses_appends_and_counts_as_gone_offline() {
     assert!(log.is_offline());
     let after = super::partition_log::LOGS_GONE_OFFLINE.load(std::sync::atomic::Ordering::Acquire);
     assert!(after > before, "the offline reporter is woken");
-    let mut batch = make_batch(1, "b", T0);
+    let batch = make_batch(1, "b", T0);
     let error = log
-        .append_as_leader(&mut batch, 0, AppendOrigin::Client)
+        .append_as_leader(&batch, 0, AppendOrigin::Client)
         .unwrap_err();
     assert_eq!(
         error.kafka_error(),
@@ -1224,7 +1278,7 @@ fn compaction_drops_aborted_records_and_empty_markers_and_stops_at_undecided_tra
         builder.push(T0, Some(key.as_bytes()), Some(value.as_bytes()), &[]);
         builder
     };
-    let write = |mut batch: Vec<u8>, origin| log.append_as_leader(&mut batch, 0, origin).unwrap();
+    let write = |batch: Vec<u8>, origin| log.append_as_leader(&batch, 0, origin).unwrap();
     let marker = |commit| TxnMarker {
         commit,
         coordinator_epoch: 0,

@@ -131,12 +131,18 @@ impl Run {
         let epoch = (self.rng.below(3)) as i32;
         let info = self
             .log()
-            .append_as_leader(&mut bytes, epoch, AppendOrigin::Client)
+            .append_as_leader(&bytes, epoch, AppendOrigin::Client)
             .unwrap();
+        let mut base_offset = info.first_offset as i64;
         for item in BatchIter::new(&bytes) {
             let (_, _, batch) = item.unwrap();
-            self.model.batches.push(batch.to_vec());
-            let h = header(batch);
+            // As the leader wrote it: its offsets and epoch over the producer's batch.
+            let mut batch = batch.to_vec();
+            super::super::batch::set_base_offset_and_epoch(&mut batch, base_offset, epoch);
+            let h = header(&batch);
+            base_offset = h.last_offset() + 1;
+            self.model.batches.push(batch.clone());
+            let batch = &batch[..];
             for record in RecordIter::new(&h, batch) {
                 let record = record.unwrap();
                 self.model.latest.insert(

@@ -76,9 +76,9 @@ fn batch(producer_id: i64, producer_epoch: i16, sequence: i32, count: usize) -> 
     builder.build()
 }
 
-fn append(partition: &Partition, mut records: Vec<u8>) -> Appended {
+fn append(partition: &Partition, records: Vec<u8>) -> Appended {
     partition
-        .append_as_leader(&mut records, -1, 1)
+        .append_as_leader(&records, -1, 1)
         .expect("append as leader")
 }
 
@@ -246,10 +246,10 @@ fn a_promoted_follower_deduplicates_like_its_leader() {
         assert!(retry.duplicate, "batch {n} is one of the last five");
         assert_eq!(retry.info.first_offset, firsts[n as usize]);
     }
-    let mut old = batch(PRODUCER, 2, 3, 3);
+    let old = batch(PRODUCER, 2, 3, 3);
     let refused = follower
         .partition
-        .append_as_leader(&mut old, -1, 1)
+        .append_as_leader(&old, -1, 1)
         .expect_err("older than the last five");
     assert_eq!(refused.error, KafkaError::OutOfOrderSequenceNumber);
     let next = append(&follower.partition, batch(PRODUCER, 2, 21, 3));
@@ -574,8 +574,8 @@ fn transactions_hold_the_last_stable_offset_and_aborts_are_indexed_everywhere() 
     append(p, batch(9, 0, 0, 1)); // 3, not transactional
     assert_eq!((p.high_watermark(), p.last_stable_offset()), (4, 0));
     // Producer 7 may not write outside its transaction while it is open.
-    let mut plain = batch(7, 0, 3, 1);
-    let refused = p.append_as_leader(&mut plain, -1, 1).expect_err("refused");
+    let plain = batch(7, 0, 3, 1);
+    let refused = p.append_as_leader(&plain, -1, 1).expect_err("refused");
     assert_eq!(refused.error, KafkaError::InvalidTxnState);
     append(p, txn_batch(8, 0, 0, 2)); // 4..=5, producer 8's transaction
     marker(p, 7, false).expect("abort"); // 6
@@ -658,26 +658,26 @@ fn a_marker_between_verification_and_append_refuses_the_write() {
     // A second verification under way shares the guard.
     assert_eq!(p.start_verification(7), guard);
     marker(p, 7, false).expect("abort marker");
-    let mut late = txn_batch(7, 0, 0, 1);
+    let late = txn_batch(7, 0, 0, 1);
     let refused = p
-        .append_verified(&mut late, -1, 1, Some(guard))
+        .append_verified(&late, -1, 1, Some(guard))
         .expect_err("voided by the marker");
     assert_eq!(refused.error, KafkaError::InvalidTxnState);
     // Not verified at all: refused too.
-    let mut unverified = txn_batch(7, 0, 0, 1);
+    let unverified = txn_batch(7, 0, 0, 1);
     let refused = p
-        .append_verified(&mut unverified, -1, 1, None)
+        .append_verified(&unverified, -1, 1, None)
         .expect_err("not verified");
     assert_eq!(refused.error, KafkaError::InvalidTxnState);
     // Verified after the marker: appended, the transaction opens, and later writes of it
     // need no verification.
     let guard = p.start_verification(7);
-    let mut write = txn_batch(7, 0, 0, 1);
-    p.append_verified(&mut write, -1, 1, Some(guard))
+    let write = txn_batch(7, 0, 0, 1);
+    p.append_verified(&write, -1, 1, Some(guard))
         .expect("verified");
     assert!(!p.needs_verification(7));
-    let mut next = txn_batch(7, 0, 1, 1);
-    p.append_verified(&mut next, -1, 1, None)
+    let next = txn_batch(7, 0, 1, 1);
+    p.append_verified(&next, -1, 1, None)
         .expect("inside its open transaction");
 }
 
