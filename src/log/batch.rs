@@ -49,11 +49,21 @@ pub fn validate_batch(position: usize, header: &BatchHeader, batch: &[u8]) -> Re
     if header.is_compressed() {
         return Ok(None);
     }
-    let section = &batch[BATCH_HEADER_BYTES.min(batch.len())..];
+    check_section(
+        position,
+        header,
+        &batch[BATCH_HEADER_BYTES.min(batch.len())..],
+    )
+    .map(Some)
+}
+
+/// [`check_records`] over a records section (an uncompressed batch's, or a compressed one's
+/// decompressed): one pass with [`scan_records`], and the record walk only when that finds
+/// something wrong, to say what.
+pub fn check_section(position: usize, header: &BatchHeader, section: &[u8]) -> Result<i64> {
     match scan_records(header, section) {
-        Some(max_timestamp) => Ok(Some(max_timestamp)),
-        // Something is wrong: the record walk says what.
-        None => check_records(position, header, RecordIter::new(header, batch)).map(Some),
+        Some(max_timestamp) => Ok(max_timestamp),
+        None => check_records(position, header, RecordIter::decompressed(header, section)),
     }
 }
 

@@ -1325,7 +1325,7 @@ fn validate_leader_batches(
                         reason: format!("records do not decompress: {e}"),
                     }
                 })?;
-            batch::check_records(position, &header, RecordIter::decompressed(&header, &plain))?;
+            batch::check_section(position, &header, &plain)?;
             Some(plain)
         } else {
             None

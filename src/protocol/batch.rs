@@ -260,7 +260,8 @@ impl<'a> RecordIter<'a> {
         }
     }
 
-    /// The records of a compressed batch's records section, decompressed.
+    /// The records of a records section: a compressed batch's, decompressed, or an
+    /// uncompressed batch's past its header.
     pub fn decompressed(header: &BatchHeader, section: &'a [u8]) -> Self {
         RecordIter {
             rest: section,

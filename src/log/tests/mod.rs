@@ -1041,6 +1041,41 @@ fn compaction_honours_dirty_ratio_and_compaction_lag() {
     assert!(plan.dirty_bytes > 0 && !plan.due, "{plan:?}");
 }
 
+/// A leader checks the records inside a compressed batch too (Kafka's LogValidator): good
+/// ones are appended, a batch whose header claims a record more than it holds is refused
+/// with INVALID_RECORD, naming what is wrong.
+#[test]
+fn a_leader_checks_the_records_of_compressed_batches() {
+    let fixture = Fixture::new();
+    let log = fixture.open(small_config(), LoadState::default());
+    let compressed = |claimed: Option<i32>| {
+        let mut builder = BatchBuilder::new(0, T0);
+        for n in 0..3 {
+            builder.push(T0 + n, Some(b"k"), Some(b"value"), &[]);
+        }
+        let mut batch = builder.build_compressed(1).unwrap();
+        if let Some(count) = claimed {
+            batch[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+            batch[57..61].copy_from_slice(&count.to_be_bytes());
+            let crc = super::batch::compute_crc(&batch);
+            batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        }
+        batch
+    };
+    let info = log
+        .append_as_leader(&compressed(None), 0, AppendOrigin::Client)
+        .unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (0, 2));
+    let error = log
+        .append_as_leader(&compressed(Some(4)), 0, AppendOrigin::Client)
+        .unwrap_err();
+    assert!(
+        matches!(&error, LogError::InvalidRecord { reason, .. } if reason.contains("truncated")),
+        "{error}"
+    );
+    assert_eq!(log.log_end_offset(), 3);
+}
+
 /// A "compressed" batch claiming `count` records (a follower appends it without decompressing;
 /// a leader would refuse it).
 fn compressed_batch_claiming(count: i32) -> Vec<u8> {
