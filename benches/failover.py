@@ -213,9 +213,11 @@ class KafkaPythonProducer:
         self.producer.close(5)
 
 
+PRODUCERS = {"librdkafka": LibrdkafkaProducer, "kafka-python": KafkaPythonProducer}
+
+
 def make_producer(bootstrap, report):
-    kind = {"librdkafka": LibrdkafkaProducer, "kafka-python": KafkaPythonProducer}[CLIENT]
-    return kind(bootstrap, report)
+    return PRODUCERS[CLIENT](bootstrap, report)
 
 
 def run_scenario(cluster, admin, topics, fault, scenario, fault_s):
@@ -319,7 +321,7 @@ def main():
     parser.add_argument("--scenarios", default="partition-leader,quorum-leader")
     parser.add_argument("--faults", default="kill,pause,partition")
     parser.add_argument("--fault-s", type=float, default=20.0, help="how long each fault lasts")
-    parser.add_argument("--client", choices=["librdkafka", "kafka-python"], default="librdkafka",
+    parser.add_argument("--client", choices=sorted(PRODUCERS), default="librdkafka",
                         help="the producer: confluent-kafka (librdkafka) or kafka-python (the Java client's design)")
     parser.add_argument("--client-debug", help="librdkafka debug contexts for the producer (to stderr)")
     args = parser.parse_args()

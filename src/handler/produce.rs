@@ -182,8 +182,8 @@ pub async fn handle(
             };
             // An append that cannot wait for an fsync (Kafka's default flush settings) runs
             // on the network thread: handing the thread's worker to another thread for it
-            // (`block_in_place`) cost a context switch per Produce, 13% of the broker's CPU
-            // at 100k records/s. A disk that hangs such a write hangs this thread, which the
+            // (`block_in_place`) cost a context switch per Produce, about a quarter of the
+            // broker's CPU per record at 100k records/s (`benches/produce_cpu.py`). A disk that hangs such a write hangs this thread, which the
             // controller's liveness probe then finds, fencing the broker as a hung disk
             // should be. Appends that may fsync hand the worker over.
             let appended = if partition.appends_may_sync() {

@@ -696,6 +696,7 @@ impl Log {
         config: &LogConfig,
         now: i64,
     ) -> Result<()> {
+        debug_assert!(stamps.is_empty() || stamps.len() == appended.len());
         if let Some(error) = super::fault::injected_write_error(&self.topic_partition) {
             return Err(LogError::io(state.active().path(), error));
         }

@@ -13,8 +13,7 @@
 //! is pinned to its CPU as it starts: its worker, and its blocking pool's threads, since
 //! `block_in_place` hands the worker over to one of those while an append may fsync or a
 //! batch is recompressed (the pool also runs the little `spawn_blocking` work of requests
-//! served here). A new connection goes
-//! to the thread serving the fewest.
+//! served here). A new connection goes to the thread serving the fewest.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
