@@ -650,7 +650,15 @@ pub const KEYS: &[Key] = &[
         "http.listener",
         Kind::Text,
         "127.0.0.1:9644",
-        "Sluice: host:port of /health and /metrics",
+        "Sluice: host:port of /health, /ready and /metrics",
+    ),
+    broker(
+        "metrics.partition.enable",
+        Kind::Bool,
+        "true",
+        "Sluice: /metrics has per-topic and per-partition gauges (log start and end, size, \
+         under-replicated) of the partitions this broker hosts; set false on brokers with \
+         thousands of partitions to keep scrapes small (the totals stay)",
     ),
     broker(
         "broker.rack",

@@ -5,7 +5,6 @@
 //! and turns the runtime's answer into the client's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use super::{CommittedOffset, GroupConfig, OFFSETS_TOPIC};
 use crate::controller::client::{ControllerClient, ImageWatch};
 use crate::coordinator::host::{Host, InternalTopic};
 use crate::coordinator::{Runtime, RuntimeConfig, ShardHandle, SystemClock, TxnProducer};
+use crate::metrics::{Exposition, Kind};
 use crate::protocol::TopicPartition;
 use crate::protocol::batch::TxnMarker;
 use crate::protocol::errors::{self, ApiError, KafkaError};
@@ -484,7 +484,7 @@ impl GroupCoordinator {
     /// largest. Lag is computed for the partitions this broker holds a replica of (all of
     /// them when every broker holds every partition); `sluice groups describe` asks the
     /// leaders for the rest.
-    pub fn render_metrics(&self, out: &mut String) {
+    pub fn collect_metrics(&self, out: &mut Exposition) {
         let shards = self.host.runtime.shards();
         let loading = shards.iter().filter(|s| !s.is_loaded()).count();
         let mut by_state: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
@@ -521,120 +521,71 @@ impl GroupCoordinator {
                 }
             });
         }
-        fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        }
-        header(
-            out,
+        out.family(
             "sluice_group_coordinator_partitions",
-            "gauge",
+            Kind::Gauge,
             "__consumer_offsets partitions this broker coordinates, by load state.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_group_coordinator_partitions{{state=\"loaded\"}} {}\n\
-             sluice_group_coordinator_partitions{{state=\"loading\"}} {loading}",
-            shards.len() - loading
-        );
-        header(
-            out,
+        )
+        .sample(&[("state", "loaded")], shards.len() - loading)
+        .sample(&[("state", "loading")], loading);
+        let mut family = out.family(
             "sluice_groups",
-            "gauge",
+            Kind::Gauge,
             "Groups coordinated here, by type and state.",
         );
         for ((kind, state), count) in &by_state {
-            let _ = writeln!(
-                out,
-                "sluice_groups{{type=\"{kind}\",state=\"{state}\"}} {count}"
-            );
+            family.sample(&[("type", kind), ("state", state)], *count);
         }
-        header(
-            out,
+        let mut family = out.family(
             "sluice_group_members",
-            "gauge",
+            Kind::Gauge,
             "Members of each group coordinated here.",
         );
         for (group, members) in &members_by_group {
-            let _ = writeln!(
-                out,
-                "sluice_group_members{{group=\"{}\"}} {members}",
-                escape_label(group)
-            );
+            family.sample(&[("group", group)], *members);
         }
-        header(
-            out,
+        let mut family = out.family(
             "sluice_consumer_group_heartbeats_total",
-            "counter",
+            Kind::Counter,
             "KIP-848 heartbeats answered per group since it was loaded here, by the interval \
              given: reconciling (the member's assignment was changing: a short interval) or \
              stable (group.consumer.heartbeat.interval.ms).",
         );
         for (group, answered) in &heartbeats {
-            let group = escape_label(group);
-            let _ = writeln!(
-                out,
-                "sluice_consumer_group_heartbeats_total{{group=\"{group}\",interval=\"reconciling\"}} {}\n\
-                 sluice_consumer_group_heartbeats_total{{group=\"{group}\",interval=\"stable\"}} {}",
-                answered.reconciling, answered.stable
-            );
+            family
+                .sample(
+                    &[("group", group), ("interval", "reconciling")],
+                    answered.reconciling,
+                )
+                .sample(&[("group", group), ("interval", "stable")], answered.stable);
         }
-        header(
-            out,
+        let mut family = out.family(
             "sluice_consumer_group_lag_sum",
-            "gauge",
+            Kind::Gauge,
             "Records between each group's committed offsets and the high watermark, per topic.",
         );
         for ((group, topic), (sum, _)) in &lag {
-            let _ = writeln!(
-                out,
-                "sluice_consumer_group_lag_sum{{group=\"{}\",topic=\"{}\"}} {sum}",
-                escape_label(group),
-                escape_label(topic)
-            );
+            family.sample(&[("group", group), ("topic", topic)], *sum);
         }
-        header(
-            out,
+        let mut family = out.family(
             "sluice_consumer_group_lag_max",
-            "gauge",
+            Kind::Gauge,
             "The largest lag of one partition, per group and topic.",
         );
         for ((group, topic), (_, max)) in &lag {
-            let _ = writeln!(
-                out,
-                "sluice_consumer_group_lag_max{{group=\"{}\",topic=\"{}\"}} {max}",
-                escape_label(group),
-                escape_label(topic)
-            );
+            family.sample(&[("group", group), ("topic", topic)], *max);
         }
-        header(
-            out,
+        out.single(
             "sluice_offset_commits_total",
-            "counter",
+            Kind::Counter,
             "Partition offsets committed through this coordinator.",
+            self.commits.load(Ordering::Relaxed),
         );
-        let _ = writeln!(
-            out,
-            "sluice_offset_commits_total {}",
-            self.commits.load(Ordering::Relaxed)
-        );
-        header(
-            out,
+        out.single(
             "sluice_offset_commit_failures_total",
-            "counter",
+            Kind::Counter,
             "OffsetCommit requests refused or not stored (fencing, timeouts, moved coordinator).",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_offset_commit_failures_total {}",
-            self.commits_failed.load(Ordering::Relaxed)
+            self.commits_failed.load(Ordering::Relaxed),
         );
     }
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-fn escape_label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }

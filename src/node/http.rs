@@ -10,23 +10,16 @@ const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
 pub(super) async fn serve_http(
     listener: TcpListener,
     quorum: Arc<Quorum>,
-    logs: Arc<LogManager>,
-    broker_metrics: Arc<Metrics>,
-    replicas: Arc<ReplicaManager>,
-    coordinators: Option<Arc<crate::broker::Broker>>,
+    registry: Arc<Registry>,
     readiness: Option<Arc<Readiness>>,
 ) {
-    let broker = readiness.is_some();
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let quorum = Arc::clone(&quorum);
-        let logs = Arc::clone(&logs);
-        let broker_metrics = Arc::clone(&broker_metrics);
-        let replicas = Arc::clone(&replicas);
-        let coordinators = coordinators.clone();
+        let registry = Arc::clone(&registry);
         let readiness = readiness.clone();
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
@@ -54,19 +47,13 @@ pub(super) async fn serve_http(
             let (status, content_type, body) = match path {
                 "/health" => ("200 OK", "text/plain", health(&quorum)),
                 "/ready" => ready(&quorum, readiness.as_deref()),
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", {
-                    let mut text = metrics(&quorum, &logs);
-                    if broker {
-                        replica_metadata_lag(&quorum, &replicas, &mut text);
-                    }
-                    broker_metrics.render(&mut text);
-                    replicas.render_metrics(&mut text);
-                    if let Some(broker) = &coordinators {
-                        broker.groups.render_metrics(&mut text);
-                        broker.transactions.render_metrics(&mut text);
-                    }
-                    text
-                }),
+                "/metrics" => (
+                    "200 OK",
+                    "text/plain; version=0.0.4",
+                    tokio::task::spawn_blocking(move || registry.render())
+                        .await
+                        .unwrap_or_default(),
+                ),
                 _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
             };
             let response = format!(
@@ -77,6 +64,42 @@ pub(super) async fn serve_http(
             let _ = stream.shutdown().await;
         });
     }
+}
+
+/// The node's metrics, registered in the order `/metrics` shows them: the process, the
+/// quorum and the logs, then (on a broker) requests, replication, partitions, groups and
+/// transactions.
+pub(super) fn metrics_registry(
+    quorum: &Arc<Quorum>,
+    logs: &Arc<LogManager>,
+    broker_metrics: &Arc<Metrics>,
+    replicas: &Arc<ReplicaManager>,
+    coordinators: Option<&Arc<crate::broker::Broker>>,
+    partition_metrics: bool,
+) -> Arc<Registry> {
+    let registry = Arc::new(Registry::default());
+    registry.register(Arc::new(crate::metrics::process::collect));
+    let (node_quorum, node_logs) = (Arc::clone(quorum), Arc::clone(logs));
+    registry.register(Arc::new(move |out: &mut Exposition| {
+        node_metrics(&node_quorum, &node_logs, out)
+    }));
+    registry.register(Arc::clone(broker_metrics) as Arc<dyn Collect>);
+    let (quorum, replicas) = (Arc::clone(quorum), Arc::clone(replicas));
+    let broker = coordinators.cloned();
+    registry.register(Arc::new(move |out: &mut Exposition| {
+        let Some(broker) = &broker else {
+            replicas.collect_metrics(out);
+            return;
+        };
+        replica_metadata_lag(&quorum, &replicas, out);
+        replicas.collect_metrics(out);
+        if partition_metrics {
+            replicas.collect_partition_metrics(out);
+        }
+        broker.groups.collect_metrics(out);
+        broker.transactions.collect_metrics(out);
+    }));
+    registry
 }
 
 /// `/ready`: a broker is ready once it serves clients (`Readiness`); a controller-only node
@@ -123,76 +146,72 @@ fn health(quorum: &Quorum) -> String {
 
 /// How many metadata log entries the broker's replicas are behind the committed image (Kafka's
 /// broker metadata apply lag): 0 once every leadership and ISR change seen here is served.
-fn replica_metadata_lag(quorum: &Quorum, replicas: &ReplicaManager, out: &mut String) {
+fn replica_metadata_lag(quorum: &Quorum, replicas: &ReplicaManager, out: &mut Exposition) {
     let lag = quorum
         .image()
         .index
         .saturating_sub(replicas.applied_index());
-    let (name, help) = (
+    out.single(
         "sluice_replica_metadata_lag",
+        Kind::Gauge,
         "Metadata log entries committed here that the broker's replicas do not serve yet.",
-    );
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {lag}"
+        lag,
     );
 }
 
-/// Prometheus text exposition of what operators watch.
-fn metrics(quorum: &Quorum, logs: &LogManager) -> String {
+/// The node's own gauges: the quorum as this node sees it, the image, the logs.
+fn node_metrics(quorum: &Quorum, logs: &LogManager, out: &mut Exposition) {
     let m = quorum.metrics();
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, value: String| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-        );
+    let mut gauge = |name: &str, help: &str, value: i64| {
+        out.single(name, Kind::Gauge, help, value);
     };
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let index = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     gauge(
         "sluice_quorum_current_term",
         "Raft term of the metadata quorum as this node sees it.",
-        m.current_term.to_string(),
+        index(m.current_term),
     );
     gauge(
         "sluice_quorum_current_leader",
         "Node id of the quorum leader, -1 when unknown.",
-        m.current_leader.map_or(-1, |l| l as i64).to_string(),
+        m.current_leader.map_or(-1, |l| l as i64),
     );
     gauge(
         "sluice_quorum_is_leader",
         "1 when this node leads the metadata quorum.",
-        u8::from(m.current_leader == Some(quorum.node_id())).to_string(),
+        i64::from(m.current_leader == Some(quorum.node_id())),
     );
     gauge(
         "sluice_quorum_last_log_index",
         "Index of the last entry in this node's metadata log.",
-        m.last_log_index.unwrap_or(0).to_string(),
+        index(m.last_log_index.unwrap_or(0)),
     );
     gauge(
         "sluice_quorum_last_applied_index",
         "Index of the last committed entry applied here (the metadata image's index).",
-        m.last_applied.map_or(0, |l| l.index).to_string(),
+        index(m.last_applied.map_or(0, |l| l.index)),
     );
     gauge(
         "sluice_quorum_voters",
         "Voters in the quorum's membership.",
-        m.membership_config.voter_ids().count().to_string(),
+        count(m.membership_config.voter_ids().count()),
     );
     let image = quorum.image();
     gauge(
         "sluice_brokers_registered",
         "Brokers registered in the metadata image.",
-        image.brokers.len().to_string(),
+        count(image.brokers.len()),
     );
     gauge(
         "sluice_brokers_unfenced",
         "Registered brokers not fenced.",
-        image.unfenced_brokers().count().to_string(),
+        count(image.unfenced_brokers().count()),
     );
     gauge(
         "sluice_topics",
         "Topics in the metadata image.",
-        image.topics.len().to_string(),
+        count(image.topics.len()),
     );
     let offline = image
         .topics
@@ -203,23 +222,22 @@ fn metrics(quorum: &Quorum, logs: &LogManager) -> String {
     gauge(
         "sluice_partitions_offline",
         "Partitions without a leader.",
-        offline.to_string(),
+        count(offline),
     );
     let all = logs.all();
     gauge(
         "sluice_log_partitions",
         "Partition logs on this node.",
-        all.len().to_string(),
+        count(all.len()),
     );
     gauge(
         "sluice_log_size_bytes",
         "Bytes in all partition logs on this node.",
-        all.iter().map(|l| l.size_bytes()).sum::<u64>().to_string(),
+        index(all.iter().map(|l| l.size_bytes()).sum::<u64>()),
     );
     gauge(
         "sluice_log_offline_partitions",
         "Partition logs taken offline by a storage error.",
-        all.iter().filter(|l| l.is_offline()).count().to_string(),
+        count(all.iter().filter(|l| l.is_offline()).count()),
     );
-    out
 }

@@ -13,7 +13,6 @@ use http::serve_http;
 use lifecycle::{broker_lifecycle, controlled_shutdown};
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ use crate::controller::service::{
 };
 use crate::log::{LogManager, SystemClock};
 use crate::meta_properties::{self, MetaProperties};
-use crate::metrics::Metrics;
+use crate::metrics::{Collect, Exposition, Kind, Metrics, Registry};
 use crate::protocol::errors;
 use crate::replica::ReplicaManager;
 use crate::server::network::NetworkThreads;
@@ -510,13 +509,18 @@ impl Node {
                 addr: config.http_listener,
                 source,
             })?;
+        let registry = http::metrics_registry(
+            &quorum,
+            &logs,
+            &metrics,
+            &replicas,
+            broker_context.as_ref(),
+            config.metrics_partition_enable,
+        );
         tasks.push(tokio::spawn(serve_http(
             http_listener,
             Arc::clone(&quorum),
-            Arc::clone(&logs),
-            Arc::clone(&metrics),
-            Arc::clone(&replicas),
-            broker_context.clone(),
+            registry,
             config.roles.broker.then_some(readiness),
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");

@@ -17,7 +17,6 @@ pub mod purgatory;
 pub mod read_replica;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -28,6 +27,7 @@ use sluice_raft::records::{BrokerId, ConfigResource, Uuid};
 use tokio::sync::{broadcast, watch};
 
 use crate::log::{LogConfig, LogManager};
+use crate::metrics::{Exposition, Kind};
 use crate::protocol::TopicPartition;
 use crate::protocol::errors::KafkaError;
 pub use partition::{
@@ -622,7 +622,7 @@ impl ReplicaManager {
     }
 
     /// Prometheus text: what operators watch about replication.
-    pub fn render_metrics(&self, out: &mut String) {
+    pub fn collect_metrics(&self, out: &mut Exposition) {
         let partitions = self.partitions();
         let mut leaders = 0;
         let mut under_replicated = 0;
@@ -646,39 +646,36 @@ impl ReplicaManager {
                 follower_lag_max = follower_lag_max.max(lag);
             }
         }
-        let mut gauge = |name: &str, kind: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+        let mut gauge = |name: &str, kind: Kind, help: &str, value: u64| {
+            out.single(name, kind, help, value);
         };
         gauge(
             "sluice_replica_leader_partitions",
-            "gauge",
+            Kind::Gauge,
             "Partitions this broker leads.",
             leaders,
         );
         gauge(
             "sluice_under_replicated_partitions",
-            "gauge",
+            Kind::Gauge,
             "Partitions led here whose ISR is smaller than their replica set.",
             under_replicated,
         );
         gauge(
             "sluice_single_replica_isr_partitions",
-            "gauge",
+            Kind::Gauge,
             "Replicated partitions led here with the leader alone in the ISR.",
             under_min_isr,
         );
         gauge(
             "sluice_follower_lag_max_records",
-            "gauge",
+            Kind::Gauge,
             "Largest lag, in offsets, of a follower behind this broker's leader logs.",
             follower_lag_max,
         );
         gauge(
             "sluice_offline_partitions",
-            "gauge",
+            Kind::Gauge,
             "Partitions hosted here whose log could not be opened (see the ERROR naming each).",
             self.offline.read().unwrap_or_else(|p| p.into_inner()).len() as u64,
         );
@@ -686,40 +683,121 @@ impl ReplicaManager {
             crate::log::handles::SEGMENT_FILES.stats();
         gauge(
             "sluice_segment_files_open",
-            "gauge",
+            Kind::Gauge,
             "Segment files with an open descriptor (a bounded set; see segment_files_max at start).",
             segment_files_open as u64,
         );
         gauge(
             "sluice_segment_files_opened_total",
-            "counter",
+            Kind::Counter,
             "Segment file opens, first and again after being closed to stay under the bound.",
             segment_files_opened,
         );
         gauge(
             "sluice_segment_files_closed_total",
-            "counter",
+            Kind::Counter,
             "Segment files closed to stay under the bound of open descriptors.",
             segment_files_closed,
         );
         gauge(
             "sluice_index_mappings_open",
-            "gauge",
+            Kind::Gauge,
             "Sealed index files mapped (a bounded set; see index_mappings_max at start).",
             crate::log::handles::INDEX_MAPS.stats().0 as u64,
         );
         gauge(
             "sluice_isr_shrinks_total",
-            "counter",
+            Kind::Counter,
             "ISR shrinks committed for partitions led here.",
             self.isr_shrinks.load(Ordering::Relaxed),
         );
         gauge(
             "sluice_isr_expands_total",
-            "counter",
+            Kind::Counter,
             "ISR expansions committed for partitions led here.",
             self.isr_expands.load(Ordering::Relaxed),
         );
+    }
+
+    /// Per-topic and per-partition gauges of the replicas hosted here (`metrics.partition.enable`):
+    /// log start and end, high watermark, size, and, where this broker leads, whether the
+    /// partition is under-replicated.
+    pub fn collect_partition_metrics(&self, out: &mut Exposition) {
+        let mut partitions = self.partitions();
+        partitions.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+        let rows: Vec<(&str, String, &Partition)> = partitions
+            .iter()
+            .map(|p| {
+                let tp = &p.topic_partition;
+                (tp.topic.as_str(), tp.partition.to_string(), p.as_ref())
+            })
+            .collect();
+        type Gauge = fn(&Partition) -> u64;
+        let gauges: [(&str, &str, Gauge); 4] = [
+            (
+                "sluice_partition_log_start_offset",
+                "The first offset of each partition replica hosted here.",
+                |p| p.log_start_offset(),
+            ),
+            (
+                "sluice_partition_log_end_offset",
+                "The offset after the last record of each partition replica hosted here.",
+                |p| p.log_end_offset(),
+            ),
+            (
+                "sluice_partition_high_watermark",
+                "The high watermark of each partition replica hosted here (what consumers read up to).",
+                |p| p.high_watermark(),
+            ),
+            (
+                "sluice_partition_size_bytes",
+                "Bytes on disk of each partition replica hosted here.",
+                |p| p.size_bytes(),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let mut family = out.family(name, Kind::Gauge, help);
+            for (topic, partition, replica) in &rows {
+                family.sample(
+                    &[("topic", topic), ("partition", partition)],
+                    value(replica),
+                );
+            }
+        }
+        let mut family = out.family(
+            "sluice_partition_under_replicated",
+            Kind::Gauge,
+            "1 for a partition led here whose ISR is smaller than its replica set, else 0.",
+        );
+        for (topic, partition, replica) in &rows {
+            let state = replica.state();
+            if state.leader == self.broker_id {
+                let under = u8::from(state.isr.len() < state.replicas.len());
+                family.sample(&[("topic", topic), ("partition", partition)], under);
+            }
+        }
+        let mut sizes: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (topic, _, replica) in &rows {
+            let entry = sizes.entry(topic).or_default();
+            entry.0 += 1;
+            entry.1 += replica.size_bytes();
+        }
+        let mut family = out.family(
+            "sluice_topic_partitions_hosted",
+            Kind::Gauge,
+            "Partition replicas of each topic hosted here.",
+        );
+        for (topic, (count, _)) in &sizes {
+            family.sample(&[("topic", topic)], *count);
+        }
+        let mut family = out.family(
+            "sluice_topic_size_bytes",
+            Kind::Gauge,
+            "Bytes on disk of each topic's replicas hosted here.",
+        );
+        for (topic, (_, bytes)) in &sizes {
+            family.sample(&[("topic", topic)], *bytes);
+        }
     }
 
     /// Snapshots producer state of every partition (at shutdown, before the logs close).

@@ -1204,6 +1204,11 @@ impl Partition {
         self.log.log_start_offset()
     }
 
+    /// Bytes of this replica's log on disk.
+    pub fn size_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
     /// The epoch of the last batch in the log (a follower's `last_fetched_epoch`).
     pub fn latest_epoch(&self) -> Option<i32> {
         self.log.latest_epoch()

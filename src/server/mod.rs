@@ -37,8 +37,9 @@ use tokio::task::JoinSet;
 use crate::broker::Broker;
 use crate::file_slice::FileSlice;
 use crate::handler::{self, Answer, RequestContext};
+use crate::metrics::{self, ApiLabel};
 use crate::protocol::fetch_encode::Part;
-use crate::protocol::{self, FrameError};
+use crate::protocol::{self, FrameError, errors};
 use tokio::net::tcp::OwnedWriteHalf;
 
 pub mod network;
@@ -658,8 +659,12 @@ pub async fn process_frame(
     let request_bytes = frame.bytes.len();
     let mut bytes = frame.bytes;
     let start = protocol::peek_start(&bytes)?;
-    let api_key =
-        ApiKey::try_from(start.api_key).map_err(|()| FrameError::UnknownApiKey(start.api_key))?;
+    let api_key = ApiKey::try_from(start.api_key).map_err(|()| {
+        broker
+            .metrics
+            .record_errors(ApiLabel::Unknown, [errors::INVALID_REQUEST]);
+        FrameError::UnknownApiKey(start.api_key)
+    })?;
     let supported = handler::supported_versions(api_key);
     let in_range = supported.is_some_and(|(min, max)| (min..=max).contains(&start.api_version));
     if !in_range {
@@ -680,11 +685,17 @@ pub async fn process_frame(
         tracing::info!(%peer, %reason, "closing the connection");
         FrameError::Close(reason)
     })?;
-    let header = protocol::decode_header(api_key, &mut bytes)?;
+    let undecodable = |_: &FrameError| {
+        broker
+            .metrics
+            .record_errors(ApiLabel::of(api_key), [errors::INVALID_REQUEST]);
+    };
+    let header = protocol::decode_header(api_key, &mut bytes).inspect_err(undecodable)?;
     let request = protocol::decode_body(api_key, header.request_api_version, &mut bytes)
-        .inspect_err(
-            |error| tracing::warn!(%peer, %error, "undecodable request: closing the connection"),
-        )?;
+        .inspect_err(|error| {
+            undecodable(error);
+            tracing::warn!(%peer, %error, "undecodable request: closing the connection")
+        })?;
     if answered_by_session {
         let (response, close) = match &request {
             kafka_protocol::messages::RequestKind::SaslHandshake(r) => {
@@ -697,6 +708,7 @@ pub async fn process_frame(
             }
             _ => return Err(FrameError::Close("not a SASL request".into())),
         };
+        record_response_errors(broker, api_key, &response);
         let bytes = protocol::encode_response(
             api_key,
             header.request_api_version,
@@ -730,6 +742,7 @@ pub async fn process_frame(
     let version = header.request_api_version;
     let encoded = match answer {
         Some(Answer::Message(response)) => {
+            record_response_errors(broker, api_key, &response);
             protocol::encode_response(api_key, version, header.correlation_id, &response).map(
                 |bytes| {
                     let len = bytes.len();
@@ -738,6 +751,9 @@ pub async fn process_frame(
             )
         }
         Some(Answer::Fetch(fetch)) => {
+            let mut codes = Vec::new();
+            metrics::errors::fetch_error_codes(&fetch, &mut |code| codes.push(code));
+            broker.metrics.record_errors(ApiLabel::of(api_key), codes);
             protocol::fetch_encode::encode(version, header.correlation_id, &fetch)
         }
         Some(Answer::Close) => {
@@ -768,6 +784,13 @@ pub async fn process_frame(
     } else {
         Processed::AnswerThenMute(Some(encoded.0), mute)
     })
+}
+
+/// Counts the errors a response carries (`sluice_request_errors_total`).
+fn record_response_errors(broker: &Broker, api_key: ApiKey, response: &ResponseKind) {
+    let mut codes = Vec::new();
+    metrics::errors::response_error_codes(response, &mut |code| codes.push(code));
+    broker.metrics.record_errors(ApiLabel::of(api_key), codes);
 }
 
 /// Writes a response's parts: bytes with `write_all`, file slices with `sendfile` (page cache

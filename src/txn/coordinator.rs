@@ -330,8 +330,8 @@ impl TxnCoordinator {
     /// Prometheus text: coordinator partitions (loading ones too), transactional ids by
     /// state, and the oldest open transaction's age (a hung producer shows here long before
     /// its timeout aborts it).
-    pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+    pub fn collect_metrics(&self, out: &mut crate::metrics::Exposition) {
+        use crate::metrics::Kind;
         let shards = self.host.runtime.shards();
         let loading = shards.iter().filter(|s| !s.is_loaded()).count();
         let now_ms = std::time::SystemTime::now()
@@ -352,33 +352,27 @@ impl TxnCoordinator {
                 }
             });
         }
-        let _ = writeln!(
-            out,
-            "# HELP sluice_txn_coordinator_partitions __transaction_state partitions this broker coordinates\n\
-             # TYPE sluice_txn_coordinator_partitions gauge\n\
-             sluice_txn_coordinator_partitions{{state=\"loaded\"}} {}\n\
-             sluice_txn_coordinator_partitions{{state=\"loading\"}} {loading}",
-            shards.len() - loading
-        );
-        let _ = writeln!(
-            out,
-            "# HELP sluice_transactional_ids transactional ids this broker coordinates, by state\n\
-             # TYPE sluice_transactional_ids gauge"
+        out.family(
+            "sluice_txn_coordinator_partitions",
+            Kind::Gauge,
+            "__transaction_state partitions this broker coordinates, by load state.",
+        )
+        .sample(&[("state", "loaded")], shards.len() - loading)
+        .sample(&[("state", "loading")], loading);
+        let mut family = out.family(
+            "sluice_transactional_ids",
+            Kind::Gauge,
+            "Transactional ids this broker coordinates, by state.",
         );
         for state in super::state::TxnState::ALL {
             let count = by_state.get(state.name()).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "sluice_transactional_ids{{state=\"{}\"}} {count}",
-                state.name()
-            );
+            family.sample(&[("state", state.name())], count);
         }
-        let _ = writeln!(
-            out,
-            "# HELP sluice_transaction_oldest_open_seconds age of the oldest open transaction this broker coordinates\n\
-             # TYPE sluice_transaction_oldest_open_seconds gauge\n\
-             sluice_transaction_oldest_open_seconds {:.3}",
-            oldest_open_ms as f64 / 1000.0
+        out.single(
+            "sluice_transaction_oldest_open_seconds",
+            Kind::Gauge,
+            "Age of the oldest open transaction this broker coordinates.",
+            oldest_open_ms as f64 / 1000.0,
         );
     }
 
