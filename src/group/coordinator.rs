@@ -4,13 +4,14 @@
 //! to its group is an operation of `GroupShard`; this file finds the shard, runs the operation
 //! and turns the runtime's answer into the client's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::classic::{GroupDescription, JoinRequest, JoinResult, Leaving, Reply, SyncResult};
 use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, HeartbeatsAnswered, TopicsView};
+use super::lag::CommittedIndexes;
 use super::shard::{GroupShard, TopicsSource, map_append_error};
 pub use super::shard::{ListedGroup, OffsetCommit};
 use super::state::Group;
@@ -52,6 +53,8 @@ pub struct GroupCoordinator {
     config: Arc<GroupConfig>,
     replicas: Arc<ReplicaManager>,
     host: Arc<Host<GroupShard>>,
+    /// Every loaded shard's committed offsets, for lag on `/metrics`.
+    committed: Arc<CommittedIndexes>,
     /// Offset commits stored (partitions), and refused or failed commit requests.
     commits: AtomicU64,
     commits_failed: AtomicU64,
@@ -91,9 +94,17 @@ impl GroupCoordinator {
             ]),
             replication_factor_key: "offsets.topic.replication.factor",
         };
+        let committed = Arc::new(CommittedIndexes::default());
         let empty = {
             let (config, topics) = (Arc::clone(&config), Arc::clone(&topics));
-            Arc::new(move || GroupShard::new(Arc::clone(&config), Arc::clone(&topics)))
+            let committed = Arc::clone(&committed);
+            Arc::new(move || {
+                GroupShard::new(
+                    Arc::clone(&config),
+                    Arc::clone(&topics),
+                    committed.new_shard(),
+                )
+            })
         };
         let host = Arc::new(Host::new(
             runtime,
@@ -109,6 +120,7 @@ impl GroupCoordinator {
             config,
             replicas,
             host,
+            committed,
             commits: AtomicU64::new(0),
             commits_failed: AtomicU64::new(0),
         })
@@ -505,22 +517,31 @@ impl GroupCoordinator {
                     if let Group::Consumer(g) = group {
                         heartbeats.push((g.group_id.clone(), g.heartbeats_answered));
                     }
-                    for (tp, committed) in group.offsets() {
-                        let Some(replica) = self.replicas.partition(tp) else {
-                            continue;
-                        };
-                        let behind = replica
-                            .high_watermark()
-                            .saturating_sub(committed.offset.max(0) as u64);
-                        let slot = lag
-                            .entry((group.group_id().to_owned(), tp.topic.clone()))
-                            .or_default();
-                        slot.0 += behind;
-                        slot.1 = slot.1.max(behind);
-                    }
                 }
             });
         }
+        // Lag from the committed offsets' index, without any shard's lock; each partition's
+        // high watermark looked up once per scrape.
+        let mut high_watermarks: HashMap<TopicPartition, Option<u64>> = HashMap::new();
+        self.committed.for_each(&mut |group_id, tp, committed| {
+            let high_watermark = match high_watermarks.get(tp) {
+                Some(known) => *known,
+                None => {
+                    let found = self.replicas.partition(tp).map(|r| r.high_watermark());
+                    high_watermarks.insert(tp.clone(), found);
+                    found
+                }
+            };
+            let Some(high_watermark) = high_watermark else {
+                return;
+            };
+            let behind = high_watermark.saturating_sub(committed.max(0) as u64);
+            let slot = lag
+                .entry((group_id.to_owned(), tp.topic.clone()))
+                .or_default();
+            slot.0 += behind;
+            slot.1 = slot.1.max(behind);
+        });
         out.family(
             "sluice_group_coordinator_partitions",
             Kind::Gauge,

@@ -27,6 +27,7 @@
 pub mod classic;
 pub mod consumer;
 mod coordinator;
+pub mod lag;
 pub mod records;
 pub mod shard;
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::classic::{
     ClassicGroup, GroupDescription, GroupState, JoinRequest, JoinResult, Leaving, Reply, SyncResult,
 };
 use super::consumer::{ConsumerGroup, Heartbeat, HeartbeatResult, TopicsView};
+use super::lag::CommittedIndex;
 use super::records::{GroupRecord, OffsetValue, RecordKey, RecordValue};
 use super::state::Group;
 use super::{CommittedOffset, GroupConfig};
@@ -83,15 +84,22 @@ pub struct GroupShard {
     /// become the group's when the producer's commit marker is written, and are dropped on
     /// an abort (Kafka's pending transactional offsets).
     pending_txn: HashMap<i64, BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>>>,
+    /// The committed offsets again, for lag on `/metrics` without this shard's lock.
+    committed: Arc<CommittedIndex>,
 }
 
 impl GroupShard {
-    pub fn new(config: Arc<GroupConfig>, topics: Arc<dyn TopicsSource>) -> GroupShard {
+    pub fn new(
+        config: Arc<GroupConfig>,
+        topics: Arc<dyn TopicsSource>,
+        committed: Arc<CommittedIndex>,
+    ) -> GroupShard {
         GroupShard {
             config,
             topics,
             groups: HashMap::new(),
             pending_txn: HashMap::new(),
+            committed,
         }
     }
 
@@ -226,6 +234,15 @@ impl GroupShard {
         }
         let deadline = self.groups.get(group_id).and_then(Group::next_deadline);
         ctx.schedule(group_timer(group_id), deadline);
+        debug_assert!(
+            self.committed.matches(
+                group_id,
+                self.groups
+                    .get(group_id)
+                    .map(|g| g.offsets().iter().map(|(tp, c)| (tp, c.offset)))
+            ),
+            "the committed offsets' index of {group_id} differs from the group's"
+        );
         self.collect(group_id);
     }
 
@@ -697,9 +714,11 @@ impl Shard for GroupShard {
                     self.groups
                         .insert(group_id.to_owned(), Group::Classic(group));
                 }
+                let partition = TopicPartition::new(topic.as_str(), *partition);
+                self.committed.set(group_id, &partition, v.offset);
                 if let Some(group) = self.groups.get_mut(group_id) {
                     group.offsets_mut().insert(
-                        TopicPartition::new(topic.as_str(), *partition),
+                        partition,
                         CommittedOffset {
                             offset: v.offset,
                             leader_epoch: v.leader_epoch,
@@ -715,10 +734,10 @@ impl Shard for GroupShard {
                 },
                 None,
             ) => {
+                let partition = TopicPartition::new(topic.as_str(), *partition);
+                self.committed.remove(group_id, &partition);
                 if let Some(group) = self.groups.get_mut(group_id) {
-                    group
-                        .offsets_mut()
-                        .remove(&TopicPartition::new(topic.as_str(), *partition));
+                    group.offsets_mut().remove(&partition);
                 }
             }
             (RecordKey::Group { .. }, Some(RecordValue::Group(value))) => {
@@ -771,6 +790,8 @@ impl Shard for GroupShard {
                     },
                 value: Some(RecordValue::Offset(v)),
             } => {
+                let partition = TopicPartition::new(topic, partition);
+                self.committed.set(&group, &partition, v.offset);
                 let offsets = match self.groups.get_mut(&group) {
                     Some(existing) => existing.offsets_mut(),
                     None => {
@@ -779,7 +800,7 @@ impl Shard for GroupShard {
                     }
                 };
                 offsets.insert(
-                    TopicPartition::new(topic, partition),
+                    partition,
                     CommittedOffset {
                         offset: v.offset,
                         leader_epoch: v.leader_epoch,
@@ -848,6 +869,9 @@ impl Shard for GroupShard {
                 if !self.groups.contains_key(&group_id) {
                     let group = self.new_classic(&group_id, now);
                     self.groups.insert(group_id.clone(), Group::Classic(group));
+                }
+                for (partition, committed) in &offsets {
+                    self.committed.set(&group_id, partition, committed.offset);
                 }
                 if let Some(group) = self.groups.get_mut(&group_id) {
                     group.offsets_mut().extend(offsets);

@@ -40,7 +40,13 @@ struct Fixture {
 
 fn empty_shard() -> Arc<dyn Fn() -> GroupShard + Send + Sync> {
     let config = Arc::new(crate::group::test_config());
-    Arc::new(move || GroupShard::new(Arc::clone(&config), Arc::new(OneTopic)))
+    Arc::new(move || {
+        GroupShard::new(
+            Arc::clone(&config),
+            Arc::new(OneTopic),
+            Arc::new(super::lag::CommittedIndex::default()),
+        )
+    })
 }
 
 fn fixture() -> Fixture {
