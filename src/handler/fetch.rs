@@ -193,6 +193,9 @@ pub async fn handle(
                 .metrics
                 .bytes_out
                 .fetch_add(bytes as u64, Ordering::Relaxed);
+            if replica_id < 0 {
+                count_consumer_bytes(broker, &results);
+            }
             broker
                 .metrics
                 .follower_read_bytes
@@ -331,6 +334,22 @@ struct ReadParams<'a> {
 /// changed since last reported, for sessions), the record bytes, and whether the answer
 /// should go at once, whatever `min_bytes` says: a partition failed, sends the consumer to
 /// another replica, or tells a follower its log diverged (Kafka's `fetchMessages`).
+/// Each partition's bytes fetched by consumers (`Traffic::bytes_out`).
+fn count_consumer_bytes(broker: &Broker, results: &[PartitionResult]) {
+    for (wanted, _, slice, _) in results {
+        let Some(bytes) = slice.as_ref().map(|s| s.len).filter(|&len| len > 0) else {
+            continue;
+        };
+        let tp = TopicPartition::new(wanted.topic.as_str(), wanted.partition);
+        if let Some(partition) = broker.replicas.partition(&tp) {
+            partition
+                .traffic
+                .bytes_out
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
 fn read_all(
     broker: &Broker,
     params: &ReadParams<'_>,

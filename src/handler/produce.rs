@@ -202,6 +202,13 @@ pub async fn handle(
                             .metrics
                             .messages_in
                             .fetch_add(appended.info.record_count, Ordering::Relaxed);
+                        let traffic = &partition.traffic;
+                        traffic
+                            .bytes_in
+                            .fetch_add(appended.info.bytes, Ordering::Relaxed);
+                        traffic
+                            .messages_in
+                            .fetch_add(appended.info.record_count, Ordering::Relaxed);
                     }
                     if acks == -1 {
                         waits.push(Wait {

@@ -776,27 +776,65 @@ impl ReplicaManager {
                 family.sample(&[("topic", topic), ("partition", partition)], under);
             }
         }
-        let mut sizes: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        #[derive(Default)]
+        struct TopicTotals {
+            partitions: u64,
+            size_bytes: u64,
+            messages_in: u64,
+            bytes_in: u64,
+            bytes_out: u64,
+        }
+        let mut sizes: BTreeMap<&str, TopicTotals> = BTreeMap::new();
         for (topic, _, replica) in &rows {
             let entry = sizes.entry(topic).or_default();
-            entry.0 += 1;
-            entry.1 += replica.size_bytes();
+            let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+            entry.partitions += 1;
+            entry.size_bytes += replica.size_bytes();
+            entry.messages_in += load(&replica.traffic.messages_in);
+            entry.bytes_in += load(&replica.traffic.bytes_in);
+            entry.bytes_out += load(&replica.traffic.bytes_out);
+        }
+        type Total = fn(&TopicTotals) -> u64;
+        let counters: [(&str, &str, Total); 3] = [
+            (
+                "sluice_topic_messages_in_total",
+                "Records producers appended to each topic's partitions led here (since each \
+                 replica was opened here: a partition that moves away takes its count along).",
+                |t| t.messages_in,
+            ),
+            (
+                "sluice_topic_bytes_in_total",
+                "Record batch bytes producers appended to each topic's partitions led here.",
+                |t| t.bytes_in,
+            ),
+            (
+                "sluice_topic_bytes_out_total",
+                "Record batch bytes consumers fetched from each topic's partitions here \
+                 (followers' fetches not counted).",
+                |t| t.bytes_out,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let mut family = out.family(name, Kind::Counter, help);
+            for (topic, totals) in &sizes {
+                family.sample(&[("topic", topic)], value(totals));
+            }
         }
         let mut family = out.family(
             "sluice_topic_partitions_hosted",
             Kind::Gauge,
             "Partition replicas of each topic hosted here.",
         );
-        for (topic, (count, _)) in &sizes {
-            family.sample(&[("topic", topic)], *count);
+        for (topic, totals) in &sizes {
+            family.sample(&[("topic", topic)], totals.partitions);
         }
         let mut family = out.family(
             "sluice_topic_size_bytes",
             Kind::Gauge,
             "Bytes on disk of each topic's replicas hosted here.",
         );
-        for (topic, (_, bytes)) in &sizes {
-            family.sample(&[("topic", topic)], *bytes);
+        for (topic, totals) in &sizes {
+            family.sample(&[("topic", topic)], totals.size_bytes);
         }
     }
 

@@ -3,7 +3,7 @@
 //! idempotent.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -170,6 +170,17 @@ pub struct Partition {
     /// invariant checks read without the state lock (they run under it, in `while_following`,
     /// and a second read lock can deadlock behind a waiting writer).
     leading_epoch: std::sync::atomic::AtomicI64,
+    /// Records and bytes producers appended here, and bytes consumers fetched (not
+    /// followers), for the per-topic rates on `/metrics` and the console.
+    pub traffic: Traffic,
+}
+
+/// A partition replica's client traffic since it was opened here.
+#[derive(Default)]
+pub struct Traffic {
+    pub messages_in: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
 }
 
 /// The transactions that keep the last stable offset back: open ones, and closed ones whose
@@ -282,6 +293,7 @@ impl Partition {
             clock,
             leader_high_watermark: Mutex::new((-1, 0)),
             leading_epoch: std::sync::atomic::AtomicI64::new(leading_epoch),
+            traffic: Traffic::default(),
         })
     }
 

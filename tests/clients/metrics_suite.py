@@ -135,6 +135,14 @@ if mode == "partition-metrics":
     partition_sizes = sum(value(samples, "sluice_partition_size_bytes", topic=TOPIC,
                                 partition=str(p)) for p in per_partition)
     expect(topic_size == partition_sizes, f"topic size {topic_size} != {partition_sizes}")
+    expect(value(samples, "sluice_topic_messages_in_total", topic=TOPIC) == 35, "messages in")
+    bytes_in = value(samples, "sluice_topic_bytes_in_total", topic=TOPIC)
+    expect(bytes_in is not None and 35 * 100 < bytes_in <= partition_sizes, f"bytes in {bytes_in}")
+    # The consumer read partition 0 (10 records, one or more batches) from offset 0.
+    bytes_out = value(samples, "sluice_topic_bytes_out_total", topic=TOPIC)
+    size_0 = value(samples, "sluice_partition_size_bytes", topic=TOPIC, partition="0")
+    expect(bytes_out is not None and 0 < bytes_out and bytes_out >= size_0 // 2,
+           f"bytes out {bytes_out} (partition 0 holds {size_0})")
 else:
     for name in families:
         expect(not name.startswith("sluice_partition_") and not name.startswith("sluice_topic_"),
