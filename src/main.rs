@@ -64,6 +64,9 @@ enum Command {
     /// ACLs, as kafka-acls.sh: add, list, remove (--allow-principal, --operation, --topic,
     /// --group, --cluster, --producer, --consumer, ...).
     Acls(cli::acls::AclsArgs),
+    /// Each broker's log dirs and the replicas in them (size on disk, lag), as
+    /// kafka-log-dirs.sh --describe prints them (--broker-list, --topic-list).
+    LogDirs(cli::log_dirs::LogDirsArgs),
     /// Runs a node. With no --config: a single-node cluster on 127.0.0.1:9092 (Kafka),
     /// :9093 (quorum), :9644 (HTTP), data in ./data.
     Server {
@@ -158,6 +161,7 @@ fn run() -> anyhow::Result<()> {
         | Command::Transactions(_)
         | Command::Users(_)
         | Command::Acls(_)
+        | Command::LogDirs(_)
         | Command::Produce(_)
         | Command::Consume(_)
         | Command::Configs { .. } => "warn",
@@ -179,6 +183,7 @@ fn run() -> anyhow::Result<()> {
         Command::Transactions(args) => cli::transactions::run(args),
         Command::Users(args) => cli::users::run(args),
         Command::Acls(args) => cli::acls::run(args),
+        Command::LogDirs(args) => cli::log_dirs::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

@@ -431,6 +431,14 @@ fn a_user_without_acls_is_refused_by_every_api_and_sees_no_names() {
     assert_eq!(answer.error_code, CLUSTER_DENIED);
     assert!(answer.topics.is_empty());
     checked(ApiKey::DescribeQuorum);
+    let answer: DescribeLogDirsResponse = mallory.call(
+        ApiKey::DescribeLogDirs,
+        4,
+        &DescribeLogDirsRequest::default().with_topics(None),
+    );
+    assert_eq!(answer.error_code, CLUSTER_DENIED);
+    assert!(answer.results.is_empty(), "log dirs leaked: {answer:?}");
+    checked(ApiKey::DescribeLogDirs);
     let answer: ElectLeadersResponse = mallory.call(
         ApiKey::ElectLeaders,
         2,

@@ -705,6 +705,7 @@ fn empty_request(api_key: ApiKey) -> Option<RequestKind> {
         ApiKey::OffsetDelete => OffsetDeleteRequest::default().into(),
         ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::default().into(),
         ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::default().into(),
+        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::default().with_topics(None).into(),
         _ => return None,
     })
 }

@@ -41,6 +41,8 @@ const ACTION_FLAGS: &[(&str, &[(&str, &str)])] = &[
         "acls",
         &[("--add", "add"), ("--list", "list"), ("--remove", "remove")],
     ),
+    // kafka-log-dirs.sh
+    ("log-dirs", &[("--describe", "describe")]),
 ];
 
 /// Kafka flags with no Sluice counterpart of a similar spelling, and what to use instead.
@@ -300,6 +302,12 @@ mod tests {
                 "sluice acls --bootstrap-server b:1 --add --allow-principal User:a --topic t"
             )),
             args("sluice acls add --bootstrap-server b:1 --allow-principal User:a --topic t")
+        );
+        assert_eq!(
+            rewrite(args(
+                "sluice log-dirs --describe --bootstrap-server b:1 --broker-list 1,2"
+            )),
+            args("sluice log-dirs describe --bootstrap-server b:1 --broker-list 1,2")
         );
         // Already a subcommand; --delete-config is not --delete; other commands untouched.
         for same in [

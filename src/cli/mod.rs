@@ -1,5 +1,6 @@
 //! The command line's own code (binary only): administration through a broker's Kafka port or
-//! the quorum (`cluster`, `topics`, `groups`, `configs`) and the benchmarks (`perf*`).
+//! the quorum (`cluster`, `topics`, `groups`, `configs`, `log-dirs`) and the benchmarks
+//! (`perf*`).
 
 pub mod acls;
 pub mod cluster;
@@ -9,6 +10,7 @@ pub mod consume;
 pub mod fuzz;
 pub mod groups;
 pub mod habits;
+pub mod log_dirs;
 pub mod perf;
 pub mod perf_authorizer;
 pub mod perf_client;

@@ -14,7 +14,7 @@
 //!   the range, roundrobin and cooperative-sticky assignors, or KIP-848), commits, seeks.
 //! - [`Admin`]: topics, partitions, configs, consumer groups and their offsets, the cluster,
 //!   records, transactions (list, describe, describe producers, abort), ACLs, SCRAM users,
-//!   client quotas.
+//!   client quotas, each broker's log dirs.
 //! - [`ClientConfig`]: settings by Kafka's client config names (`bootstrap.servers`, ...).
 //! - [`Connection`]: one pipelined connection to a broker, for requests the clients above do
 //!   not wrap (any `kafka_protocol` request, at the highest version both sides speak).
@@ -50,6 +50,7 @@
 mod admin;
 mod admin_acls;
 mod admin_groups;
+mod admin_log_dirs;
 mod admin_quotas;
 mod admin_transactions;
 mod admin_users;
@@ -71,6 +72,7 @@ pub use admin::{
     RESOURCE_BROKER, RESOURCE_TOPIC, TopicDescription,
 };
 pub use admin_groups::{GroupDescription, GroupListing, GroupMember, OffsetSpec};
+pub use admin_log_dirs::{BrokerLogDirs, LogDirDescription, ReplicaInfo};
 pub use admin_quotas::{
     ClientQuotaAlteration, ClientQuotaDescription, ClientQuotaEntity, ClientQuotaFilter,
     ClientQuotaFilterComponent, QUOTA_ENTITY_CLIENT_ID, QUOTA_ENTITY_IP, QUOTA_ENTITY_USER,

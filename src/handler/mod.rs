@@ -24,6 +24,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_producers;
 mod describe_quorum;
 mod describe_transactions;
@@ -206,6 +207,8 @@ apis! {
         ResponseKind::DescribeTransactions(describe_transactions::handle(b, c, r)));
     ListTransactions list_transactions::VERSIONS, meta =>
         |b, c, r| message(ResponseKind::ListTransactions(list_transactions::handle(b, c, r)));
+    DescribeLogDirs describe_log_dirs::VERSIONS, meta => |b, c, r| message(
+        ResponseKind::DescribeLogDirs(describe_log_dirs::handle(b, c, r)));
     DescribeProducers describe_producers::VERSIONS, data =>
         |b, c, r| message(ResponseKind::DescribeProducers(describe_producers::handle(b, c, r)));
     TxnOffsetCommit txn_offset_commit::VERSIONS, meta => |b, c, r| message(

@@ -162,7 +162,7 @@ throttled_responses! {
     IncrementalAlterConfigs, AlterPartitionReassignments, ListPartitionReassignments,
     OffsetDelete, DescribeClientQuotas, AlterClientQuotas, DescribeUserScramCredentials,
     AlterUserScramCredentials, DescribeCluster, DescribeProducers, DescribeTransactions,
-    ListTransactions, ConsumerGroupHeartbeat, ConsumerGroupDescribe,
+    ListTransactions, ConsumerGroupHeartbeat, ConsumerGroupDescribe, DescribeLogDirs,
 }
 
 #[cfg(test)]

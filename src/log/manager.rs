@@ -73,6 +73,61 @@ impl Default for LogManagerConfig {
     }
 }
 
+/// One log dir as an operator asks about it (Kafka's DescribeLogDirs): where it is, the room
+/// on its filesystem, and the logs it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDirDescription {
+    /// The dir as `log.dirs` names it, made absolute (as Kafka reports it, not resolving
+    /// links).
+    pub path: PathBuf,
+    /// The room on the dir's filesystem, or why it could not be asked (the dir removed, its
+    /// disk gone): a dir this broker cannot write to.
+    pub space: std::result::Result<DirSpace, String>,
+    /// Its online logs that were asked for, in partition order. A log offline after a storage
+    /// error (or not opened at start) is left out: Kafka's brokers list only the logs they
+    /// serve.
+    pub logs: Vec<LogDescription>,
+}
+
+/// The room on a log dir's filesystem, as Java's `FileStore` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirSpace {
+    /// The filesystem's size.
+    pub total_bytes: u64,
+    /// What this (unprivileged) process may still write: blocks free to non-root users.
+    pub usable_bytes: u64,
+}
+
+/// One partition's log in a log dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDescription {
+    pub topic_partition: TopicPartition,
+    /// Bytes of its segments on disk.
+    pub size_bytes: u64,
+    pub log_end_offset: u64,
+    pub high_watermark: u64,
+}
+
+/// The room on the filesystem holding `dir` (statvfs).
+// The statvfs fields are 32 bits wide on some targets, 64 on others.
+#[allow(clippy::useless_conversion)]
+fn filesystem_space(dir: &Path) -> std::io::Result<DirSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the path holds a NUL byte"))?;
+    // SAFETY: statvfs reads the NUL-terminated path and writes only the struct passed, which
+    // is plain data (all-zero is a valid value).
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fragment_bytes = u64::from(stats.f_frsize);
+    Ok(DirSpace {
+        total_bytes: u64::from(stats.f_blocks).saturating_mul(fragment_bytes),
+        usable_bytes: u64::from(stats.f_bavail).saturating_mul(fragment_bytes),
+    })
+}
+
 #[derive(Debug)]
 struct ManagedLog {
     dir_index: usize,
@@ -292,6 +347,49 @@ impl LogManager {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .map(|m| Arc::clone(&m.log))
+            .collect()
+    }
+
+    /// Every log dir, in `log.dirs` order, with the online logs `wanted` selects (their sizes
+    /// and offsets read now) and the room on its filesystem.
+    pub fn describe_dirs(
+        &self,
+        wanted: impl Fn(&TopicPartition) -> bool,
+    ) -> Vec<LogDirDescription> {
+        let mut logs_by_dir: Vec<Vec<LogDescription>> =
+            vec![Vec::new(); self.config.log_dirs.len()];
+        for (tp, managed) in self.logs.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            if managed.log.is_offline() || !wanted(tp) {
+                continue;
+            }
+            let Some(dir_logs) = logs_by_dir.get_mut(managed.dir_index) else {
+                debug_assert!(
+                    false,
+                    "{tp} is in log dir {} of {}",
+                    managed.dir_index,
+                    self.config.log_dirs.len()
+                );
+                continue;
+            };
+            dir_logs.push(LogDescription {
+                topic_partition: tp.clone(),
+                size_bytes: managed.log.size_bytes(),
+                log_end_offset: managed.log.log_end_offset(),
+                high_watermark: managed.log.high_watermark(),
+            });
+        }
+        self.config
+            .log_dirs
+            .iter()
+            .zip(logs_by_dir)
+            .map(|(dir, logs)| {
+                let path = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+                let space = filesystem_space(dir).map_err(|e| {
+                    tracing::warn!(dir = %path.display(), error = %e, "cannot read the log dir's filesystem");
+                    io_reason(&e)
+                });
+                LogDirDescription { path, space, logs }
+            })
             .collect()
     }
 

@@ -193,6 +193,15 @@ impl ReplicaManager {
             .collect()
     }
 
+    /// This broker's log dirs with the logs of the partitions `wanted` selects: what
+    /// DescribeLogDirs answers.
+    pub fn describe_log_dirs(
+        &self,
+        wanted: impl Fn(&TopicPartition) -> bool,
+    ) -> Vec<crate::log::manager::LogDirDescription> {
+        self.logs.describe_dirs(wanted)
+    }
+
     /// Every change of this broker's role for a partition from now on. A subscriber that
     /// lags gets `RecvError::Lagged` and should rescan `partitions()`.
     pub fn leadership_changes(&self) -> broadcast::Receiver<LeadershipChange> {

@@ -973,6 +973,68 @@ fn log_manager_checkpoints_locks_and_restarts_cleanly() {
 }
 
 #[test]
+fn each_log_dir_is_described_with_its_online_logs_and_its_filesystem() {
+    use super::manager::{LogManager, LogManagerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogManagerConfig {
+        log_dirs: vec![dir.path().join("a"), dir.path().join("b")],
+        default_log_config: small_config(),
+        ..LogManagerConfig::default()
+    };
+    let manager = LogManager::open(config, clock).unwrap();
+    let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("orders", p)).collect();
+    for (n, tp) in tps.iter().enumerate() {
+        let log = manager.get_or_create(tp, small_config()).unwrap();
+        append(&log, n + 1, "x", T0);
+    }
+    let described = manager.describe_dirs(|_| true);
+    let paths: Vec<_> = described.iter().map(|d| d.path.clone()).collect();
+    assert_eq!(paths, [dir.path().join("a"), dir.path().join("b")]);
+    let mut seen = Vec::new();
+    for described_dir in &described {
+        let space = described_dir
+            .space
+            .as_ref()
+            .expect("a tempdir's filesystem");
+        assert!(space.total_bytes > 0 && space.usable_bytes <= space.total_bytes);
+        for log in &described_dir.logs {
+            let on_disk = described_dir
+                .path
+                .join(format!("orders-{}", log.topic_partition.partition));
+            assert!(
+                on_disk.is_dir(),
+                "{} is not where its dir says",
+                log.topic_partition
+            );
+            let real = manager.get(&log.topic_partition).unwrap();
+            assert_eq!(log.size_bytes, real.size_bytes());
+            assert!(log.size_bytes > 0);
+            assert_eq!(log.log_end_offset, log.topic_partition.partition as u64 + 1);
+            seen.push(log.topic_partition.clone());
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, tps, "every log once, in the dir that holds it");
+
+    // The filter selects; an offline log is left out; every dir is still listed.
+    manager.get(&tps[1]).unwrap().fence("test");
+    let described = manager.describe_dirs(|tp| tp.partition <= 1);
+    assert_eq!(described.len(), 2);
+    let listed: Vec<_> = described
+        .iter()
+        .flat_map(|d| d.logs.iter().map(|l| l.topic_partition.clone()))
+        .collect();
+    assert_eq!(listed, [tps[0].clone()]);
+
+    // A dir gone from under the broker cannot be asked about.
+    fs::remove_dir_all(dir.path().join("b")).unwrap();
+    let described = manager.describe_dirs(|_| true);
+    assert!(described[0].space.is_ok());
+    assert!(described[1].space.is_err(), "{:?}", described[1].space);
+}
+
+#[test]
 fn flush_ms_and_rolled_segments_are_flushed_by_housekeeping() {
     let fixture = Fixture::new();
     let config = LogConfig {
