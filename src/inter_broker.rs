@@ -41,6 +41,15 @@ impl InterBrokerClient {
         })
     }
 
+    /// Client settings for a client of this broker's own kind (the console's admin calls):
+    /// the inter-broker login, starting from `bootstrap`.
+    pub fn client_config(&self, bootstrap: &str, client_id: &str) -> ClientConfig {
+        let mut config = self.config.clone();
+        config.insert("bootstrap.servers", bootstrap);
+        config.insert("client.id", client_id);
+        config
+    }
+
     /// The listener whose endpoints the other brokers are reached on.
     pub fn listener_name(&self) -> &str {
         &self.listener_name

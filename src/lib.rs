@@ -36,6 +36,8 @@ pub mod client;
 #[cfg(feature = "broker")]
 pub mod config;
 #[cfg(feature = "broker")]
+pub mod console;
+#[cfg(feature = "broker")]
 pub mod controller;
 #[cfg(feature = "broker")]
 pub mod coordinator;

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::common::Format;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use sluice::client::ClientConfig;
@@ -37,6 +38,11 @@ pub enum ClusterCommand {
             conflicts_with = "bootstrap_controller"
         )]
         timeout_ms: u64,
+        /// With --bootstrap-server (or the default): `json` prints the cluster's report (its
+        /// brokers with their leaders and disk use, the quorum, partition health and whether
+        /// it is healthy or degraded, and why), the same the web console shows.
+        #[arg(long, value_enum, default_value_t = Format::Text, conflicts_with = "bootstrap_controller")]
+        output: Format,
     },
     /// Makes a learner (a running node outside the voters) a voter.
     AddVoter {
@@ -87,6 +93,15 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         let (addr, request) = match &command {
+            ClusterCommand::Status {
+                bootstrap_server,
+                timeout_ms,
+                output: Format::Json,
+                ..
+            } => {
+                let server = bootstrap_server.as_deref().unwrap_or("127.0.0.1:9092");
+                return status_json(server, *timeout_ms).await;
+            }
             ClusterCommand::Status {
                 bootstrap_server: Some(server),
                 timeout_ms,
@@ -171,6 +186,17 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             other => bail!("unexpected answer: {other:?}"),
         }
     })
+}
+
+/// `cluster status --output json`: the cluster's report, as the console shows it.
+async fn status_json(server: &str, timeout_ms: u64) -> anyhow::Result<()> {
+    let admin = sluice::client::Admin::new(
+        sluice::client::ClientConfig::new(server).set("client.id", "sluice-cli"),
+    )?;
+    super::common::wait_for_broker(&admin, server, Duration::from_millis(timeout_ms)).await?;
+    let report = sluice::console::report::cluster(&admin).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }
 
 /// `cluster status --bootstrap-server`: the quorum (DescribeQuorum) and the brokers

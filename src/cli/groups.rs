@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
+use sluice::console::report::{self, Member};
 
 use serde_json::json;
 
@@ -141,24 +142,6 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
     })
 }
 
-#[derive(Serialize)]
-struct Member {
-    member_id: String,
-    group_instance_id: Option<String>,
-    client_id: String,
-    host: String,
-    /// `[topic, partition]` pairs in JSON, as before `TopicPartition` derived `Serialize`.
-    #[serde(serialize_with = "topic_partition_pairs")]
-    assignment: Vec<TopicPartition>,
-}
-
-fn topic_partition_pairs<S: serde::Serializer>(
-    partitions: &[TopicPartition],
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(partitions.iter().map(|tp| (&tp.topic, tp.partition)))
-}
-
 fn members(described: &GroupDescription) -> Vec<Member> {
     described
         .members
@@ -175,21 +158,7 @@ fn members(described: &GroupDescription) -> Vec<Member> {
 
 async fn list(common: &Common) -> anyhow::Result<()> {
     let admin: Admin = common.connect.admin().await?;
-    let groups = admin.list_groups().await?;
-    #[derive(Serialize)]
-    struct Listed {
-        group: String,
-        state: String,
-        protocol_type: String,
-    }
-    let listed: Vec<Listed> = groups
-        .into_iter()
-        .map(|g| Listed {
-            group: g.group_id,
-            state: g.state,
-            protocol_type: g.protocol_type,
-        })
-        .collect();
+    let listed = report::groups(&admin).await?;
     if common.output == Format::Json {
         println!("{}", serde_json::to_string_pretty(&listed)?);
         return Ok(());
@@ -207,78 +176,15 @@ async fn list(common: &Common) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(Serialize)]
-struct PartitionLag {
-    topic: String,
-    partition: i32,
-    committed_offset: Option<i64>,
-    log_end_offset: Option<i64>,
-    lag: Option<i64>,
-    member_id: Option<String>,
-    client_id: Option<String>,
-    host: Option<String>,
-}
-
 async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
     let admin: Admin = common.connect.admin().await?;
-    let described = admin.describe_group(group).await?;
-    let members = members(&described);
-    let committed = committed_offsets(&admin, group).await?;
-    let mut owner: BTreeMap<TopicPartition, &Member> = BTreeMap::new();
-    for member in &members {
-        for key in &member.assignment {
-            owner.insert(key.clone(), member);
-        }
-    }
-    let partitions: BTreeSet<TopicPartition> =
-        committed.keys().chain(owner.keys()).cloned().collect();
-    let ends = offsets_at(&admin, &partitions, OffsetSpec::Latest).await?;
-    let rows: Vec<PartitionLag> = partitions
-        .iter()
-        .map(|key| {
-            let committed_offset = committed.get(key).copied();
-            let log_end_offset = ends.get(key).copied().flatten();
-            let member = owner.get(key);
-            PartitionLag {
-                topic: key.topic.clone(),
-                partition: key.partition,
-                committed_offset,
-                log_end_offset,
-                lag: committed_offset
-                    .zip(log_end_offset)
-                    .map(|(c, e)| (e - c).max(0)),
-                member_id: member.map(|m| m.member_id.clone()),
-                client_id: member.map(|m| m.client_id.clone()),
-                host: member.map(|m| m.host.clone()),
-            }
-        })
-        .collect();
-    let total_lag: i64 = rows.iter().filter_map(|r| r.lag).sum();
+    let described = report::group(&admin, group).await?;
     if common.output == Format::Json {
-        #[derive(Serialize)]
-        struct Description<'a> {
-            group: &'a str,
-            coordinator: &'a str,
-            state: &'a str,
-            protocol_type: &'a str,
-            protocol: &'a str,
-            members: &'a [Member],
-            partitions: &'a [PartitionLag],
-            total_lag: i64,
-        }
-        let description = Description {
-            group,
-            coordinator: &described.coordinator,
-            state: &described.state,
-            protocol_type: &described.protocol_type,
-            protocol: &described.protocol,
-            members: &members,
-            partitions: &rows,
-            total_lag,
-        };
-        println!("{}", serde_json::to_string_pretty(&description)?);
+        println!("{}", serde_json::to_string_pretty(&described)?);
         return Ok(());
     }
+    let rows = &described.partitions;
+    let total_lag = described.total_lag;
     println!(
         "group {group}: {} ({} members), coordinator {}, protocol {} {}",
         described.state,
@@ -293,7 +199,7 @@ async fn describe(common: &Common, group: &str) -> anyhow::Result<()> {
         "\n{:<topic_width$}  {:>9}  {:>14}  {:>14}  {:>8}  {:<40}  {:<16}  CLIENT-ID",
         "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<topic_width$}  {:>9}  {:>14}  {:>14}  {:>8}  {:<40}  {:<16}  {}",
             r.topic,

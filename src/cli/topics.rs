@@ -449,30 +449,25 @@ async fn describe(
     if topics.is_empty() {
         topics = admin.list_topics(false).await?;
     }
-    let descriptions = admin.describe_topics(&topics).await?;
     if output == Format::Json {
-        let value: Vec<_> = descriptions
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "topic_id": topic_id_text(u128::from_be_bytes(t.topic_id)),
-                    "internal": t.is_internal,
-                    "configs": t.configs,
-                    "partitions": t.partitions.iter().filter(|p| filter(p)).map(|p| json!({
-                        "partition": p.partition,
-                        "leader": p.leader,
-                        "leader_epoch": p.leader_epoch,
-                        "replicas": p.replicas,
-                        "isr": p.isr,
-                        "offline_replicas": p.offline_replicas,
-                    })).collect::<Vec<_>>(),
+        let mut described = sluice::console::report::topics(admin, &topics).await?;
+        for topic in &mut described {
+            topic.partitions.retain(|p| {
+                filter(&sluice::client::PartitionMetadata {
+                    partition: p.partition,
+                    error_code: 0,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    offline_replicas: p.offline_replicas.clone(),
                 })
-            })
-            .collect();
-        println!("{}", json!(value));
+            });
+        }
+        println!("{}", json!(described));
         return Ok(());
     }
+    let descriptions = admin.describe_topics(&topics).await?;
     for topic in &descriptions {
         let replication_factor = topic.partitions.first().map_or(0, |p| p.replicas.len());
         let configs: Vec<String> = topic

@@ -65,6 +65,10 @@ pub fn response_error_codes(response: &ResponseKind, each: &mut dyn FnMut(i16)) 
             r.responses.iter().for_each(|c| e(c.error_code))
         }
         ResponseKind::DescribeCluster(r) => e(r.error_code),
+        ResponseKind::DescribeLogDirs(r) => {
+            e(r.error_code);
+            r.results.iter().for_each(|d| e(d.error_code));
+        }
         ResponseKind::DescribeQuorum(r) => {
             e(r.error_code);
             r.topics

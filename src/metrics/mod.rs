@@ -16,7 +16,7 @@ use kafka_protocol::messages::ApiKey;
 pub use exposition::{Collect, Exposition, Kind, Registry};
 
 /// Upper bounds of the latency histogram buckets, in seconds.
-const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
+pub const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// API keys are small integers; one slot each.
@@ -126,6 +126,17 @@ impl Metrics {
         api.buckets[LATENCY_BUCKETS_SECONDS.len()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One API's counts so far: requests, cumulative latency buckets (the last is +Inf) and
+    /// response bytes (the console's charts take differences of these).
+    pub fn api_totals(&self, api_key: ApiKey) -> ApiTotals {
+        let api = &self.apis[slot(api_key)];
+        ApiTotals {
+            requests: api.requests.load(Ordering::Relaxed),
+            buckets: api.buckets.each_ref().map(|b| b.load(Ordering::Relaxed)),
+            response_bytes: api.response_bytes.load(Ordering::Relaxed),
+        }
+    }
+
     pub fn record_unsupported(&self, api_key: ApiKey) {
         self.apis[slot(api_key)]
             .unsupported
@@ -148,6 +159,49 @@ impl Metrics {
             // Bounded: at most one entry per API (or unknown) and error code.
             *errors.entry((api, code)).or_default() += 1;
         }
+    }
+}
+
+/// `Metrics::api_totals`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ApiTotals {
+    pub requests: u64,
+    pub buckets: [u64; LATENCY_BUCKETS_SECONDS.len() + 1],
+    pub response_bytes: u64,
+}
+
+impl ApiTotals {
+    /// The latency under which `quantile` of the requests between `earlier` and these totals
+    /// were answered, interpolated inside its bucket as Prometheus' `histogram_quantile`
+    /// does; `None` without requests (and the largest bound when it is past it).
+    pub fn quantile_since(&self, earlier: &ApiTotals, quantile: f64) -> Option<f64> {
+        let delta: Vec<u64> = self
+            .buckets
+            .iter()
+            .zip(&earlier.buckets)
+            .map(|(now, then)| now.saturating_sub(*then))
+            .collect();
+        let total = *delta.last()?;
+        if total == 0 {
+            return None;
+        }
+        let rank = quantile * total as f64;
+        let mut lower_bound = 0.0;
+        let mut below = 0u64;
+        for (count, bound) in delta.iter().zip(LATENCY_BUCKETS_SECONDS) {
+            if *count as f64 >= rank {
+                let inside = (*count - below) as f64;
+                let fraction = if inside > 0.0 {
+                    (rank - below as f64) / inside
+                } else {
+                    1.0
+                };
+                return Some(lower_bound + (bound - lower_bound) * fraction);
+            }
+            lower_bound = bound;
+            below = *count;
+        }
+        LATENCY_BUCKETS_SECONDS.last().copied()
     }
 }
 

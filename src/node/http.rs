@@ -1,6 +1,6 @@
 //! The HTTP listener: `/health` (the process answers), `/ready` (200 once a broker serves
-//! clients: registered, unfenced, caught up; 503 with the reason before) and `/metrics`
-//! (Prometheus text).
+//! clients: registered, unfenced, caught up; 503 with the reason before), `/metrics`
+//! (Prometheus text), and on a broker the web console (`crate::console`) on every other path.
 
 use super::*;
 
@@ -12,6 +12,7 @@ pub(super) async fn serve_http(
     quorum: Arc<Quorum>,
     registry: Arc<Registry>,
     readiness: Option<Arc<Readiness>>,
+    console: Option<Arc<crate::console::Console>>,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -21,6 +22,7 @@ pub(super) async fn serve_http(
         let quorum = Arc::clone(&quorum);
         let registry = Arc::clone(&registry);
         let readiness = readiness.clone();
+        let console = console.clone();
         tokio::spawn(async move {
             let mut head = Vec::with_capacity(1024);
             let mut buffer = [0u8; 1024];
@@ -43,27 +45,72 @@ pub(super) async fn serve_http(
                 .next()
                 .unwrap_or_default()
                 .to_owned();
-            let path = request_line.split_whitespace().nth(1).unwrap_or("");
-            let (status, content_type, body) = match path {
-                "/health" => ("200 OK", "text/plain", health(&quorum)),
-                "/ready" => ready(&quorum, readiness.as_deref()),
+            let mut words = request_line.split_whitespace();
+            let method = words.next().unwrap_or("");
+            let target = words.next().unwrap_or("");
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let (status, content_type, body): (String, &str, Vec<u8>) = match path {
+                "/health" => ("200 OK".into(), "text/plain", health(&quorum).into_bytes()),
+                "/ready" => {
+                    let (status, content_type, body) = ready(&quorum, readiness.as_deref());
+                    (status.into(), content_type, body.into_bytes())
+                }
                 "/metrics" => (
-                    "200 OK",
+                    "200 OK".into(),
                     "text/plain; version=0.0.4",
                     tokio::task::spawn_blocking(move || registry.render())
                         .await
-                        .unwrap_or_default(),
+                        .unwrap_or_default()
+                        .into_bytes(),
                 ),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+                _ => {
+                    let answered = match &console {
+                        Some(console) => {
+                            console
+                                .handle(method, path, &crate::console::parse_query(query))
+                                .await
+                        }
+                        None => None,
+                    };
+                    match answered {
+                        Some(response) => (
+                            status_line(response.status),
+                            response.content_type,
+                            response.body,
+                        ),
+                        None => (
+                            "404 Not Found".into(),
+                            "text/plain",
+                            b"not found\n".to_vec(),
+                        ),
+                    }
+                }
             };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
                 body.len()
             );
-            let _ = stream.write_all(response.as_bytes()).await;
+            if stream.write_all(head.as_bytes()).await.is_ok() {
+                let _ = stream.write_all(&body).await;
+            }
             let _ = stream.shutdown().await;
         });
     }
+}
+
+fn status_line(status: u16) -> String {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "",
+    };
+    format!("{status} {reason}")
 }
 
 /// The node's metrics, registered in the order `/metrics` shows them: the process, the

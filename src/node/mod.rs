@@ -302,6 +302,7 @@ impl Node {
         }
         let mut servers = Vec::new();
         let mut broker_context = None;
+        let mut console_client = None;
         if config.roles.broker {
             tasks.push(tokio::spawn(
                 Arc::clone(&replicas).follow_images(quorum.images()),
@@ -320,6 +321,7 @@ impl Node {
                     ));
                 }
             };
+            console_client = Some(inter_broker.clone());
             tasks.push(tokio::spawn(crate::replica::fetcher::run(
                 Arc::clone(&replicas),
                 Arc::clone(&quorum),
@@ -517,11 +519,20 @@ impl Node {
             broker_context.as_ref(),
             config.metrics_partition_enable,
         );
+        let console = broker_context
+            .as_ref()
+            .zip(console_client)
+            .map(|(broker, client)| {
+                let console = crate::console::Console::new(Arc::clone(broker), client);
+                tasks.push(console.start());
+                console
+            });
         tasks.push(tokio::spawn(serve_http(
             http_listener,
             Arc::clone(&quorum),
             registry,
             config.roles.broker.then_some(readiness),
+            console,
         )));
         tracing::info!(node_id = config.node_id, cluster_id = %config.cluster_id, "node started");
         Ok(Node {

@@ -1,0 +1,154 @@
+//! The web console in a real browser (Debian's Chromium, headless, driven by puppeteer-core)
+//! against three `sluice server` processes with real topics and a real consumer group made by
+//! confluent-kafka: every page loads without a console error; the numbers on the pages equal
+//! the CLI's `--output json` for the same thing; the message browser shows confluent-kafka's
+//! records byte for byte; a node killed with -9 shows as down, and the overview as degraded,
+//! within 10 s. Screenshots of every page (1280x800 and phone width) are written under the
+//! test's target tmp dir (`console-screenshots/`).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{Cluster, clients_dir};
+
+fn cli_json(cluster: &Cluster, args: &[&str]) -> serde_json::Value {
+    let bootstrap = cluster.bootstrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .args(["--bootstrap-server", &bootstrap, "--output", "json"])
+        .output()
+        .expect("run sluice");
+    assert!(
+        output.status.success(),
+        "sluice {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the CLI's JSON")
+}
+
+fn node_script(args: &[&str]) -> std::process::Output {
+    Command::new("node")
+        .arg("console_browser.js")
+        .args(args)
+        .current_dir(clients_dir())
+        .output()
+        .expect("node (scripts/test installs it)")
+}
+
+#[test]
+fn the_console_shows_what_the_cli_shows_and_a_killed_node_within_10_s() {
+    let mut cluster = Cluster::start(3, &[]);
+    let work = tempfile::tempdir().expect("tempdir");
+    let setup_out = work.path().join("setup.json");
+
+    // confluent-kafka makes the topic, the records and a group member that stays.
+    let mut setup = Command::new("python3")
+        .args([
+            "console_setup.py",
+            &cluster.bootstrap(),
+            setup_out.to_str().expect("utf-8 path"),
+        ])
+        .current_dir(clients_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut ready = String::new();
+    BufReader::new(setup.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("setup output");
+    assert_eq!(ready.trim(), "ready", "console_setup.py did not get ready");
+    let setup_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&setup_out).expect("setup.json"))
+            .expect("setup JSON");
+    let group_id = setup_json["group"].as_str().expect("group").to_owned();
+
+    // Wait until the group is stable with its member and every replica is in sync, so the
+    // CLI and the page read the same numbers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let group = loop {
+        let group = cli_json(&cluster, &["groups", "describe", &group_id]);
+        let cluster_now = cli_json(&cluster, &["cluster", "status"]);
+        if group["state"] == "Stable"
+            && group["members"].as_array().is_some_and(|m| m.len() == 1)
+            && cluster_now["under_replicated_partitions"] == 0
+        {
+            break group;
+        }
+        assert!(Instant::now() < deadline, "group never settled: {group}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let expected = serde_json::json!({
+        "cluster": cli_json(&cluster, &["cluster", "status"]),
+        "topics": cli_json(&cluster, &["topics", "describe"]),
+        "group": group,
+        "setup": setup_json,
+    });
+    let expected_path = work.path().join("expected.json");
+    std::fs::write(&expected_path, expected.to_string()).expect("write expected.json");
+
+    let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let base = format!("http://127.0.0.1:{}", cluster.nodes[0].http_port);
+    let output = node_script(&[
+        "pages",
+        &base,
+        expected_path.to_str().expect("utf-8 path"),
+        screenshots.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\n--- logs\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        support::tail(&cluster.logs(), 40)
+    );
+    println!("{stdout}");
+    for page in ["overview", "topics", "topic", "messages-hex", "group"] {
+        for size in ["1280x800", "phone-390x844"] {
+            let shot = screenshots.join(format!("{page}-{size}.png"));
+            let bytes = std::fs::metadata(&shot).map_or(0, |m| m.len());
+            assert!(bytes > 5_000, "{} is {bytes} bytes", shot.display());
+        }
+    }
+
+    // kill -9 of node 3 while a browser watches the overview.
+    let mut watcher = Command::new("node")
+        .args(["console_browser.js", "degraded", &base, "3"])
+        .current_dir(clients_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node");
+    let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+    let watching = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(watching, "watching", "the watcher did not start");
+    cluster.kill9(2);
+    let killed_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    let mut stdin = watcher.stdin.take().expect("stdin");
+    writeln!(stdin, "killed {killed_ms}").expect("tell the watcher");
+    let result = lines.next().and_then(Result::ok).unwrap_or_default();
+    let status = watcher.wait().expect("watcher");
+    let mut stderr = String::new();
+    if let Some(mut err) = watcher.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
+    }
+    assert!(status.success(), "{result}\n{stderr}");
+    println!("{result}");
+    let seconds: f64 = result
+        .strip_prefix("degraded ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(seconds <= 10.0, "the overview took {seconds} s: {result}");
+
+    drop(stdin);
+    drop(setup.stdin.take());
+    let _ = setup.wait();
+}
