@@ -152,3 +152,41 @@ fn the_console_shows_what_the_cli_shows_and_a_killed_node_within_10_s() {
     drop(setup.stdin.take());
     let _ = setup.wait();
 }
+
+fn python(node: &support::SingleNode, args: &[&str]) -> String {
+    let bootstrap = node.bootstrap();
+    let port = node.http_port.to_string();
+    let mut all = vec!["console_actions.py", bootstrap.as_str(), port.as_str()];
+    all.extend_from_slice(args);
+    support::run_client(node, "python3", &all)
+}
+
+/// With `http.console.actions.enable=true` a person creates a topic, changes its config,
+/// deletes records and resets a group's offsets through the pages' forms, and confluent-kafka
+/// sees each change; an action without the console's header, a bad body and an existing
+/// topic are refused with their reasons; without the setting every action is refused.
+#[test]
+fn console_actions_change_the_cluster_only_when_enabled() {
+    let node = support::SingleNode::start(&["http.console.actions.enable=true"]);
+    let base = format!("http://127.0.0.1:{}", node.http_port);
+    let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let shots = screenshots.to_str().expect("utf-8 path");
+    for (step, check) in [
+        ("actions-create", "created"),
+        ("actions-modify", "modified"),
+    ] {
+        let output = node_script(&[step, &base, shots]);
+        assert!(
+            output.status.success(),
+            "{step}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        println!("{}", String::from_utf8_lossy(&output.stdout));
+        python(&node, &[check]);
+    }
+    python(&node, &["refusals"]);
+
+    let read_only = support::SingleNode::start(&[]);
+    python(&read_only, &["read-only"]);
+}

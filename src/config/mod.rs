@@ -82,6 +82,8 @@ pub struct ServerConfig {
     pub http_listener: SocketAddr,
     /// `metrics.partition.enable` (ours): per-topic and per-partition gauges on `/metrics`.
     pub metrics_partition_enable: bool,
+    /// `http.console.actions.enable` (ours): the console may change the cluster.
+    pub http_console_actions_enable: bool,
     pub broker_rack: Option<String>,
     /// `replica.selector.class` (KIP-392): where the leader sends consumers that name a rack.
     pub replica_selector: crate::replica::read_replica::ReplicaSelector,
@@ -496,6 +498,7 @@ impl ServerConfig {
             queued_max_requests: unsigned("queued.max.requests")? as usize,
             thread_affinity: boolean("thread.affinity")?,
             metrics_partition_enable: boolean("metrics.partition.enable")?,
+            http_console_actions_enable: boolean("http.console.actions.enable")?,
             connections_max_idle_ms: unsigned("connections.max.idle.ms")?,
             replica_lag_time_max_ms: unsigned("replica.lag.time.max.ms")?,
             replica_silence_max_ms: unsigned("replica.silence.max.ms")?,

@@ -653,6 +653,13 @@ pub const KEYS: &[Key] = &[
         "Sluice: host:port of /health, /ready and /metrics",
     ),
     broker(
+        "http.console.actions.enable",
+        Kind::Bool,
+        "false",
+        "Sluice: the web console on http.listener may change the cluster (create topics, \
+         change topic configs, delete records, reset a group's offsets); false: it only reads",
+    ),
+    broker(
         "metrics.partition.enable",
         Kind::Bool,
         "true",

@@ -4,8 +4,9 @@
 //! The API reads the cluster as any client does, through the SDK's admin client and consumer
 //! connected to this broker's inter-broker listener with its login, and builds what it shows
 //! with the same functions `sluice ... --output json` prints (`report`), so the page and the
-//! CLI agree. It is read-only (actions are the CLI's for now: any method but GET is
-//! refused with 405 saying so). On a broker with an
+//! CLI agree. It is read-only unless `http.console.actions.enable=true`, which allows the
+//! actions of `actions` (create a topic, change configs, delete records, reset offsets) by
+//! POSTs carrying the console's header. On a broker with an
 //! authorizer or any listener other than PLAINTEXT the console is off (403 saying why): it
 //! does not authenticate its users yet, and would otherwise show every record to whoever
 //! reaches the HTTP port.
@@ -15,6 +16,7 @@
 //! samples kept here: this broker's request rates and latency every 2 s for 10 minutes, and,
 //! only while someone looks at them, topics' record rates and groups' lag.
 
+pub mod actions;
 pub mod browse;
 pub mod report;
 
@@ -91,9 +93,24 @@ impl Response {
 
     /// A failed admin call: Kafka's error named, and 503 when the cluster cannot answer now.
     fn from_client(error: &Error) -> Response {
+        use crate::protocol::errors as e;
         let status = match error.code() {
-            Some(code) if code == crate::protocol::errors::UNKNOWN_TOPIC_OR_PARTITION => 404,
-            Some(code) if code == crate::protocol::errors::GROUP_ID_NOT_FOUND => 404,
+            Some(e::UNKNOWN_TOPIC_OR_PARTITION | e::GROUP_ID_NOT_FOUND) => 404,
+            Some(e::TOPIC_ALREADY_EXISTS | e::NON_EMPTY_GROUP) => 409,
+            Some(
+                e::TOPIC_AUTHORIZATION_FAILED
+                | e::GROUP_AUTHORIZATION_FAILED
+                | e::CLUSTER_AUTHORIZATION_FAILED,
+            ) => 403,
+            Some(
+                e::INVALID_TOPIC_EXCEPTION
+                | e::INVALID_PARTITIONS
+                | e::INVALID_REPLICATION_FACTOR
+                | e::INVALID_CONFIG
+                | e::INVALID_REQUEST
+                | e::POLICY_VIOLATION
+                | e::OFFSET_OUT_OF_RANGE,
+            ) => 400,
             Some(_) => 502,
             None => 503,
         };
@@ -158,8 +175,19 @@ struct WatchedGroup {
     points: VecDeque<LagPoint>,
 }
 
+/// An HTTP request, as the listener read it.
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
 pub struct Console {
     broker: Arc<Broker>,
+    actions_enabled: bool,
     inter_broker: InterBrokerClient,
     /// Why the console is off on this broker, if it is.
     off: Option<String>,
@@ -201,6 +229,7 @@ impl Console {
             None
         };
         Arc::new(Console {
+            actions_enabled: broker.config.http_console_actions_enable,
             broker,
             inter_broker,
             off,
@@ -406,14 +435,10 @@ impl Console {
         }
     }
 
-    /// Answers `method path?query` if it is the console's (`None`: not a console path).
-    pub async fn handle(
-        &self,
-        method: &str,
-        path: &str,
-        query: &[(String, String)],
-    ) -> Option<Response> {
-        let segments: Vec<String> = path
+    /// Answers `request` if it is the console's (`None`: not a console path).
+    pub async fn handle(&self, request: &Request) -> Option<Response> {
+        let segments: Vec<String> = request
+            .path
             .trim_start_matches('/')
             .split('/')
             .map(percent_decode)
@@ -427,20 +452,54 @@ impl Console {
         if let Some(off) = &self.off {
             return Some(Response::error(403, off));
         }
-        if method != "GET" {
-            return Some(Response::error(
-                405,
-                "the console is read-only: change the cluster with the CLI (sluice topics, \
-                 configs, groups reset-offsets, delete-records)",
-            ));
+        match request.method.as_str() {
+            "GET" => {}
+            "POST" => return Some(self.action(request, &segments).await),
+            _ => {
+                return Some(Response::error(
+                    405,
+                    "the console answers GET and POST only",
+                ));
+            }
         }
         Some(match segments.as_slice() {
             [""] => Response::asset("text/html; charset=utf-8", INDEX_HTML),
             ["console.js"] => Response::asset("text/javascript; charset=utf-8", CONSOLE_JS),
             ["console.css"] => Response::asset("text/css; charset=utf-8", CONSOLE_CSS),
-            ["api", "v1", rest @ ..] => self.api(rest, query).await,
+            ["api", "v1", rest @ ..] => self.api(rest, &request.query).await,
             _ => Response::error(404, "no such console path"),
         })
+    }
+
+    async fn action(&self, request: &Request, segments: &[&str]) -> Response {
+        if !self.actions_enabled {
+            return Response::error(
+                403,
+                "the console is read-only on this broker: set http.console.actions.enable=true \
+                 to allow actions, or use the CLI",
+            );
+        }
+        let from_console = request
+            .headers
+            .iter()
+            .any(|(name, value)| name == actions::ACTION_HEADER && value.trim() == "1");
+        if !from_console {
+            return Response::error(
+                403,
+                &format!(
+                    "an action needs the header {}: 1 (the console's pages send it; other sites \
+                     cannot)",
+                    actions::ACTION_HEADER
+                ),
+            );
+        }
+        let ["api", "v1", rest @ ..] = segments else {
+            return Response::error(404, "no such console action");
+        };
+        match self.admin().await {
+            Ok(admin) => actions::act(&admin, rest, &request.body).await,
+            Err(error) => Response::from_client(&error),
+        }
     }
 
     async fn api(&self, path: &[&str], query: &[(String, String)]) -> Response {
@@ -449,6 +508,13 @@ impl Console {
             Err(error) => return Response::from_client(&error),
         };
         let result = match path {
+            ["console"] => Ok(Response::json(
+                200,
+                &serde_json::json!({
+                    "broker_id": self.broker.broker_id,
+                    "actions_enabled": self.actions_enabled,
+                }),
+            )),
             ["cluster"] => self.cluster(&admin).await,
             ["topics"] => self.topics(&admin).await,
             ["topics", topic] => self.topic(&admin, topic).await,
@@ -485,6 +551,7 @@ impl Console {
             &serde_json::json!({
                 "cluster": cluster,
                 "served_by": self.broker.broker_id,
+                "actions_enabled": self.actions_enabled,
             }),
         ))
     }

@@ -40,15 +40,48 @@ pub(super) async fn serve_http(
             if read.is_err() {
                 return;
             }
-            let request_line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
+            let head_end = head
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(head.len(), |at| at + 4);
+            let mut body = head.split_off(head_end);
+            let head_text = String::from_utf8_lossy(&head).into_owned();
+            let mut lines = head_text.lines();
+            let request_line = lines.next().unwrap_or_default();
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|line| line.split_once(':'))
+                .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+                .collect();
             let mut words = request_line.split_whitespace();
             let method = words.next().unwrap_or("");
             let target = words.next().unwrap_or("");
             let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let content_length = headers
+                .iter()
+                .find(|(name, _)| name == "content-length")
+                .and_then(|(_, value)| value.parse::<usize>().ok())
+                .unwrap_or(0);
+            if content_length > crate::console::BODY_BYTES_MAX {
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    )
+                    .await;
+                return;
+            }
+            let body_read = tokio::time::timeout(Duration::from_secs(5), async {
+                while body.len() < content_length {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => body.extend_from_slice(&buffer[..n]),
+                    }
+                }
+            })
+            .await;
+            if body_read.is_err() || body.len() < content_length {
+                return;
+            }
+            body.truncate(content_length);
             let (status, content_type, body): (String, &str, Vec<u8>) = match path {
                 "/health" => ("200 OK".into(), "text/plain", health(&quorum).into_bytes()),
                 "/ready" => {
@@ -66,9 +99,14 @@ pub(super) async fn serve_http(
                 _ => {
                     let answered = match &console {
                         Some(console) => {
-                            console
-                                .handle(method, path, &crate::console::parse_query(query))
-                                .await
+                            let request = crate::console::Request {
+                                method: method.to_owned(),
+                                path: path.to_owned(),
+                                query: crate::console::parse_query(query),
+                                headers,
+                                body,
+                            };
+                            console.handle(&request).await
                         }
                         None => None,
                     };
@@ -105,6 +143,9 @@ fn status_line(status: u16) -> String {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
+        501 => "Not Implemented",
+        413 => "Payload Too Large",
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",

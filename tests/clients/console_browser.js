@@ -226,6 +226,58 @@ async function degraded(base, brokerId) {
   process.exit(0);
 }
 
+// Fills and submits the form `name` on the current page, and waits for the action's answer.
+async function submit(page, name, fields) {
+  for (const [field, value] of Object.entries(fields)) {
+    const selector = `form[data-action="${name}"] [name="${field}"]`;
+    const tag = await page.$eval(selector, (e) => e.tagName);
+    if (tag === "SELECT") {
+      await page.select(selector, value);
+    } else {
+      await page.$eval(selector, (e) => { e.value = ""; });
+      await page.type(selector, value);
+    }
+  }
+  await page.$eval(`form[data-action="${name}"]`, (form) => form.requestSubmit());
+  await page.waitForFunction(() => {
+    const line = document.getElementById("action-result");
+    return line && (line.className === "done" || line.className === "error");
+  }, { timeout: 30000 });
+  const [className, message] = await page.$eval("#action-result", (e) => [e.className, e.textContent]);
+  check(className === "done", `${name}: ${message}`);
+  return message;
+}
+
+// `actions-create`: a topic made through the topics page's form, and a config changed on its page.
+// `actions-modify`: records deleted and a group's offsets reset through the forms.
+async function actions(step, base, dir) {
+  const browser = await launch();
+  const problems = [];
+  const page = await watchedPage(browser, problems);
+  await page.setViewport({ width: 1280, height: 800 });
+  const said = [];
+  if (step === "create") {
+    await open(page, base, "topics");
+    said.push(await submit(page, "create-topic", { name: "console-made", partitions: "3", replication_factor: "1", configs: "retention.ms=3600000" }));
+    await open(page, base, "topics/console-made");
+    said.push(await submit(page, "alter-config", { key: "retention.bytes", value: "1048576", op: "set" }));
+    await screenshots(page, dir, "actions-topic");
+  } else {
+    await open(page, base, "topics/console-made");
+    said.push(await submit(page, "delete-records", { partition: "0", before_offset: "4" }));
+    await open(page, base, "groups/console-reset-group");
+    said.push(await submit(page, "reset-offsets", { topic: "console-made", to: "earliest" }));
+    await screenshots(page, dir, "actions-group");
+  }
+  await browser.close();
+  check(problems.length === 0, "problems in the pages:\n" + problems.join("\n"));
+  console.log("actions ok: " + said.join(" | "));
+}
+
 const [mode, ...args] = process.argv.slice(2);
-(mode === "pages" ? pages(...args) : mode === "degraded" ? degraded(...args) : Promise.reject(new Error("mode?")))
+(mode === "pages" ? pages(...args)
+  : mode === "degraded" ? degraded(...args)
+  : mode === "actions-create" ? actions("create", ...args)
+  : mode === "actions-modify" ? actions("modify", ...args)
+  : Promise.reject(new Error("mode?")))
   .catch((error) => fail(error.stack || String(error)));

@@ -46,6 +46,64 @@ async function api(url) {
   return body;
 }
 
+// What this console may do (GET /api/v1/console), asked once.
+let consoleInfo = null;
+async function info() {
+  if (!consoleInfo) consoleInfo = await api("console");
+  return consoleInfo;
+}
+
+// An action: a POST with the console's header (other sites cannot send it), its answer said
+// in the page's action line.
+let lastAction = { className: "muted", text: "" };
+async function act(url, body, after) {
+  const say = (className, text) => {
+    lastAction = { className, text };
+    const line = document.getElementById("action-result");
+    if (line) {
+      line.className = className;
+      line.textContent = text;
+    }
+  };
+  say("muted", "working…");
+  try {
+    const response = await fetch("/api/v1/" + url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Sluice-Console": "1" },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    say("done", answer.done);
+    if (after) after();
+  } catch (error) {
+    say("error", error.message);
+  }
+}
+
+// An actions card (only where actions are enabled): `forms` is HTML of <form data-action=...>.
+function actionsCard(forms) {
+  return `<h2>Actions</h2><div class="card actions">${forms}<p id="action-result" data-test="action-result" class="${esc(lastAction.className)}">${esc(lastAction.text)}</p></div>`;
+}
+
+function onAction(name, handler) {
+  const form = document.querySelector(`form[data-action="${name}"]`);
+  if (!form) return;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    handler(Object.fromEntries(new FormData(form).entries()));
+  });
+}
+
+function parsePairs(text) {
+  const out = {};
+  for (const pair of (text || "").split(",").map((p) => p.trim()).filter((p) => p)) {
+    const at = pair.indexOf("=");
+    if (at > 0) out[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
+  }
+  return out;
+}
+
 function showError(error) {
   page.innerHTML = `<div class="error" data-test="error">${esc(error.message || error)}</div>`;
 }
@@ -159,6 +217,19 @@ async function topics(gen, params) {
       <th class="num">under-replicated</th><th class="num hide-narrow">offline</th><th class="num">records in/s</th><th class="num hide-narrow">consumed/s</th></tr></thead>
       <tbody>${rows || '<tr><td colspan="8" class="muted">no topics</td></tr>'}</tbody></table>
       <p class="muted">${shown.length} shown of ${total}. ${rates_sampled ? "Rates over the last 10 s" + (rates_partial ? " (consumed: the first 200 groups only)" : "") + "." : "Rates appear after 10 s on this page."}</p></div>`;
+  if ((await info()).actions_enabled) {
+    page.insertAdjacentHTML("beforeend", actionsCard(`
+      <form class="controls" data-action="create-topic">
+        <label>name<input name="name" required></label>
+        <label>partitions<input name="partitions" value="1" size="4"></label>
+        <label>replication factor<input name="replication_factor" value="-1" size="4"></label>
+        <label>configs (k=v, …)<input name="configs" size="30"></label>
+        <button type="submit">Create topic</button>
+      </form>`));
+    onAction("create-topic", (f) => act("topics", {
+      name: f.name, partitions: Number(f.partitions), replication_factor: Number(f.replication_factor), configs: parsePairs(f.configs),
+    }, () => setTimeout(() => draw(false), 500)));
+  }
   const search_box = document.getElementById("search");
   search_box.addEventListener("change", () => go("topics", { q: search_box.value, internal: internal ? "1" : "" }));
   document.getElementById("internal").addEventListener("change", (e) => go("topics", { q: search, internal: e.target.checked ? "1" : "" }));
@@ -182,6 +253,24 @@ async function topic(gen, name) {
       <th class="num">log start</th><th class="num">log end</th><th class="num hide-narrow">size</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>
     <h2>Configs</h2>
     <div class="card"><table><thead><tr><th>name</th><th>value</th><th>source</th></tr></thead><tbody>${configRows}</tbody></table></div>`;
+  if ((await info()).actions_enabled) {
+    page.insertAdjacentHTML("beforeend", actionsCard(`
+      <form class="controls" data-action="alter-config">
+        <label>config<input name="key" required></label>
+        <label>value<input name="value"></label>
+        <label>change<select name="op"><option>set</option><option>delete</option></select></label>
+        <button type="submit">Change config</button>
+      </form>
+      <form class="controls" data-action="delete-records">
+        <label>partition<input name="partition" value="0" size="4"></label>
+        <label>delete records before offset (-1: all)<input name="before_offset" required size="10"></label>
+        <button type="submit">Delete records</button>
+      </form>`));
+    onAction("alter-config", (f) => act(`topics/${path(name)}/configs`,
+      f.op === "delete" ? { delete: [f.key] } : { set: { [f.key]: f.value } }, () => draw(false)));
+    onAction("delete-records", (f) => act(`topics/${path(name)}/partitions/${path(f.partition)}/delete-records`,
+      { before_offset: Number(f.before_offset) }, () => draw(false)));
+  }
 }
 
 function decode(field) {
@@ -291,6 +380,22 @@ async function group(gen, id) {
     <h2>Partitions</h2>
     <div class="card"><table><thead><tr><th>topic</th><th class="num">partition</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag</th><th class="hide-narrow">member</th></tr></thead>
       <tbody>${partitions || '<tr><td colspan="6" class="muted">no partitions</td></tr>'}</tbody></table></div>`;
+  if ((await info()).actions_enabled) {
+    const topicNames = [...new Set(group.partitions.map((p) => p.topic))];
+    page.insertAdjacentHTML("beforeend", actionsCard(`
+      <form class="controls" data-action="reset-offsets">
+        <label>topic<input name="topic" value="${esc(topicNames[0] || "")}" required></label>
+        <label>to<select name="to"><option>earliest</option><option>latest</option><option>offset</option><option>timestamp</option></select></label>
+        <label>offset or timestamp (ISO or ms)<input name="value"></label>
+        <button type="submit">Reset offsets</button>
+      </form>
+      <p class="muted">Offsets are reset only while the group has no members.</p>`));
+    onAction("reset-offsets", (f) => act(`groups/${path(id)}/offsets`, {
+      topic: f.topic, to: f.to,
+      ...(f.to === "offset" ? { offset: Number(f.value) } : {}),
+      ...(f.to === "timestamp" ? { timestamp: Date.parse(f.value) || Number(f.value) } : {}),
+    }, () => draw(false)));
+  }
 }
 
 // ---- routing ----
@@ -346,5 +451,8 @@ function schedule(after) {
   }, after);
 }
 
-window.addEventListener("hashchange", () => draw(true));
+window.addEventListener("hashchange", () => {
+  lastAction = { className: "muted", text: "" };
+  draw(true);
+});
 draw(true);
