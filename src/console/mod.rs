@@ -48,6 +48,8 @@ const LAG_GROUPS_MAX: usize = 20;
 const RATE_GROUPS_MAX: usize = 200;
 /// Rows the topic and group lists show at most (the rest is counted, not sent).
 const LIST_ROWS_MAX: usize = 2000;
+/// How long the overview's report is shared between the pages that ask for it.
+const CLUSTER_REPORT_FRESH: Duration = Duration::from_secs(1);
 /// The largest request body an action may send.
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
 
@@ -192,6 +194,7 @@ pub struct Console {
     /// Why the console is off on this broker, if it is.
     off: Option<String>,
     admin: tokio::sync::Mutex<Option<Arc<Admin>>>,
+    cluster_cache: tokio::sync::Mutex<Option<(std::time::Instant, report::ClusterReport)>>,
     series: Mutex<VecDeque<SeriesPoint>>,
     topic_rates: Mutex<TopicRates>,
     groups: Mutex<HashMap<String, WatchedGroup>>,
@@ -234,6 +237,7 @@ impl Console {
             inter_broker,
             off,
             admin: tokio::sync::Mutex::new(None),
+            cluster_cache: tokio::sync::Mutex::new(None),
             series: Mutex::new(VecDeque::new()),
             topic_rates: Mutex::new(TopicRates::default()),
             groups: Mutex::new(HashMap::new()),
@@ -544,8 +548,20 @@ impl Console {
         result.unwrap_or_else(|error| Response::from_client(&error))
     }
 
+    /// The overview's report, computed at most once a second however many pages refresh it
+    /// (it asks every broker for its log dirs and the quorum for its state).
     async fn cluster(&self, admin: &Admin) -> Result<Response, Error> {
-        let cluster = report::cluster(admin).await?;
+        let cluster = {
+            let mut cached = self.cluster_cache.lock().await;
+            match cached.as_ref() {
+                Some((at, report)) if at.elapsed() < CLUSTER_REPORT_FRESH => report.clone(),
+                _ => {
+                    let report = report::cluster(admin).await?;
+                    *cached = Some((std::time::Instant::now(), report.clone()));
+                    report
+                }
+            }
+        };
         Ok(Response::json(
             200,
             &serde_json::json!({
