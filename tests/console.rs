@@ -190,3 +190,35 @@ fn console_actions_change_the_cluster_only_when_enabled() {
     let read_only = support::SingleNode::start(&[]);
     python(&read_only, &["read-only"]);
 }
+
+/// On a broker with an authorizer, the console asks for a user and password and logs in with
+/// them to the broker's SASL listener: without credentials or with a wrong password it
+/// answers 401 asking for them; a user sees the topics its ACLs allow and no others, in the
+/// API and in a real browser; a topic it may not read is refused with Kafka's error.
+#[test]
+fn on_a_secured_broker_the_console_logs_users_in_and_their_acls_apply() {
+    let node = support::SingleNode::start_with_listeners(
+        &["SASL_PLAINTEXT"],
+        &[
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+             org.apache.kafka.common.security.plain.PlainLoginModule required \
+             user_admin=\"admin-secret\" user_alice=\"alice-secret\" \
+             user_mallory=\"mallory-secret\";",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
+        ],
+    );
+    python(&node, &["login"]);
+    let base = format!("http://127.0.0.1:{}", node.http_port);
+    let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let output = node_script(&["login", &base, screenshots.to_str().expect("utf-8 path")]);
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+}

@@ -7,9 +7,10 @@
 //! CLI agree. It is read-only unless `http.console.actions.enable=true`, which allows the
 //! actions of `actions` (create a topic, change configs, delete records, reset offsets) by
 //! POSTs carrying the console's header. On a broker with an
-//! authorizer or any listener other than PLAINTEXT the console is off (403 saying why): it
-//! does not authenticate its users yet, and would otherwise show every record to whoever
-//! reaches the HTTP port.
+//! authorizer or any listener other than PLAINTEXT, the console asks for a user and password
+//! (HTTP Basic) and logs in with them to the broker's SASL listener (SCRAM or PLAIN): every
+//! call of that page then runs as that user, authenticated and authorized by the broker as
+//! any client. Without such a listener (mTLS or OAUTHBEARER only) it is off, saying why.
 //!
 //! Every page is bounded: records per page and bytes per key, value and header
 //! (`browse`), rows of the topic and group lists, points of the charts. Charts come from
@@ -62,6 +63,8 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
+    /// A 401 that asks the browser for a user and password (HTTP Basic).
+    pub challenge: bool,
 }
 
 impl Response {
@@ -71,6 +74,7 @@ impl Response {
                 status,
                 content_type: "application/json",
                 body,
+                challenge: false,
             },
             Err(error) => Response::error(500, &format!("encoding the answer: {error}")),
         }
@@ -82,6 +86,7 @@ impl Response {
             status,
             content_type: "application/json",
             body: body.to_string().into_bytes(),
+            challenge: false,
         }
     }
 
@@ -90,6 +95,7 @@ impl Response {
             status: 200,
             content_type,
             body: text.as_bytes().to_vec(),
+            challenge: false,
         }
     }
 
@@ -187,14 +193,53 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
+/// How the console knows who asks.
+enum Access {
+    /// Nothing on this broker authenticates (PLAINTEXT listeners, no authorizer): anyone who
+    /// reaches the HTTP port reads, as anyone who reaches a PLAINTEXT listener does.
+    Open,
+    /// HTTP Basic credentials, checked by logging in with them to this SASL listener of the
+    /// broker: every call of the page then runs as that user, whose ACLs apply.
+    Login(LoginListener),
+    /// No way to check a user (say why).
+    Off(String),
+}
+
+struct LoginListener {
+    name: String,
+    protocol: SecurityProtocol,
+    mechanism: crate::security::sasl::Mechanism,
+}
+
+/// A user the console logged in, kept for `USER_IDLE_MAX`.
+struct User {
+    password_digest: [u8; 32],
+    caller: Caller,
+    used: std::time::Instant,
+}
+
+/// Whom a request's calls run as.
+#[derive(Clone)]
+struct Caller {
+    /// Empty when the console is open.
+    name: String,
+    admin: Arc<Admin>,
+    config: ClientConfig,
+}
+
+/// Logged-in users kept at once, and how long one is kept unused.
+const USERS_MAX: usize = 100;
+const USER_IDLE_MAX: Duration = Duration::from_secs(600);
+
 pub struct Console {
     broker: Arc<Broker>,
     actions_enabled: bool,
+    access: Access,
+    users: tokio::sync::Mutex<HashMap<String, User>>,
     inter_broker: InterBrokerClient,
-    /// Why the console is off on this broker, if it is.
-    off: Option<String>,
     admin: tokio::sync::Mutex<Option<Arc<Admin>>>,
-    cluster_cache: tokio::sync::Mutex<Option<(std::time::Instant, report::ClusterReport)>>,
+    /// The overview's report per caller, shared for a second.
+    cluster_cache: tokio::sync::Mutex<HashMap<String, (std::time::Instant, report::ClusterReport)>>,
     series: Mutex<VecDeque<SeriesPoint>>,
     topic_rates: Mutex<TopicRates>,
     groups: Mutex<HashMap<String, WatchedGroup>>,
@@ -209,35 +254,15 @@ fn now_ms() -> i64 {
 
 impl Console {
     pub fn new(broker: Arc<Broker>, inter_broker: InterBrokerClient) -> Arc<Console> {
-        let security = &broker.config.security;
-        let secured: Vec<&str> = security
-            .listeners
-            .iter()
-            .filter(|(_, l)| l.protocol != SecurityProtocol::Plaintext)
-            .map(|(name, _)| name.as_str())
-            .collect();
-        let off = if security.authorizer.is_some() {
-            Some(
-                "the console is off on a broker with an authorizer: it does not authenticate \
-                 its users yet (use the CLI with your credentials)"
-                    .to_owned(),
-            )
-        } else if !secured.is_empty() {
-            Some(format!(
-                "the console is off on a broker with secured listeners ({}): it does not \
-                 authenticate its users yet (use the CLI with your credentials)",
-                secured.join(", ")
-            ))
-        } else {
-            None
-        };
+        let access = access_of(&broker.config.security);
         Arc::new(Console {
             actions_enabled: broker.config.http_console_actions_enable,
             broker,
             inter_broker,
-            off,
+            access,
+            users: tokio::sync::Mutex::new(HashMap::new()),
             admin: tokio::sync::Mutex::new(None),
-            cluster_cache: tokio::sync::Mutex::new(None),
+            cluster_cache: tokio::sync::Mutex::new(HashMap::new()),
             series: Mutex::new(VecDeque::new()),
             topic_rates: Mutex::new(TopicRates::default()),
             groups: Mutex::new(HashMap::new()),
@@ -245,23 +270,119 @@ impl Console {
         })
     }
 
-    /// The client settings of the console's clients: this broker's inter-broker endpoint.
-    fn client_config(&self) -> Result<ClientConfig, Error> {
+    /// This broker's endpoint on `listener`.
+    fn endpoint(&self, listener: &str) -> Result<String, Error> {
         let image = self.broker.image();
-        let listener = self.inter_broker.listener_name();
-        let endpoint = image
+        image
             .brokers
             .get(&self.broker.broker_id)
             .and_then(|b| b.registration.endpoints.iter().find(|e| e.name == listener))
+            .map(|e| format!("{}:{}", e.host, e.port))
             .ok_or_else(|| {
                 Error::Protocol(format!(
                     "this broker is not registered on listener {listener} yet"
                 ))
-            })?;
-        Ok(self.inter_broker.client_config(
-            &format!("{}:{}", endpoint.host, endpoint.port),
-            "sluice-console",
-        ))
+            })
+    }
+
+    /// Who `request` runs as: the broker's own clients when the console is open, the user of
+    /// its Basic credentials when it logs users in (401 asking for them otherwise).
+    async fn caller(&self, request: &Request) -> Result<Caller, Response> {
+        let listener = match &self.access {
+            Access::Off(reason) => return Err(Response::error(403, reason)),
+            Access::Open => {
+                let admin = self.admin().await.map_err(|e| Response::from_client(&e))?;
+                let config = self
+                    .client_config()
+                    .map_err(|e| Response::from_client(&e))?;
+                return Ok(Caller {
+                    name: String::new(),
+                    admin,
+                    config,
+                });
+            }
+            Access::Login(listener) => listener,
+        };
+        let challenge = |message: &str| {
+            let mut response = Response::error(401, message);
+            response.challenge = true;
+            response
+        };
+        let Some((user, password)) = basic_credentials(&request.headers) else {
+            return Err(challenge(&format!(
+                "log in with a user of listener {} ({})",
+                listener.name,
+                listener.mechanism.name()
+            )));
+        };
+        use sha2::Digest as _;
+        let digest: [u8; 32] = sha2::Sha256::digest(password.as_bytes()).into();
+        let mut users = self.users.lock().await;
+        if let Some(known) = users.get_mut(&user)
+            && known.password_digest == digest
+            && known.used.elapsed() < USER_IDLE_MAX
+        {
+            known.used = std::time::Instant::now();
+            return Ok(known.caller.clone());
+        }
+        let bootstrap = self
+            .endpoint(&listener.name)
+            .map_err(|e| Response::from_client(&e))?;
+        let mut config = self
+            .inter_broker
+            .client_config(&bootstrap, "sluice-console");
+        config.insert("security.protocol", listener.protocol.name());
+        config.insert("sasl.mechanism", listener.mechanism.name());
+        config.insert("sasl.username", user.as_str());
+        config.insert("sasl.password", password.as_str());
+        let admin = Arc::new(Admin::new(config.clone()).map_err(|e| Response::from_client(&e))?);
+        // Metadata: every user may ask it; a wrong password fails the login.
+        if let Err(error) = admin.list_topics(false).await {
+            return Err(
+                if error.code() == Some(crate::protocol::errors::SASL_AUTHENTICATION_FAILED) {
+                    challenge(&format!(
+                        "listener {} refused user {user}: SASL_AUTHENTICATION_FAILED",
+                        listener.name
+                    ))
+                } else {
+                    Response::from_client(&error)
+                },
+            );
+        }
+        if users.len() >= USERS_MAX {
+            users.retain(|_, u| u.used.elapsed() < USER_IDLE_MAX);
+            if users.len() >= USERS_MAX
+                && let Some(oldest) = users
+                    .iter()
+                    .min_by_key(|(_, u)| u.used)
+                    .map(|(name, _)| name.clone())
+            {
+                users.remove(&oldest);
+            }
+        }
+        let caller = Caller {
+            name: user.clone(),
+            admin,
+            config,
+        };
+        users.insert(
+            user,
+            User {
+                password_digest: digest,
+                caller: caller.clone(),
+                used: std::time::Instant::now(),
+            },
+        );
+        Ok(caller)
+    }
+
+    /// The client settings of the console's own clients: this broker's inter-broker
+    /// endpoint and login.
+    fn client_config(&self) -> Result<ClientConfig, Error> {
+        let bootstrap = self.endpoint(self.inter_broker.listener_name())?;
+        Ok(self
+            .inter_broker
+            .client_config(&bootstrap, "sluice-console"))
     }
 
     async fn admin(&self) -> Result<Arc<Admin>, Error> {
@@ -279,7 +400,7 @@ impl Console {
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let console = Arc::clone(self);
         tokio::spawn(async move {
-            if console.off.is_some() {
+            if matches!(console.access, Access::Off(_)) {
                 return;
             }
             let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
@@ -346,7 +467,7 @@ impl Console {
         let Ok(admin) = self.admin().await else {
             return;
         };
-        let Ok(topics) = report::topics(&admin, &[]).await else {
+        let Ok(topics) = report::topics_metadata(&admin, None).await else {
             return;
         };
         let partitions: std::collections::BTreeSet<TopicPartition> = topics
@@ -453,12 +574,13 @@ impl Console {
         if !is_console {
             return None;
         }
-        if let Some(off) = &self.off {
-            return Some(Response::error(403, off));
-        }
+        let caller = match self.caller(request).await {
+            Ok(caller) => caller,
+            Err(response) => return Some(response),
+        };
         match request.method.as_str() {
             "GET" => {}
-            "POST" => return Some(self.action(request, &segments).await),
+            "POST" => return Some(self.action(&caller, request, &segments).await),
             _ => {
                 return Some(Response::error(
                     405,
@@ -470,12 +592,12 @@ impl Console {
             [""] => Response::asset("text/html; charset=utf-8", INDEX_HTML),
             ["console.js"] => Response::asset("text/javascript; charset=utf-8", CONSOLE_JS),
             ["console.css"] => Response::asset("text/css; charset=utf-8", CONSOLE_CSS),
-            ["api", "v1", rest @ ..] => self.api(rest, &request.query).await,
+            ["api", "v1", rest @ ..] => self.api(&caller, rest, &request.query).await,
             _ => Response::error(404, "no such console path"),
         })
     }
 
-    async fn action(&self, request: &Request, segments: &[&str]) -> Response {
+    async fn action(&self, caller: &Caller, request: &Request, segments: &[&str]) -> Response {
         if !self.actions_enabled {
             return Response::error(
                 403,
@@ -500,37 +622,32 @@ impl Console {
         let ["api", "v1", rest @ ..] = segments else {
             return Response::error(404, "no such console action");
         };
-        match self.admin().await {
-            Ok(admin) => actions::act(&admin, rest, &request.body).await,
-            Err(error) => Response::from_client(&error),
-        }
+        actions::act(&caller.admin, rest, &request.body).await
     }
 
-    async fn api(&self, path: &[&str], query: &[(String, String)]) -> Response {
-        let admin = match self.admin().await {
-            Ok(admin) => admin,
-            Err(error) => return Response::from_client(&error),
-        };
+    async fn api(&self, caller: &Caller, path: &[&str], query: &[(String, String)]) -> Response {
+        let admin = &caller.admin;
         let result = match path {
             ["console"] => Ok(Response::json(
                 200,
                 &serde_json::json!({
                     "broker_id": self.broker.broker_id,
                     "actions_enabled": self.actions_enabled,
+                    "user": caller.name,
                 }),
             )),
-            ["cluster"] => self.cluster(&admin).await,
-            ["topics"] => self.topics(&admin).await,
-            ["topics", topic] => self.topic(&admin, topic).await,
+            ["cluster"] => self.cluster(caller).await,
+            ["topics"] => self.topics(admin).await,
+            ["topics", topic] => self.topic(admin, topic).await,
             ["topics", topic, "partitions", partition, "records"] => {
-                return self.records(topic, partition, query).await;
+                return self.records(&caller.config, topic, partition, query).await;
             }
-            ["groups"] => report::groups(&admin).await.map(|groups| {
+            ["groups"] => report::groups(admin).await.map(|groups| {
                 let total = groups.len();
                 let shown: Vec<_> = groups.into_iter().take(LIST_ROWS_MAX).collect();
                 Response::json(200, &serde_json::json!({ "groups": shown, "total": total }))
             }),
-            ["groups", group] => self.group(&admin, group).await,
+            ["groups", group] => self.group(admin, group).await,
             ["broker", "series"] => {
                 let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
                 let points: Vec<&SeriesPoint> = series.iter().collect();
@@ -550,14 +667,18 @@ impl Console {
 
     /// The overview's report, computed at most once a second however many pages refresh it
     /// (it asks every broker for its log dirs and the quorum for its state).
-    async fn cluster(&self, admin: &Admin) -> Result<Response, Error> {
+    async fn cluster(&self, caller: &Caller) -> Result<Response, Error> {
         let cluster = {
             let mut cached = self.cluster_cache.lock().await;
-            match cached.as_ref() {
+            match cached.get(&caller.name) {
                 Some((at, report)) if at.elapsed() < CLUSTER_REPORT_FRESH => report.clone(),
                 _ => {
-                    let report = report::cluster(admin).await?;
-                    *cached = Some((std::time::Instant::now(), report.clone()));
+                    let report = report::cluster(&caller.admin).await?;
+                    cached.retain(|_, (at, _)| at.elapsed() < CLUSTER_REPORT_FRESH);
+                    cached.insert(
+                        caller.name.clone(),
+                        (std::time::Instant::now(), report.clone()),
+                    );
                     report
                 }
             }
@@ -575,8 +696,7 @@ impl Console {
     async fn topics(&self, admin: &Admin) -> Result<Response, Error> {
         self.topics_viewed_ms
             .store(now_ms() as u64, Ordering::Relaxed);
-        let names = admin.list_topics(true).await?;
-        let topics = report::topics(admin, &names).await?;
+        let topics = report::topics_metadata(admin, None).await?;
         let leader_sizes = self.leader_sizes(admin, &topics, None).await;
         let rates = self.topic_rates.lock().unwrap_or_else(|p| p.into_inner());
         let rows: Vec<serde_json::Value> = topics
@@ -609,7 +729,7 @@ impl Console {
     }
 
     async fn topic(&self, admin: &Admin, name: &str) -> Result<Response, Error> {
-        let mut described = report::topics(admin, &[name.to_owned()]).await?;
+        let mut described = report::topics_metadata(admin, Some(&[name.to_owned()])).await?;
         let Some(topic) = described.pop() else {
             return Ok(Response::error(404, &format!("no topic {name}")));
         };
@@ -643,26 +763,35 @@ impl Console {
             .await
             .remove(name)
             .unwrap_or_default();
-        let configs: Vec<serde_json::Value> = admin
+        // A user may describe a topic without being allowed its configs: the page says so.
+        let (configs, configs_error) = match admin
             .describe_configs(crate::client::RESOURCE_TOPIC, name)
-            .await?
-            .into_iter()
-            .map(|c| {
-                serde_json::json!({
-                    "name": c.name,
-                    "value": c.value,
-                    "source": config_source_name(c.source),
-                    "read_only": c.read_only,
-                    "sensitive": c.is_sensitive,
-                })
-            })
-            .collect();
+            .await
+        {
+            Ok(entries) => (
+                entries
+                    .into_iter()
+                    .map(|c| {
+                        serde_json::json!({
+                            "name": c.name,
+                            "value": c.value,
+                            "source": config_source_name(c.source),
+                            "read_only": c.read_only,
+                            "sensitive": c.is_sensitive,
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+                None,
+            ),
+            Err(error) => (Vec::new(), Some(error.to_string())),
+        };
         Ok(Response::json(
             200,
             &serde_json::json!({
                 "topic": topic,
                 "offsets": offsets,
                 "configs": configs,
+                "configs_error": configs_error,
                 "sizes": sizes,
             }),
         ))
@@ -727,7 +856,13 @@ impl Console {
         ))
     }
 
-    async fn records(&self, topic: &str, partition: &str, query: &[(String, String)]) -> Response {
+    async fn records(
+        &self,
+        client: &ClientConfig,
+        topic: &str,
+        partition: &str,
+        query: &[(String, String)],
+    ) -> Response {
         let get = |key: &str| {
             query
                 .iter()
@@ -768,10 +903,6 @@ impl Console {
             Some(Ok(n)) if n > 0 => usize::try_from(n).unwrap_or(browse::FIELD_BYTES_MAX),
             Some(_) => return Response::error(400, "field_bytes must be a positive number"),
         };
-        let client = match self.client_config() {
-            Ok(client) => client,
-            Err(error) => return Response::from_client(&error),
-        };
         let query = browse::Query {
             topic: topic.to_owned(),
             partition,
@@ -779,11 +910,78 @@ impl Console {
             limit,
             field_bytes,
         };
-        match browse::page(&client, &query).await {
+        match browse::page(client, &query).await {
             Ok(page) => Response::json(200, &page),
             Err(error) => Response::from_client(&error),
         }
     }
+}
+
+/// How the console checks who asks, from the broker's security: open when nothing
+/// authenticates; a login on a SASL listener with passwords (SCRAM preferred to PLAIN) when
+/// something does; off when no listener takes a password (mTLS or OAUTHBEARER only).
+fn access_of(security: &crate::config::security::SecurityConfig) -> Access {
+    use crate::security::sasl::Mechanism;
+    let secured = security.authorizer.is_some()
+        || security
+            .listeners
+            .values()
+            .any(|l| l.protocol != SecurityProtocol::Plaintext);
+    if !secured {
+        return Access::Open;
+    }
+    let login = security
+        .listeners
+        .iter()
+        .filter(|(_, l)| {
+            matches!(
+                l.protocol,
+                SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+            )
+        })
+        .flat_map(|(name, l)| {
+            [
+                Mechanism::ScramSha512,
+                Mechanism::ScramSha256,
+                Mechanism::Plain,
+            ]
+            .into_iter()
+            .filter(|m| l.mechanisms.contains(m))
+            .map(move |mechanism| LoginListener {
+                name: name.clone(),
+                protocol: l.protocol,
+                mechanism,
+            })
+        })
+        .next();
+    match login {
+        Some(listener) => Access::Login(listener),
+        None => Access::Off(
+            "the console is off on this broker: it logs users in with a password on a SASL \
+             listener (PLAIN or SCRAM), and this broker has none (use the CLI with your \
+             credentials)"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The user and password of an `Authorization: Basic` header.
+fn basic_credentials(headers: &[(String, String)]) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let value = headers
+        .iter()
+        .find(|(name, _)| name == "authorization")
+        .map(|(_, value)| value.trim())?;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
 }
 
 /// Kafka's name of a config source.
@@ -855,6 +1053,22 @@ mod tests {
                 ("flag".to_owned(), String::new()),
             ]
         );
+    }
+
+    #[test]
+    fn basic_credentials_are_read_from_the_authorization_header() {
+        let header = |value: &str| vec![("authorization".to_owned(), value.to_owned())];
+        assert_eq!(
+            basic_credentials(&header("Basic YWxpY2U6czNjcjN0Ong=")),
+            Some(("alice".to_owned(), "s3cr3t:x".to_owned()))
+        );
+        assert_eq!(
+            basic_credentials(&header("basic YWxpY2U6")),
+            Some(("alice".to_owned(), String::new()))
+        );
+        assert_eq!(basic_credentials(&header("Bearer abc")), None);
+        assert_eq!(basic_credentials(&header("Basic !!!")), None);
+        assert_eq!(basic_credentials(&[]), None);
     }
 
     #[test]

@@ -167,7 +167,8 @@ pub struct TopicReport {
     pub partitions: Vec<PartitionReport>,
 }
 
-/// The named topics (every one but internal ones when `names` is empty), described.
+/// The named topics (every one but internal ones when `names` is empty), described with the
+/// configs set on them (DescribeConfigs of each: what `sluice topics describe` prints).
 pub async fn topics(admin: &Admin, names: &[String]) -> Result<Vec<TopicReport>, Error> {
     let names = if names.is_empty() {
         admin.list_topics(false).await?
@@ -183,20 +184,59 @@ pub async fn topics(admin: &Admin, names: &[String]) -> Result<Vec<TopicReport>,
             topic_id: topic_id_text(u128::from_be_bytes(t.topic_id)),
             internal: t.is_internal,
             configs: t.configs.into_iter().collect(),
-            partitions: t
-                .partitions
-                .iter()
-                .map(|p| PartitionReport {
-                    partition: p.partition,
-                    leader: p.leader,
-                    leader_epoch: p.leader_epoch,
-                    replicas: p.replicas.clone(),
-                    isr: p.isr.clone(),
-                    offline_replicas: p.offline_replicas.clone(),
-                })
-                .collect(),
+            partitions: partitions_of(&t.partitions),
         })
         .collect())
+}
+
+/// The named topics (every one the caller may see, internal ones too, for `None`) from one
+/// Metadata request, without their configs (empty): what pages that refresh need, at one
+/// request however many topics. A named topic the caller may not describe, or that does not
+/// exist, fails with Kafka's error.
+pub async fn topics_metadata(
+    admin: &Admin,
+    names: Option<&[String]>,
+) -> Result<Vec<TopicReport>, Error> {
+    let metadata = admin.metadata(names).await?;
+    let mut out = Vec::new();
+    let wanted: Vec<&String> = match names {
+        Some(names) => names.iter().collect(),
+        None => metadata.topics.keys().collect(),
+    };
+    for name in wanted {
+        let Some(topic) = metadata.topics.get(name) else {
+            continue;
+        };
+        if let Some(error) = Error::kafka(topic.error_code, format!("topic {name}"), None) {
+            if names.is_some() {
+                return Err(error);
+            }
+            continue;
+        }
+        out.push(TopicReport {
+            name: topic.name.clone(),
+            topic_id: topic_id_text(u128::from_be_bytes(topic.topic_id)),
+            internal: topic.is_internal,
+            configs: BTreeMap::new(),
+            partitions: partitions_of(&topic.partitions),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn partitions_of(partitions: &[crate::client::PartitionMetadata]) -> Vec<PartitionReport> {
+    partitions
+        .iter()
+        .map(|p| PartitionReport {
+            partition: p.partition,
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            offline_replicas: p.offline_replicas.clone(),
+        })
+        .collect()
 }
 
 /// One member of the metadata quorum.
@@ -350,8 +390,7 @@ pub struct ClusterReport {
 pub async fn cluster(admin: &Admin) -> Result<ClusterReport, Error> {
     let description = admin.describe_cluster().await?;
     let quorum = quorum(admin).await?;
-    let names = admin.list_topics(true).await?;
-    let topics = admin.describe_topics(&names).await?;
+    let topics = topics_metadata(admin, None).await?;
     let mut leaders: BTreeMap<i32, usize> = BTreeMap::new();
     let (mut partitions, mut under_replicated, mut offline) = (0, 0, 0);
     for partition in topics.iter().flat_map(|t| t.partitions.iter()) {
@@ -425,7 +464,7 @@ pub async fn cluster(admin: &Admin) -> Result<ClusterReport, Error> {
         controller_id: description.controller_id,
         brokers,
         quorum,
-        topics: topics.iter().filter(|t| !t.is_internal).count(),
+        topics: topics.iter().filter(|t| !t.internal).count(),
         partitions,
         under_replicated_partitions: under_replicated,
         offline_partitions: offline,

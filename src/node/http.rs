@@ -82,6 +82,7 @@ pub(super) async fn serve_http(
                 return;
             }
             body.truncate(content_length);
+            let mut challenge = false;
             let (status, content_type, body): (String, &str, Vec<u8>) = match path {
                 "/health" => ("200 OK".into(), "text/plain", health(&quorum).into_bytes()),
                 "/ready" => {
@@ -111,11 +112,14 @@ pub(super) async fn serve_http(
                         None => None,
                     };
                     match answered {
-                        Some(response) => (
-                            status_line(response.status),
-                            response.content_type,
-                            response.body,
-                        ),
+                        Some(response) => {
+                            challenge = response.challenge;
+                            (
+                                status_line(response.status),
+                                response.content_type,
+                                response.body,
+                            )
+                        }
                         None => (
                             "404 Not Found".into(),
                             "text/plain",
@@ -124,8 +128,13 @@ pub(super) async fn serve_http(
                     }
                 }
             };
+            let authenticate = if challenge {
+                "WWW-Authenticate: Basic realm=\"Sluice console\", charset=\"UTF-8\"\r\n"
+            } else {
+                ""
+            };
             let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{authenticate}Connection: close\r\n\r\n",
                 body.len()
             );
             if stream.write_all(head.as_bytes()).await.is_ok() {
@@ -140,6 +149,7 @@ fn status_line(status: u16) -> String {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",

@@ -64,3 +64,46 @@ elif step == "read-only":
     status, answer = post("topics", {"name": "nope"})
     assert status == 403 and "http.console.actions.enable=true" in answer["error"], (status, answer)
     print("read-only ok")
+elif step == "login":
+    # A broker with an authorizer and a SASL listener: the console logs users in.
+    import base64
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, NewTopic,
+                                       ResourcePatternType, ResourceType)
+
+    for topic in ("alice-orders", "secret-payroll"):
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    for binding, future in admin.create_acls([
+        AclBinding(ResourceType.TOPIC, "alice-orders", ResourcePatternType.LITERAL, "User:alice",
+                   "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+    ]).items():
+        future.result(30)
+
+    def get(path, user=None, password=None):
+        headers = {}
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.headers, answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+
+    status, headers, body = get("")
+    assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic"), (status, headers)
+    status, _, body = get("api/v1/topics", "alice", "wrong")
+    assert status == 401 and b"SASL_AUTHENTICATION_FAILED" in body, (status, body)
+    status, _, body = get("api/v1/topics", "alice", "alice-secret")
+    assert status == 200, (status, body)
+    names = [t["name"] for t in json.loads(body)["topics"]]
+    assert status == 200 and names == ["alice-orders"], (status, names)
+    status, _, body = get("api/v1/topics/secret-payroll/partitions/0/records?from=oldest", "alice", "alice-secret")
+    assert status == 403 and b"TOPIC_AUTHORIZATION_FAILED" in body, (status, body)
+    status, _, body = get("api/v1/topics", "mallory", "mallory-secret")
+    assert status == 200, (status, body)
+    names = [t["name"] for t in json.loads(body)["topics"]]
+    assert status == 200 and names == [], (status, names)
+    status, _, body = get("api/v1/cluster", "alice", "alice-secret")
+    assert status == 403 and b"CLUSTER_AUTHORIZATION_FAILED" in body, (status, body)
+    print("login ok: 401 without or with a wrong password; each user sees what its ACLs allow")

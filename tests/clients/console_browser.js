@@ -39,7 +39,9 @@ async function launch() {
 
 // A page that records what went wrong in it.
 async function watchedPage(browser, problems) {
-  const page = await browser.newPage();
+  // Each page in its own context: a browser keeps Basic credentials per origin.
+  const context = await browser.createBrowserContext();
+  const page = await context.newPage();
   page.on("console", (message) => {
     if (message.type() === "error") problems.push(`console error: ${message.text()}`);
   });
@@ -274,10 +276,35 @@ async function actions(step, base, dir) {
   console.log("actions ok: " + said.join(" | "));
 }
 
+// `login`: alice logs in (HTTP Basic, as a browser's login prompt sends it) and the topics
+// page lists her topic and not the one her ACLs hide.
+async function login(base, dir) {
+  const browser = await launch();
+  const problems = [];
+  const page = await watchedPage(browser, problems);
+  await page.setViewport({ width: 1280, height: 800 });
+  await page.authenticate({ username: "alice", password: "alice-secret" });
+  await open(page, base, "topics");
+  const names = await page.$$eval("[data-topic]", (rows) => rows.map((r) => r.dataset.topic));
+  check(JSON.stringify(names) === JSON.stringify(["alice-orders"]), `alice sees ${names}`);
+  // The overview needs DESCRIBE on the cluster (DescribeCluster, DescribeQuorum), which the
+  // admin user has and alice not.
+  const adminPage = await watchedPage(browser, problems);
+  await adminPage.setViewport({ width: 1280, height: 800 });
+  await adminPage.authenticate({ username: "admin", password: "admin-secret" });
+  await open(adminPage, base, "");
+  check(await text(adminPage, "[data-field=health]") === "Healthy", "the admin's overview is not Healthy");
+  await screenshots(adminPage, dir, "login-overview");
+  await browser.close();
+  check(problems.length === 0, "problems in the pages:\n" + problems.join("\n"));
+  console.log("login ok: alice sees " + names.join(", ") + "; the admin sees the overview");
+}
+
 const [mode, ...args] = process.argv.slice(2);
 (mode === "pages" ? pages(...args)
   : mode === "degraded" ? degraded(...args)
   : mode === "actions-create" ? actions("create", ...args)
   : mode === "actions-modify" ? actions("modify", ...args)
+  : mode === "login" ? login(...args)
   : Promise.reject(new Error("mode?")))
   .catch((error) => fail(error.stack || String(error)));

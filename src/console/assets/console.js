@@ -236,7 +236,7 @@ async function topics(gen, params) {
 }
 
 async function topic(gen, name) {
-  const { topic, offsets, configs, sizes } = await api("topics/" + path(name));
+  const { topic, offsets, configs, configs_error, sizes } = await api("topics/" + path(name));
   if (gen !== generation) return;
   const at = (p) => offsets.find((o) => o.partition === p) || {};
   const rows = topic.partitions.map((p) => `<tr data-partition="${p.partition}">
@@ -252,7 +252,7 @@ async function topic(gen, name) {
     <div class="card"><table><thead><tr><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>ISR</th>
       <th class="num">log start</th><th class="num">log end</th><th class="num hide-narrow">size</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>
     <h2>Configs</h2>
-    <div class="card"><table><thead><tr><th>name</th><th>value</th><th>source</th></tr></thead><tbody>${configRows}</tbody></table></div>`;
+    <div class="card">${configs_error ? `<p class="error">${esc(configs_error)}</p>` : ""}<table><thead><tr><th>name</th><th>value</th><th>source</th></tr></thead><tbody>${configRows}</tbody></table></div>`;
   if ((await info()).actions_enabled) {
     page.insertAdjacentHTML("beforeend", actionsCard(`
       <form class="controls" data-action="alter-config">
