@@ -549,7 +549,7 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                             json!({
                                 "name": e.name,
                                 "value": e.value,
-                                "source": source_name(e.source),
+                                "source": sluice::console::report::config_source_name(e.source),
                                 "read_only": e.read_only,
                                 "sensitive": e.is_sensitive,
                             })
@@ -574,7 +574,7 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                                     (Some(v), false) => v.clone(),
                                     (None, false) => "(null)".to_owned(),
                                 },
-                                source_name(e.source).to_owned(),
+                                sluice::console::report::config_source_name(e.source).to_owned(),
                             ]
                         })
                         .collect();
@@ -701,19 +701,6 @@ pub fn run(command: ConfigsCommand) -> anyhow::Result<()> {
                 other => other.map_err(Into::into),
             }
         }
-    }
-}
-
-/// Kafka's names of config sources (`ConfigEntry.ConfigSource`).
-fn source_name(source: i8) -> &'static str {
-    match source {
-        1 => "DYNAMIC_TOPIC_CONFIG",
-        2 => "DYNAMIC_BROKER_CONFIG",
-        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
-        4 => "STATIC_BROKER_CONFIG",
-        5 => "DEFAULT_CONFIG",
-        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
-        _ => "UNKNOWN",
     }
 }
 

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use sluice::client::{Admin, GroupDescription, OffsetSpec, TopicPartition};
-use sluice::console::report::{self, Member};
+use sluice::client::{Admin, OffsetSpec, TopicPartition};
+use sluice::console::report::{self, members};
 
 use serde_json::json;
 
@@ -140,20 +140,6 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
             GroupsCommand::Delete { group, common } => delete(&common, &group.name()).await,
         }
     })
-}
-
-fn members(described: &GroupDescription) -> Vec<Member> {
-    described
-        .members
-        .iter()
-        .map(|m| Member {
-            member_id: m.member_id.clone(),
-            group_instance_id: m.group_instance_id.clone(),
-            client_id: m.client_id.clone(),
-            host: m.host.clone(),
-            assignment: m.assignment.clone(),
-        })
-        .collect()
 }
 
 async fn list(common: &Common) -> anyhow::Result<()> {
@@ -534,18 +520,5 @@ mod tests {
         );
         assert_eq!(parse_datetime_ms("2024-13-01T00:00:00"), None);
         assert_eq!(parse_datetime_ms("yesterday"), None);
-    }
-
-    #[test]
-    fn a_members_assignment_prints_as_topic_partition_pairs_in_json() {
-        let member = Member {
-            member_id: "m".into(),
-            group_instance_id: None,
-            client_id: "c".into(),
-            host: "/127.0.0.1".into(),
-            assignment: vec![TopicPartition::new("t", 0), TopicPartition::new("u", 2)],
-        };
-        let value = serde_json::to_value(&member).expect("serializes");
-        assert_eq!(value["assignment"], json!([["t", 0], ["u", 2]]));
     }
 }

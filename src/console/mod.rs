@@ -775,7 +775,7 @@ impl Console {
                         serde_json::json!({
                             "name": c.name,
                             "value": c.value,
-                            "source": config_source_name(c.source),
+                            "source": report::config_source_name(c.source),
                             "read_only": c.read_only,
                             "sensitive": c.is_sensitive,
                         })
@@ -984,21 +984,6 @@ fn basic_credentials(headers: &[(String, String)]) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// Kafka's name of a config source.
-fn config_source_name(source: i8) -> &'static str {
-    match source {
-        1 => "DYNAMIC_TOPIC_CONFIG",
-        2 => "DYNAMIC_BROKER_CONFIG",
-        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
-        4 => "STATIC_BROKER_CONFIG",
-        5 => "DEFAULT_CONFIG",
-        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
-        7 => "CLIENT_METRICS_CONFIG",
-        8 => "GROUP_CONFIG",
-        _ => "UNKNOWN",
-    }
-}
-
 /// `%xx` sequences decoded (and `+` kept: paths are not form data); invalid UTF-8 replaced.
 pub fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
@@ -1073,7 +1058,8 @@ mod tests {
 
     #[test]
     fn config_sources_have_kafkas_names() {
-        assert_eq!(config_source_name(1), "DYNAMIC_TOPIC_CONFIG");
-        assert_eq!(config_source_name(5), "DEFAULT_CONFIG");
+        assert_eq!(report::config_source_name(1), "DYNAMIC_TOPIC_CONFIG");
+        assert_eq!(report::config_source_name(5), "DEFAULT_CONFIG");
+        assert_eq!(report::config_source_name(8), "GROUP_CONFIG");
     }
 }

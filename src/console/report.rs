@@ -31,6 +31,36 @@ fn topic_partition_pairs<S: serde::Serializer>(
     serializer.collect_seq(partitions.iter().map(|tp| (&tp.topic, tp.partition)))
 }
 
+/// A group's members as the reports show them.
+pub fn members(described: &GroupDescription) -> Vec<Member> {
+    described
+        .members
+        .iter()
+        .map(|m| Member {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id.clone(),
+            client_id: m.client_id.clone(),
+            host: m.host.clone(),
+            assignment: m.assignment.clone(),
+        })
+        .collect()
+}
+
+/// Kafka's name of a config source (`ConfigEntry.ConfigSource`).
+pub fn config_source_name(source: i8) -> &'static str {
+    match source {
+        1 => "DYNAMIC_TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        7 => "CLIENT_METRICS_CONFIG",
+        8 => "GROUP_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
 /// One partition of a group: committed offset, log end offset, lag and owner.
 #[derive(Debug, Clone, Serialize)]
 pub struct PartitionLag {
@@ -69,17 +99,7 @@ async fn group_from(
     described: GroupDescription,
     committed: BTreeMap<TopicPartition, i64>,
 ) -> Result<GroupReport, Error> {
-    let members: Vec<Member> = described
-        .members
-        .iter()
-        .map(|m| Member {
-            member_id: m.member_id.clone(),
-            group_instance_id: m.group_instance_id.clone(),
-            client_id: m.client_id.clone(),
-            host: m.host.clone(),
-            assignment: m.assignment.clone(),
-        })
-        .collect();
+    let members = members(&described);
     let mut owner: BTreeMap<&TopicPartition, &Member> = BTreeMap::new();
     for member in &members {
         for key in &member.assignment {
@@ -476,4 +496,22 @@ pub async fn cluster(admin: &Admin) -> Result<ClusterReport, Error> {
         .to_owned(),
         problems,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_members_assignment_prints_as_topic_partition_pairs_in_json() {
+        let member = Member {
+            member_id: "m".into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            host: "/127.0.0.1".into(),
+            assignment: vec![TopicPartition::new("t", 0), TopicPartition::new("u", 2)],
+        };
+        let value = serde_json::to_value(&member).expect("serializes");
+        assert_eq!(value["assignment"], serde_json::json!([["t", 0], ["u", 2]]));
+    }
 }
