@@ -22,6 +22,9 @@
 //! - `txn`: producer ids and idempotent producer state (transactions to come).
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
 //! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
+//! - `console`: the web console on the HTTP listener, and the reports it shares with the
+//!   CLI's `--output json`.
+//! - `metrics`: the one Prometheus writer and registry, process metrics, request metrics.
 //! - `thread_affinity`: CPU affinity of threads (network threads pinned, `thread.affinity`).
 //! - `meta_properties`: which cluster and node a data directory belongs to.
 //! - `client`: a minimal Kafka client (replica fetchers, CLI, benchmarks).
