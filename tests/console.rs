@@ -14,6 +14,16 @@ use std::time::{Duration, Instant};
 
 use support::{Cluster, clients_dir};
 
+/// One browser test at a time: each runs Chromium beside its brokers, and three at once on a
+/// 2-core machine starve each other.
+static BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    BROWSER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn cli_json(cluster: &Cluster, args: &[&str]) -> serde_json::Value {
     let bootstrap = cluster.bootstrap();
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -40,6 +50,7 @@ fn node_script(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_console_shows_what_the_cli_shows_and_a_killed_node_within_10_s() {
+    let _browser = one_browser_at_a_time();
     let mut cluster = Cluster::start(3, &[]);
     let work = tempfile::tempdir().expect("tempdir");
     let setup_out = work.path().join("setup.json");
@@ -167,6 +178,7 @@ fn python(node: &support::SingleNode, args: &[&str]) -> String {
 /// topic are refused with their reasons; without the setting every action is refused.
 #[test]
 fn console_actions_change_the_cluster_only_when_enabled() {
+    let _browser = one_browser_at_a_time();
     let node = support::SingleNode::start(&["http.console.actions.enable=true"]);
     let base = format!("http://127.0.0.1:{}", node.http_port);
     let screenshots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
@@ -197,6 +209,7 @@ fn console_actions_change_the_cluster_only_when_enabled() {
 /// API and in a real browser; a topic it may not read is refused with Kafka's error.
 #[test]
 fn on_a_secured_broker_the_console_logs_users_in_and_their_acls_apply() {
+    let _browser = one_browser_at_a_time();
     let node = support::SingleNode::start_with_listeners(
         &["SASL_PLAINTEXT"],
         &[

@@ -230,17 +230,17 @@ async function degraded(base, brokerId) {
 
 // Fills and submits the form `name` on the current page, and waits for the action's answer.
 async function submit(page, name, fields) {
-  for (const [field, value] of Object.entries(fields)) {
-    const selector = `form[data-action="${name}"] [name="${field}"]`;
-    const tag = await page.$eval(selector, (e) => e.tagName);
-    if (tag === "SELECT") {
-      await page.select(selector, value);
-    } else {
-      await page.$eval(selector, (e) => { e.value = ""; });
-      await page.type(selector, value);
+  // Filled and submitted in one task of the page, as a person's submit is: the page's
+  // refresh cannot redraw the form between two fields.
+  await page.$eval(`form[data-action="${name}"]`, (form, fields) => {
+    for (const [field, value] of Object.entries(fields)) {
+      const input = form.querySelector(`[name="${field}"]`);
+      if (!input) throw new Error(`no field ${field}`);
+      input.value = value;
+      input.dispatchEvent(new Event("input", { bubbles: true }));
     }
-  }
-  await page.$eval(`form[data-action="${name}"]`, (form) => form.requestSubmit());
+    form.requestSubmit();
+  }, fields);
   await page.waitForFunction(() => {
     const line = document.getElementById("action-result");
     return line && (line.className === "done" || line.className === "error");

@@ -89,6 +89,8 @@ function actionsCard(forms) {
 function onAction(name, handler) {
   const form = document.querySelector(`form[data-action="${name}"]`);
   if (!form) return;
+  // A form a person has started to fill is not redrawn under them by the page's refresh.
+  form.addEventListener("input", () => { form.dataset.dirty = "1"; });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     handler(Object.fromEntries(new FormData(form).entries()));
@@ -445,7 +447,8 @@ async function draw(fresh) {
 function schedule(after) {
   refreshTimer = setTimeout(() => {
     // Not under a person typing in a form: look again later.
-    const typing = document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName);
+    const typing = (document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName))
+      || document.querySelector("form[data-dirty]");
     if (typing) schedule(after);
     else draw(false);
   }, after);
