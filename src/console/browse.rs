@@ -21,7 +21,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a page starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum From {
+pub enum Start {
     Oldest,
     /// The newest records, shown newest first.
     Newest,
@@ -34,7 +34,7 @@ pub enum From {
 pub struct Query {
     pub topic: String,
     pub partition: i32,
-    pub from: From,
+    pub from: Start,
     pub limit: usize,
     pub field_bytes: usize,
 }
@@ -110,7 +110,7 @@ pub async fn page(client: &ClientConfig, query: &Query) -> Result<Page, crate::c
             log_start_offset,
             log_end_offset,
             start_offset,
-            order: if query.from == From::Newest {
+            order: if query.from == Start::Newest {
                 "newest first"
             } else {
                 "oldest first"
@@ -127,7 +127,7 @@ type Read = (i64, i64, i64, Vec<Record>, Option<String>);
 async fn read(
     consumer: &Consumer,
     tp: &TopicPartition,
-    from: From,
+    from: Start,
     limit: usize,
     field_bytes: usize,
 ) -> Result<Read, crate::client::Error> {
@@ -145,10 +145,10 @@ async fn read(
         .copied()
         .unwrap_or(0);
     let start = match from {
-        From::Oldest => log_start,
-        From::Newest => (log_end - limit as i64).max(log_start),
-        From::Offset(offset) => offset.clamp(log_start, log_end),
-        From::Timestamp(ms) => consumer
+        Start::Oldest => log_start,
+        Start::Newest => (log_end - limit as i64).max(log_start),
+        Start::Offset(offset) => offset.clamp(log_start, log_end),
+        Start::Timestamp(ms) => consumer
             .offsets_for_times(&[(tp.clone(), ms)].into_iter().collect())
             .await?
             .get(tp)
@@ -195,7 +195,7 @@ async fn read(
             READ_TIMEOUT.as_secs()
         )
     });
-    if from == From::Newest {
+    if from == Start::Newest {
         records.reverse();
     }
     Ok((log_start, log_end, start, records, incomplete))

@@ -874,14 +874,14 @@ impl Console {
         };
         let number = |key: &str| get(key).map(|v| v.parse::<i64>());
         let from = match get("from").unwrap_or("newest") {
-            "oldest" => browse::From::Oldest,
-            "newest" => browse::From::Newest,
+            "oldest" => browse::Start::Oldest,
+            "newest" => browse::Start::Newest,
             "offset" => match number("offset") {
-                Some(Ok(offset)) => browse::From::Offset(offset),
+                Some(Ok(offset)) => browse::Start::Offset(offset),
                 _ => return Response::error(400, "from=offset needs offset=<number>"),
             },
             "timestamp" => match number("timestamp") {
-                Some(Ok(ms)) => browse::From::Timestamp(ms),
+                Some(Ok(ms)) => browse::Start::Timestamp(ms),
                 _ => {
                     return Response::error(400, "from=timestamp needs timestamp=<ms since epoch>");
                 }

@@ -163,6 +163,7 @@ pub async fn handle(
         replica_id,
         client_rack,
         follower_read_bytes: Cell::new(0),
+        consumer_reads: Default::default(),
     };
     // Into the purgatory only when the first read falls short: woken by the named partitions
     // only. Registered before the next read, so no change in between goes unseen.
@@ -193,8 +194,11 @@ pub async fn handle(
                 .metrics
                 .bytes_out
                 .fetch_add(bytes as u64, Ordering::Relaxed);
-            if replica_id < 0 {
-                count_consumer_bytes(broker, &results);
+            for (partition, bytes) in params.consumer_reads.take() {
+                partition
+                    .traffic
+                    .bytes_out
+                    .fetch_add(bytes, Ordering::Relaxed);
             }
             broker
                 .metrics
@@ -328,28 +332,15 @@ struct ReadParams<'a> {
     client_rack: Option<&'a str>,
     /// Record bytes the last `read_all` read as a follower for consumers.
     follower_read_bytes: Cell<usize>,
+    /// The partitions the last `read_all` read records of for a consumer, and how many
+    /// bytes: counted in their traffic once the answer goes (not for a throttled one).
+    consumer_reads: std::cell::RefCell<Vec<(std::sync::Arc<Partition>, u64)>>,
 }
 
 /// Reads every wanted partition within the byte budgets. Returns the results (with what
 /// changed since last reported, for sessions), the record bytes, and whether the answer
 /// should go at once, whatever `min_bytes` says: a partition failed, sends the consumer to
 /// another replica, or tells a follower its log diverged (Kafka's `fetchMessages`).
-/// Each partition's bytes fetched by consumers (`Traffic::bytes_out`).
-fn count_consumer_bytes(broker: &Broker, results: &[PartitionResult]) {
-    for (wanted, _, slice, _) in results {
-        let Some(bytes) = slice.as_ref().map(|s| s.len).filter(|&len| len > 0) else {
-            continue;
-        };
-        let tp = TopicPartition::new(wanted.topic.as_str(), wanted.partition);
-        if let Some(partition) = broker.replicas.partition(&tp) {
-            partition
-                .traffic
-                .bytes_out
-                .fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-}
-
 fn read_all(
     broker: &Broker,
     params: &ReadParams<'_>,
@@ -358,6 +349,7 @@ fn read_all(
     denied: &HashSet<String>,
 ) -> (Vec<PartitionResult>, usize, bool) {
     params.follower_read_bytes.set(0);
+    params.consumer_reads.borrow_mut().clear();
     let mut results = Vec::with_capacity(wanted.len());
     let mut total = 0usize;
     let mut answer_now = false;
@@ -552,6 +544,12 @@ fn read_partition(
     if !leader && let Some(slice) = &read.1 {
         let bytes = params.follower_read_bytes.get() + slice.len as usize;
         params.follower_read_bytes.set(bytes);
+    }
+    if !follower && let Some(slice) = read.1.as_ref().filter(|s| s.len > 0) {
+        params
+            .consumer_reads
+            .borrow_mut()
+            .push((std::sync::Arc::clone(&partition), slice.len));
     }
     read
 }
