@@ -81,6 +81,8 @@ async function number(page, selector) {
 }
 
 async function screenshots(page, dir, name) {
+  // Each mode may be the first to run (the Rust tests take turns in any order).
+  fs.mkdirSync(dir, { recursive: true });
   for (const [label, viewport] of [["1280x800", { width: 1280, height: 800 }], ["phone-390x844", { width: 390, height: 844, isMobile: true }]]) {
     await page.setViewport(viewport);
     await new Promise((r) => setTimeout(r, 150));
@@ -91,7 +93,6 @@ async function screenshots(page, dir, name) {
 
 async function pages(base, expectedPath, dir) {
   const expected = JSON.parse(fs.readFileSync(expectedPath, "utf8"));
-  fs.mkdirSync(dir, { recursive: true });
   const browser = await launch();
   const problems = [];
   const page = await watchedPage(browser, problems);
