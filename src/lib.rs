@@ -24,6 +24,7 @@
 //! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
 //! - `console`: the web console on the HTTP listener, and the reports it shares with the
 //!   CLI's `--output json`.
+//! - `http`: a small HTTP/1.1 server (the node's listener, `sluice connect`'s REST API).
 //! - `metrics`: the one Prometheus writer and registry, process metrics, request metrics.
 //! - `thread_affinity`: CPU affinity of threads (network threads pinned, `thread.affinity`).
 //! - `meta_properties`: which cluster and node a data directory belongs to.
@@ -50,6 +51,8 @@ pub mod file_slice;
 pub mod group;
 #[cfg(feature = "broker")]
 pub mod handler;
+#[cfg(feature = "broker")]
+pub mod http;
 #[cfg(feature = "broker")]
 pub mod inter_broker;
 #[cfg(feature = "broker")]

@@ -183,15 +183,7 @@ struct WatchedGroup {
     points: VecDeque<LagPoint>,
 }
 
-/// An HTTP request, as the listener read it.
-pub struct Request {
-    pub method: String,
-    pub path: String,
-    pub query: Vec<(String, String)>,
-    /// Header names in lower case.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
+pub use crate::http::{Request, parse_query, percent_decode};
 
 /// How the console knows who asks.
 enum Access {
@@ -984,61 +976,9 @@ fn basic_credentials(headers: &[(String, String)]) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// `%xx` sequences decoded (and `+` kept: paths are not form data); invalid UTF-8 replaced.
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push((high * 16 + low) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A query string's pairs, decoded (`+` is a space there).
-pub fn parse_query(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (
-                percent_decode(&key.replace('+', " ")),
-                percent_decode(&value.replace('+', " ")),
-            )
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_and_queries_are_decoded() {
-        assert_eq!(percent_decode("my%20group%2Fa"), "my group/a");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        assert_eq!(
-            parse_query("from=offset&offset=42&q=a+b%26c&flag"),
-            [
-                ("from".to_owned(), "offset".to_owned()),
-                ("offset".to_owned(), "42".to_owned()),
-                ("q".to_owned(), "a b&c".to_owned()),
-                ("flag".to_owned(), String::new()),
-            ]
-        );
-    }
 
     #[test]
     fn basic_credentials_are_read_from_the_authorization_header() {

@@ -4,9 +4,6 @@
 
 use super::*;
 
-/// The largest HTTP request head the listener reads.
-const HTTP_REQUEST_BYTES_MAX: usize = 8 * 1024;
-
 pub(super) async fn serve_http(
     listener: TcpListener,
     quorum: Arc<Quorum>,
@@ -14,154 +11,62 @@ pub(super) async fn serve_http(
     readiness: Option<Arc<Readiness>>,
     console: Option<Arc<crate::console::Console>>,
 ) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let quorum = Arc::clone(&quorum);
-        let registry = Arc::clone(&registry);
-        let readiness = readiness.clone();
-        let console = console.clone();
-        tokio::spawn(async move {
-            let mut head = Vec::with_capacity(1024);
-            let mut buffer = [0u8; 1024];
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n")
-                    && head.len() < HTTP_REQUEST_BYTES_MAX
-                {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buffer[..n]),
-                    }
-                }
-            })
-            .await;
-            if read.is_err() {
-                return;
-            }
-            let head_end = head
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .map_or(head.len(), |at| at + 4);
-            let mut body = head.split_off(head_end);
-            let head_text = String::from_utf8_lossy(&head).into_owned();
-            let mut lines = head_text.lines();
-            let request_line = lines.next().unwrap_or_default();
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|line| line.split_once(':'))
-                .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-                .collect();
-            let mut words = request_line.split_whitespace();
-            let method = words.next().unwrap_or("");
-            let target = words.next().unwrap_or("");
-            let (path, query) = target.split_once('?').unwrap_or((target, ""));
-            let content_length = headers
-                .iter()
-                .find(|(name, _)| name == "content-length")
-                .and_then(|(_, value)| value.parse::<usize>().ok())
-                .unwrap_or(0);
-            if content_length > crate::console::BODY_BYTES_MAX {
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    )
-                    .await;
-                return;
-            }
-            let body_read = tokio::time::timeout(Duration::from_secs(5), async {
-                while body.len() < content_length {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => body.extend_from_slice(&buffer[..n]),
-                    }
-                }
-            })
-            .await;
-            if body_read.is_err() || body.len() < content_length {
-                return;
-            }
-            body.truncate(content_length);
-            let mut challenge = false;
-            let (status, content_type, body): (String, &str, Vec<u8>) = match path {
-                "/health" => ("200 OK".into(), "text/plain", health(&quorum).into_bytes()),
-                "/ready" => {
-                    let (status, content_type, body) = ready(&quorum, readiness.as_deref());
-                    (status.into(), content_type, body.into_bytes())
-                }
-                "/metrics" => (
-                    "200 OK".into(),
-                    "text/plain; version=0.0.4",
-                    tokio::task::spawn_blocking(move || registry.render())
-                        .await
-                        .unwrap_or_default()
-                        .into_bytes(),
-                ),
-                _ => {
-                    let answered = match &console {
-                        Some(console) => {
-                            let request = crate::console::Request {
-                                method: method.to_owned(),
-                                path: path.to_owned(),
-                                query: crate::console::parse_query(query),
-                                headers,
-                                body,
-                            };
-                            console.handle(&request).await
-                        }
-                        None => None,
-                    };
-                    match answered {
-                        Some(response) => {
-                            challenge = response.challenge;
-                            (
-                                status_line(response.status),
-                                response.content_type,
-                                response.body,
-                            )
-                        }
-                        None => (
-                            "404 Not Found".into(),
-                            "text/plain",
-                            b"not found\n".to_vec(),
-                        ),
-                    }
-                }
-            };
-            let authenticate = if challenge {
-                "WWW-Authenticate: Basic realm=\"Sluice console\", charset=\"UTF-8\"\r\n"
-            } else {
-                ""
-            };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{authenticate}Connection: close\r\n\r\n",
-                body.len()
-            );
-            if stream.write_all(head.as_bytes()).await.is_ok() {
-                let _ = stream.write_all(&body).await;
-            }
-            let _ = stream.shutdown().await;
-        });
-    }
+    crate::http::serve(
+        listener,
+        crate::console::BODY_BYTES_MAX,
+        move |request: crate::http::Request| {
+            let quorum = Arc::clone(&quorum);
+            let registry = Arc::clone(&registry);
+            let readiness = readiness.clone();
+            let console = console.clone();
+            async move { answer(request, &quorum, registry, readiness.as_deref(), console).await }
+        },
+    )
+    .await
 }
 
-fn status_line(status: u16) -> String {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        501 => "Not Implemented",
-        413 => "Payload Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "",
+async fn answer(
+    request: crate::http::Request,
+    quorum: &Quorum,
+    registry: Arc<Registry>,
+    readiness: Option<&Readiness>,
+    console: Option<Arc<crate::console::Console>>,
+) -> crate::http::Response {
+    use crate::http::Response;
+    let mut response = match request.path.as_str() {
+        "/health" => Response::new(200, "text/plain", health(quorum).into_bytes()),
+        "/ready" => {
+            let (status, content_type, body) = ready(quorum, readiness);
+            Response::new(status, content_type, body.into_bytes())
+        }
+        "/metrics" => Response::new(
+            200,
+            "text/plain; version=0.0.4",
+            tokio::task::spawn_blocking(move || registry.render())
+                .await
+                .unwrap_or_default()
+                .into_bytes(),
+        ),
+        _ => match &console {
+            Some(console) => match console.handle(&request).await {
+                Some(answer) => {
+                    let mut response =
+                        Response::new(answer.status, answer.content_type, answer.body);
+                    if answer.challenge {
+                        response.headers.push((
+                            "WWW-Authenticate",
+                            "Basic realm=\"Sluice console\", charset=\"UTF-8\"".to_owned(),
+                        ));
+                    }
+                    response
+                }
+                None => Response::text(404, "not found\n"),
+            },
+            None => Response::text(404, "not found\n"),
+        },
     };
-    format!("{status} {reason}")
+    response.headers.push(("Cache-Control", "no-store".to_owned()));
+    response
 }
 
 /// The node's metrics, registered in the order `/metrics` shows them: the process, the
@@ -202,7 +107,7 @@ pub(super) fn metrics_registry(
 
 /// `/ready`: a broker is ready once it serves clients (`Readiness`); a controller-only node
 /// once its quorum has a leader.
-fn ready(quorum: &Quorum, readiness: Option<&Readiness>) -> (&'static str, &'static str, String) {
+fn ready(quorum: &Quorum, readiness: Option<&Readiness>) -> (u16, &'static str, String) {
     let state = match readiness {
         Some(readiness) => readiness.state(),
         None => match quorum.metrics().current_leader {
@@ -212,17 +117,17 @@ fn ready(quorum: &Quorum, readiness: Option<&Readiness>) -> (&'static str, &'sta
     };
     match state {
         ReadyState::Ready => (
-            "200 OK",
+            200,
             "text/plain",
             format!("ready node={}\n", quorum.node_id()),
         ),
         ReadyState::Starting(reason) => (
-            "503 Service Unavailable",
+            503,
             "text/plain",
             format!("not ready node={}: {reason}\n", quorum.node_id()),
         ),
         ReadyState::ShuttingDown => (
-            "503 Service Unavailable",
+            503,
             "text/plain",
             format!("not ready node={}: shutting down\n", quorum.node_id()),
         ),

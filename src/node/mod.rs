@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_raft::{NodeInfo, Quorum, QuorumConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::broker::readiness::{Readiness, ReadyState};

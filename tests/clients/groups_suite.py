@@ -223,6 +223,12 @@ def case_cooperative():
         check(revoked != set(range(6)), f"A had all partitions revoked: {a.revoked}")
     check(set().union(*a.revoked) == b.owned, f"A revoked {a.revoked}, B owns {b.owned}")
     a.consumer.close()
+    # B takes A's partitions without giving up its own. Closing B only then: librdkafka can
+    # hang for good in a close that meets a cooperative assignment (as librdkafka#4527 did;
+    # seen with 2.16 in CI), which is the client's to fix, not what this case tests.
+    kept = set(b.owned)
+    poll_all([b], lambda: b.owned == set(range(6)), timeout=30)
+    check(all(not (kept & revoked) for revoked in b.revoked), f"B gave up its own: {b.revoked}")
     b.consumer.close()
 
 
