@@ -114,7 +114,11 @@ async fn read_request(
     if !matches!(read, Ok(true)) {
         return Ok(None);
     }
-    let Some(head_end) = head.windows(4).position(|w| w == b"\r\n\r\n").map(|at| at + 4) else {
+    let Some(head_end) = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
+    else {
         return Err(Response::text(431, "request head too large\n"));
     };
     let mut body = head.split_off(head_end);
@@ -154,7 +158,10 @@ async fn read_request(
     }
     if body.len() < content_length
         && header("expect").is_some_and(|value| value.eq_ignore_ascii_case("100-continue"))
-        && stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        && stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
     {
         return Ok(None);
     }

@@ -22,6 +22,7 @@
 //! - `txn`: producer ids and idempotent producer state (transactions to come).
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
 //! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
+//! - `connect`: `sluice connect`, a Kafka Connect worker (REST API, file connectors) on the SDK.
 //! - `console`: the web console on the HTTP listener, and the reports it shares with the
 //!   CLI's `--output json`.
 //! - `http`: a small HTTP/1.1 server (the node's listener, `sluice connect`'s REST API).
@@ -39,6 +40,8 @@ pub mod broker;
 pub mod client;
 #[cfg(feature = "broker")]
 pub mod config;
+#[cfg(feature = "broker")]
+pub mod connect;
 #[cfg(feature = "broker")]
 pub mod console;
 #[cfg(feature = "broker")]

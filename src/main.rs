@@ -44,6 +44,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::topics::TopicsCommand,
     },
+    /// A Kafka Connect worker: Connect's REST API on 127.0.0.1:8083, the file connectors.
+    Connect(cli::connect::ConnectArgs),
     /// Writes standard input to a topic, a record per line (a console producer).
     Produce(cli::produce::ProduceArgs),
     /// Prints a topic's records (a console consumer): from the end, the beginning, an offset,
@@ -131,7 +133,7 @@ fn run() -> anyhow::Result<()> {
         Ok(cli) => cli,
         Err(error) => cli::habits::explain(error, &Cli::command(), &args).exit(),
     };
-    if !matches!(cli.command, Command::Server { .. }) {
+    if !matches!(cli.command, Command::Server { .. } | Command::Connect(_)) {
         // A client command piped into `head` ends quietly when the reader goes away, as
         // Unix tools do. (SIGPIPE stays ignored: the network clients write to sockets
         // without MSG_NOSIGNAL, and a peer closing one must not kill the process.)
@@ -154,6 +156,8 @@ fn run() -> anyhow::Result<()> {
         // openraft reports every failed RPC while a voter is down (dozens of ERRORs a
         // minute); the quorum's network says a peer went away and came back, once each.
         Command::Server { .. } => "info,openraft=off",
+        // A worker narrates as a server does.
+        Command::Connect(_) => "info",
         Command::Perf { .. }
         | Command::Cluster { .. }
         | Command::Topics { .. }
@@ -184,6 +188,7 @@ fn run() -> anyhow::Result<()> {
         Command::Users(args) => cli::users::run(args),
         Command::Acls(args) => cli::acls::run(args),
         Command::LogDirs(args) => cli::log_dirs::run(args),
+        Command::Connect(args) => cli::connect::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

@@ -6,6 +6,7 @@ pub mod acls;
 pub mod cluster;
 pub mod common;
 pub mod configs;
+pub mod connect;
 pub mod consume;
 pub mod fuzz;
 pub mod groups;

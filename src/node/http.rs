@@ -65,7 +65,9 @@ async fn answer(
             None => Response::text(404, "not found\n"),
         },
     };
-    response.headers.push(("Cache-Control", "no-store".to_owned()));
+    response
+        .headers
+        .push(("Cache-Control", "no-store".to_owned()));
     response
 }
 

@@ -1,0 +1,60 @@
+//! `sluice connect`: a Kafka Connect worker (see `sluice::connect`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use sluice::connect::{WorkerConfig, run_with_connectors};
+
+/// Runs a Kafka Connect worker: Connect's REST API (127.0.0.1:8083 by default), the
+/// FileStreamSource and FileStreamSink connectors, converters String, ByteArray and JSON.
+///
+/// With no file it joins 127.0.0.1:9092 with the defaults of Kafka's
+/// connect-distributed.properties (group connect-cluster; topics connect-configs,
+/// connect-offsets, connect-status; JsonConverter with schemas). Workers with the same
+/// group.id share connectors and tasks, and one takes over what a stopped one ran.
+#[derive(clap::Args, Debug)]
+pub struct ConnectArgs {
+    /// A worker properties file (Kafka Connect's worker keys).
+    worker: Option<PathBuf>,
+    /// Connector properties files (name=, connector.class=, ...), created or updated when the
+    /// worker starts, as connect-standalone.sh takes them.
+    connectors: Vec<PathBuf>,
+    /// key=value over the worker file (repeatable).
+    #[arg(long = "override", value_parser = parse_override)]
+    overrides: Vec<(String, String)>,
+}
+
+fn parse_override(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not key=value"))?;
+    Ok((key.trim().to_owned(), value.trim().to_owned()))
+}
+
+fn read_properties(path: &PathBuf) -> anyhow::Result<BTreeMap<String, String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    sluice::config::parse_properties(&text)
+        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))
+}
+
+pub fn run(args: ConnectArgs) -> anyhow::Result<()> {
+    let mut properties = match &args.worker {
+        Some(path) => read_properties(path)?,
+        None => BTreeMap::new(),
+    };
+    properties.extend(args.overrides);
+    let config = WorkerConfig::from_properties(&properties)
+        .map_err(|error| anyhow::anyhow!("invalid worker configuration: {error}"))?;
+    let mut connectors = Vec::new();
+    for path in &args.connectors {
+        connectors.push(read_properties(path)?);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(run_with_connectors(config, connectors))?;
+    Ok(())
+}
