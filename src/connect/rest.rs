@@ -493,6 +493,21 @@ async fn restart(worker: &Worker, request: &Request, name: &str) -> Outcome {
     };
     let include_tasks = flag("includeTasks");
     let only_failed = flag("onlyFailed");
+    // Kafka answers 202 with what will restart marked RESTARTING: the plan is made from the
+    // statuses before the request is written (after, the restart may already be done).
+    let mut status = status(worker, name).ok_or_else(|| not_found(name))?;
+    let restarting = |entry: &mut Value, include: bool| {
+        let failed = entry.get("state").and_then(Value::as_str) == Some("FAILED");
+        if include && (!only_failed || failed) {
+            entry["state"] = json!("RESTARTING");
+        }
+    };
+    restarting(&mut status["connector"], true);
+    if let Some(tasks) = status["tasks"].as_array_mut() {
+        for task in tasks {
+            restarting(task, include_tasks);
+        }
+    }
     worker
         .write_config(
             format!("restart-connector-{name}"),
@@ -506,20 +521,6 @@ async fn restart(worker: &Worker, request: &Request, name: &str) -> Outcome {
         .await?;
     if !include_tasks && !only_failed {
         return Ok((204, None));
-    }
-    // Kafka answers 202 with what will restart marked RESTARTING.
-    let mut status = status(worker, name).ok_or_else(|| not_found(name))?;
-    let restarting = |entry: &mut Value, include: bool| {
-        let failed = entry.get("state").and_then(Value::as_str) == Some("FAILED");
-        if include && (!only_failed || failed) {
-            entry["state"] = json!("RESTARTING");
-        }
-    };
-    restarting(&mut status["connector"], true);
-    if let Some(tasks) = status["tasks"].as_array_mut() {
-        for task in tasks {
-            restarting(task, include_tasks);
-        }
     }
     Ok((202, Some(status)))
 }

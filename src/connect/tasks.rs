@@ -53,6 +53,16 @@ impl TaskContext {
         *self.target.borrow() == TargetState::Paused
     }
 
+    /// Returns once the task is told to stop.
+    async fn stop_requested(&mut self) {
+        while !self.stopping() {
+            tokio::select! {
+                changed = self.shutdown.changed() => if changed.is_err() { return },
+                changed = self.target.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
     /// Waits for `duration`, or less when told to stop or resume.
     async fn idle(&mut self, duration: Duration) {
         tokio::select! {
@@ -341,7 +351,12 @@ async fn sink_loop(
             }
             was_paused = paused;
         }
-        let records = consumer.poll(Duration::from_millis(500)).await?;
+        // A poll can wait for a whole rebalance of the connector's group (a dead member is
+        // waited for up to its session timeout): a stop does not wait with it.
+        let records = tokio::select! {
+            records = consumer.poll(Duration::from_millis(500)) => records?,
+            _ = context.stop_requested() => break,
+        };
         if paused && !records.is_empty() {
             // Buffered before the pause: not written, read again after the resume.
             for record in &records {
