@@ -23,6 +23,7 @@
 //! - `config`: `server.properties` (Kafka's keys): parse, validate, defaults, overrides.
 //! - `node`: a running node (`sluice server`): wiring, broker lifecycle, HTTP.
 //! - `connect`: `sluice connect`, a Kafka Connect worker (REST API, file connectors) on the SDK.
+//! - `mirror`: `sluice mirror`, MirrorMaker 2's model (topics, offset syncs, checkpoints) on the SDK.
 //! - `console`: the web console on the HTTP listener, and the reports it shares with the
 //!   CLI's `--output json`.
 //! - `http`: a small HTTP/1.1 server (the node's listener, `sluice connect`'s REST API).
@@ -66,6 +67,8 @@ pub mod log;
 pub mod meta_properties;
 #[cfg(feature = "broker")]
 pub mod metrics;
+#[cfg(feature = "broker")]
+pub mod mirror;
 #[cfg(feature = "broker")]
 pub mod node;
 #[cfg(any(feature = "broker", feature = "client"))]

@@ -46,6 +46,8 @@ enum Command {
     },
     /// A Kafka Connect worker: Connect's REST API on 127.0.0.1:8083, the file connectors.
     Connect(cli::connect::ConnectArgs),
+    /// Mirrors topics and consumer group offsets between clusters (MirrorMaker 2's model).
+    Mirror(cli::mirror::MirrorArgs),
     /// Writes standard input to a topic, a record per line (a console producer).
     Produce(cli::produce::ProduceArgs),
     /// Prints a topic's records (a console consumer): from the end, the beginning, an offset,
@@ -133,7 +135,10 @@ fn run() -> anyhow::Result<()> {
         Ok(cli) => cli,
         Err(error) => cli::habits::explain(error, &Cli::command(), &args).exit(),
     };
-    if !matches!(cli.command, Command::Server { .. } | Command::Connect(_)) {
+    if !matches!(
+        cli.command,
+        Command::Server { .. } | Command::Connect(_) | Command::Mirror(_)
+    ) {
         // A client command piped into `head` ends quietly when the reader goes away, as
         // Unix tools do. (SIGPIPE stays ignored: the network clients write to sockets
         // without MSG_NOSIGNAL, and a peer closing one must not kill the process.)
@@ -157,7 +162,7 @@ fn run() -> anyhow::Result<()> {
         // minute); the quorum's network says a peer went away and came back, once each.
         Command::Server { .. } => "info,openraft=off",
         // A worker narrates as a server does.
-        Command::Connect(_) => "info",
+        Command::Connect(_) | Command::Mirror(_) => "info",
         Command::Perf { .. }
         | Command::Cluster { .. }
         | Command::Topics { .. }
@@ -189,6 +194,7 @@ fn run() -> anyhow::Result<()> {
         Command::Acls(args) => cli::acls::run(args),
         Command::LogDirs(args) => cli::log_dirs::run(args),
         Command::Connect(args) => cli::connect::run(args),
+        Command::Mirror(args) => cli::mirror::run(args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Consume(args) => cli::consume::run(args),
         Command::Configs { command } => cli::configs::run(command),

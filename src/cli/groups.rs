@@ -55,6 +55,25 @@ pub enum GroupsCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// On a mirror's target cluster: where a group of the source resumes here, from the
+    /// checkpoints `sluice mirror` (or MirrorMaker 2) wrote; with --execute, commits them to
+    /// the group on this cluster (refused while it has members), so its consumers can move.
+    #[command(
+        override_usage = "sluice groups translate [OPTIONS] <GROUP | --group GROUP> --bootstrap-server TARGET"
+    )]
+    Translate {
+        #[command(flatten)]
+        group: GroupArg,
+        /// The source cluster's alias in the mirror (its checkpoints are in
+        /// <alias>.checkpoints.internal).
+        #[arg(long, default_value = "source")]
+        source_alias: String,
+        /// Commit the translated offsets (without it, only shows them).
+        #[arg(long)]
+        execute: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Deletes a group that has no members, with its committed offsets.
     #[command(override_usage = "sluice groups delete [OPTIONS] <GROUP | --group GROUP>")]
     Delete {
@@ -138,6 +157,12 @@ pub fn run(command: GroupsCommand) -> anyhow::Result<()> {
                 reset_offsets(&common, &group, &topic, &target, execute).await
             }
             GroupsCommand::Delete { group, common } => delete(&common, &group.name()).await,
+            GroupsCommand::Translate {
+                group,
+                source_alias,
+                execute,
+                common,
+            } => translate(&common, &group.name(), &source_alias, execute).await,
         }
     })
 }
@@ -416,6 +441,85 @@ async fn delete(common: &Common, group: &str) -> anyhow::Result<()> {
         println!("{}", serde_json::json!({ "group": group, "deleted": true }));
     } else {
         println!("deleted group {group}");
+    }
+    Ok(())
+}
+
+async fn translate(
+    common: &Common,
+    group: &str,
+    source_alias: &str,
+    execute: bool,
+) -> anyhow::Result<()> {
+    let checkpoints: Vec<_> =
+        sluice::mirror::read_checkpoints(common.connect.config()?, source_alias)
+            .await?
+            .into_iter()
+            .filter(|checkpoint| checkpoint.group == group)
+            .collect();
+    if checkpoints.is_empty() {
+        bail!(
+            "no checkpoint of group {group} in {}: is a mirror from {source_alias} running, with the group committing offsets there?",
+            sluice::mirror::checkpoints_topic(source_alias)
+        );
+    }
+    let offsets: BTreeMap<TopicPartition, i64> = checkpoints
+        .iter()
+        .map(|c| {
+            (
+                TopicPartition::new(c.topic.clone(), c.partition),
+                c.downstream,
+            )
+        })
+        .collect();
+    if execute {
+        let admin: Admin = common.connect.admin().await?;
+        // A group new to this cluster may find its coordinator still loading.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match admin.alter_group_offsets(group, &offsets).await {
+                Ok(()) => break,
+                Err(error) if error.is_retriable() && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| {
+                        format!("committing group {group}'s translated offsets (stop its consumers on this cluster first)")
+                    });
+                }
+            }
+        }
+    }
+    if common.output == Format::Json {
+        let rows: Vec<_> = checkpoints
+            .iter()
+            .map(|c| json!({"topic": c.topic, "partition": c.partition, "source_offset": c.upstream, "offset": c.downstream}))
+            .collect();
+        println!(
+            "{}",
+            json!({"group": group, "executed": execute, "partitions": rows})
+        );
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = checkpoints
+        .iter()
+        .map(|c| {
+            vec![
+                c.topic.clone(),
+                c.partition.to_string(),
+                c.upstream.to_string(),
+                c.downstream.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["TOPIC", "PARTITION", "SOURCE-OFFSET", "TRANSLATED-OFFSET"],
+        &rows,
+    );
+    if execute {
+        println!("committed group {group}'s translated offsets");
+    } else {
+        println!("(a dry run: --execute commits them)");
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod fuzz;
 pub mod groups;
 pub mod habits;
 pub mod log_dirs;
+pub mod mirror;
 pub mod perf;
 pub mod perf_authorizer;
 pub mod perf_client;

@@ -24,7 +24,7 @@ mod herder;
 mod member;
 pub mod plugins;
 mod rest;
-mod store;
+pub(crate) mod store;
 mod tasks;
 
 use std::collections::BTreeMap;
