@@ -802,32 +802,27 @@ impl Mirror {
                 .await?;
             sent.push(delivery);
         }
-        // Per partition: the last (upstream, downstream) acknowledged, records and bytes.
-        let mut done: BTreeMap<TopicPartition, (OffsetSync, u64, u64, i64)> = BTreeMap::new();
+        // Per partition: the first and last (upstream, downstream) acknowledged, records,
+        // bytes and latency.
+        let mut done: BTreeMap<TopicPartition, (OffsetSync, OffsetSync, u64, u64, i64)> =
+            BTreeMap::new();
         for (record, delivery) in records.iter().zip(sent) {
             let metadata = delivery.await?;
             let tp = TopicPartition::new(record.topic.to_string(), record.partition);
             let bytes = record.key.as_ref().map_or(0, Bytes::len)
                 + record.value.as_ref().map_or(0, Bytes::len);
-            let entry = done.entry(tp).or_insert((
-                OffsetSync {
-                    upstream: record.offset,
-                    downstream: metadata.offset,
-                },
-                0,
-                0,
-                0,
-            ));
-            entry.0 = OffsetSync {
+            let sync = OffsetSync {
                 upstream: record.offset,
                 downstream: metadata.offset,
             };
-            entry.1 += 1;
-            entry.2 += bytes as u64;
-            entry.3 = now_ms() - record.timestamp;
+            let entry = done.entry(tp).or_insert((sync, sync, 0, 0, 0));
+            entry.1 = sync;
+            entry.2 += 1;
+            entry.3 += bytes as u64;
+            entry.4 = now_ms() - record.timestamp;
         }
         let mut writes = Vec::new();
-        for (tp, (sync, count, bytes, latency_ms)) in &done {
+        for (tp, (first, sync, count, bytes, latency_ms)) in &done {
             writes.push(
                 self.producer
                     .send(ProducerRecord {
@@ -848,21 +843,28 @@ impl Mirror {
                 continue;
             };
             state.next = sync.upstream + 1;
-            let emit = match state.last_sync {
-                None => true,
-                Some(last) => {
-                    sync.upstream - last.upstream >= self.config.offset_lag_max
-                        || sync.downstream - last.downstream != sync.upstream - last.upstream
-                }
-            };
-            if emit {
-                // Read back by the syncs tail, which translation uses.
+            // The first record mirrored since the start is synced, so a group that stopped
+            // before it translates too; then a sync every `offset.lag.max` records, or when
+            // the offsets stop moving together (a record written twice, a compacted gap).
+            let mut emit = Vec::new();
+            if state.last_sync.is_none() {
+                emit.push(*first);
+                state.last_sync = Some(*first);
+            }
+            if let Some(last) = state.last_sync
+                && (sync.upstream - last.upstream >= self.config.offset_lag_max
+                    || sync.downstream - last.downstream != sync.upstream - last.upstream)
+            {
+                emit.push(*sync);
                 state.last_sync = Some(*sync);
+            }
+            for sync in emit {
+                // Read back by the syncs tail, which translation uses.
                 let record = ProducerRecord {
                     topic: self.config.offset_syncs_topic(),
                     partition: Some(0),
                     key: Some(records::offset_sync_key(&tp.topic, tp.partition)),
-                    value: Some(records::offset_sync_value(*sync)),
+                    value: Some(records::offset_sync_value(sync)),
                     headers: Vec::new(),
                     timestamp: None,
                 };

@@ -154,17 +154,22 @@ impl Checkpoint {
 /// Where a group that committed `committed` upstream resumes downstream, from the latest sync
 /// at or before it (MM2's translation): the sync's own offset when the group stopped exactly
 /// there, else one past it. Never past where the group's next record was written, so a
-/// consumer that moves over skips nothing (it may read some records again).
+/// consumer that moves over skips nothing (it may read some records again). A group that
+/// stopped before everything mirrored resumes at the first record mirrored (the earliest
+/// sync, which the mirror writes for its first record).
 pub fn translate(syncs: &[OffsetSync], committed: i64) -> Option<i64> {
-    let sync = syncs
+    let at_or_before = syncs
         .iter()
         .filter(|sync| sync.upstream <= committed)
-        .max_by_key(|sync| sync.upstream)?;
-    Some(if sync.upstream == committed {
-        sync.downstream
-    } else {
-        sync.downstream + 1
-    })
+        .max_by_key(|sync| sync.upstream);
+    match at_or_before {
+        Some(sync) if sync.upstream == committed => Some(sync.downstream),
+        Some(sync) => Some(sync.downstream + 1),
+        None => syncs
+            .iter()
+            .min_by_key(|sync| sync.upstream)
+            .map(|sync| sync.downstream),
+    }
 }
 
 #[cfg(test)]
@@ -223,5 +228,14 @@ mod tests {
         assert_eq!(translate(&syncs, 150), Some(104));
         assert_eq!(translate(&syncs, 50), Some(1));
         assert_eq!(translate(&[], 50), None);
+        let later = [OffsetSync {
+            upstream: 40,
+            downstream: 7,
+        }];
+        assert_eq!(
+            translate(&later, 10),
+            Some(7),
+            "a group behind the first record mirrored"
+        );
     }
 }
