@@ -130,7 +130,10 @@ fn error_chain(error: &anyhow::Error) -> String {
 fn run() -> anyhow::Result<()> {
     // Kafka's spellings first (`topics --create` is `topics create`), then the parser; a flag
     // it does not know is explained by the closest real one.
-    let args = cli::habits::rewrite(std::env::args_os().collect());
+    let args = cli::habits::subcommand_first(
+        cli::habits::rewrite(std::env::args_os().collect()),
+        &Cli::command(),
+    );
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(error) => cli::habits::explain(error, &Cli::command(), &args).exit(),

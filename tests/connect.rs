@@ -38,6 +38,11 @@ impl Worker {
             args.push("--override".to_owned());
             args.push((*value).to_owned());
         }
+        Worker::with_args(node, port, args)
+    }
+
+    /// `sluice` with `args`, its REST API on `port`.
+    fn with_args(node: &SingleNode, port: u16, args: Vec<String>) -> Worker {
         let mut worker = Worker {
             port,
             log: node.dir.path().join(format!("connect-{port}.log")),
@@ -273,6 +278,26 @@ fn the_quickstart_curl_commands_copy_a_file_through_a_topic() {
         listed,
         serde_json::json!(["local-file-sink", "local-file-source"])
     );
+    // What operators scrape: each task's state and records on the worker that runs it.
+    let metrics = Command::new("curl")
+        .args(["-s", &worker.url("/metrics")])
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains(
+            r#"sluice_connect_task_state{connector="local-file-source",task="0",state="RUNNING"} 1"#
+        ),
+        "{metrics}"
+    );
+    let source_records: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(r#"sluice_connect_task_records_total{connector="local-file-source""#)
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(source_records, 2, "{metrics}");
     let (_, tasks) = worker.call("GET", "/connectors/local-file-source/tasks", None);
     assert_eq!(
         tasks[0]["id"],
@@ -642,4 +667,120 @@ fn two_workers_split_a_sink_s_tasks_and_one_takes_over() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+#[test]
+fn a_standalone_worker_runs_connector_files_and_keeps_offsets_in_its_file() {
+    let node = SingleNode::start(&[]);
+    let dir = node.dir.path();
+    let port = free_port();
+    let offsets = dir.join("connect.offsets");
+    let worker_file = dir.join("connect-standalone.properties");
+    std::fs::write(
+        &worker_file,
+        format!(
+            "bootstrap.servers={}\nkey.converter=org.apache.kafka.connect.json.JsonConverter\n\
+             value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+             key.converter.schemas.enable=true\nvalue.converter.schemas.enable=true\n\
+             offset.storage.file.filename={}\noffset.flush.interval.ms=10000\n\
+             listeners=http://127.0.0.1:{port}\nplugin.path=libs/connect-file-4.0.0.jar\n",
+            node.bootstrap(),
+            offsets.display()
+        ),
+    )
+    .expect("worker file");
+    // Kafka's quickstart connector files, with this test's paths.
+    let source_file = dir.join("connect-file-source.properties");
+    let sink_file = dir.join("connect-file-sink.properties");
+    let (input, output) = (dir.join("test.txt"), dir.join("test.sink.txt"));
+    std::fs::write(
+        &source_file,
+        format!(
+            "name=local-file-source\nconnector.class=FileStreamSource\ntasks.max=1\nfile={}\ntopic=connect-test\n",
+            input.display()
+        ),
+    )
+    .expect("source file");
+    std::fs::write(
+        &sink_file,
+        format!(
+            "name=local-file-sink\nconnector.class=FileStreamSink\ntasks.max=1\nfile={}\ntopics=connect-test\n",
+            output.display()
+        ),
+    )
+    .expect("sink file");
+    std::fs::write(&input, "foo\nbar\n").expect("test.txt");
+    let args: Vec<String> = ["connect", "--standalone"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([&worker_file, &source_file, &sink_file].map(|p| p.display().to_string()))
+        .collect();
+    let mut worker = Worker::with_args(&node, port, args);
+    wait_file(
+        &output,
+        "a copy of test.txt",
+        |b| b == b"foo\nbar\n",
+        &worker,
+    );
+    worker.wait_status("local-file-source", "running", all_running);
+    let (_, listed) = worker.call("GET", "/connectors", None);
+    assert_eq!(
+        listed,
+        serde_json::json!(["local-file-sink", "local-file-source"])
+    );
+    // The position is in the offsets file once the lines are acknowledged, whatever
+    // offset.flush.interval.ms says for the next ones.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&offsets)
+        .unwrap_or_default()
+        .contains("\"position\":8")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no position in {}\n{}",
+            offsets.display(),
+            worker.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    worker.kill9();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .and_then(|mut f| f.write_all(b"baz\n"))
+        .expect("append");
+    worker.launch();
+    wait_file(
+        &output,
+        "the line written while the worker was down",
+        |b| b.ends_with(b"baz\n"),
+        &worker,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read(&output).expect("read"),
+        b"foo\nbar\nbaz\n",
+        "{}",
+        worker.logs()
+    );
+    worker.kill9();
+
+    // A standalone worker without its offsets file, or a distributed one with it, is refused.
+    let refused = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "connect",
+            "--standalone",
+            "--override",
+            &format!("bootstrap.servers={}", node.bootstrap()),
+        ])
+        .output()
+        .expect("sluice connect");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("offset.storage.file.filename"));
+    let refused = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["connect", &worker_file.display().to_string()])
+        .output()
+        .expect("sluice connect");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--standalone"));
 }

@@ -28,7 +28,7 @@ impl MirrorProcess {
             "--target".to_owned(),
             target.bootstrap(),
             "--topics".to_owned(),
-            "orders".to_owned(),
+            "orders.*".to_owned(),
             "--override".to_owned(),
             "emit.checkpoints.interval.seconds=1".to_owned(),
             "--override".to_owned(),
@@ -315,6 +315,64 @@ fn a_mirror_between_two_clusters_loses_nothing_and_a_group_moves_over() {
             "{row}"
         );
     }
+    // Topics and partitions added on the source are followed.
+    sluice(&[
+        "topics",
+        "create",
+        "orders-late",
+        "--partitions",
+        "1",
+        "--bootstrap-server",
+        &source.bootstrap(),
+    ]);
+    sluice(&[
+        "topics",
+        "alter",
+        "orders",
+        "--partitions",
+        "3",
+        "--bootstrap-server",
+        &source.bootstrap(),
+    ]);
+    for (topic, partition) in [("orders-late", "0"), ("orders", "2")] {
+        let mut kcat = Command::new("kcat")
+            .args([
+                "-P",
+                "-b",
+                &source.bootstrap(),
+                "-t",
+                topic,
+                "-p",
+                partition,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("kcat");
+        use std::io::Write as _;
+        kcat.stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("late-{topic}\n").as_bytes())
+            .expect("write");
+        assert!(kcat.wait().expect("kcat").success());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let late = partition_records(&target.bootstrap(), "source.orders-late", 0);
+        let grown = partition_records(&target.bootstrap(), "source.orders", 2);
+        if late.iter().any(|(_, v)| v == "late-orders-late")
+            && grown.iter().any(|(_, v)| v == "late-orders")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a new topic or partition was not followed\n{}",
+            mirror.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     // The mirror's lag is on /metrics, and it has caught up.
     let metrics = support::metrics_at(mirror.metrics_port).expect("mirror /metrics");
     let lag: i64 = metrics

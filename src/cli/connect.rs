@@ -20,6 +20,11 @@ pub struct ConnectArgs {
     /// Connector properties files (name=, connector.class=, ...), created or updated when the
     /// worker starts, as connect-standalone.sh takes them.
     connectors: Vec<PathBuf>,
+    /// A standalone worker, as connect-standalone.sh runs: no group, offsets in the file
+    /// offset.storage.file.filename names, connectors from the files given (and the REST
+    /// API, until the worker stops).
+    #[arg(long)]
+    standalone: bool,
     /// key=value over the worker file (repeatable).
     #[arg(long = "override", value_parser = parse_override)]
     overrides: Vec<(String, String)>,
@@ -45,7 +50,7 @@ pub fn run(args: ConnectArgs) -> anyhow::Result<()> {
         None => BTreeMap::new(),
     };
     properties.extend(args.overrides);
-    let config = WorkerConfig::from_properties(&properties)
+    let config = WorkerConfig::from_properties(&properties, args.standalone)
         .map_err(|error| anyhow::anyhow!("invalid worker configuration: {error}"))?;
     let mut connectors = Vec::new();
     for path in &args.connectors {

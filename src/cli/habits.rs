@@ -88,6 +88,46 @@ pub fn rewrite(args: Vec<OsString>) -> Vec<OsString> {
     rewritten
 }
 
+/// The subcommand's name moved before flags typed ahead of it: `sluice groups
+/// --bootstrap-server b:1 describe g` becomes `sluice groups describe --bootstrap-server b:1
+/// g` (the flags are the subcommand's own). Flags that take a value are stepped over with it.
+pub fn subcommand_first(args: Vec<OsString>, root: &clap::Command) -> Vec<OsString> {
+    let Some(command) = args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .and_then(|name| root.find_subcommand(name))
+    else {
+        return args;
+    };
+    if !command.has_subcommands() {
+        return args;
+    }
+    match args.get(2).and_then(|a| a.to_str()) {
+        Some(first) if first.starts_with("--") && first != "--help" => {}
+        _ => return args,
+    }
+    let mut index = 2;
+    while let Some(arg) = args.get(index).and_then(|a| a.to_str()) {
+        if let Some(flag) = arg.strip_prefix("--") {
+            let takes_value = !flag.contains('=')
+                && command
+                    .get_subcommands()
+                    .flat_map(|sub| sub.get_arguments())
+                    .any(|a| a.get_long() == Some(flag) && a.get_action().takes_values());
+            index += if takes_value { 2 } else { 1 };
+            continue;
+        }
+        if command.find_subcommand(arg).is_none() {
+            return args;
+        }
+        let mut rewritten = args;
+        let name = rewritten.remove(index);
+        rewritten.insert(2, name);
+        return rewritten;
+    }
+    args
+}
+
 /// The parser's error, with a flag it did not know explained by the closest real one.
 /// Errors of other kinds (and help, version) come back as they were.
 pub fn explain(error: clap::Error, root: &clap::Command, args: &[OsString]) -> ExplainedError {
@@ -318,6 +358,33 @@ mod tests {
         ] {
             assert_eq!(rewrite(args(same)), args(same));
         }
+    }
+
+    #[test]
+    fn flags_typed_before_a_subcommand_are_its_own() {
+        use clap::CommandFactory as _;
+        let root = crate::Cli::command();
+        assert_eq!(
+            subcommand_first(
+                args("sluice groups --bootstrap-server b:1 describe g"),
+                &root
+            ),
+            args("sluice groups describe --bootstrap-server b:1 g")
+        );
+        assert_eq!(
+            subcommand_first(
+                args("sluice groups --bootstrap-server=b:1 translate g --execute"),
+                &root
+            ),
+            args("sluice groups translate --bootstrap-server=b:1 g --execute")
+        );
+        // A value that happens to be a subcommand's name is a value.
+        assert_eq!(
+            subcommand_first(args("sluice groups --group list describe"), &root),
+            args("sluice groups describe --group list")
+        );
+        let untouched = args("sluice groups describe --bootstrap-server b:1 g");
+        assert_eq!(subcommand_first(untouched.clone(), &root), untouched);
     }
 
     #[test]

@@ -547,7 +547,14 @@ impl Producer {
                 )),
             });
         }
-        let partition_count = self.partition_count(&record.topic).await?;
+        let mut partition_count = self.partition_count(&record.topic).await?;
+        if let Some(partition) = record.partition
+            && partition >= partition_count
+        {
+            // Partitions added since the metadata was read: asked for again, as Kafka's
+            // producer waits for them (up to max.block.ms) before failing.
+            partition_count = self.wait_for_partition(&record.topic, partition).await?;
+        }
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         // Room in buffer.memory is the common case: taken without arming a timer.
         let permit = match inner.memory.try_acquire_many(permits) {
@@ -718,6 +725,39 @@ impl Producer {
     /// it), instead of waiting `max.block.ms` for someone to create it: for tools.
     pub async fn existing_partition_count(&self, topic: &str) -> Result<i32> {
         self.partition_count_waiting(topic, false).await
+    }
+
+    /// The topic's partition count once the metadata has `partition`, asked for again every
+    /// `retry.backoff.ms` up to `max.block.ms`.
+    async fn wait_for_partition(&self, topic: &str, partition: i32) -> Result<i32> {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.settings.max_block;
+        let topics = [topic.to_owned()];
+        let mut count = 0;
+        loop {
+            match inner.cluster.refresh_with(Some(&topics), true).await {
+                Ok(metadata) => {
+                    count = metadata
+                        .topics
+                        .get(topic)
+                        .map_or(0, |t| t.partitions.len() as i32);
+                    if partition < count {
+                        return Ok(count);
+                    }
+                }
+                Err(error) if !error.is_retriable() => return Err(error),
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "partition {partition} of topic {topic} (the metadata has {count} partitions)"
+                    ),
+                    after: inner.settings.max_block,
+                });
+            }
+            tokio::time::sleep(inner.settings.retry_backoff).await;
+        }
     }
 
     async fn partition_count_waiting(&self, topic: &str, wait_for_creation: bool) -> Result<i32> {

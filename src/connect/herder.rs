@@ -41,9 +41,11 @@ pub struct Worker {
     pub config: Arc<WorkerConfig>,
     pub admin: Admin,
     pub producer: Producer,
-    pub stores: Stores,
+    pub stores: Arc<Stores>,
     pub cluster_id: String,
     pub view: Mutex<GroupView>,
+    /// The counters of every task this worker has run, for `/metrics`.
+    pub counters: Mutex<BTreeMap<(String, u32), Arc<tasks::TaskCounters>>>,
     config_changed: Arc<Notify>,
     shutdown: watch::Sender<bool>,
     herder: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -58,7 +60,7 @@ impl Worker {
         producer_config.insert("linger.ms", "1");
         let producer = Producer::new(producer_config)?;
         let config_changed = Arc::new(Notify::new());
-        let stores = Stores::start(&config, &admin, Arc::clone(&config_changed)).await?;
+        let stores = Arc::new(Stores::start(&config, &admin, Arc::clone(&config_changed)).await?);
         let (shutdown, _) = watch::channel(false);
         let worker = Arc::new(Worker {
             config,
@@ -67,6 +69,7 @@ impl Worker {
             stores,
             cluster_id,
             view: Mutex::new(GroupView::default()),
+            counters: Mutex::new(BTreeMap::new()),
             config_changed,
             shutdown,
             herder: Mutex::new(None),
@@ -99,12 +102,18 @@ impl Worker {
         self.write(&self.config.config_topic, key, value).await
     }
 
-    async fn write(
+    pub async fn write(
         &self,
         topic: &str,
         key: String,
         value: Option<Bytes>,
     ) -> Result<(), ConnectError> {
+        if self.stores.standalone() {
+            return self
+                .stores
+                .write_local(&self.config, topic, Bytes::from(key), value)
+                .await;
+        }
         let record = ProducerRecord {
             topic: topic.to_owned(),
             partition: None,
@@ -181,6 +190,8 @@ async fn herd(worker: Arc<Worker>) {
     let mut running = Running::default();
     let mut restarts_seen: Option<i64> = None;
     let mut failures = 0u32;
+    let standalone = worker.stores.standalone();
+    let mut standalone_generation = 0;
     'join: loop {
         if *shutdown.borrow() {
             break;
@@ -202,12 +213,25 @@ async fn herd(worker: Arc<Worker>) {
             url: worker.url(),
             config_offset,
         };
-        let leader_worker = Arc::clone(&worker);
-        let joined = tokio::select! {
-            joined = member.join(&state, move |members, leader_id| async move {
-                leader_assignment(&leader_worker, members, leader_id).await
-            }) => joined,
-            _ = shutdown.changed() => break,
+        let joined = if standalone {
+            // A standalone worker is its own group: everything is its.
+            standalone_generation += 1;
+            let id = worker.config.worker_id.clone();
+            let mut assignments =
+                leader_assignment(&worker, vec![(id.clone(), state.clone())], id.clone()).await;
+            Ok(super::member::Joined {
+                member_id: id.clone(),
+                generation: standalone_generation,
+                assignment: assignments.remove(&id).unwrap_or_default(),
+            })
+        } else {
+            let leader_worker = Arc::clone(&worker);
+            tokio::select! {
+                joined = member.join(&state, move |members, leader_id| async move {
+                    leader_assignment(&leader_worker, members, leader_id).await
+                }) => joined,
+                _ = shutdown.changed() => break,
+            }
         };
         let joined = match joined {
             Ok(joined) => {
@@ -216,7 +240,10 @@ async fn herd(worker: Arc<Worker>) {
             }
             Err(error) => {
                 failures += 1;
-                if failures == 1 {
+                if error.is_retriable() && failures < 20 {
+                    // A coordinator loading or moving: normal at a cluster's start.
+                    tracing::debug!(group = %worker.config.group_id, error = %error, "joining the Connect group: retrying");
+                } else if failures == 1 || failures == 20 {
                     tracing::warn!(group = %worker.config.group_id, error = %error, "joining the Connect group failed; retrying");
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -263,7 +290,7 @@ async fn herd(worker: Arc<Worker>) {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break 'join,
-                _ = heartbeat.tick() => match member.heartbeat().await {
+                _ = heartbeat.tick(), if !standalone => match member.heartbeat().await {
                     Ok(true) => heartbeat_failures = 0,
                     Ok(false) => {
                         tracing::info!(group = %worker.config.group_id, "the Connect group is rebalancing; joining again");
@@ -481,10 +508,18 @@ async fn start_task(
         key_converter,
         value_converter,
         producer: worker.producer.clone(),
-        offsets: Arc::clone(&worker.stores.offsets),
+        stores: Arc::clone(&worker.stores),
         target: target_rx,
         shutdown: worker.shutdown.subscribe(),
         admin: worker.admin.clone(),
+        counters: Arc::clone(
+            worker
+                .counters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((name.to_owned(), task))
+                .or_default(),
+        ),
     };
     worker
         .report(key, worker.status(state_name(target), None, generation))

@@ -68,6 +68,11 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
+    /// A failure that goes away by itself (a coordinator loading, a leader moving).
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, ConnectError::Kafka(error) if error.is_retriable())
+    }
+
     pub fn status(&self) -> u16 {
         match self {
             ConnectError::BadRequest(_) => 400,
@@ -111,6 +116,7 @@ const WORKER_KEYS: &[&str] = &[
     "connect.protocol",
     "exactly.once.source.support",
     "client.id",
+    "offset.storage.file.filename",
 ];
 
 /// The worker's settings (Kafka Connect's worker keys).
@@ -138,6 +144,9 @@ pub struct WorkerConfig {
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub rebalance_timeout: Duration,
+    /// A standalone worker's offsets file (`offset.storage.file.filename`): no group, configs
+    /// and statuses in memory, connectors from the command line and the REST API.
+    pub offset_file: Option<std::path::PathBuf>,
     /// Client settings for every client the worker makes (security), before prefixes.
     pub client: BTreeMap<String, String>,
     pub producer: BTreeMap<String, String>,
@@ -154,6 +163,7 @@ impl WorkerConfig {
     /// `connect-distributed.properties` against 127.0.0.1:9092) describes.
     pub fn from_properties(
         properties: &BTreeMap<String, String>,
+        standalone: bool,
     ) -> Result<WorkerConfig, ConnectError> {
         let get = |key: &str| properties.get(key).map(|v| v.trim().to_owned());
         let number = |key: &str, default: i64, min: i64, max: i64| -> Result<i64, ConnectError> {
@@ -191,6 +201,22 @@ impl WorkerConfig {
             return Err(ConnectError::BadRequest(format!(
                 "Invalid value {value} for configuration connect.protocol: String must be one of: eager, compatible, sessioned"
             )));
+        }
+        let offset_file = get("offset.storage.file.filename").filter(|f| !f.is_empty());
+        match (standalone, &offset_file) {
+            (true, None) => {
+                return Err(ConnectError::BadRequest(
+                    "a standalone worker keeps its offsets in a file: set offset.storage.file.filename".to_owned(),
+                ));
+            }
+            (false, Some(file)) => {
+                return Err(ConnectError::BadRequest(format!(
+                    "offset.storage.file.filename={file} is a standalone worker's setting: run \
+                     sluice connect --standalone (a distributed worker keeps offsets in \
+                     offset.storage.topic)"
+                )));
+            }
+            _ => {}
         }
         let mut converters = BTreeMap::new();
         for prefix in ["key.converter", "value.converter"] {
@@ -305,6 +331,7 @@ impl WorkerConfig {
                 1,
                 i32::MAX as i64,
             )? as u64),
+            offset_file: offset_file.map(std::path::PathBuf::from),
             client,
             producer,
             consumer,

@@ -28,6 +28,13 @@ pub fn handler(worker: Arc<Worker>) -> impl Fn(Request) -> Answer + Send + Sync 
         Box::pin(async move {
             let method = request.method.clone();
             let path = request.path.clone();
+            if method == "GET" && path == "/metrics" {
+                return Response::new(
+                    200,
+                    "text/plain; version=0.0.4",
+                    metrics(&worker).into_bytes(),
+                );
+            }
             let answer = route(&worker, &request).await;
             let response = match answer {
                 Ok((status, body)) => json_response(status, body),
@@ -46,6 +53,75 @@ pub fn handler(worker: Arc<Worker>) -> impl Fn(Request) -> Answer + Send + Sync 
             response
         })
     }
+}
+
+/// The worker's metrics: its tasks' records and commits, and the state of each connector and
+/// task it runs (from the status topic).
+fn metrics(worker: &Worker) -> String {
+    use crate::metrics::exposition::{Exposition, Kind};
+    use std::sync::atomic::Ordering;
+    let counters: Vec<((String, u32), (u64, u64))> = worker
+        .counters
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(id, c)| {
+            (
+                id.clone(),
+                (
+                    c.records.load(Ordering::Relaxed),
+                    c.commits.load(Ordering::Relaxed),
+                ),
+            )
+        })
+        .collect();
+    let mut out = Exposition::new();
+    for (name, help, pick) in [
+        (
+            "sluice_connect_task_records_total",
+            "Records a task on this worker sent (a source, acknowledged) or wrote (a sink).",
+            0,
+        ),
+        (
+            "sluice_connect_task_offset_commits_total",
+            "Positions a source task wrote, or offset commits of a sink task, on this worker.",
+            1,
+        ),
+    ] {
+        let mut family = out.family(name, Kind::Counter, help);
+        for ((connector, task), values) in &counters {
+            let task = task.to_string();
+            let value = if pick == 0 { values.0 } else { values.1 };
+            family.sample(&[("connector", connector), ("task", &task)], value);
+        }
+    }
+    let statuses = worker.stores.statuses.read();
+    let mine = |status: &Status| status.worker_id == worker.config.worker_id;
+    let mut family = out.family(
+        "sluice_connect_task_state",
+        Kind::Gauge,
+        "1 for the state of each task this worker runs (RUNNING, PAUSED, FAILED, ...).",
+    );
+    for ((connector, task), status) in statuses.tasks.iter().filter(|(_, s)| mine(s)) {
+        let task = task.to_string();
+        family.sample(
+            &[
+                ("connector", connector),
+                ("task", &task),
+                ("state", &status.state),
+            ],
+            1u64,
+        );
+    }
+    let mut family = out.family(
+        "sluice_connect_connector_state",
+        Kind::Gauge,
+        "1 for the state of each connector this worker runs.",
+    );
+    for (connector, status) in statuses.connectors.iter().filter(|(_, s)| mine(s)) {
+        family.sample(&[("connector", connector), ("state", &status.state)], 1u64);
+    }
+    out.into_text()
 }
 
 fn json_response(status: u16, body: Option<Value>) -> Response {
@@ -606,15 +682,9 @@ async fn reset_offsets(worker: &Worker, name: &str) -> Outcome {
                 })
                 .unwrap_or_default();
             for partition in partitions {
-                let record = crate::client::ProducerRecord {
-                    topic: worker.config.offset_topic.clone(),
-                    partition: None,
-                    key: Some(store::offset_key(name, &partition)),
-                    value: None,
-                    headers: Vec::new(),
-                    timestamp: None,
-                };
-                worker.producer.send(record).await?.await?;
+                let key = store::offset_key(name, &partition);
+                let key = String::from_utf8_lossy(&key).into_owned();
+                worker.write(&worker.config.offset_topic, key, None).await?;
             }
             worker
                 .stores

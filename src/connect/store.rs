@@ -26,6 +26,12 @@ use crate::client::{
 };
 use crate::protocol::errors;
 
+/// A standalone tail's "positions" (bumped by each write) and who hears of changes.
+type Local = (
+    watch::Sender<BTreeMap<i32, i64>>,
+    Option<Arc<tokio::sync::Notify>>,
+);
+
 /// What a tail applies its records to.
 pub trait Apply: Send + Sync + 'static {
     fn apply(&mut self, record: &ConsumerRecord);
@@ -38,7 +44,10 @@ pub struct Tail<S> {
     partitions: Vec<TopicPartition>,
     /// The next offset to read, per partition: what has been applied.
     positions: watch::Receiver<BTreeMap<i32, i64>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Reads the topic; none for a standalone worker's state, kept in memory.
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// A standalone tail's writes: its "positions", and who hears of changes.
+    local: Option<Local>,
 }
 
 impl<S: Apply + Default> Tail<S> {
@@ -92,8 +101,51 @@ impl<S: Apply + Default> Tail<S> {
             topic: topic.to_owned(),
             partitions,
             positions,
-            task,
+            task: Some(task),
+            local: None,
         })
+    }
+
+    /// A standalone worker's state: in memory, written with `apply_local`.
+    pub fn local(topic: &str, changed: Option<Arc<tokio::sync::Notify>>) -> Tail<S> {
+        let (sender, positions) = watch::channel(BTreeMap::from([(0, 0)]));
+        Tail {
+            state: Arc::new(RwLock::new(S::default())),
+            topic: topic.to_owned(),
+            partitions: vec![TopicPartition::new(topic, 0)],
+            positions,
+            task: None,
+            local: Some((sender, changed)),
+        }
+    }
+
+    /// Applies a write to a standalone tail as if it had been read back from its topic.
+    pub fn apply_local(&self, key: Bytes, value: Option<Bytes>) {
+        let Some((positions, changed)) = &self.local else {
+            return;
+        };
+        let offset = self.position(0);
+        let record = ConsumerRecord {
+            topic: Arc::from(self.topic.as_str()),
+            partition: 0,
+            offset,
+            timestamp: 0,
+            timestamp_type: crate::client::TimestampType::CreateTime,
+            key: Some(key),
+            value,
+            headers: Vec::new(),
+            leader_epoch: None,
+        };
+        self.state
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(&record);
+        positions.send_modify(|map| {
+            map.insert(0, offset + 1);
+        });
+        if let Some(changed) = changed {
+            changed.notify_one();
+        }
     }
 }
 
@@ -146,6 +198,10 @@ async fn read_forever<S: Apply>(
 impl<S> Tail<S> {
     /// Waits until everything written to the topic before the call has been applied.
     pub async fn read_to_end(&self, admin: &Admin, timeout: Duration) -> Result<(), ConnectError> {
+        if self.task.is_none() {
+            // In memory: every write is applied as it is made.
+            return Ok(());
+        }
         let asked: BTreeSet<TopicPartition> = self.partitions.iter().cloned().collect();
         let ends = admin.list_offsets(&asked, OffsetSpec::Latest).await?;
         let mut positions = self.positions.clone();
@@ -188,7 +244,9 @@ impl<S> Tail<S> {
 
 impl<S> Drop for Tail<S> {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -487,11 +545,15 @@ pub fn offset_key(connector: &str, partition: &Value) -> Bytes {
     Bytes::from(json!([connector, partition]).to_string())
 }
 
-/// The three tails of a worker.
+/// The three tails of a worker, and for a standalone worker the file its offsets are kept in.
 pub struct Stores {
     pub configs: Tail<ConfigState>,
     pub statuses: Tail<StatusState>,
     pub offsets: Arc<Tail<OffsetState>>,
+    /// `offset.storage.file.filename` of a standalone worker: configs and statuses are in
+    /// memory, offsets in this file (rewritten whole, then renamed over the old one).
+    pub offset_file: Option<std::path::PathBuf>,
+    offset_file_lock: tokio::sync::Mutex<()>,
 }
 
 impl Stores {
@@ -500,6 +562,17 @@ impl Stores {
         admin: &Admin,
         config_changed: Arc<tokio::sync::Notify>,
     ) -> Result<Stores, ConnectError> {
+        if let Some(file) = &config.offset_file {
+            let offsets: Tail<OffsetState> = Tail::local(&config.offset_topic, None);
+            load_offsets(file, &offsets)?;
+            return Ok(Stores {
+                configs: Tail::local(&config.config_topic, Some(config_changed)),
+                statuses: Tail::local(&config.status_topic, None),
+                offsets: Arc::new(offsets),
+                offset_file: Some(file.clone()),
+                offset_file_lock: tokio::sync::Mutex::new(()),
+            });
+        }
         let client = || config.client_config(&config.consumer);
         let configs = Tail::start(
             admin,
@@ -532,8 +605,90 @@ impl Stores {
             configs,
             statuses,
             offsets: Arc::new(offsets),
+            offset_file: None,
+            offset_file_lock: tokio::sync::Mutex::new(()),
         })
     }
+
+    pub fn standalone(&self) -> bool {
+        self.offset_file.is_some()
+    }
+
+    /// A standalone worker's write: applied in memory, and for offsets kept in the file
+    /// before this returns (so an offset said written survives a kill -9).
+    pub async fn write_local(
+        &self,
+        config: &WorkerConfig,
+        topic: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Result<(), ConnectError> {
+        if topic == config.config_topic {
+            self.configs.apply_local(key, value);
+        } else if topic == config.status_topic {
+            self.statuses.apply_local(key, value);
+        } else if topic == config.offset_topic {
+            let _guard = self.offset_file_lock.lock().await;
+            self.offsets.apply_local(key, value);
+            if let Some(file) = &self.offset_file {
+                save_offsets(file, &self.offsets)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The offsets file: a JSON array of `{"key": <offsets topic key>, "value": <offset>}`
+/// (Kafka's standalone worker writes a Java-serialized map instead).
+fn save_offsets(file: &std::path::Path, offsets: &Tail<OffsetState>) -> Result<(), ConnectError> {
+    let entries: Vec<Value> = offsets
+        .read()
+        .offsets
+        .iter()
+        .flat_map(|(connector, map)| {
+            map.values().map(move |(partition, offset)| {
+                json!({ "key": [connector, partition], "value": offset })
+            })
+        })
+        .collect();
+    let io = |what: &str, source| ConnectError::Io {
+        what: format!("{what} {}", file.display()),
+        source,
+    };
+    let temporary = file.with_extension("tmp");
+    {
+        use std::io::Write as _;
+        let mut out = std::fs::File::create(&temporary).map_err(|e| io("writing", e))?;
+        out.write_all(Value::Array(entries).to_string().as_bytes())
+            .and_then(|()| out.sync_all())
+            .map_err(|e| io("writing", e))?;
+    }
+    std::fs::rename(&temporary, file).map_err(|e| io("replacing", e))
+}
+
+fn load_offsets(file: &std::path::Path, offsets: &Tail<OffsetState>) -> Result<(), ConnectError> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ConnectError::Io {
+                what: format!("reading {}", file.display()),
+                source,
+            });
+        }
+    };
+    let entries: Vec<Value> = serde_json::from_str(&text).map_err(|error| {
+        ConnectError::BadRequest(format!(
+            "{} is not a sluice connect offsets file: {error}",
+            file.display()
+        ))
+    })?;
+    for entry in entries {
+        let key = Bytes::from(entry["key"].to_string());
+        let value = Bytes::from(entry["value"].to_string());
+        offsets.apply_local(key, Some(value));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

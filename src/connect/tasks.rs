@@ -16,9 +16,30 @@ use tokio::sync::watch;
 
 use super::data::{Converter, Data};
 use super::plugins::Plugin;
-use super::store::{OffsetState, Tail, TargetState, offset_key};
+use super::store::{Stores, TargetState, offset_key};
 use super::{ConnectError, WorkerConfig};
 use crate::client::{Consumer, Producer, ProducerRecord, TopicPartition};
+
+/// A task's counters, shown on the worker's `/metrics`.
+#[derive(Default)]
+pub struct TaskCounters {
+    /// Records sent (a source, once acknowledged) or written (a sink).
+    pub records: std::sync::atomic::AtomicU64,
+    /// Positions written (a source) or offset commits (a sink).
+    pub commits: std::sync::atomic::AtomicU64,
+}
+
+impl TaskCounters {
+    fn add_records(&self, n: usize) {
+        self.records
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn add_commit(&self) {
+        self.commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// What a task needs from its worker.
 pub struct TaskContext {
@@ -31,11 +52,14 @@ pub struct TaskContext {
     pub value_converter: Converter,
     /// The worker's producer (data and offsets of sources).
     pub producer: Producer,
-    pub offsets: Arc<Tail<OffsetState>>,
+    /// The worker's stores: source offsets are read there, and written there when the
+    /// worker is standalone (a file).
+    pub stores: Arc<Stores>,
     /// STARTED, PAUSED or STOPPED; the task ends when told to stop or at `shutdown`.
     pub target: watch::Receiver<TargetState>,
     pub shutdown: watch::Receiver<bool>,
     pub admin: crate::client::Admin,
+    pub counters: Arc<TaskCounters>,
 }
 
 impl TaskContext {
@@ -105,11 +129,12 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
         .clamp(1, 1_000_000);
     let source_partition = json!({ "filename": path });
     context
+        .stores
         .offsets
         .read_to_end(&context.admin, Duration::from_secs(30))
         .await?;
     let mut position = {
-        let offsets = context.offsets.read();
+        let offsets = context.stores.offsets.read();
         offsets
             .offsets
             .get(&context.connector)
@@ -231,9 +256,11 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
             };
             deliveries.push(context.producer.send(record).await?);
         }
+        let sent = deliveries.len();
         for delivery in deliveries {
             delivery.await?;
         }
+        context.counters.add_records(sent);
         position = lines.last().map_or(position, |(_, at)| *at);
         if last_offset_write.elapsed() >= context.worker.offset_flush_interval {
             write_offset(&context, &source_partition, position).await?;
@@ -255,11 +282,25 @@ async fn write_offset(
     source_partition: &Value,
     position: u64,
 ) -> Result<(), ConnectError> {
+    context.counters.add_commit();
+    let key = offset_key(&context.connector, source_partition);
+    let value = Bytes::from(json!({ "position": position }).to_string());
+    if context.stores.standalone() {
+        return context
+            .stores
+            .write_local(
+                &context.worker,
+                &context.worker.offset_topic,
+                key,
+                Some(value),
+            )
+            .await;
+    }
     let record = ProducerRecord {
         topic: context.worker.offset_topic.clone(),
         partition: None,
-        key: Some(offset_key(&context.connector, source_partition)),
-        value: Some(Bytes::from(json!({ "position": position }).to_string())),
+        key: Some(key),
+        value: Some(value),
         headers: Vec::new(),
         timestamp: None,
     };
@@ -416,8 +457,13 @@ async fn sink_loop(
                 TopicPartition::new(record.topic.to_string(), record.partition),
                 record.offset + 1,
             );
+            context.counters.add_records(1);
         }
-        if uncommitted.is_empty() || last_commit.elapsed() < context.worker.offset_flush_interval {
+        // Committed once offset.flush.interval.ms has passed, or at once when the topics
+        // have nothing more for now (as the source writes its position when the file does).
+        if uncommitted.is_empty()
+            || (!records.is_empty() && last_commit.elapsed() < context.worker.offset_flush_interval)
+        {
             continue;
         }
         flush(output, &mut deliveries).await?;
@@ -455,6 +501,7 @@ async fn commit(
     uncommitted: &mut BTreeMap<TopicPartition, i64>,
 ) {
     let offsets = std::mem::take(uncommitted);
+    context.counters.add_commit();
     if let Err(error) = consumer.commit_offsets(offsets).await {
         tracing::warn!(connector = %context.connector, task = context.task, error = %error, "committing the sink's offsets failed; the records after the last commit may be written again");
     }
