@@ -468,6 +468,15 @@ struct PartitionState {
     last_sync: Option<OffsetSync>,
 }
 
+/// Poll batches sent and not yet acknowledged, at most.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// A poll's records sent to the target, their acknowledgements to come.
+struct InFlight {
+    records: Vec<ConsumerRecord>,
+    deliveries: Vec<crate::client::DeliveryFuture>,
+}
+
 struct Mirror {
     config: Arc<MirrorConfig>,
     source_admin: Admin,
@@ -484,6 +493,7 @@ struct Mirror {
     topics: BTreeMap<String, i32>,
     emitted: BTreeMap<(String, TopicPartition), i64>,
     metrics: Arc<Mutex<Metrics>>,
+    in_flight: std::collections::VecDeque<InFlight>,
 }
 
 /// Runs the mirror until ctrl-c or SIGTERM.
@@ -593,6 +603,7 @@ pub async fn run(config: MirrorConfig) -> Result<(), MirrorError> {
         topics: BTreeMap::new(),
         emitted: BTreeMap::new(),
         metrics,
+        in_flight: std::collections::VecDeque::new(),
     };
     let outcome = mirror.run().await;
     http.abort();
@@ -630,12 +641,17 @@ impl Mirror {
                 next_checkpoint = Instant::now() + self.config.emit_checkpoints_interval;
             }
             let polled = tokio::select! {
-                polled = self.consumer.poll(Duration::from_millis(200)) => polled,
+                // With batches in flight a poll that finds nothing ends soon: they complete.
+                polled = self.consumer.poll(if self.in_flight.is_empty() {
+                    Duration::from_millis(200)
+                } else {
+                    Duration::from_millis(5)
+                }) => polled,
                 _ = tokio::signal::ctrl_c() => break,
                 _ = terminate.recv() => break,
             };
             let outcome = match polled {
-                Ok(records) => self.mirror(records).await,
+                Ok(records) => self.pipeline(records).await,
                 Err(error) => Err(error.into()),
             };
             match outcome {
@@ -646,6 +662,7 @@ impl Mirror {
                         tracing::warn!(error = %error, "mirroring failed; going back to the last acknowledged position");
                     }
                     // What was not acknowledged is read again from the last position written.
+                    self.in_flight.clear();
                     self.rewind().await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -653,6 +670,13 @@ impl Mirror {
             self.update_lag().await;
         }
         tracing::info!("mirror stopping");
+        // What was sent is awaited and its progress written, so a restart repeats nothing.
+        while let Some(batch) = self.in_flight.pop_front() {
+            if let Err(error) = self.complete(batch).await {
+                tracing::warn!(error = %error, "a batch sent before stopping was not acknowledged; it will be mirrored again");
+                break;
+            }
+        }
         Ok(())
     }
 
@@ -782,10 +806,24 @@ impl Mirror {
 
     /// Sends a poll's records to the target and, once acknowledged, writes their progress
     /// and offset syncs.
-    async fn mirror(&mut self, records: Vec<ConsumerRecord>) -> Result<(), MirrorError> {
-        if records.is_empty() {
-            return Ok(());
+    /// Sends a poll's records, then completes the oldest batches in flight: all of them
+    /// when the poll found nothing more, else those beyond `BATCHES_IN_FLIGHT`. So the next
+    /// poll's records are sent while the previous ones' acknowledgements come back.
+    async fn pipeline(&mut self, records: Vec<ConsumerRecord>) -> Result<(), MirrorError> {
+        let idle = records.is_empty();
+        if !idle {
+            let batch = self.send(records).await?;
+            self.in_flight.push_back(batch);
         }
+        while self.in_flight.len() > BATCHES_IN_FLIGHT || (idle && !self.in_flight.is_empty()) {
+            if let Some(batch) = self.in_flight.pop_front() {
+                self.complete(batch).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, records: Vec<ConsumerRecord>) -> Result<InFlight, MirrorError> {
         let mut sent = Vec::with_capacity(records.len());
         for record in &records {
             let topic = self.config.target_topic(&record.topic);
@@ -802,6 +840,18 @@ impl Mirror {
                 .await?;
             sent.push(delivery);
         }
+        Ok(InFlight {
+            records,
+            deliveries: sent,
+        })
+    }
+
+    /// Awaits a batch's acknowledgements, then writes its progress and offset syncs.
+    async fn complete(&mut self, batch: InFlight) -> Result<(), MirrorError> {
+        let InFlight {
+            records,
+            deliveries: sent,
+        } = batch;
         // Per partition: the first and last (upstream, downstream) acknowledged, records,
         // bytes and latency.
         let mut done: BTreeMap<TopicPartition, (OffsetSync, OffsetSync, u64, u64, i64)> =
