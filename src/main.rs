@@ -78,7 +78,7 @@ enum Command {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
         /// key=value, applied after the file (repeatable), like Kafka's --override.
-        #[arg(long = "override", value_parser = parse_override)]
+        #[arg(long = "override", value_parser = cli::common::parse_key_value)]
         overrides: Vec<(String, String)>,
         /// A SCRAM credential created when this node starts for the first time, unless it
         /// exists (repeatable), as kafka-storage.sh format --add-scram:
@@ -208,13 +208,6 @@ fn run() -> anyhow::Result<()> {
             add_scram,
         } => server(config.as_deref(), &overrides, add_scram),
     }
-}
-
-fn parse_override(text: &str) -> Result<(String, String), String> {
-    let (key, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("'{text}' is not key=value"))?;
-    Ok((key.trim().to_owned(), value.trim().to_owned()))
 }
 
 fn server(

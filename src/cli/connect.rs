@@ -26,15 +26,8 @@ pub struct ConnectArgs {
     #[arg(long)]
     standalone: bool,
     /// key=value over the worker file (repeatable).
-    #[arg(long = "override", value_parser = parse_override)]
+    #[arg(long = "override", value_parser = super::common::parse_key_value)]
     overrides: Vec<(String, String)>,
-}
-
-fn parse_override(text: &str) -> Result<(String, String), String> {
-    let (key, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("'{text}' is not key=value"))?;
-    Ok((key.trim().to_owned(), value.trim().to_owned()))
 }
 
 fn read_properties(path: &PathBuf) -> anyhow::Result<BTreeMap<String, String>> {

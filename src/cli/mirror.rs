@@ -38,15 +38,8 @@ pub struct MirrorArgs {
     #[arg(long, default_value = "target")]
     target_alias: String,
     /// key=value, an MM2 setting over the file (repeatable).
-    #[arg(long = "override", value_parser = parse_override)]
+    #[arg(long = "override", value_parser = super::common::parse_key_value)]
     overrides: Vec<(String, String)>,
-}
-
-fn parse_override(text: &str) -> Result<(String, String), String> {
-    let (key, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("'{text}' is not key=value"))?;
-    Ok((key.trim().to_owned(), value.trim().to_owned()))
 }
 
 pub fn run(args: MirrorArgs) -> anyhow::Result<()> {

@@ -102,6 +102,20 @@ impl Worker {
         self.write(&self.config.config_topic, key, value).await
     }
 
+    /// [`Worker::write_config`], then waits until this worker has read it back, so what
+    /// answers next sees it.
+    pub async fn write_config_read_back(
+        &self,
+        key: String,
+        value: Option<Bytes>,
+    ) -> Result<(), ConnectError> {
+        self.write_config(key, value).await?;
+        self.stores
+            .configs
+            .read_to_end(&self.admin, READ_TIMEOUT)
+            .await
+    }
+
     pub async fn write(
         &self,
         topic: &str,

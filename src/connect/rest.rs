@@ -224,15 +224,10 @@ async fn route(worker: &Worker, request: &Request) -> Outcome {
                 return Err(not_found(name));
             }
             worker
-                .write_config(
+                .write_config_read_back(
                     format!("target-state-{name}"),
                     Some(store::target_record(target)),
                 )
-                .await?;
-            worker
-                .stores
-                .configs
-                .read_to_end(&worker.admin, READ_TIMEOUT)
                 .await?;
             Ok((202, None))
         }
@@ -512,15 +507,10 @@ pub(super) async fn put_config(
             .await?;
     }
     worker
-        .write_config(
+        .write_config_read_back(
             format!("connector-{name}"),
             Some(store::connector_record(&config)),
         )
-        .await?;
-    worker
-        .stores
-        .configs
-        .read_to_end(&worker.admin, READ_TIMEOUT)
         .await?;
     tracing::info!(connector = %name, created = !existed, "connector config written");
     let info = info(worker, name).ok_or_else(|| not_found(name))?;
@@ -539,12 +529,7 @@ async fn delete(worker: &Worker, name: &str) -> Outcome {
         .write_config(format!("connector-{name}"), None)
         .await?;
     worker
-        .write_config(format!("target-state-{name}"), None)
-        .await?;
-    worker
-        .stores
-        .configs
-        .read_to_end(&worker.admin, READ_TIMEOUT)
+        .write_config_read_back(format!("target-state-{name}"), None)
         .await?;
     worker
         .write_status(format!("status-connector-{name}"), None)
@@ -585,15 +570,10 @@ async fn restart(worker: &Worker, request: &Request, name: &str) -> Outcome {
         }
     }
     worker
-        .write_config(
+        .write_config_read_back(
             format!("restart-connector-{name}"),
             Some(store::restart_record(include_tasks, only_failed)),
         )
-        .await?;
-    worker
-        .stores
-        .configs
-        .read_to_end(&worker.admin, READ_TIMEOUT)
         .await?;
     if !include_tasks && !only_failed {
         return Ok((204, None));
