@@ -289,8 +289,10 @@ fn a_mirror_between_two_clusters_loses_nothing_and_a_group_moves_over() {
             .collect();
         let skipped = unread.difference(&after).count();
         assert_eq!(
-            skipped, 0,
-            "partition {p}: resuming at {downstream} skips {skipped} records"
+            skipped,
+            0,
+            "partition {p}: resuming at {downstream} skips {skipped} records\n{}",
+            mirror.logs()
         );
         let reread = after.difference(&unread).count();
         println!(
@@ -344,6 +346,11 @@ fn a_mirror_between_two_clusters_loses_nothing_and_a_group_moves_over() {
                 topic,
                 "-p",
                 partition,
+                "-K:",
+                "-H",
+                "origin=eu",
+                "-H",
+                "trace=42",
             ])
             .stdin(std::process::Stdio::piped())
             .spawn()
@@ -352,7 +359,7 @@ fn a_mirror_between_two_clusters_loses_nothing_and_a_group_moves_over() {
         kcat.stdin
             .take()
             .expect("stdin")
-            .write_all(format!("late-{topic}\n").as_bytes())
+            .write_all(format!("key-{topic}:late-{topic}\n").as_bytes())
             .expect("write");
         assert!(kcat.wait().expect("kcat").success());
     }
@@ -372,6 +379,34 @@ fn a_mirror_between_two_clusters_loses_nothing_and_a_group_moves_over() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+
+    // Keys, headers and timestamps are kept (read with kcat on both sides).
+    let described = |bootstrap: &str, topic: &str| -> String {
+        let output = Command::new("kcat")
+            .args([
+                "-C",
+                "-b",
+                bootstrap,
+                "-t",
+                topic,
+                "-e",
+                "-q",
+                "-f",
+                "%k|%h|%T|%s\n",
+            ])
+            .output()
+            .expect("kcat");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    let upstream = described(&source.bootstrap(), "orders-late");
+    assert!(
+        upstream.starts_with("key-orders-late|origin=eu,trace=42|"),
+        "{upstream}"
+    );
+    assert_eq!(
+        described(&target.bootstrap(), "source.orders-late"),
+        upstream
+    );
 
     // The mirror's lag is on /metrics, and it has caught up.
     let metrics = support::metrics_at(mirror.metrics_port).expect("mirror /metrics");

@@ -551,9 +551,8 @@ impl Producer {
         if let Some(partition) = record.partition
             && partition >= partition_count
         {
-            // Partitions added since the metadata was read: asked for again, as Kafka's
-            // producer waits for them (up to max.block.ms) before failing.
-            partition_count = self.wait_for_partition(&record.topic, partition).await?;
+            // A partition added since the metadata was read: asked for again.
+            partition_count = self.refresh_for_partition(&record.topic, partition).await?;
         }
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         // Room in buffer.memory is the common case: taken without arming a timer.
@@ -727,37 +726,28 @@ impl Producer {
         self.partition_count_waiting(topic, false).await
     }
 
-    /// The topic's partition count once the metadata has `partition`, asked for again every
-    /// `retry.backoff.ms` up to `max.block.ms`.
-    async fn wait_for_partition(&self, topic: &str, partition: i32) -> Result<i32> {
-        let inner = &self.inner;
-        let deadline = Instant::now() + inner.settings.max_block;
-        let topics = [topic.to_owned()];
-        let mut count = 0;
-        loop {
-            match inner.cluster.refresh_with(Some(&topics), true).await {
-                Ok(metadata) => {
-                    count = metadata
-                        .topics
-                        .get(topic)
-                        .map_or(0, |t| t.partitions.len() as i32);
-                    if partition < count {
-                        return Ok(count);
-                    }
-                }
-                Err(error) if !error.is_retriable() => return Err(error),
-                Err(_) => {}
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "partition {partition} of topic {topic} (the metadata has {count} partitions)"
-                    ),
-                    after: inner.settings.max_block,
-                });
-            }
-            tokio::time::sleep(inner.settings.retry_backoff).await;
+    /// The topic's partition count, asked of the cluster again because the cached metadata
+    /// does not have `partition` (added since it was read). The fresh answer is the cluster's
+    /// own, so a partition it does not have either fails at once with
+    /// UNKNOWN_TOPIC_OR_PARTITION (Kafka's producer would wait `max.block.ms` for it).
+    async fn refresh_for_partition(&self, topic: &str, partition: i32) -> Result<i32> {
+        let metadata = self
+            .inner
+            .cluster
+            .refresh_with(Some(&[topic.to_owned()]), true)
+            .await?;
+        let count = metadata
+            .topics
+            .get(topic)
+            .map_or(0, |t| t.partitions.len() as i32);
+        if partition < count {
+            return Ok(count);
         }
+        Err(Error::Kafka {
+            code: errors::UNKNOWN_TOPIC_OR_PARTITION,
+            context: format!("partition {topic}-{partition}"),
+            message: Some(format!("the topic has {count} partitions")),
+        })
     }
 
     async fn partition_count_waiting(&self, topic: &str, wait_for_creation: bool) -> Result<i32> {

@@ -366,7 +366,17 @@ impl Syncs {
         list.retain(|old| old.upstream < sync.upstream);
         list.push(sync);
         if list.len() > SYNCS_KEPT {
-            list.remove(0);
+            // The older half is thinned (every other sync dropped), the first sync kept: a
+            // group far behind still translates, more coarsely (it reads more again, and
+            // never skips), as MM2 keeps syncs at growing distances. Dropping the oldest
+            // instead left a group behind them translated past its records.
+            let half = list.len() / 2;
+            let mut index = 0;
+            list.retain(|_| {
+                let keep = index == 0 || index >= half || index % 2 == 0;
+                index += 1;
+                keep
+            });
         }
     }
 }
@@ -1091,6 +1101,34 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn old_syncs_are_thinned_not_dropped_so_a_group_far_behind_translates_without_skipping() {
+        let mut syncs = Syncs::default();
+        let tp = TopicPartition::new("orders", 0);
+        // Downstream offsets 5 past upstream ones (a few records written twice).
+        for i in 0..10_000i64 {
+            syncs.add(
+                tp.clone(),
+                OffsetSync {
+                    upstream: i * 100,
+                    downstream: i * 100 + 5,
+                },
+            );
+        }
+        let list = &syncs.syncs[&tp];
+        assert!(list.len() <= SYNCS_KEPT, "{}", list.len());
+        assert_eq!(list[0].upstream, 0, "the first sync is kept");
+        for committed in [0, 150, 3_000, 250_000, 999_950] {
+            let translated = records::translate(list, committed).expect("translates");
+            assert!(
+                translated <= committed + 5,
+                "{committed} -> {translated}: past its records"
+            );
+        }
+        // Recent offsets translate exactly.
+        assert_eq!(records::translate(list, 999_900), Some(999_905));
     }
 
     #[test]
