@@ -243,6 +243,21 @@ impl Member {
         self.connection = None;
     }
 
+    /// Sends to the coordinator; a connection that failed is not used again.
+    async fn send<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        connection: &Connection,
+        request: &R,
+    ) -> Result<R::Response, ConnectError> {
+        match connection.send(request).await {
+            Ok(response) => Ok(response),
+            Err(error) => {
+                self.forget();
+                Err(error.into())
+            }
+        }
+    }
+
     fn group(&self) -> GroupId {
         GroupId(StrBytes::from_string(self.config.group_id.clone()))
     }
@@ -277,13 +292,7 @@ impl Member {
                         .with_metadata(state.encode()),
                 ])
                 .with_reason(None);
-            let response = match connection.send(&request).await {
-                Ok(response) => response,
-                Err(error) => {
-                    self.forget();
-                    return Err(error.into());
-                }
-            };
+            let response = self.send(&connection, &request).await?;
             match response.error_code {
                 errors::NONE => {}
                 errors::MEMBER_ID_REQUIRED => {
@@ -335,13 +344,7 @@ impl Member {
                 .with_protocol_type(Some(StrBytes::from_static_str("connect")))
                 .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL)))
                 .with_assignments(assignments);
-            let response = match connection.send(&sync).await {
-                Ok(response) => response,
-                Err(error) => {
-                    self.forget();
-                    return Err(error.into());
-                }
-            };
+            let response = self.send(&connection, &sync).await?;
             match response.error_code {
                 errors::NONE => {}
                 errors::REBALANCE_IN_PROGRESS | errors::ILLEGAL_GENERATION => {
@@ -374,13 +377,7 @@ impl Member {
             .with_generation_id(self.generation)
             .with_member_id(StrBytes::from_string(self.member_id.clone()))
             .with_group_instance_id(None);
-        let response = match connection.send(&request).await {
-            Ok(response) => response,
-            Err(error) => {
-                self.forget();
-                return Err(error.into());
-            }
-        };
+        let response = self.send(&connection, &request).await?;
         match response.error_code {
             errors::NONE => Ok(true),
             errors::REBALANCE_IN_PROGRESS | errors::ILLEGAL_GENERATION => Ok(false),

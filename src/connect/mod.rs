@@ -196,10 +196,12 @@ impl WorkerConfig {
             )));
         }
         if let Some(value) = get("connect.protocol")
-            && !matches!(value.as_str(), "eager" | "compatible" | "sessioned")
+            && value != "eager"
         {
             return Err(ConnectError::BadRequest(format!(
-                "Invalid value {value} for configuration connect.protocol: String must be one of: eager, compatible, sessioned"
+                "connect.protocol={value}: sluice connect runs eager rebalances only (incremental \
+                 cooperative rebalancing and request signing are not implemented); set \
+                 connect.protocol=eager or leave it unset"
             )));
         }
         let offset_file = get("offset.storage.file.filename").filter(|f| !f.is_empty());
