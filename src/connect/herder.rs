@@ -289,7 +289,20 @@ async fn herd(worker: Arc<Worker>) {
             assignment = ?joined.assignment.work,
             "joined the Connect group"
         );
-        let mut known = fingerprint(&worker.stores.configs.read());
+        let mut known = {
+            let configs = worker.stores.configs.read();
+            if configs
+                .assignment_changed_offset
+                .is_some_and(|offset| offset > joined.assignment.config_offset)
+            {
+                // A connector or its tasks changed after the leader assigned: this
+                // assignment does not cover it (the change's notification may have come
+                // and gone while joining).
+                tracing::info!("connectors or their tasks changed while joining; rebalancing");
+                continue 'join;
+            }
+            fingerprint(&configs)
+        };
         for (connector, work) in &joined.assignment.work {
             if work.contains(&CONNECTOR_TASK) {
                 start_connector(&worker, &mut running, connector, generation).await;

@@ -313,6 +313,9 @@ pub struct ConfigState {
     pub restarts: Vec<RestartRequest>,
     /// Bumped by every record: the herder compares it to know something changed.
     pub version: u64,
+    /// The offset of the last record that added or removed a connector or committed its
+    /// tasks: an assignment made at an earlier offset does not cover it.
+    pub assignment_changed_offset: Option<i64>,
 }
 
 impl ConfigState {
@@ -337,9 +340,16 @@ impl Apply for ConfigState {
         if let Some(name) = key.strip_prefix("connector-") {
             match value {
                 Some(value) => {
-                    self.connectors.insert(name.to_owned(), properties(&value));
+                    if self
+                        .connectors
+                        .insert(name.to_owned(), properties(&value))
+                        .is_none()
+                    {
+                        self.assignment_changed_offset = Some(record.offset);
+                    }
                 }
                 None => {
+                    self.assignment_changed_offset = Some(record.offset);
                     self.connectors.remove(name);
                     self.tasks.remove(name);
                     self.pending_tasks.remove(name);
@@ -379,6 +389,7 @@ impl Apply for ConfigState {
                 .map(|n| pending.get(&n).cloned().unwrap_or_default())
                 .collect();
             self.tasks.insert(name.to_owned(), tasks);
+            self.assignment_changed_offset = Some(record.offset);
         } else if let Some(name) = key.strip_prefix("restart-connector-")
             && let Some(value) = value
         {
@@ -727,8 +738,14 @@ mod tests {
             !state.tasks.contains_key("my-src"),
             "uncommitted tasks are not run"
         );
+        assert_eq!(state.assignment_changed_offset, Some(0), "a new connector");
         state.apply(&record(2, "commit-my-src", Some(r#"{"tasks":1}"#)));
         assert_eq!(state.tasks["my-src"][0]["file"], "a");
+        assert_eq!(
+            state.assignment_changed_offset,
+            Some(2),
+            "its tasks committed"
+        );
         state.apply(&record(
             3,
             "target-state-my-src",
@@ -742,7 +759,17 @@ mod tests {
         ));
         assert_eq!(state.restarts[0].offset, 4);
         assert!(state.restarts[0].include_tasks);
+        assert_eq!(
+            state.assignment_changed_offset,
+            Some(2),
+            "pauses and restarts need no new assignment"
+        );
         state.apply(&record(5, "connector-my-src", None));
+        assert_eq!(
+            state.assignment_changed_offset,
+            Some(5),
+            "a connector removed"
+        );
         assert!(state.connectors.is_empty() && state.tasks.is_empty());
         assert_eq!(state.target("my-src"), TargetState::Started);
     }
