@@ -1,7 +1,8 @@
 //! `sluice connect` as real processes: Kafka's quickstart `curl` commands copy a file through
 //! a topic byte for byte (checked with kcat too); the REST API's errors, pause, stop and
 //! offset reset, a failing task's trace; a worker killed with -9 in the middle of a growing
-//! file loses nothing and repeats at most one batch; two workers split a sink's tasks and one
+//! file loses nothing and repeats at most one batch, and with exactly-once sources repeats
+//! nothing a read_committed reader sees; two workers split a sink's tasks and one
 //! takes over when the other is killed.
 
 mod support;
@@ -181,11 +182,18 @@ fn wait_file(path: &Path, what: &str, check: impl Fn(&[u8]) -> bool, worker: &Wo
 
 /// Every record value of `topic`, read with kcat to its end (none while it does not exist).
 fn kcat_values(node: &SingleNode, topic: &str) -> Vec<String> {
+    kcat_values_as(node, topic, "read_uncommitted")
+}
+
+/// [`kcat_values`] at an `isolation.level`.
+fn kcat_values_as(node: &SingleNode, topic: &str, isolation_level: &str) -> Vec<String> {
     let output = Command::new("kcat")
         .args([
             "-C",
             "-b",
             &node.bootstrap(),
+            "-X",
+            &format!("isolation.level={isolation_level}"),
             "-t",
             topic,
             "-e",
@@ -573,6 +581,114 @@ fn a_worker_killed_mid_file_loses_nothing_and_repeats_at_most_a_batch() {
         "{copied_at_kill} bytes were copied when the worker was killed; {} lines in all",
         written
     );
+}
+
+#[test]
+fn an_exactly_once_source_killed_mid_file_writes_each_line_once_for_read_committed_readers() {
+    let node = SingleNode::start(&[]);
+    let created = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "topics",
+            "--bootstrap-server",
+            &node.bootstrap(),
+            "--create",
+            "--topic",
+            "eos-lines",
+            "--partitions",
+            "1",
+        ])
+        .output()
+        .expect("sluice topics");
+    assert!(created.status.success());
+    let overrides = [
+        "value.converter=org.apache.kafka.connect.storage.StringConverter",
+        "session.timeout.ms=6000",
+        "heartbeat.interval.ms=1000",
+        "exactly.once.source.support=enabled",
+    ];
+    let mut worker = Worker::start(&node, &overrides);
+    let dir = node.dir.path();
+    let source = dir.join("growing.txt");
+    // A connector that wants transaction boundaries of its own is refused: FileStreamSource
+    // defines none.
+    let config = |boundary: &str| {
+        format!(
+            r#"{{"name":"src","config":{{"connector.class":"FileStreamSource","file":"{}","topic":"eos-lines","batch.size":"1000","exactly.once.support":"required","transaction.boundary":"{boundary}"}}}}"#,
+            source.display()
+        )
+    };
+    let (status, answer) = worker.call("POST", "/connectors", Some(&config("connector")));
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("connector-defined transaction boundaries")),
+        "{answer}"
+    );
+    let appender = Appender::start(source.clone());
+    // Transactions of 2 s, so each kill -9 lands in an open one.
+    let (status, answer) = worker.call(
+        "POST",
+        "/connectors",
+        Some(&config("interval").replace(
+            r#""transaction.boundary":"interval""#,
+            r#""transaction.boundary":"interval","transaction.boundary.interval.ms":"2000""#,
+        )),
+    );
+    assert_eq!(status, 201, "{answer}");
+    // While lines keep coming kcat never sees the partition's end, so progress is watched
+    // through the task's committed position (GET .../offsets; a line is 13 bytes).
+    let advanced = |worker: &Worker, lines: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let position = worker
+                .try_call("GET", "/connectors/src/offsets", None)
+                .and_then(|(status, body)| {
+                    (status == 200).then(|| body["offsets"][0]["offset"]["position"].as_u64())
+                })
+                .flatten()
+                .unwrap_or(0);
+            if position >= lines * 13 {
+                return position / 13;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the source's position is line {}, not {lines}, within 60 s\n{}",
+                position / 13,
+                worker.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // Two kill -9s while the task writes; each restart aborts what was open and reads on
+    // from the last committed position.
+    let mut seen = 0;
+    for _ in 0..2 {
+        seen = advanced(&worker, seen + 20_000);
+        worker.kill9();
+        std::thread::sleep(Duration::from_millis(500));
+        worker.launch();
+    }
+    advanced(&worker, seen + 10_000);
+    let written = appender.stop();
+    advanced(&worker, written as u64);
+    std::thread::sleep(Duration::from_secs(1));
+    let lines = kcat_values_as(&node, "eos-lines", "read_committed");
+    let expected: Vec<String> = (0..written).map(|n| format!("line-{n:07}")).collect();
+    if lines != expected {
+        let first_wrong = lines.iter().zip(&expected).position(|(a, b)| a != b);
+        panic!(
+            "read_committed: {} lines for {written} written; first difference at {first_wrong:?}\n{}",
+            lines.len(),
+            worker.logs()
+        );
+    }
+    let aborted = kcat_values(&node, "eos-lines").len() - written;
+    println!(
+        "{written} lines, each once and in order for read_committed; read_uncommitted also sees {aborted} aborted"
+    );
+    assert!(aborted > 0, "no kill -9 landed in an open transaction");
+    worker.wait_status("src", "running", all_running);
 }
 
 #[test]

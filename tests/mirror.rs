@@ -1,7 +1,8 @@
 //! `sluice mirror` between two three-node clusters of real processes, under a confluent-kafka
 //! producer: every acknowledged record arrives, in each partition's order, through a kill -9
 //! of the mirror; a consumer group that moves to the target with `sluice groups translate`
-//! resumes at or before where it stopped, skipping nothing.
+//! resumes at or before where it stopped, skipping nothing. With exactly-once, two kill -9s
+//! leave every record once and in order for read_committed readers of the target.
 
 mod support;
 
@@ -20,8 +21,18 @@ struct MirrorProcess {
 
 impl MirrorProcess {
     fn start(source: &Cluster, target: &Cluster, log: std::path::PathBuf) -> MirrorProcess {
+        MirrorProcess::start_with(source, target, log, &[])
+    }
+
+    /// [`MirrorProcess::start`] with more `--override`s.
+    fn start_with(
+        source: &Cluster,
+        target: &Cluster,
+        log: std::path::PathBuf,
+        overrides: &[&str],
+    ) -> MirrorProcess {
         let metrics_port = free_port();
-        let args = vec![
+        let mut args = vec![
             "mirror".to_owned(),
             "--source".to_owned(),
             source.bootstrap(),
@@ -36,6 +47,10 @@ impl MirrorProcess {
             "--override".to_owned(),
             format!("http.listener=127.0.0.1:{metrics_port}"),
         ];
+        for value in overrides {
+            args.push("--override".to_owned());
+            args.push((*value).to_owned());
+        }
         let mut mirror = MirrorProcess {
             args,
             log,
@@ -82,11 +97,23 @@ impl Drop for MirrorProcess {
 
 /// (offset, value) of every record of a partition, read with kcat.
 fn partition_records(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, String)> {
+    partition_records_as(bootstrap, topic, partition, "read_uncommitted")
+}
+
+/// [`partition_records`] at an `isolation.level`.
+fn partition_records_as(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    isolation_level: &str,
+) -> Vec<(i64, String)> {
     let output = Command::new("kcat")
         .args([
             "-C",
             "-b",
             bootstrap,
+            "-X",
+            &format!("isolation.level={isolation_level}"),
             "-t",
             topic,
             "-p",
@@ -105,6 +132,97 @@ fn partition_records(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, 
             Some((offset.parse().ok()?, value.to_owned()))
         })
         .collect()
+}
+
+#[test]
+fn an_exactly_once_mirror_killed_twice_writes_each_record_once_for_read_committed_readers() {
+    // One node each: the transaction coordinator's log has one replica.
+    let single = [
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "offsets.topic.replication.factor=1",
+    ];
+    let source = Cluster::start(1, &single);
+    let target = Cluster::start(1, &single);
+    sluice(&[
+        "topics",
+        "create",
+        "orders",
+        "--partitions",
+        "2",
+        "--bootstrap-server",
+        &source.bootstrap(),
+    ]);
+    let producer = AckedProducer::start_on(&source, "orders");
+    let mut mirror = MirrorProcess::start_with(
+        &source,
+        &target,
+        source.dir.path().join("mirror.log"),
+        &["target.exactly.once.source.support=enabled"],
+    );
+    for _ in 0..2 {
+        producer.wait_for_more(&source, 10_000);
+        mirror.kill9();
+        producer.wait_for_more(&source, 5_000);
+        mirror.launch();
+    }
+    producer.wait_for_more(&source, 10_000);
+    let (acked, _errors) = producer.stop();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (upstream, committed) = loop {
+        let upstream: Vec<Vec<String>> = (0..2)
+            .map(|p| {
+                partition_records(&source.bootstrap(), "orders", p)
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect()
+            })
+            .collect();
+        let committed: Vec<Vec<String>> = (0..2)
+            .map(|p| {
+                partition_records_as(&target.bootstrap(), "source.orders", p, "read_committed")
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect()
+            })
+            .collect();
+        if (0..2).all(|p| committed[p].len() >= upstream[p].len()) {
+            break (upstream, committed);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} records committed on the target\n{}",
+            committed.iter().map(Vec::len).sum::<usize>(),
+            upstream.iter().map(Vec::len).sum::<usize>(),
+            mirror.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for p in 0..2 {
+        if committed[p] != upstream[p] {
+            let first = committed[p]
+                .iter()
+                .zip(&upstream[p])
+                .position(|(a, b)| a != b);
+            panic!(
+                "partition {p}: {} records read_committed on the target for {} on the source; first difference at {first:?}\n{}",
+                committed[p].len(),
+                upstream[p].len(),
+                mirror.logs()
+            );
+        }
+    }
+    let arrived: BTreeSet<&String> = committed.iter().flatten().collect();
+    assert!(acked.iter().all(|value| arrived.contains(value)));
+    let written: usize = (0..2)
+        .map(|p| partition_records(&target.bootstrap(), "source.orders", p).len())
+        .sum();
+    let total: usize = upstream.iter().map(Vec::len).sum();
+    println!(
+        "{total} records (of them {} acknowledged) each once and in order for read_committed through two kill -9s; read_uncommitted also sees {} aborted",
+        acked.len(),
+        written - total
+    );
 }
 
 #[test]

@@ -141,6 +141,9 @@ pub struct WorkerConfig {
     /// The longest a task's offsets wait to be written after their records are
     /// acknowledged; 0 (Sluice's default) writes them after every acknowledged batch.
     pub offset_flush_interval: Duration,
+    /// `exactly.once.source.support=enabled`: each source task writes its records and its
+    /// offsets in one transaction (KIP-618).
+    pub exactly_once_source: bool,
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub rebalance_timeout: Duration,
@@ -186,15 +189,25 @@ impl WorkerConfig {
             }
             Ok(n as i16)
         };
-        if let Some(value) = get("exactly.once.source.support")
-            && value != "disabled"
-        {
-            return Err(ConnectError::BadRequest(format!(
-                "exactly.once.source.support={value}: exactly-once source connectors (KIP-618) \
-                 are not implemented by sluice connect yet; sources are at-least-once (set it to \
-                 disabled or leave it unset)"
-            )));
-        }
+        let exactly_once_source = match get("exactly.once.source.support").as_deref() {
+            None | Some("disabled") => false,
+            Some("enabled") if standalone => {
+                return Err(ConnectError::BadRequest(
+                    "exactly.once.source.support=enabled: exactly-once source connectors \
+                     (KIP-618) run on distributed workers only, as in Kafka Connect; run sluice \
+                     connect without --standalone"
+                        .to_owned(),
+                ));
+            }
+            Some("enabled") => true,
+            Some(value) => {
+                return Err(ConnectError::BadRequest(format!(
+                    "exactly.once.source.support={value}: sluice connect takes enabled or \
+                     disabled (preparing, the rolling-upgrade step in which workers fence each \
+                     other without running tasks exactly once, is not implemented)"
+                )));
+            }
+        };
         if let Some(value) = get("connect.protocol")
             && value != "eager"
         {
@@ -309,6 +322,7 @@ impl WorkerConfig {
             value_converter: converters["value.converter"],
             listener,
             worker_id,
+            exactly_once_source,
             offset_flush_interval: Duration::from_millis(number(
                 "offset.flush.interval.ms",
                 0,

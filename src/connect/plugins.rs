@@ -178,14 +178,67 @@ const REFUSED: &[(&str, &str)] = &[
         "sluice connect keeps headers as bytes; header converters are not implemented",
     ),
     (
-        "exactly.once.support",
-        "exactly-once source connectors are not implemented yet by sluice connect",
-    ),
-    (
-        "transaction.boundary",
-        "exactly-once source connectors are not implemented yet by sluice connect",
+        "offsets.storage.topic",
+        "a connector's own offsets topic is not implemented by sluice connect: its offsets \
+         are in the worker's offset.storage.topic",
     ),
 ];
+
+/// Exactly-once source settings (KIP-618), and what is wrong with them. A sink has none;
+/// FileStreamSource supports exactly-once and defines no transaction boundaries of its own.
+fn exactly_once_problems(
+    plugin: Plugin,
+    config: &BTreeMap<String, String>,
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let get = |key: &str| config.get(key).map(|v| v.trim());
+    if plugin != Plugin::FileSource {
+        for key in [
+            "exactly.once.support",
+            "transaction.boundary",
+            "transaction.boundary.interval.ms",
+        ] {
+            if config.contains_key(key) {
+                problems.push((
+                    key,
+                    format!(
+                        "{key} is a source connector's setting; {} is a sink",
+                        plugin.class()
+                    ),
+                ));
+            }
+        }
+        return problems;
+    }
+    if let Some(value) = get("exactly.once.support")
+        && !matches!(value, "requested" | "required")
+    {
+        problems.push((
+            "exactly.once.support",
+            format!("Invalid value {value} for configuration exactly.once.support: String must be one of: requested, required"),
+        ));
+    }
+    match get("transaction.boundary") {
+        None | Some("poll" | "interval") => {}
+        Some("connector") => problems.push((
+            "transaction.boundary",
+            "The connector does not support connector-defined transaction boundaries with the given configuration: FileStreamSource defines none (use poll or interval)".to_owned(),
+        )),
+        Some(value) => problems.push((
+            "transaction.boundary",
+            format!("Invalid value {value} for configuration transaction.boundary: String must be one of: poll, interval, connector"),
+        )),
+    }
+    if let Some(value) = get("transaction.boundary.interval.ms")
+        && value.parse::<u32>().is_err()
+    {
+        problems.push((
+            "transaction.boundary.interval.ms",
+            format!("Invalid value {value} for configuration transaction.boundary.interval.ms: expected a whole number of milliseconds"),
+        ));
+    }
+    problems
+}
 
 impl Plugin {
     pub const ALL: [Plugin; 3] = [Plugin::FileSink, Plugin::FileSource, Plugin::TopicSink];
@@ -309,6 +362,9 @@ impl Plugin {
                 "'topic' in FileStreamSourceConnector configuration requires definition of a single topic."
                     .to_owned(),
             );
+        }
+        for (key, problem) in exactly_once_problems(self, config) {
+            errors.entry(key).or_default().push(problem);
         }
         for (key, reason) in REFUSED {
             if config

@@ -1,6 +1,8 @@
 //! The tasks a worker runs. A source task reads its file's complete lines, sends them, and
 //! only once the cluster acknowledged them writes the file position to the offsets topic, so
-//! a kill -9 repeats at most the batch whose position was not yet written. A sink task
+//! a kill -9 repeats at most the batch whose position was not yet written; on a worker with
+//! `exactly.once.source.support=enabled` the records and the position are committed in one
+//! transaction instead, so a kill -9 repeats nothing a read_committed reader sees. A sink task
 //! consumes in the group `connect-<connector>`, writes what it read (a file, or another
 //! topic), and only then commits, with the same bound.
 
@@ -118,6 +120,94 @@ fn required<'a>(config: &'a BTreeMap<String, String>, key: &str) -> Result<&'a s
 /// Lines longer than this fail the task rather than grow a buffer without bound.
 const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// An exactly-once source task's transactions (KIP-618): its own transactional producer
+/// writes the records and then the position after them to the offsets topic, and commits
+/// both at once. A worker killed mid-transaction leaves it to be aborted when the task's
+/// next instance takes the same transactional id, which fences the old one; the next
+/// instance then reads (read_committed) the last committed position.
+struct Transactions {
+    producer: Producer,
+    /// `transaction.boundary=interval`: how long a transaction stays open; zero for `poll`
+    /// (a transaction per batch of lines).
+    interval: Duration,
+    /// When the open transaction began.
+    opened: Option<Instant>,
+}
+
+impl Transactions {
+    /// The task's transactional producer, initialized (so an older instance is fenced and
+    /// its open transaction aborted); none unless the worker runs sources exactly once.
+    async fn start(context: &TaskContext) -> Result<Option<Transactions>, ConnectError> {
+        let config = &context.config;
+        if !context.worker.exactly_once_source {
+            if config.get("exactly.once.support").map(|v| v.trim()) == Some("required") {
+                return Err(ConnectError::BadRequest(
+                    "exactly.once.support=required, but this worker runs sources at least once: \
+                     set exactly.once.source.support=enabled on the workers"
+                        .to_owned(),
+                ));
+            }
+            return Ok(None);
+        }
+        let interval = match config.get("transaction.boundary").map(|v| v.trim()) {
+            Some("interval") => config
+                .get("transaction.boundary.interval.ms")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map_or(context.worker.offset_flush_interval, Duration::from_millis),
+            _ => Duration::ZERO,
+        };
+        // Kafka Connect's transactional id of a source task.
+        let transactional_id = format!(
+            "{}-{}-{}",
+            context.worker.group_id, context.connector, context.task
+        );
+        let mut producer_config = context.worker.client_config(&context.worker.producer);
+        producer_config.insert("transactional.id", &transactional_id);
+        producer_config.insert("acks", "all");
+        producer_config.insert("linger.ms", "1");
+        let producer = Producer::new(producer_config)?;
+        producer.init_transactions().await?;
+        tracing::info!(connector = %context.connector, task = context.task, transactional_id, "the source task writes its records and offsets in transactions");
+        Ok(Some(Transactions {
+            producer,
+            interval,
+            opened: None,
+        }))
+    }
+
+    /// Opens a transaction unless one is open.
+    fn begin(&mut self) -> Result<(), ConnectError> {
+        if self.opened.is_none() {
+            self.producer.begin_transaction()?;
+            self.opened = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Writes `position` into the open transaction and commits it, when its boundary is
+    /// reached or `now`. A failed commit fails the task, as in Kafka Connect: its records
+    /// and position are aborted together, and the restarted task reads on from the last
+    /// committed position.
+    async fn commit(
+        &mut self,
+        context: &TaskContext,
+        source_partition: &Value,
+        position: u64,
+        now: bool,
+    ) -> Result<(), ConnectError> {
+        let Some(opened) = self.opened else {
+            return Ok(());
+        };
+        if !now && opened.elapsed() < self.interval {
+            return Ok(());
+        }
+        write_offset(context, &self.producer, source_partition, position).await?;
+        self.producer.commit_transaction().await?;
+        self.opened = None;
+        Ok(())
+    }
+}
+
 async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
     let path = required(&context.config, "file")?.to_owned();
     let topic = required(&context.config, "topic")?.to_owned();
@@ -128,6 +218,9 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
         .unwrap_or(2000)
         .clamp(1, 1_000_000);
     let source_partition = json!({ "filename": path });
+    // Before the offsets are read: taking the transactional id aborts what a killed
+    // instance left open, so the position read is the last committed one.
+    let mut transactions = Transactions::start(&context).await?;
     context
         .stores
         .offsets
@@ -156,6 +249,12 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
             break;
         }
         if context.paused() {
+            // A transaction is not left open through a pause (it would time out).
+            if let Some(transactions) = &mut transactions {
+                transactions
+                    .commit(&context, &source_partition, position, true)
+                    .await?;
+            }
             context.idle(Duration::from_secs(1)).await;
             continue;
         }
@@ -227,13 +326,24 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
             pending.extend_from_slice(&buffer[..n]);
         }
         if lines.is_empty() {
-            if let Some(at) = unwritten_position.take() {
-                write_offset(&context, &source_partition, at).await?;
+            if let Some(transactions) = &mut transactions {
+                // At its boundary: `interval` holds a transaction open through idle reads.
+                transactions
+                    .commit(&context, &source_partition, position, false)
+                    .await?;
+            } else if let Some(at) = unwritten_position.take() {
+                write_offset(&context, &context.producer, &source_partition, at).await?;
                 last_offset_write = Instant::now();
             }
             context.idle(Duration::from_millis(250)).await;
             continue;
         }
+        if let Some(transactions) = &mut transactions {
+            transactions.begin()?;
+        }
+        let producer = transactions
+            .as_ref()
+            .map_or(&context.producer, |t| &t.producer);
         let mut deliveries = Vec::with_capacity(lines.len());
         for (line, _) in &lines {
             let text = String::from_utf8_lossy(line).into_owned();
@@ -254,7 +364,7 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
                 headers: Vec::new(),
                 timestamp: None,
             };
-            deliveries.push(context.producer.send(record).await?);
+            deliveries.push(producer.send(record).await?);
         }
         let sent = deliveries.len();
         for delivery in deliveries {
@@ -262,8 +372,12 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
         }
         context.counters.add_records(sent);
         position = lines.last().map_or(position, |(_, at)| *at);
-        if last_offset_write.elapsed() >= context.worker.offset_flush_interval {
-            write_offset(&context, &source_partition, position).await?;
+        if let Some(transactions) = &mut transactions {
+            transactions
+                .commit(&context, &source_partition, position, false)
+                .await?;
+        } else if last_offset_write.elapsed() >= context.worker.offset_flush_interval {
+            write_offset(&context, &context.producer, &source_partition, position).await?;
             last_offset_write = Instant::now();
             unwritten_position = None;
         } else {
@@ -271,14 +385,21 @@ async fn file_source(mut context: TaskContext) -> Result<(), ConnectError> {
         }
         // Bytes of an incomplete line stay in `pending`; the file is read on from there.
     }
-    if let Some(at) = unwritten_position {
-        write_offset(&context, &source_partition, at).await?;
+    if let Some(transactions) = &mut transactions {
+        transactions
+            .commit(&context, &source_partition, position, true)
+            .await?;
+    } else if let Some(at) = unwritten_position {
+        write_offset(&context, &context.producer, &source_partition, at).await?;
     }
     Ok(())
 }
 
+/// Writes a source position to the offsets topic through `producer` (the worker's, or an
+/// exactly-once task's inside its transaction), or to a standalone worker's file.
 async fn write_offset(
     context: &TaskContext,
+    producer: &Producer,
     source_partition: &Value,
     position: u64,
 ) -> Result<(), ConnectError> {
@@ -304,7 +425,7 @@ async fn write_offset(
         headers: Vec::new(),
         timestamp: None,
     };
-    context.producer.send(record).await?.await?;
+    producer.send(record).await?.await?;
     Ok(())
 }
 

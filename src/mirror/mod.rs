@@ -7,7 +7,10 @@
 //! partition count and the topic configs it sets; partitions and topics added later follow
 //! within `refresh.topics.interval.seconds`. Records keep their partition, key, value, headers
 //! and timestamp. Progress is written to the target only after the records it covers were
-//! acknowledged there, so a kill -9 loses nothing and repeats at most a batch. Offset syncs
+//! acknowledged there, so a kill -9 loses nothing and repeats at most a batch; with
+//! `exactly.once.source.support=enabled` records and their progress are committed to the
+//! target in one transaction, so a kill -9 repeats nothing a read_committed reader sees.
+//! Offset syncs
 //! (upstream offset -> downstream offset) go to the source, and checkpoints of the source's
 //! consumer groups (their committed offsets translated) to the target, in MM2's formats
 //! (`records.rs`), so a group can move to the target (`sluice groups translate`).
@@ -71,6 +74,9 @@ pub struct MirrorConfig {
     pub replication_factor: i16,
     /// `/metrics` (replication lag) on this address.
     pub http_listener: String,
+    /// `exactly.once.source.support=enabled` (for the target): records and their progress
+    /// are committed to the target in one transaction.
+    pub exactly_once: bool,
 }
 
 /// MM2's lists are comma-separated regexes.
@@ -103,6 +109,8 @@ const FLOW_KEYS: &[&str] = &[
     "sync.topic.configs.enabled",
     "replication.factor",
     "http.listener",
+    "exactly.once.source.support",
+    "exactly.once.support",
 ];
 
 /// MM2 settings Sluice does not implement, refused rather than ignored.
@@ -110,10 +118,6 @@ const REFUSED: &[(&str, &str)] = &[
     (
         "sync.group.offsets.enabled",
         "set it to false; apply checkpoints with `sluice groups translate --apply`",
-    ),
-    (
-        "exactly.once.support",
-        "sluice mirror is at-least-once (progress is written after the records are acknowledged)",
     ),
     (
         "offset-syncs.topic.location",
@@ -164,8 +168,39 @@ impl MirrorConfig {
                 })
                 .collect()
         };
-        let source = clients(&source_alias);
-        let target = clients(&target_alias);
+        let mut source = clients(&source_alias);
+        let mut target = clients(&target_alias);
+        // MM2's `<target>.exactly.once.source.support` is the target's setting, not a
+        // client's.
+        source.remove("exactly.once.source.support");
+        let exactly_once = match target
+            .remove("exactly.once.source.support")
+            .or_else(|| setting("exactly.once.source.support"))
+            .as_deref()
+        {
+            None | Some("disabled") => false,
+            Some("enabled") => true,
+            Some(value) => {
+                return Err(MirrorError::BadRequest(format!(
+                    "exactly.once.source.support={value}: sluice mirror takes enabled or disabled"
+                )));
+            }
+        };
+        match setting("exactly.once.support").as_deref() {
+            None | Some("requested") => {}
+            Some("required") if exactly_once => {}
+            Some("required") => {
+                return Err(MirrorError::BadRequest(format!(
+                    "exactly.once.support=required, but exactly-once is not enabled: set \
+                     {target_alias}.exactly.once.source.support = enabled"
+                )));
+            }
+            Some(value) => {
+                return Err(MirrorError::BadRequest(format!(
+                    "exactly.once.support={value}: expected requested or required"
+                )));
+            }
+        }
         for (alias, settings) in [(&source_alias, &source), (&target_alias, &target)] {
             if !settings.contains_key("bootstrap.servers") {
                 return Err(MirrorError::BadRequest(format!(
@@ -274,6 +309,7 @@ impl MirrorConfig {
             sync_topic_configs: setting("sync.topic.configs.enabled").is_none_or(|v| v != "false"),
             replication_factor,
             http_listener: setting("http.listener").unwrap_or_else(|| "127.0.0.1:9645".to_owned()),
+            exactly_once,
             source_alias,
             target_alias,
             source,
@@ -475,8 +511,14 @@ fn now_ms() -> i64 {
 struct PartitionState {
     /// The next upstream offset to mirror.
     next: i64,
+    /// The next upstream offset after what is committed to the target (acknowledged, or
+    /// with exactly-once, in a committed transaction): where a failure goes back to.
+    committed: i64,
     last_sync: Option<OffsetSync>,
 }
+
+/// How long an exactly-once mirror's transaction stays open while records keep coming.
+const TRANSACTION_SPAN: Duration = Duration::from_millis(100);
 
 /// Poll batches sent and not yet acknowledged, at most.
 const BATCHES_IN_FLIGHT: usize = 4;
@@ -492,8 +534,12 @@ struct Mirror {
     source_admin: Admin,
     target_admin: Admin,
     consumer: Consumer,
-    /// Writes to the target: records, progress, checkpoints.
+    /// Writes to the target: records and progress (transactional with exactly-once).
     producer: Producer,
+    /// Writes checkpoints to the target (outside the records' transactions).
+    checkpoint_producer: Producer,
+    /// When the open transaction began (exactly-once).
+    transaction_opened: Option<Instant>,
     /// Writes offset syncs to the source.
     sync_producer: Producer,
     progress: Tail<Progress>,
@@ -520,7 +566,25 @@ pub async fn run(config: MirrorConfig) -> Result<(), MirrorError> {
     let mut producer_config = client(&config.target);
     producer_config.insert("acks", "all");
     producer_config.insert("linger.ms", "5");
-    let producer = Producer::new(producer_config)?;
+    let checkpoint_producer = Producer::new(producer_config.clone())?;
+    let producer = if config.exactly_once {
+        // Taking the transactional id fences a killed mirror and aborts what it left open,
+        // before the progress is read (read_committed) below.
+        let transactional_id = format!(
+            "sluice-mirror-{}->{}",
+            config.source_alias, config.target_alias
+        );
+        producer_config.insert("transactional.id", &transactional_id);
+        let producer = Producer::new(producer_config)?;
+        producer.init_transactions().await?;
+        tracing::info!(
+            transactional_id,
+            "records and their progress are written in transactions"
+        );
+        producer
+    } else {
+        checkpoint_producer.clone()
+    };
     let mut sync_config = client(&config.source);
     sync_config.insert("acks", "all");
     let sync_producer = Producer::new(sync_config)?;
@@ -606,6 +670,8 @@ pub async fn run(config: MirrorConfig) -> Result<(), MirrorError> {
         target_admin,
         consumer,
         producer,
+        checkpoint_producer,
+        transaction_opened: None,
         sync_producer,
         progress,
         syncs,
@@ -618,6 +684,7 @@ pub async fn run(config: MirrorConfig) -> Result<(), MirrorError> {
     let outcome = mirror.run().await;
     http.abort();
     let _ = mirror.producer.flush().await;
+    let _ = mirror.checkpoint_producer.flush().await;
     let _ = mirror.sync_producer.flush().await;
     outcome
 }
@@ -671,8 +738,13 @@ impl Mirror {
                     if failures == 1 {
                         tracing::warn!(error = %error, "mirroring failed; going back to the last acknowledged position");
                     }
-                    // What was not acknowledged is read again from the last position written.
+                    // What was not acknowledged (or committed) is read again from the last
+                    // position written.
                     self.in_flight.clear();
+                    if self.transaction_opened.take().is_some() {
+                        // A mirror that cannot abort (fenced by another) stops.
+                        self.producer.abort_transaction().await?;
+                    }
                     self.rewind().await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -684,8 +756,15 @@ impl Mirror {
         while let Some(batch) = self.in_flight.pop_front() {
             if let Err(error) = self.complete(batch).await {
                 tracing::warn!(error = %error, "a batch sent before stopping was not acknowledged; it will be mirrored again");
+                self.in_flight.clear();
+                if self.transaction_opened.take().is_some() {
+                    self.producer.abort_transaction().await?;
+                }
                 break;
             }
+        }
+        if self.transaction_opened.is_some() {
+            self.commit().await?;
         }
         Ok(())
     }
@@ -743,6 +822,7 @@ impl Mirror {
                 tp.clone(),
                 PartitionState {
                     next,
+                    committed: next,
                     last_sync: None,
                 },
             );
@@ -822,6 +902,10 @@ impl Mirror {
     async fn pipeline(&mut self, records: Vec<ConsumerRecord>) -> Result<(), MirrorError> {
         let idle = records.is_empty();
         if !idle {
+            if self.config.exactly_once && self.transaction_opened.is_none() {
+                self.producer.begin_transaction()?;
+                self.transaction_opened = Some(Instant::now());
+            }
             let batch = self.send(records).await?;
             self.in_flight.push_back(batch);
         }
@@ -829,6 +913,25 @@ impl Mirror {
             if let Some(batch) = self.in_flight.pop_front() {
                 self.complete(batch).await?;
             }
+        }
+        if let Some(opened) = self.transaction_opened
+            && (self.in_flight.is_empty() || opened.elapsed() >= TRANSACTION_SPAN)
+        {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Exactly-once: completes every batch in flight (their progress joins the transaction),
+    /// then commits the records and their progress together.
+    async fn commit(&mut self) -> Result<(), MirrorError> {
+        while let Some(batch) = self.in_flight.pop_front() {
+            self.complete(batch).await?;
+        }
+        self.producer.commit_transaction().await?;
+        self.transaction_opened = None;
+        for state in self.partitions.values_mut() {
+            state.committed = state.next;
         }
         Ok(())
     }
@@ -903,6 +1006,9 @@ impl Mirror {
                 continue;
             };
             state.next = sync.upstream + 1;
+            if !self.config.exactly_once {
+                state.committed = state.next;
+            }
             // The first record mirrored since the start is synced, so a group that stopped
             // before it translates too; then a sync every `offset.lag.max` records, or when
             // the offsets stop moving together (a record written twice, a compacted gap).
@@ -945,7 +1051,8 @@ impl Mirror {
 
     /// After a failure: every partition reads again from the last acknowledged position.
     async fn rewind(&mut self) {
-        for (tp, state) in &self.partitions {
+        for (tp, state) in &mut self.partitions {
+            state.next = state.committed;
             if let Err(error) = self.consumer.seek(tp, state.next).await {
                 tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %error, "seeking back failed");
             }
@@ -1012,7 +1119,7 @@ impl Mirror {
                     downstream,
                     metadata: String::new(),
                 };
-                self.producer
+                self.checkpoint_producer
                     .send(ProducerRecord {
                         topic: self.config.checkpoints_topic(),
                         partition: Some(0),
@@ -1164,5 +1271,30 @@ mod tests {
             ("B->A.enabled", "true"),
         ]));
         assert!(two.is_err());
+        // MM2's exactly-once switch is the target's setting, not a client setting of it.
+        let exactly_once = MirrorConfig::from_properties(&properties(&[
+            ("A.bootstrap.servers", "a:9092"),
+            ("B.bootstrap.servers", "b:9092"),
+            ("A->B.enabled", "true"),
+            ("B.exactly.once.source.support", "enabled"),
+            ("exactly.once.support", "required"),
+        ]))
+        .expect("valid");
+        assert!(exactly_once.exactly_once);
+        assert!(
+            !exactly_once
+                .target
+                .contains_key("exactly.once.source.support")
+        );
+        assert!(!config.exactly_once);
+        let required = MirrorConfig::from_properties(&properties(&[
+            ("A.bootstrap.servers", "a:9092"),
+            ("B.bootstrap.servers", "b:9092"),
+            ("A->B.enabled", "true"),
+            ("exactly.once.support", "required"),
+        ]));
+        assert!(
+            matches!(required, Err(MirrorError::BadRequest(m)) if m.contains("B.exactly.once.source.support"))
+        );
     }
 }
