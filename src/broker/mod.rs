@@ -14,6 +14,7 @@ pub mod client_quotas;
 mod fetch_sessions;
 pub mod peers;
 pub mod readiness;
+pub mod stall;
 
 pub use fetch_sessions::FetchSessionCache;
 pub(crate) use fetch_sessions::{Reported, Wanted};
@@ -56,6 +57,8 @@ pub struct Broker {
     /// broker lifecycle.
     pub broker_epoch: Arc<AtomicI64>,
     pub fenced: Arc<AtomicBool>,
+    /// Whether this broker may lead after a stall (see `stall.rs`).
+    pub stall: Arc<stall::StallGuard>,
     /// Registered, unfenced and caught up: requests wait for it after a start.
     pub readiness: Arc<readiness::Readiness>,
     /// What each request may do (`authorizer.class.name`, the quorum's ACLs).
@@ -135,7 +138,9 @@ impl Broker {
         current_leader_epoch: i32,
     ) -> Result<(Arc<Partition>, PartitionState), KafkaError> {
         let (found, state) = self.local_partition(image, topic, partition)?;
-        if state.leader != self.broker_id {
+        // After a stall the image may name this broker leader of what the controller has
+        // moved away meanwhile.
+        if state.leader != self.broker_id || !self.stall.leads() {
             return Err(KafkaError::NotLeaderOrFollower);
         }
         check_leader_epoch(current_leader_epoch, &state)?;

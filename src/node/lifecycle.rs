@@ -226,6 +226,7 @@ pub(super) async fn broker_lifecycle(
     config: ServerConfig,
     current_epoch: Arc<AtomicI64>,
     current_fenced: Arc<AtomicBool>,
+    stall: Arc<crate::broker::stall::StallGuard>,
 ) {
     let broker_id = config.node_id as i32;
     let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
@@ -324,11 +325,14 @@ pub(super) async fn broker_lifecycle(
         current_epoch.store(epoch, Ordering::Relaxed);
         let mut fenced = true;
         loop {
+            // Fenced by the controller, the broker is caught up once its image shows the
+            // fencing too (and the leaderships moved away with it).
             let caught_up = quorum
                 .image()
                 .brokers
                 .get(&broker_id)
-                .is_some_and(|b| b.registration.broker_epoch == epoch);
+                .is_some_and(|b| b.registration.broker_epoch == epoch && (!fenced || b.fenced));
+            let sent_ms = stall.heartbeat_sent();
             let heartbeat = ControllerRequest::Heartbeat {
                 broker_id,
                 broker_epoch: epoch,
@@ -351,6 +355,7 @@ pub(super) async fn broker_lifecycle(
                     }
                     fenced = now_fenced;
                     current_fenced.store(now_fenced, Ordering::Relaxed);
+                    stall.answered(sent_ms, now_fenced);
                 }
                 // The controller no longer knows this registration.
                 Ok(ControllerResponse::Error {

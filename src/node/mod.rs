@@ -275,12 +275,26 @@ impl Node {
         }
         let broker_epoch = Arc::new(AtomicI64::new(-1));
         let fenced = Arc::new(AtomicBool::new(true));
+        // The shortest silence the controller fences a broker for: its liveness probe's
+        // timeout, or without a probe the session.
+        let stall = crate::broker::stall::StallGuard::new(Duration::from_millis(
+            match config.broker_liveness_probe_timeout_ms {
+                0 => config.broker_session_timeout_ms,
+                probe => probe,
+            },
+        ));
+        if config.roles.broker
+            && let Err(error) = stall.watch()
+        {
+            tracing::warn!(%error, "no stall watch thread: leadership after a stall is not checked");
+        }
         let lifecycle = config.roles.broker.then(|| {
             tokio::spawn(broker_lifecycle(
                 Arc::clone(&quorum),
                 config.clone(),
                 Arc::clone(&broker_epoch),
                 Arc::clone(&fenced),
+                Arc::clone(&stall),
             ))
         });
         let broker_id = config.node_id as i32;
@@ -403,6 +417,7 @@ impl Node {
                 images,
                 broker_epoch: Arc::clone(&broker_epoch),
                 fenced,
+                stall,
                 readiness: Arc::clone(&readiness),
                 client_quotas: crate::broker::client_quotas::ClientQuotaManager::new(
                     config.quota_windows,
