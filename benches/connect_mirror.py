@@ -2,7 +2,8 @@
 
 Two single-node brokers (target/release/sluice, the shipped defaults) on this machine:
 
-- mirror: N records of 100 B and of 1 KiB on the source (4 partitions). The SDK's own figures
+- mirror: N records of 100 B and of 1 KiB on the source (4 partitions), copied at least once
+  and then exactly once (transactions on the target). The SDK's own figures
   for the two halves of the copy, `sluice perf consume` of the topic on the source and `sluice
   perf produce` of as many records of the same size to the target, give the hand-made limit
   (the slower half; a copy cannot beat either). Then `sluice mirror` copies the topic; its
@@ -59,19 +60,20 @@ def metric_values(text, name):
     return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
 
 
-def start_mirror(source, target, topics, work):
+def start_mirror(source, target, topics, work, alias="source", exactly_once=False):
     port = free_port()
     log = open(os.path.join(work, "mirror.log"), "a")
+    extra = ["--override", "exactly.once.source.support=enabled"] if exactly_once else []
     process = subprocess.Popen([BINARY, "mirror", "--source", source.bootstrap, "--target",
-                                target.bootstrap, "--topics", topics,
+                                target.bootstrap, "--topics", topics, "--source-alias", alias,
                                 "--override", f"http.listener=127.0.0.1:{port}",
-                                "--override", "refresh.topics.interval.seconds=1"],
+                                "--override", "refresh.topics.interval.seconds=1", *extra],
                                stdout=subprocess.DEVNULL, stderr=log)
     return process, port
 
 
-def mirror_rate(source, target, topic, records, work):
-    process, port = start_mirror(source, target, topic, work)
+def mirror_rate(source, target, topic, records, work, alias="source", exactly_once=False):
+    process, port = start_mirror(source, target, topic, work, alias, exactly_once)
     first = None
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -150,6 +152,10 @@ def main():
             rate = mirror_rate(source, target, topic, records, work)
             print(f"  {size:>5} B: mirror {rate:,.0f}/s; SDK consume {consumed['records_per_sec']:,.0f}/s, "
                   f"SDK produce {produced['records_per_sec']:,.0f}/s; ratio to the limit {rate / limit:.2f}")
+            # The same copy with exactly-once (another alias: its own target topic and progress).
+            exact = mirror_rate(source, target, topic, records, work, f"eos{size}", True)
+            print(f"  {size:>5} B exactly-once: mirror {exact:,.0f}/s; ratio to the limit "
+                  f"{exact / limit:.2f}, to at-least-once {exact / rate:.2f}")
 
         process, port = start_mirror(source, target, "steady", work)
         samples = []

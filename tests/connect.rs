@@ -215,6 +215,28 @@ fn kcat_values_as(node: &SingleNode, topic: &str, isolation_level: &str) -> Vec<
         .collect()
 }
 
+/// Creates `topic` with `partitions` partitions with the CLI.
+fn create_topic(node: &SingleNode, topic: &str, partitions: u32) {
+    let created = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "topics",
+            "--bootstrap-server",
+            &node.bootstrap(),
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+        ])
+        .output()
+        .expect("sluice topics");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+}
+
 fn kcat_produce(node: &SingleNode, topic: &str, lines: &str, keyed: bool) {
     let bootstrap = node.bootstrap();
     let mut args = vec!["-P", "-b", bootstrap.as_str(), "-t", topic];
@@ -586,20 +608,7 @@ fn a_worker_killed_mid_file_loses_nothing_and_repeats_at_most_a_batch() {
 #[test]
 fn an_exactly_once_source_killed_mid_file_writes_each_line_once_for_read_committed_readers() {
     let node = SingleNode::start(&[]);
-    let created = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "topics",
-            "--bootstrap-server",
-            &node.bootstrap(),
-            "--create",
-            "--topic",
-            "eos-lines",
-            "--partitions",
-            "1",
-        ])
-        .output()
-        .expect("sluice topics");
-    assert!(created.status.success());
+    create_topic(&node, "eos-lines", 1);
     let overrides = [
         "value.converter=org.apache.kafka.connect.storage.StringConverter",
         "session.timeout.ms=6000",
@@ -694,24 +703,7 @@ fn an_exactly_once_source_killed_mid_file_writes_each_line_once_for_read_committ
 #[test]
 fn two_workers_split_a_sink_s_tasks_and_one_takes_over() {
     let node = SingleNode::start(&[]);
-    let created = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "topics",
-            "--bootstrap-server",
-            &node.bootstrap(),
-            "--create",
-            "--topic",
-            "spread",
-            "--partitions",
-            "4",
-        ])
-        .output()
-        .expect("sluice topics");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
+    create_topic(&node, "spread", 4);
     let overrides = [
         "key.converter=org.apache.kafka.connect.storage.StringConverter",
         "value.converter=org.apache.kafka.connect.storage.StringConverter",
