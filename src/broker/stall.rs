@@ -31,6 +31,8 @@ pub struct StallGuard {
     /// Set by a stall or a fenced answer; cleared by an unfenced answer to a heartbeat sent
     /// after the last stall began.
     suspended: AtomicBool,
+    /// Stalls seen since the start.
+    stalls: AtomicU64,
     threshold_ms: u64,
 }
 
@@ -45,6 +47,7 @@ impl StallGuard {
             last_tick_ms: AtomicU64::new(0),
             stalled_from_ms: AtomicU64::new(0),
             suspended: AtomicBool::new(false),
+            stalls: AtomicU64::new(0),
             threshold_ms: (threshold.as_millis() as u64).max(TICK.as_millis() as u64 * 4),
         })
     }
@@ -79,6 +82,7 @@ impl StallGuard {
         let gap = self.now_ms().saturating_sub(last);
         if gap > self.threshold_ms && self.stalled_from_ms.load(Ordering::Relaxed) < last {
             self.stalled_from_ms.store(last, Ordering::Relaxed);
+            self.stalls.fetch_add(1, Ordering::Relaxed);
             if !self.suspended.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     stalled_ms = gap,
@@ -94,6 +98,24 @@ impl StallGuard {
     pub fn leads(&self) -> bool {
         self.check();
         !self.suspended.load(Ordering::Relaxed)
+    }
+
+    /// `sluice_broker_stalls_total` and `sluice_broker_leadership_suspended`.
+    pub fn collect_metrics(&self, out: &mut crate::metrics::exposition::Exposition) {
+        use crate::metrics::exposition::Kind;
+        let leads = self.leads();
+        out.single(
+            "sluice_broker_stalls_total",
+            Kind::Counter,
+            "Times this process could not run for longer than the liveness probe waits.",
+            self.stalls.load(Ordering::Relaxed),
+        );
+        out.single(
+            "sluice_broker_leadership_suspended",
+            Kind::Gauge,
+            "1 while this broker leads nothing after a stall or a fencing, until the controller answers it unfenced.",
+            u64::from(!leads),
+        );
     }
 
     /// The time to pass to [`StallGuard::answered`] for a heartbeat sent now.
@@ -137,6 +159,7 @@ mod tests {
         guard.last_tick_ms.store(guard.now_ms(), Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(250));
         assert!(!guard.leads(), "the gap is seen by the gate itself");
+        assert_eq!(guard.stalls.load(Ordering::Relaxed), 1);
         // A heartbeat sent before the stall began says nothing about after it.
         guard.answered(before, false);
         assert!(!guard.leads());

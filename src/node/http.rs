@@ -103,6 +103,7 @@ pub(super) fn metrics_registry(
         }
         broker.groups.collect_metrics(out);
         broker.transactions.collect_metrics(out);
+        broker.stall.collect_metrics(out);
     }));
     registry
 }
