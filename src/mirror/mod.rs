@@ -741,10 +741,7 @@ impl Mirror {
                     // What was not acknowledged (or committed) is read again from the last
                     // position written.
                     self.in_flight.clear();
-                    if self.transaction_opened.take().is_some() {
-                        // A mirror that cannot abort (fenced by another) stops.
-                        self.producer.abort_transaction().await?;
-                    }
+                    self.abort().await?;
                     self.rewind().await;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -757,9 +754,7 @@ impl Mirror {
             if let Err(error) = self.complete(batch).await {
                 tracing::warn!(error = %error, "a batch sent before stopping was not acknowledged; it will be mirrored again");
                 self.in_flight.clear();
-                if self.transaction_opened.take().is_some() {
-                    self.producer.abort_transaction().await?;
-                }
+                self.abort().await?;
                 break;
             }
         }
@@ -918,6 +913,23 @@ impl Mirror {
             && (self.in_flight.is_empty() || opened.elapsed() >= TRANSACTION_SPAN)
         {
             self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Exactly-once: aborts the open transaction. A mirror fenced by another with the same
+    /// transactional id stops; an abort that failed otherwise (a coordinator moving, a
+    /// timeout) is tried again after the next failure, the transaction still counted open.
+    async fn abort(&mut self) -> Result<(), MirrorError> {
+        if self.transaction_opened.is_none() {
+            return Ok(());
+        }
+        match self.producer.abort_transaction().await {
+            Ok(()) => self.transaction_opened = None,
+            Err(error) if error.is_fatal() => return Err(error.into()),
+            Err(error) => {
+                tracing::warn!(error = %error, "aborting the mirror's transaction failed; trying again");
+            }
         }
         Ok(())
     }
