@@ -106,11 +106,16 @@ class Node:
 
     def cpu_seconds(self):
         """User + system CPU seconds of the process so far (/proc/<pid>/stat)."""
+        return sum(self.cpu_user_system_seconds())
+
+    def cpu_user_system_seconds(self):
+        """(user, system) CPU seconds of the process so far (/proc/<pid>/stat)."""
         with open(self.proc("stat")) as f:
             # The command name may hold spaces: fields are counted after its parenthesis;
             # utime and stime are the line's fields 14 and 15.
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
 
     def rss_mib(self):
         with open(self.proc("status")) as f:
