@@ -7,7 +7,7 @@ acks=1, idempotence off, no compression) at full speed, and with the SDK (`sluic
 produce`) at a steady --rate records/s (acks=all, idempotent, linger.ms=5: its per-record
 latency p50/p99); then reads the partition back with kcat. For each pass it reports the broker's
 CPU seconds (user + system, /proc) per million records and the records/s, and the loopback TCP
-copy rate (`sluice perf raw`) measured in the same run as the raw limit. After the kcat produce,
+copy rate (`sluice perf raw`) measured in the same run as the raw limit. Around each produce pass
 a plain process writes as many bytes as the partition's log holds to the same file system (1 MiB
 writes, writeback started per MiB as the log does): its CPU per million records is the page-cache
 floor, and the broker's CPU above it is what the broker itself adds. On a VM whose free memory
@@ -60,12 +60,14 @@ def kcat_consume(node, topic, records):
 
 
 def sdk_produce(node, topic, records, rate):
-    cpu = node.cpu_seconds()
+    """(the perf tool's summary, broker CPU seconds, of which user space)"""
+    user, system = node.cpu_user_system_seconds()
     out = subprocess.run(node.perf("produce", "--topic", topic, "--num-records", str(records), "--record-size",
                                    "100", "--throughput", str(rate), "--output", "json", "--producer-props",
                                    "acks=all", "linger.ms=5", "enable.idempotence=true"),
                          check=True, stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out), node.cpu_seconds() - cpu
+    user_after, system_after = node.cpu_user_system_seconds()
+    return json.loads(out), user_after + system_after - user - system, user_after - user
 
 
 def record(node, work, name):
@@ -126,6 +128,17 @@ def page_cache_floor(work, size):
         os.unlink(path)
 
 
+def cpu_figures(work, topic, records, cpu, user, floor_before):
+    """A produce pass's broker CPU per million records: total, user space, the page-cache floor
+    (taken before the pass with the log's size estimated and after it with its size, averaged:
+    the VM's cost of fresh pages moves between the two) and the total above it."""
+    floor = (floor_before + page_cache_floor(work, log_bytes(work, topic))) / 2
+    return {"cpu_s_per_million": per_million(cpu, records),
+            "user_cpu_s_per_million": per_million(user, records),
+            "page_cache_floor_cpu_s_per_million": per_million(floor, records),
+            "above_floor_cpu_s_per_million": per_million(cpu - floor, records)}
+
+
 def per_million(cpu_s, records):
     return round(cpu_s / records * 1e6, 4)
 
@@ -141,29 +154,22 @@ def measure(binary, work, records_file, records, rate, profile):
                        check=True, stderr=subprocess.DEVNULL)
         time.sleep(1)
         result = {}
-        # The floor, taken before the produce (the log's size estimated) and after it (the log's
-        # size), averaged: the VM's cost of fresh pages moves between the two.
-        floor_bytes = records * RECORD_LOG_BYTES
-        floor_before = page_cache_floor(work, floor_bytes)
         recorder = record(node, work, "kcat") if profile else None
+        floor_before = page_cache_floor(work, records * RECORD_LOG_BYTES)
         elapsed, cpu, user = kcat_produce(node, topic, records_file)
         stop_recording(recorder)
-        floor_after = page_cache_floor(work, log_bytes(work, topic))
-        floor = (floor_before + floor_after) / 2
         result["kcat_produce"] = {"records_per_s": round(records / elapsed),
-                                  "cpu_s_per_million": per_million(cpu, records),
-                                  "user_cpu_s_per_million": per_million(user, records),
-                                  "page_cache_floor_cpu_s_per_million": per_million(floor, records),
-                                  "above_floor_cpu_s_per_million": per_million(cpu - floor, records)}
+                                  **cpu_figures(work, topic, records, cpu, user, floor_before)}
         elapsed, cpu = kcat_consume(node, topic, records + 1)
         result["kcat_consume"] = {"records_per_s": round(records / elapsed),
                                   "cpu_s_per_million": per_million(cpu, records)}
         recorder = record(node, work, "sdk") if profile else None
-        summary, cpu = sdk_produce(node, "sdk", records // 2, rate)
+        floor_before = page_cache_floor(work, records // 2 * RECORD_LOG_BYTES)
+        summary, cpu, user = sdk_produce(node, "sdk", records // 2, rate)
         stop_recording(recorder)
         result["sdk_produce"] = {"records_per_s": round(summary.get("records_per_sec", 0)),
                                  "p50_ms": summary.get("p50_ms"), "p99_ms": summary.get("p99_ms"),
-                                 "cpu_s_per_million": per_million(cpu, records // 2)}
+                                 **cpu_figures(work, "sdk", records // 2, cpu, user, floor_before)}
         return result
     finally:
         node.stop()
