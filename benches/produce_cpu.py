@@ -84,10 +84,10 @@ def stop_recording(recorder):
         recorder.wait()
 
 
-# The floor: a plain process writing bytes to a file in 1 MiB writes and starting their writeback
-# every 1 MiB (sync_file_range, as the broker's log does), measured by its own CPU time.
 # A 100-byte record's bytes in the log, with its record header and its share of a batch's.
 RECORD_LOG_BYTES = 110
+# The floor: a plain process writing bytes to a file in 1 MiB writes and starting their writeback
+# every 1 MiB (sync_file_range, as the broker's log does), measured by its own CPU time.
 FLOOR_WRITER = """
 import ctypes, os, resource, sys
 path, size = sys.argv[1], int(sys.argv[2])
@@ -154,8 +154,8 @@ def measure(binary, work, records_file, records, rate, profile):
                        check=True, stderr=subprocess.DEVNULL)
         time.sleep(1)
         result = {}
-        recorder = record(node, work, "kcat") if profile else None
         floor_before = page_cache_floor(work, records * RECORD_LOG_BYTES)
+        recorder = record(node, work, "kcat") if profile else None
         elapsed, cpu, user = kcat_produce(node, topic, records_file)
         stop_recording(recorder)
         result["kcat_produce"] = {"records_per_s": round(records / elapsed),
@@ -163,8 +163,8 @@ def measure(binary, work, records_file, records, rate, profile):
         elapsed, cpu = kcat_consume(node, topic, records + 1)
         result["kcat_consume"] = {"records_per_s": round(records / elapsed),
                                   "cpu_s_per_million": per_million(cpu, records)}
-        recorder = record(node, work, "sdk") if profile else None
         floor_before = page_cache_floor(work, records // 2 * RECORD_LOG_BYTES)
+        recorder = record(node, work, "sdk") if profile else None
         summary, cpu, user = sdk_produce(node, "sdk", records // 2, rate)
         stop_recording(recorder)
         result["sdk_produce"] = {"records_per_s": round(summary.get("records_per_sec", 0)),
