@@ -1006,11 +1006,19 @@ async fn a_hung_leader_is_fenced_in_seconds_and_the_sdk_moves_on_without_it() {
     // The consumer reaches a record written after the pause, at the new leader.
     let wanted: u64 = first_after[1..].parse().expect("r<i>");
     let mut consumer_resumed = None;
+    // What the consumer read since the pause, for the failure message: (records, last offset
+    // and value).
+    let mut read_since_pause = (0usize, None::<(i64, String)>);
     while consumer_resumed.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the consumer read nothing written after the pause 20 s into it"
-        );
+        if Instant::now() >= deadline {
+            panic!(
+                "the consumer read nothing written after the pause (r{wanted} on) 20 s into it; \
+                 since the pause it read {} records, the last {:?}\n--- logs tail\n{}",
+                read_since_pause.0,
+                read_since_pause.1,
+                support::tail(&cluster.logs(), 80)
+            );
+        }
         for record in consumer
             .poll(Duration::from_millis(200))
             .await
@@ -1021,6 +1029,7 @@ async fn a_hung_leader_is_fenced_in_seconds_and_the_sdk_moves_on_without_it() {
             if value[1..].parse::<u64>().is_ok_and(|i| i >= wanted) {
                 consumer_resumed = Some(paused_at.elapsed());
             }
+            read_since_pause = (read_since_pause.0 + 1, Some((record.offset, value)));
         }
     }
     let logs = cluster.logs();
