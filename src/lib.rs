@@ -75,6 +75,7 @@ pub mod node;
 pub mod protocol;
 #[cfg(feature = "broker")]
 pub mod replica;
+pub mod rng;
 #[cfg(any(feature = "broker", feature = "client"))]
 pub mod security;
 #[cfg(feature = "broker")]

@@ -47,6 +47,7 @@ use sluice::config::security::{ListenerSecurity, SecurityProtocol};
 use sluice::handler::SUPPORTED_APIS;
 use sluice::log::batch::BatchBuilder;
 use sluice::protocol;
+use sluice::rng::SmallRng as Rng;
 use sluice::security::sasl::Mechanism;
 use sluice::server::session::Session;
 use sluice::server::{Frame, process_frame};
@@ -81,28 +82,6 @@ const SLOW: Duration = Duration::from_millis(100);
 /// An input still running after this is abandoned (and reported).
 const INPUT_TIMEOUT: Duration = Duration::from_secs(10);
 const TOPIC: &str = "fuzz";
-
-/// xorshift64*: small, fast, seedable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
@@ -182,7 +161,7 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
     let seeds = seeds(topic_id);
     println!("seeds {} (every served API and version)", seeds.len());
 
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let started = Instant::now();
     let peer: SocketAddr = "127.0.0.1:1".parse()?;
     let mut tasks = tokio::task::JoinSet::new();
@@ -216,7 +195,7 @@ async fn fuzz(args: &FuzzArgs, seed: u64, dir: &std::path::Path) -> anyhow::Resu
             // A quarter of the inputs reach a SASL listener's session: before a handshake,
             // after a v1 handshake (the input as SaslAuthenticate or anything else) or after
             // a v0 one (the input as a raw token).
-            let sasl = rng.chance(25).then(|| rng.below(3));
+            let sasl = rng.chance(25).then(|| rng.index(3));
             let handle = tasks.spawn(async move {
                 let begun = Instant::now();
                 let frame = Frame {
@@ -386,7 +365,7 @@ async fn fuzz_remote(
             _ => by_api.push((api_key, version, vec![body])),
         }
     }
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let started = Instant::now();
     let (mut answered, mut closed, mut abandoned, mut not_sent) = (0u64, 0u64, 0u64, 0u64);
     let workers = args.concurrency.clamp(1, 16);
@@ -399,7 +378,7 @@ async fn fuzz_remote(
         while sent < args.inputs && !free.is_empty() {
             sent += 1;
             report_progress(sent, args.inputs, started);
-            let (api_key, version, same_api) = &by_api[rng.below(by_api.len())];
+            let (api_key, version, same_api) = &by_api[rng.index(by_api.len())];
             let (api_key, version) = (*api_key, *version);
             // A body of this API version's seeds, mutated (`mutate` keeps the first 8 bytes most
             // of the time; in a body they are just more bytes), now and then spliced with
@@ -819,15 +798,15 @@ const INTERESTING_32: &[i32] = &[
 
 /// A seed with one to four mutations, or (rarely) random bytes after a real header start.
 fn mutate(seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
-    let seed = &seeds[rng.below(seeds.len())];
+    let seed = &seeds[rng.index(seeds.len())];
     if rng.chance(3) {
         let mut input = seed[..8.min(seed.len())].to_vec();
-        let extra = rng.below(256);
-        input.extend((0..extra).map(|_| rng.next() as u8));
+        let extra = rng.index(256);
+        input.extend((0..extra).map(|_| rng.next_u64() as u8));
         return input;
     }
     let mut input = seed.clone();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng.index(4) {
         // The first 8 bytes (key, version, correlation id) stay most of the time, so inputs
         // reach the decoders of served APIs instead of the version check.
         let from = if rng.chance(90) {
@@ -836,18 +815,18 @@ fn mutate(seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
             0
         };
         if input.len() <= from {
-            input.extend((0..1 + rng.below(16)).map(|_| rng.next() as u8));
+            input.extend((0..1 + rng.index(16)).map(|_| rng.next_u64() as u8));
             continue;
         }
-        let at = from + rng.below(input.len() - from);
-        match rng.below(8) {
+        let at = from + rng.index(input.len() - from);
+        match rng.index(8) {
             0 => {
-                let bit = rng.below(8);
+                let bit = rng.index(8);
                 input[at] ^= 1 << bit;
             }
-            1 => input[at] = INTERESTING_8[rng.below(INTERESTING_8.len())],
+            1 => input[at] = INTERESTING_8[rng.index(INTERESTING_8.len())],
             2 => {
-                let value = INTERESTING_32[rng.below(INTERESTING_32.len())];
+                let value = INTERESTING_32[rng.index(INTERESTING_32.len())];
                 let bytes: Vec<u8> = if rng.chance(50) {
                     value.to_be_bytes().to_vec()
                 } else {
@@ -860,23 +839,23 @@ fn mutate(seeds: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
                 }
             }
             3 => {
-                let len = 1 + rng.below((input.len() - at).min(32));
+                let len = 1 + rng.index((input.len() - at).min(32));
                 input.drain(at..at + len);
             }
             4 => {
-                let len = 1 + rng.below(32);
-                let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let len = 1 + rng.index(32);
+                let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
                 input.splice(at..at, bytes);
             }
             5 => input.truncate(at),
             6 => {
-                let len = 1 + rng.below((input.len() - at).min(64));
+                let len = 1 + rng.index((input.len() - at).min(64));
                 let chunk = input[at..at + len].to_vec();
                 input.splice(at..at, chunk);
             }
             _ => {
-                let other = &seeds[rng.below(seeds.len())];
-                let tail = rng.below(other.len());
+                let other = &seeds[rng.index(seeds.len())];
+                let tail = rng.index(other.len());
                 input.truncate(at);
                 input.extend_from_slice(&other[tail..]);
             }

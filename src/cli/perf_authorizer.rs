@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use clap::Args;
+use sluice::rng::SmallRng as Rng;
 use sluice::security::acl::{
     AccessControlEntry, AclBinding, Acls, Action, AuthorizerConfig, Operation, ResourcePattern,
     ResourceType, authorize, authorized_operations,
@@ -27,37 +28,25 @@ pub struct AuthorizerArgs {
     requests: usize,
 }
 
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 const PRINCIPALS: usize = 500;
 const TOPICS: usize = 5_000;
 
 fn bindings(count: usize, rng: &mut Rng) -> Vec<AclBinding> {
     (0..count)
         .map(|i| {
-            let principal = format!("User:app-{}", rng.below(PRINCIPALS));
+            let principal = format!("User:app-{}", rng.index(PRINCIPALS));
             let (resource_type, name, operation) = if i % 4 == 3 {
                 (
                     ResourceType::Group,
-                    format!("group-{}", rng.below(TOPICS)),
+                    format!("group-{}", rng.index(TOPICS)),
                     Operation::Read,
                 )
             } else {
                 let operation =
-                    [Operation::Write, Operation::Read, Operation::Describe][rng.below(3)];
+                    [Operation::Write, Operation::Read, Operation::Describe][rng.index(3)];
                 (
                     ResourceType::Topic,
-                    format!("topic-{}", rng.below(TOPICS)),
+                    format!("topic-{}", rng.index(TOPICS)),
                     operation,
                 )
             };
@@ -79,7 +68,7 @@ fn bindings(count: usize, rng: &mut Rng) -> Vec<AclBinding> {
 }
 
 pub fn run(args: AuthorizerArgs) -> anyhow::Result<()> {
-    let mut rng = Rng(0x5eed_cafe_f00d_1234);
+    let mut rng = Rng::new(0x5eed_cafe_f00d_1234);
     let bindings = bindings(args.acls, &mut rng);
     let built = Instant::now();
     let mut acls = Acls::new();
@@ -96,11 +85,11 @@ pub fn run(args: AuthorizerArgs) -> anyhow::Result<()> {
     let requests: Vec<(String, Vec<String>, String)> = (0..1024)
         .map(|_| {
             (
-                format!("User:app-{}", rng.below(PRINCIPALS)),
+                format!("User:app-{}", rng.index(PRINCIPALS)),
                 (0..10)
-                    .map(|_| format!("topic-{}", rng.below(TOPICS)))
+                    .map(|_| format!("topic-{}", rng.index(TOPICS)))
                     .collect(),
-                format!("group-{}", rng.below(TOPICS)),
+                format!("group-{}", rng.index(TOPICS)),
             )
         })
         .collect();

@@ -15,6 +15,7 @@ use crate::coordinator::{
 };
 use crate::protocol::errors::KafkaError;
 use crate::protocol::{TopicIdPartition, TopicPartition};
+use crate::rng::SmallRng as Rng;
 
 const TOPIC_ID: u128 = 7;
 
@@ -412,23 +413,6 @@ async fn a_reloaded_kip848_group_keeps_its_members_epochs_and_partitions() {
     assert_eq!(f.assigned("g", "a"), a);
 }
 
-/// A small deterministic generator (xorshift): the seed is printed, `GROUP_SHARD_SEED` repeats
-/// a run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[tokio::test]
 async fn replaying_the_records_from_scratch_gives_the_live_state() {
     let seed = std::env::var("GROUP_SHARD_SEED")
@@ -441,7 +425,7 @@ async fn replaying_the_records_from_scratch_gives_the_live_state() {
                 | 1
         });
     println!("seed {seed} (GROUP_SHARD_SEED={seed} repeats this run)");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for round in 0..20 {
         let mut f = fixture();
         let groups = ["g0", "g1", "g2"];

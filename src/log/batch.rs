@@ -253,11 +253,11 @@ mod tests {
                 let at = BATCH_HEADER_BYTES
                     + rng.below((batch.len() - BATCH_HEADER_BYTES) as u64) as usize;
                 match rng.below(3) {
-                    0 => batch[at] = rng.next() as u8,
+                    0 => batch[at] = rng.next_u64() as u8,
                     1 => {
                         batch.remove(at);
                     }
-                    _ => batch.insert(at, rng.next() as u8),
+                    _ => batch.insert(at, rng.next_u64() as u8),
                 }
             }
             let header = BatchHeader::parse(&batch).unwrap();

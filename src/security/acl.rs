@@ -2176,31 +2176,7 @@ mod tests {
         assert!(!authorize(&acls, &config(), "User:user-6", client(), &read));
     }
 
-    /// A small xorshift generator: randomized tests need no dependency.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-
-        fn below(&mut self, bound: usize) -> usize {
-            (self.next() % bound as u64) as usize
-        }
-
-        fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-            &items[self.below(items.len())]
-        }
-
-        fn chance(&mut self, percent: usize) -> bool {
-            self.below(100) < percent
-        }
-    }
+    use crate::rng::SmallRng as Rng;
 
     fn seed() -> u64 {
         if let Some(seed) = std::env::var("ACL_SEED").ok().and_then(|s| s.parse().ok()) {
@@ -2225,7 +2201,7 @@ mod tests {
     const CLIENTS: &[&str] = &["10.0.0.1", "10.0.0.2", "::1", "::ffff:10.0.0.1"];
     const TYPES: &[ResourceType] = &[ResourceType::Topic, ResourceType::Group];
 
-    fn random_binding(rng: &mut XorShift) -> AclBinding {
+    fn random_binding(rng: &mut Rng) -> AclBinding {
         let pattern_type = if rng.chance(3) {
             *rng.pick(&[PatternType::Unknown, PatternType::Any, PatternType::Match])
         } else {
@@ -2375,10 +2351,9 @@ mod tests {
                 .any(|name| !dominated(name))
     }
 
-    fn random_filter(rng: &mut XorShift) -> AclBindingFilter {
-        let maybe = |rng: &mut XorShift, items: &[&str]| {
-            rng.chance(50).then(|| (*rng.pick(items)).to_owned())
-        };
+    fn random_filter(rng: &mut Rng) -> AclBindingFilter {
+        let maybe =
+            |rng: &mut Rng, items: &[&str]| rng.chance(50).then(|| (*rng.pick(items)).to_owned());
         AclBindingFilter {
             pattern: ResourcePatternFilter {
                 resource_type: *rng.pick(&[
@@ -2403,21 +2378,21 @@ mod tests {
     fn indexed_decisions_equal_a_scan_of_every_binding() {
         let seed = seed();
         eprintln!("acl randomized seed: {seed} (rerun with ACL_SEED={seed})");
-        let mut rng = XorShift(seed);
+        let mut rng = Rng::new(seed);
         for round in 0..400 {
             let mut acls = Acls::new();
             let mut model: Vec<(u128, AclBinding)> = Vec::new();
-            for _ in 0..rng.below(40) {
-                let id = rng.next() as u128 | ((rng.next() as u128) << 64);
+            for _ in 0..rng.index(40) {
+                let id = rng.next_u64() as u128 | ((rng.next_u64() as u128) << 64);
                 let acl = random_binding(&mut rng);
                 acls.insert(id, acl.clone());
                 model.push((id, acl));
             }
-            for _ in 0..rng.below(10) {
+            for _ in 0..rng.index(10) {
                 if model.is_empty() {
                     break;
                 }
-                let (id, acl) = model.swap_remove(rng.below(model.len()));
+                let (id, acl) = model.swap_remove(rng.index(model.len()));
                 assert_eq!(acls.remove(id), Some(acl), "seed {seed} round {round}");
             }
             model.sort_by_key(|(id, _)| *id);
@@ -2440,7 +2415,7 @@ mod tests {
             };
             for _ in 0..40 {
                 let principal = *rng.pick(&PRINCIPALS[..3]);
-                let client = ip(CLIENTS[rng.below(CLIENTS.len())]);
+                let client = ip(CLIENTS[rng.index(CLIENTS.len())]);
                 let action = Action::new(
                     *rng.pick(&Operation::VALUES[3..]),
                     *rng.pick(TYPES),

@@ -2012,29 +2012,7 @@ mod tests {
         }
     }
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-
-        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-            items[self.below(items.len() as u64) as usize]
-        }
-    }
+    use crate::rng::SmallRng as Rng;
 
     struct Walk {
         rng: Rng,
@@ -2140,7 +2118,7 @@ mod tests {
                 None
             };
             let timeout_ms = if self.rng.chance(5) {
-                self.rng.pick(&[0, -5, 900_001])
+                *self.rng.pick(&[0, -5, 900_001])
             } else {
                 1 + self.rng.below(20_000) as i32
             };
@@ -2170,7 +2148,7 @@ mod tests {
                         let producer = next.producer();
                         self.write(next);
                         self.hand_out(producer);
-                        self.transaction_version = self.rng.pick(&[0, 2]);
+                        self.transaction_version = *self.rng.pick(&[0, 2]);
                         return;
                     }
                     Ok(InitOutcome::AbortFirst(next)) => {
@@ -2202,7 +2180,7 @@ mod tests {
             let producer = self.credential();
             let count = self.rng.below(3) as usize;
             let partitions: Vec<TopicPartition> = (0..count)
-                .map(|_| tp(self.rng.pick(&["a", "b"]), self.rng.below(3) as i32))
+                .map(|_| tp(["a", "b"][self.rng.index(2)], self.rng.below(3) as i32))
                 .collect();
             let outcome = add_partitions(
                 self.meta.as_ref(),
@@ -2233,7 +2211,7 @@ mod tests {
             if self.rng.chance(10) && producer.producer_epoch > 0 {
                 producer.producer_epoch -= 1;
             }
-            let result = self.rng.pick(&[TxnResult::Commit, TxnResult::Abort]);
+            let result = *self.rng.pick(&[TxnResult::Commit, TxnResult::Abort]);
             let mut new_producer_id = None;
             loop {
                 let outcome = end_txn(
@@ -2353,8 +2331,8 @@ mod tests {
     }
 
     fn walk(seed: u64) -> Walk {
-        let mut rng = Rng(seed);
-        let cluster_version = rng.pick(&[0, 1, 2]);
+        let mut rng = Rng::new(seed);
+        let cluster_version = *rng.pick(&[0, 1, 2]);
         let mut walk = Walk {
             rng,
             now_ms: NOW,
@@ -2383,7 +2361,7 @@ mod tests {
                     ..start.producer()
                 });
                 walk.hand_out(start.producer());
-                walk.transaction_version = walk.rng.pick(&[0, 2]);
+                walk.transaction_version = *walk.rng.pick(&[0, 2]);
                 walk.meta = Some(start);
             }
             _ => {

@@ -15,27 +15,7 @@ mod randomized;
 
 pub(super) const T0: i64 = 1_700_000_000_000;
 
-/// splitmix64: small, seedable, good enough to drive a randomized test.
-pub(super) struct Rng(u64);
-
-impl Rng {
-    pub(super) fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    pub(super) fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+pub(super) use crate::rng::SmallRng as Rng;
 
 /// A batch of `count` records with keys `key-<n>`, values `value-<tag>-<n>`.
 pub(super) fn make_batch(count: usize, tag: &str, timestamp: i64) -> Vec<u8> {

@@ -114,7 +114,7 @@ impl Run {
                 } else {
                     Some(format!(
                         "v{}-{}",
-                        self.rng.next(),
+                        self.rng.next_u64(),
                         "x".repeat(self.rng.below(200) as usize)
                     ))
                 };
@@ -578,7 +578,9 @@ fn tear_after(dir: &Path, durable_offset: u64, rng: &mut Rng) {
     file.set_len(cut_at).unwrap();
     if rng.chance(30) {
         use std::os::unix::fs::FileExt;
-        let garbage: Vec<u8> = (0..1 + rng.below(100)).map(|_| rng.next() as u8).collect();
+        let garbage: Vec<u8> = (0..1 + rng.below(100))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
         file.write_all_at(&garbage, cut_at).unwrap();
     }
     for (base, path) in &segments[index + 1..] {

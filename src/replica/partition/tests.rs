@@ -266,14 +266,8 @@ fn producer_state_after_truncation_equals_a_rebuild_from_the_log() {
         .map_or(1, |d| d.as_nanos() as u64)
         | 1;
     println!("seed {seed}");
-    let mut rng = seed;
-    let mut next = move |bound: u64| {
-        // xorshift64
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % bound
-    };
+    let mut rng = crate::rng::SmallRng::new(seed);
+    let mut next = move |bound: u64| rng.below(bound);
     let leader = replica(ME, state(ME, 1, &[1, 2]), 2048);
     let follower = replica(2, state(ME, 1, &[1, 2]), 2048);
     let mut sequences = [0i32; 4];
