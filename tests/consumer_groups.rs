@@ -607,7 +607,6 @@ fn batched_and_filtered_group_apis() {
 #[test]
 fn a_kip848_member_keeps_its_partitions_when_the_coordinator_is_killed() {
     use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
-    use std::io::{BufRead, BufReader};
     let mut cluster = Cluster::start(3, &["offsets.topic.num.partitions=3"]);
     suite_on_cluster(
         &cluster,
@@ -615,25 +614,7 @@ fn a_kip848_member_keeps_its_partitions_when_the_coordinator_is_killed() {
         "create-rf",
         &["durable848", "3", "3"],
     );
-    let mut member = std::process::Command::new("python3")
-        .args([
-            "groups_suite.py",
-            &cluster.bootstrap(),
-            "hold848",
-            "g848d",
-            "durable848",
-        ])
-        .current_dir(support::clients_dir())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut lines = BufReader::new(member.stdout.take().expect("stdout")).lines();
-    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-    let member_id = ready
-        .strip_prefix("ready ")
-        .expect("the member got ready")
-        .to_owned();
+    let (member, member_id) = Held848::start(&cluster.bootstrap(), "g848d", "durable848");
 
     let mut client = Client::connect(cluster.nodes[0].kafka_port);
     let coordinator = find_group_coordinator(&mut client, "g848d");
@@ -677,14 +658,50 @@ fn a_kip848_member_keeps_its_partitions_when_the_coordinator_is_killed() {
     assert_eq!(members, vec![member_id.clone()], "{described:?}");
     // A few heartbeats against the new coordinator.
     std::thread::sleep(std::time::Duration::from_secs(12));
-    drop(member.stdin.take());
-    let summary = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(member.wait().expect("member exit").success());
+    let summary = member.finish();
     assert_eq!(
         summary,
         format!("assigned 1 revoked 0 lost 0 member {member_id}"),
         "the member rejoined or lost its partitions"
     );
+}
+
+/// A confluent-kafka KIP-848 member (`groups_suite.py hold848`) holding its partitions until its
+/// stdin closes.
+struct Held848 {
+    process: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Held848 {
+    /// Starts one in `group` on `topic` and waits for its "ready <member id>" line: the member
+    /// and its id.
+    fn start(bootstrap: &str, group: &str, topic: &str) -> (Held848, String) {
+        use std::io::BufRead;
+        let mut process = std::process::Command::new("python3")
+            .args(["groups_suite.py", bootstrap, "hold848", group, topic])
+            .current_dir(support::clients_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut lines = std::io::BufReader::new(process.stdout.take().expect("stdout")).lines();
+        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+        let member_id = ready
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("a confluent member did not get ready: {ready:?}"))
+            .to_owned();
+        (Held848 { process, lines }, member_id)
+    }
+
+    /// Closes its stdin, waits for it to exit successfully and returns its summary line
+    /// ("assigned N revoked N lost N member <id>").
+    fn finish(mut self) -> String {
+        drop(self.process.stdin.take());
+        let summary = self.lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(self.process.wait().expect("member exit").success());
+        summary
+    }
 }
 
 /// One KIP-848 heartbeat (version 1: the member names itself), retried while the coordinator
@@ -861,30 +878,13 @@ fn wait_stable(node: &SingleNode, what: &str) {
 /// confluent members lost nothing on the way.
 #[tokio::test(flavor = "multi_thread")]
 async fn kip848_a_newcomer_is_asked_back_soon_and_a_stable_group_keeps_the_configured_interval() {
-    use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
     let node = SingleNode::start(&[]);
     let configured_s = 5.0;
     groups_case_args(&node, "create-rf", &["steady848", "6", "1"]);
     let mut members = Vec::new();
     for _ in 0..2 {
-        let mut member = std::process::Command::new("python3")
-            .args([
-                "groups_suite.py",
-                &node.bootstrap(),
-                "hold848",
-                "steady",
-                "steady848",
-            ])
-            .current_dir(support::clients_dir())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut lines = BufReader::new(member.stdout.take().expect("stdout")).lines();
-        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(ready.starts_with("ready "), "a confluent member: {ready:?}");
-        members.push((member, lines));
+        members.push(Held848::start(&node.bootstrap(), "steady", "steady848").0);
     }
     wait_stable(&node, "two confluent members");
     let (reconciling_before, _) = heartbeats_answered(&node, "steady");
@@ -948,10 +948,8 @@ async fn kip848_a_newcomer_is_asked_back_soon_and_a_stable_group_keeps_the_confi
     stop.store(true, std::sync::atomic::Ordering::Release);
     polling.await.expect("poll task");
     consumer.close().await.expect("close");
-    for (mut member, mut lines) in members {
-        drop(member.stdin.take());
-        let summary = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(member.wait().expect("member exit").success());
+    for member in members {
+        let summary = member.finish();
         assert!(
             summary.contains(" lost 0 "),
             "a confluent member: {summary}"
