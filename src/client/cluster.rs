@@ -121,10 +121,35 @@ fn refuses_client(error: &Error) -> bool {
     error.is_authentication() || matches!(error, Error::Config { .. })
 }
 
+/// A connection being opened (TCP, TLS, ApiVersions, SASL). A hung broker's kernel still
+/// accepts the TCP connection and then nothing answers, so the stall watch looks at openings
+/// as at requests waiting on an open connection.
+struct Opening {
+    addr: String,
+    started: Instant,
+    /// Notified when the broker was fenced while the connection was being opened.
+    abandoned: Arc<tokio::sync::Notify>,
+}
+
+/// Removes its opening from the cluster's list however `connection_to` ends (dropped too).
+struct OpeningEntry<'a> {
+    cluster: &'a Cluster,
+    id: u64,
+}
+
+impl Drop for OpeningEntry<'_> {
+    fn drop(&mut self) {
+        self.cluster.lock_opening().remove(&self.id);
+    }
+}
+
 /// Brokers, metadata and connections, shared by a client's tasks.
 pub(crate) struct Cluster {
     pub config: CommonConfig,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Connections being opened, by a number of their own.
+    opening: Mutex<HashMap<u64, Opening>>,
+    next_opening: std::sync::atomic::AtomicU64,
     /// Addresses whose broker refused the authentication: when, and the error.
     refused: Mutex<HashMap<String, (Instant, Error)>>,
     metadata: RwLock<Arc<ClusterMetadata>>,
@@ -135,6 +160,8 @@ impl Cluster {
         Cluster {
             config,
             connections: Mutex::new(HashMap::new()),
+            opening: Mutex::new(HashMap::new()),
+            next_opening: std::sync::atomic::AtomicU64::new(0),
             refused: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
         }
@@ -166,17 +193,36 @@ impl Cluster {
         if let Some(error) = self.recently_refused(addr) {
             return Err(error);
         }
-        let connection =
-            match Connection::open(addr, &self.config, self.config.request_timeout).await {
-                Ok(connection) => Arc::new(connection),
-                Err(error) => {
-                    if refuses_client(&error) {
-                        self.lock_refused()
-                            .insert(addr.to_owned(), (Instant::now(), error.clone()));
-                    }
-                    return Err(error);
+        let id = self
+            .next_opening
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let abandoned = Arc::new(tokio::sync::Notify::new());
+        self.lock_opening().insert(
+            id,
+            Opening {
+                addr: addr.to_owned(),
+                started: Instant::now(),
+                abandoned: abandoned.clone(),
+            },
+        );
+        let _entry = OpeningEntry { cluster: self, id };
+        let opened = tokio::select! {
+            opened = Connection::open(addr, &self.config, self.config.request_timeout) => opened,
+            () = abandoned.notified() => Err(Error::Disconnected {
+                addr: addr.to_owned(),
+                reason: "its broker was fenced while the connection was being opened".to_owned(),
+            }),
+        };
+        let connection = match opened {
+            Ok(connection) => Arc::new(connection),
+            Err(error) => {
+                if refuses_client(&error) {
+                    self.lock_refused()
+                        .insert(addr.to_owned(), (Instant::now(), error.clone()));
                 }
-            };
+                return Err(error);
+            }
+        };
         let mut connections = self.lock_connections();
         // Another task may have connected meanwhile: keep one.
         let kept = match connections.get(addr) {
@@ -449,7 +495,9 @@ impl Cluster {
     /// cut off, or stopped), so the requests waiting on it are abandoned at once and their
     /// callers retry at the new leaders, instead of waiting out `request.timeout.ms` (30 s)
     /// for a broker that may never answer. A broker still listed is waited for as before: a
-    /// long wait (a JoinGroup, an acks=all Produce) is no fault. A request that has waited
+    /// long wait (a JoinGroup, an acks=all Produce) is no fault. A connection still being
+    /// opened counts as a waiting request (a hung broker's kernel accepts it, and then
+    /// nothing answers its ApiVersions). A request that has waited
     /// [`STALL_CHECK_FAST_FOR`] is looked at only on a `slow_tick`: a hung broker is fenced
     /// within seconds, and a member waiting minutes in a JoinGroup should not ask for metadata
     /// four times a second.
@@ -465,11 +513,24 @@ impl Cluster {
             })
             .cloned()
             .collect();
-        if stalled.is_empty() {
+        let opening: Vec<(String, Duration, Arc<tokio::sync::Notify>)> = self
+            .lock_opening()
+            .values()
+            .filter(|o| {
+                let age = o.started.elapsed();
+                age >= STALL_CHECK_AFTER && (age < STALL_CHECK_FAST_FOR || slow_tick)
+            })
+            .map(|o| (o.addr.clone(), o.started.elapsed(), o.abandoned.clone()))
+            .collect();
+        if stalled.is_empty() && opening.is_empty() {
             return;
         }
         let known = self.cached();
-        let avoid: Vec<String> = stalled.iter().map(|c| c.addr().to_owned()).collect();
+        let avoid: Vec<String> = stalled
+            .iter()
+            .map(|c| c.addr().to_owned())
+            .chain(opening.iter().map(|(addr, _, _)| addr.clone()))
+            .collect();
         // No topics: the brokers only; the cached topics stay.
         let Ok(fresh) = self.refresh_from(Some(&[]), false, &avoid).await else {
             return;
@@ -497,6 +558,22 @@ impl Cluster {
             ));
             self.forget(addr);
         }
+        for (addr, waited, abandoned) in opening {
+            let Some(broker) = known.brokers.values().find(|b| b.address() == addr) else {
+                continue;
+            };
+            if fresh.brokers.contains_key(&broker.node_id) {
+                continue;
+            }
+            tracing::info!(
+                broker = broker.node_id,
+                addr,
+                waited_ms = waited.as_millis() as u64,
+                "broker left the cluster's metadata (fenced: hung, cut off or stopped) while a connection to it was being opened: abandoning it"
+            );
+            // A permit: the opening sees it even if it is not waiting at this instant.
+            abandoned.notify_one();
+        }
     }
 
     /// Drops the connection to `addr` (it failed); the next call opens a new one.
@@ -511,6 +588,10 @@ impl Cluster {
 
     fn lock_connections(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
         self.connections.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_opening(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Opening>> {
+        self.opening.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The authentication error `addr` answered less than [`AUTHENTICATION_RETRY_BACKOFF`]
@@ -612,6 +693,69 @@ mod tests {
             to_b.queue(&request, 12).await.expect("queue"),
         ];
         assert_eq!(cluster.any().await.expect("any").addr(), a);
+    }
+
+    /// A hung broker's kernel still accepts connections, and then nothing answers their
+    /// ApiVersions: a connection being opened to a broker the cluster has fenced is abandoned
+    /// by the stall watch, as requests waiting on an open one are, instead of waiting out
+    /// `request.timeout.ms`. (A consumer met it when a lagging broker's Metadata named the
+    /// fenced leader again after its connection had been dropped.)
+    #[tokio::test]
+    async fn opening_a_connection_to_a_broker_fenced_meanwhile_is_abandoned() {
+        use super::super::fake_broker::{self, FakeBroker};
+
+        let live = FakeBroker::bind(1).await;
+        let live_node = live.node();
+        live.serve(move |_| Some(fake_broker::metadata(std::slice::from_ref(&live_node), &[])));
+        let hung = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let hung_port = i32::from(hung.local_addr().expect("addr").port());
+        let holding = tokio::spawn(async move {
+            let mut accepted = Vec::new();
+            while let Ok((socket, _)) = hung.accept().await {
+                accepted.push(socket);
+            }
+        });
+        let cluster = Arc::new(Cluster::new(CommonConfig {
+            bootstrap_servers: vec![live.addr()],
+            client_id: "test".into(),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(1),
+            sasl: None,
+            tls: None,
+        }));
+        // The cache names broker 2, as the Metadata of a broker lagging behind the fencing does.
+        let mut cached = (*cluster.cached()).clone();
+        for (node_id, port) in [(1, live.node().port), (2, hung_port)] {
+            cached.brokers.insert(
+                node_id,
+                BrokerInfo {
+                    node_id,
+                    host: "127.0.0.1".into(),
+                    port,
+                    rack: None,
+                },
+            );
+        }
+        *cluster.metadata.write().expect("metadata") = Arc::new(cached);
+        cluster.watch_stalls();
+        let started = Instant::now();
+        let error = tokio::time::timeout(Duration::from_secs(10), cluster.broker(2))
+            .await
+            .expect("abandoned within 10 s, not after request.timeout.ms")
+            .expect_err("broker 2 never answers");
+        assert!(
+            matches!(&error, Error::Disconnected { reason, .. } if reason.contains("fenced")),
+            "{error:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(cluster.lock_opening().is_empty());
+        holding.abort();
     }
 
     /// Wrong credentials are said at once, as they are, from any broker: not wrapped in "no
