@@ -217,24 +217,16 @@ fn kcat_values_as(node: &SingleNode, topic: &str, isolation_level: &str) -> Vec<
 
 /// Creates `topic` with `partitions` partitions with the CLI.
 fn create_topic(node: &SingleNode, topic: &str, partitions: u32) {
-    let created = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "topics",
-            "--bootstrap-server",
-            &node.bootstrap(),
-            "--create",
-            "--topic",
-            topic,
-            "--partitions",
-            &partitions.to_string(),
-        ])
-        .output()
-        .expect("sluice topics");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
+    support::sluice(&[
+        "topics",
+        "--bootstrap-server",
+        &node.bootstrap(),
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        &partitions.to_string(),
+    ]);
 }
 
 fn kcat_produce(node: &SingleNode, topic: &str, lines: &str, keyed: bool) {

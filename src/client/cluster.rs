@@ -535,15 +535,20 @@ impl Cluster {
         let Ok(fresh) = self.refresh_from(Some(&[]), false, &avoid).await else {
             return;
         };
+        // The broker at `addr` that `known` listed and `fresh` no longer does. A bootstrap
+        // address, not known as a broker, is not one: nothing says it left.
+        let fenced = |addr: &str| {
+            known
+                .brokers
+                .values()
+                .find(|b| b.address() == addr)
+                .filter(|b| !fresh.brokers.contains_key(&b.node_id))
+        };
         for connection in stalled {
             let addr = connection.addr();
-            let Some(broker) = known.brokers.values().find(|b| b.address() == addr) else {
-                // A bootstrap address, not known as a broker: nothing says it left.
+            let Some(broker) = fenced(addr) else {
                 continue;
             };
-            if fresh.brokers.contains_key(&broker.node_id) {
-                continue;
-            }
             let waited = connection.oldest_in_flight().unwrap_or_default();
             tracing::info!(
                 broker = broker.node_id,
@@ -559,12 +564,9 @@ impl Cluster {
             self.forget(addr);
         }
         for (addr, waited, abandoned) in opening {
-            let Some(broker) = known.brokers.values().find(|b| b.address() == addr) else {
+            let Some(broker) = fenced(&addr) else {
                 continue;
             };
-            if fresh.brokers.contains_key(&broker.node_id) {
-                continue;
-            }
             tracing::info!(
                 broker = broker.node_id,
                 addr,
