@@ -3,6 +3,8 @@
 //! AlterPartition with stale and current epochs, deletion, and the Kafka error codes a caller
 //! gets back.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,10 +32,7 @@ fn error_code(response: &ControllerResponse) -> Option<i16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_requests_commit_or_answer_kafka_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let voters = BTreeMap::from([(
         1,
         NodeInfo {

@@ -4,17 +4,21 @@
 //! (Multi-process tests with `sluice server` are in the sluice package's tests/.)
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use sluice_raft::records::Uuid;
 use sluice_raft::{MetadataRecord, NodeInfo, Quorum, QuorumConfig};
 
+#[path = "../../tests/support/ports.rs"]
+mod ports;
+
+/// An address for a member to listen on: a port the kernel never hands out to an outgoing
+/// connection and never gives twice in this process (`bind(:0)` may, once it is released: CI
+/// saw two members given one port; one failed to bind, and the leader's RPCs to it reached
+/// the leader itself).
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], ports::free_port()))
 }
 
 fn config(id: u64, dir: &std::path::Path, voters: &BTreeMap<u64, NodeInfo>) -> QuorumConfig {

@@ -265,6 +265,22 @@ fn parse_voters(value: &str) -> Result<Vec<Voter>, ConfigError> {
                 format!("node {} appears twice", voter.node_id),
             ));
         }
+        // Two voters on one listener: the quorum's calls to one would reach the other (a
+        // leader its own RPCs), so no quorum could form as configured.
+        if let Some(other) = voters
+            .iter()
+            .find(|v: &&Voter| v.host == voter.host && v.port == voter.port)
+        {
+            return Err(ConfigError::new(
+                key,
+                value,
+                format!(
+                    "nodes {} and {} share the address {address}: each voter needs a \
+                     controller listener of its own",
+                    other.node_id, voter.node_id
+                ),
+            ));
+        }
         voters.push(voter);
     }
     if voters.is_empty() {
@@ -747,6 +763,10 @@ mod tests {
             ),
             (
                 "controller.quorum.voters=1@127.0.0.1",
+                "controller.quorum.voters",
+            ),
+            (
+                "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9093",
                 "controller.quorum.voters",
             ),
             ("controller.quorum.voters=2@127.0.0.1:9093", "process.roles"),
