@@ -914,7 +914,7 @@ fn consume_ends_at_ctrl_c_even_while_it_asks_a_silent_broker() {
         }
     }
     // Probes start 5 s apart and that one ended 2 s after its start: 3.5 s on, the next one
-    // is half way. Ctrl-C must not wait for it.
+    // is half way (1.5 s left). Ctrl-C must not wait for it.
     std::thread::sleep(Duration::from_millis(3_500));
     // SAFETY: a signal to the test's own child.
     unsafe { libc::kill(consume.id() as i32, libc::SIGINT) };
@@ -934,7 +934,7 @@ fn consume_ends_at_ctrl_c_even_while_it_asks_a_silent_broker() {
     unsafe { libc::kill(node.pid() as i32, libc::SIGCONT) };
     assert!(status.success(), "{status}");
     assert!(
-        exited_after < Duration::from_millis(1_000),
+        exited_after < Duration::from_millis(1_300),
         "Ctrl-C took {exited_after:?}"
     );
 }

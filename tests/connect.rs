@@ -121,10 +121,15 @@ impl Worker {
 
     /// Waits until `check` holds for the status of `connector`.
     fn wait_status(&self, connector: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        self.wait_get(&format!("/connectors/{connector}/status"), what, check)
+    }
+
+    /// Waits until `check` holds for what GET `path` answers (200).
+    fn wait_get(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last = Value::Null;
         while Instant::now() < deadline {
-            let (status, body) = self.call("GET", &format!("/connectors/{connector}/status"), None);
+            let (status, body) = self.call("GET", path, None);
             if status == 200 && check(&body) {
                 return body;
             }
@@ -132,7 +137,7 @@ impl Worker {
             std::thread::sleep(Duration::from_millis(200));
         }
         panic!(
-            "{connector}: not {what} within 60 s; last status {last}\n{}",
+            "{path}: not {what} within 60 s; last answer {last}\n{}",
             self.logs()
         );
     }
@@ -338,17 +343,22 @@ fn the_quickstart_curl_commands_copy_a_file_through_a_topic() {
         |b| b.ends_with("baz ü\n".as_bytes()),
         &worker,
     );
-    let (_, offsets) = worker.call("GET", "/connectors/local-file-source/offsets", None);
+    // Each task commits its offsets after the line is written (the source after its produce
+    // is acknowledged, the sink after its flush): the line can be in the file a moment before.
+    let length = std::fs::metadata(&source).expect("stat").len();
+    let offsets = worker.wait_get(
+        "/connectors/local-file-source/offsets",
+        "at the file's end",
+        |offsets| offsets["offsets"][0]["offset"]["position"] == length,
+    );
     assert_eq!(
         offsets["offsets"][0]["partition"]["filename"],
         source.display().to_string()
     );
-    let length = std::fs::metadata(&source).expect("stat").len();
-    assert_eq!(offsets["offsets"][0]["offset"]["position"], length);
-    let (_, offsets) = worker.call("GET", "/connectors/local-file-sink/offsets", None);
-    assert_eq!(
-        offsets["offsets"][0]["offset"]["kafka_offset"], 3,
-        "{offsets}"
+    worker.wait_get(
+        "/connectors/local-file-sink/offsets",
+        "past the three records",
+        |offsets| offsets["offsets"][0]["offset"]["kafka_offset"] == 3,
     );
 
     // Connect's errors.

@@ -130,6 +130,8 @@ fn leaderships_return_to_preferred_replicas_after_a_rolling_restart_without_losi
         &[
             "min.insync.replicas=2",
             "replica.lag.time.max.ms=2000",
+            // A controlled shutdown may take up to a session: room for one on a loaded machine.
+            "broker.session.timeout.ms=9000",
             interval.as_str(),
         ],
     );
@@ -164,8 +166,22 @@ fn leaderships_return_to_preferred_replicas_after_a_rolling_restart_without_losi
             "node {broker} exit: {status:?}\n{}",
             support::tail(&cluster.logs(), 60)
         );
-        // Controlled shutdown moved its leaderships away.
-        let after_stop = leaders(&cluster, "balanced");
+        // Controlled shutdown moved its leaderships away before it exited. The broker
+        // answering Metadata may apply that change a moment later: give it 2 s (the stopped
+        // broker's log says the controlled shutdown moved them, not its fencing after).
+        assert!(
+            cluster.logs().contains(&format!(
+                "controlled shutdown: leaderships moved broker_id={broker}"
+            )),
+            "broker {broker} stopped before its leaderships moved\n{}",
+            timeline.show(&cluster)
+        );
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut after_stop = leaders(&cluster, "balanced");
+        while after_stop.contains(&broker) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            after_stop = leaders(&cluster, "balanced");
+        }
         assert!(
             !after_stop.contains(&broker),
             "broker {broker} still leads after it stopped: {after_stop:?}\n{}",

@@ -282,7 +282,14 @@ fn an_acks_all_produce_for_many_partitions_answers_within_its_timeout() {
 
 #[test]
 fn controlled_shutdown_moves_leaders_first() {
-    let mut cluster = Cluster::start(3, &["replica.lag.time.max.ms=2000"]);
+    // A controlled shutdown may take up to a session: room for one on a loaded machine.
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "replica.lag.time.max.ms=2000",
+            "broker.session.timeout.ms=9000",
+        ],
+    );
     confluent_cluster(&cluster, "create", &["moving", "3", "3"]);
     cluster.wait_until("full ISRs", Duration::from_secs(30), |c| {
         leaders(c, "moving")

@@ -11,10 +11,11 @@ cases: alter BOOTSTRAP JSON [validate]   JSON: [{"entity": {"user": "alice"|null
                                           prints [[error_code, error_message], ...]
        describe BOOTSTRAP JSON STRICT   JSON: [["user", "exact"|"default"|"any", name|null]]
                                           prints {"error": [code, message], "entries": [...]}
-       fill BOOTSTRAP TOPIC BYTES        produce BYTES of 1 KiB records (client id "filler")
+       fill BOOTSTRAP TOPIC BYTES        produce BYTES of 1 KiB records in 16 KiB batches
+                                          (client id "filler")
        produce-rate BOOTSTRAP TOPIC CLIENT_ID SECONDS FROM_S [MAX_BYTES]
        consume-rate BOOTSTRAP TOPIC CLIENT_ID SECONDS FROM_S [MAX_BYTES]
-            (from offset 0 of partition 0; stops early at MAX_BYTES)
+            (from offset 0 of partition 0, 64 KiB fetches; stops early at MAX_BYTES)
             (16 KiB batches, Java's batch.size, so a throttle is felt batch by batch; stops
             early at MAX_BYTES)
             rate cases print {"rate": bytes/s of record values from FROM_S to the end,
@@ -88,8 +89,10 @@ def describe(bootstrap, components, strict):
 
 def fill(bootstrap, topic, total):
     from confluent_kafka import Producer
+    # 16 KiB batches: a fetch returns whole batches, so the consumers' 64 KiB fetches below
+    # can only be that small if the batches are.
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": "filler",
-                         "linger.ms": 5, "acks": 1})
+                         "linger.ms": 5, "acks": 1, "batch.size": 16384})
     sent = 0
     while sent < total:
         try:
@@ -162,9 +165,12 @@ def produce_rate(bootstrap, topic, client_id, seconds, from_s, max_bytes):
 def consume_rate(bootstrap, topic, client_id, seconds, from_s, max_bytes):
     from confluent_kafka import Consumer, TopicPartition
     throttles = Throttles()
+    # 64 KiB fetches (librdkafka's default is 1 MiB, five seconds of the quota): the rate is
+    # read over ten seconds, so whole-MiB fetches would make it 1, 2 or 3 MiB by chance.
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id,
                          "group.id": f"quota-{client_id}", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 100, **throttles.config()})
+                         "fetch.wait.max.ms": 100, "max.partition.fetch.bytes": 65536,
+                         **throttles.config()})
     consumer.assign([TopicPartition(topic, 0, 0)])
     received = []
     total = 0
