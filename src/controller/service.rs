@@ -1077,15 +1077,23 @@ async fn watch_listener(
     port: u16,
 ) {
     use tokio::io::AsyncReadExt;
+    // Connections the broker closed at once, in a row (see `watch_pause`).
+    let mut closed_at_once = 0u32;
     loop {
         let connect = tokio::net::TcpStream::connect((host.as_str(), port));
         let connected = match tokio::time::timeout(Duration::from_secs(1), connect).await {
             Ok(Ok(mut stream)) => {
+                let opened = tokio::time::Instant::now();
                 let mut discard = [0u8; 64];
                 // Nothing is ever sent, so nothing is answered: any read ends the watch.
                 while let Ok(read @ 1..) = stream.read(&mut discard).await {
                     tracing::debug!(broker, read, "unexpected bytes on a liveness watch");
                 }
+                closed_at_once = if opened.elapsed() < WATCH_HELD_MIN {
+                    closed_at_once.saturating_add(1)
+                } else {
+                    0
+                };
                 true
             }
             _ => false,
@@ -1099,12 +1107,26 @@ async fn watch_listener(
         );
         service.suspect(broker);
         drop(service);
-        // A dying process may close its connections a moment before its listening socket,
-        // so the first probe can still connect: the watch tries again soon, and a refused
-        // reconnect makes the broker a suspect again.
-        let pause = if connected { 100 } else { 500 };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        tokio::time::sleep(watch_pause(connected, closed_at_once)).await;
     }
+}
+
+/// A watch connection closed sooner than this was closed at once: not held (the broker's
+/// process dying, or its `max.connections` or `max.connections.per.ip` reached).
+const WATCH_HELD_MIN: Duration = Duration::from_secs(1);
+
+/// How long a liveness watch waits before it connects again. A dying process may close its
+/// connections a moment before its listening socket, so the first probe can still connect:
+/// the watch tries again soon, and a refused reconnect makes the broker a suspect again. A
+/// broker that keeps closing the watch at once while its probes find it alive is full (its
+/// connection limits): the watch backs off, doubling up to 5 s, instead of taking a refused
+/// slot, a probe and a WARN on the broker ten times a second.
+fn watch_pause(connected: bool, closed_at_once: u32) -> Duration {
+    if !connected {
+        return Duration::from_millis(500);
+    }
+    let doublings = closed_at_once.saturating_sub(1).min(6);
+    Duration::from_millis(100 << doublings).min(Duration::from_secs(5))
 }
 
 /// How often a controller that does not lead looks whether it does now.
@@ -1538,6 +1560,25 @@ mod tests {
                 .windows(PROBE_CLIENT_ID.len())
                 .any(|w| w == PROBE_CLIENT_ID.as_bytes())
         );
+    }
+
+    /// A watch reconnects soon after its first end (a dying process) and backs off while the
+    /// broker keeps closing it at once (full), never past 5 s.
+    #[test]
+    fn a_watch_closed_at_once_again_and_again_backs_off() {
+        assert_eq!(watch_pause(true, 0), Duration::from_millis(100));
+        assert_eq!(watch_pause(true, 1), Duration::from_millis(100));
+        let pauses: Vec<u64> = (2..=12)
+            .map(|n| watch_pause(true, n).as_millis() as u64)
+            .collect();
+        assert_eq!(
+            pauses,
+            [
+                200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000, 5000, 5000
+            ]
+        );
+        assert_eq!(watch_pause(true, u32::MAX), Duration::from_secs(5));
+        assert_eq!(watch_pause(false, 7), Duration::from_millis(500));
     }
 
     /// Nothing listens: the process is gone, said at once rather than after the timeout.
