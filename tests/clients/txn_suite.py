@@ -770,6 +770,9 @@ def case_restart():
     idle.init_transactions(30)
     idle.begin_transaction()
     reports = Deliveries()
+    # The idle transaction's timeout runs from its first produce: taken from before it, the
+    # time since is never less than the transaction's age.
+    idle_opened = time.time()
     produce_values(idle, topic, {0: ["idle-0", "idle-1", "idle-2"]}, reports)
     flush(idle, reports)
     first_open = reports.offsets["idle-0"][1]
@@ -781,7 +784,6 @@ def case_restart():
     plain = plain_producer()
     produce_values(plain, topic, {0: ["after-0", "after-1"]})
     flush(plain)
-    idle_opened = time.time()
     lso = list_offsets(topic, 1, IsolationLevel.READ_COMMITTED)[0]
     check(lso == first_open, f"LSO before the restart {lso}, expected {first_open}")
     print("ready", flush=True)
