@@ -1118,9 +1118,9 @@ const WATCH_HELD_MIN: Duration = Duration::from_secs(1);
 /// How long a liveness watch waits before it connects again. A dying process may close its
 /// connections a moment before its listening socket, so the first probe can still connect:
 /// the watch tries again soon, and a refused reconnect makes the broker a suspect again. A
-/// broker that keeps closing the watch at once while its probes find it alive is full (its
-/// connection limits): the watch backs off, doubling up to 5 s, instead of taking a refused
-/// slot, a probe and a WARN on the broker ten times a second.
+/// broker that accepts the watch and closes it at once, again and again, is alive but full
+/// (its connection limits; a dead one refuses instead): the watch backs off, doubling up to
+/// 5 s, instead of taking a refused slot, a probe and a WARN on the broker ten times a second.
 fn watch_pause(connected: bool, closed_at_once: u32) -> Duration {
     if !connected {
         return Duration::from_millis(500);
